@@ -1,0 +1,91 @@
+//! The declarative CUDA API table.
+//!
+//! The API surface is data: `driver.api` lists every modeled function with its exported symbol
+//! variants, API level, group, synchronization class and typed, directed arguments. The build
+//! script turns it into the static [`FUNCTIONS`] table; the recorder's hooks, the trace schema's
+//! argument order, replay dispatch and the synchronization analysis are all driven by it.
+//!
+//! Look-ups: [`lookup_symbol`] (an exported symbol such as `cuMemcpyHtoD_v2_ptds`, binary search),
+//! [`lookup`] (base name and [`Variant`]), [`by_name`] (base name, any variant) and [`get`].
+
+pub mod parse;
+mod types;
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+pub use types::*;
+
+mod table {
+    #![allow(clippy::all)]
+    use super::types::*;
+    include!(concat!(env!("OUT_DIR"), "/api_table.rs"));
+}
+
+pub use table::{FUNCTIONS, SYMBOLS};
+
+/// The source of the driver table, for tools that generate code from it.
+pub const DRIVER_API_SOURCE: &str = include_str!("driver.api");
+
+/// All entries, in table order.
+pub fn functions() -> &'static [ApiFunction] {
+    &FUNCTIONS
+}
+
+/// The entry with this id.
+pub fn get(id: ApiId) -> Option<&'static ApiFunction> {
+    FUNCTIONS.get(usize::from(id.0))
+}
+
+/// Resolve an exported symbol name (`cuMemAlloc_v2`) to its entry and variant.
+pub fn lookup_symbol(symbol: &str) -> Option<(&'static ApiFunction, Variant)> {
+    let i = SYMBOLS.binary_search_by(|(s, _)| (*s).cmp(symbol)).ok()?;
+    let (_, fid) = SYMBOLS.get(i)?;
+    let f = FUNCTIONS.get(usize::from(*fid))?;
+    let suffix = symbol.get(f.name.len()..)?;
+    let (version, per_thread) = parse::suffix_variant(suffix)?;
+    Some((f, Variant { version, per_thread }))
+}
+
+fn variant_map() -> &'static HashMap<(&'static str, Variant), ApiId> {
+    static MAP: OnceLock<HashMap<(&'static str, Variant), ApiId>> = OnceLock::new();
+    MAP.get_or_init(|| {
+        let mut m = HashMap::new();
+        for f in FUNCTIONS.iter() {
+            for s in f.symbols {
+                m.insert((f.name, s.variant), f.id);
+            }
+        }
+        m
+    })
+}
+
+fn name_map() -> &'static HashMap<&'static str, ApiId> {
+    static MAP: OnceLock<HashMap<&'static str, ApiId>> = OnceLock::new();
+    MAP.get_or_init(|| {
+        let mut m = HashMap::new();
+        for f in FUNCTIONS.iter() {
+            m.entry(f.name).or_insert(f.id);
+        }
+        m
+    })
+}
+
+/// The entry for a base name and variant, exactly.
+pub fn lookup(name: &str, variant: Variant) -> Option<&'static ApiFunction> {
+    variant_map().get(&(name, variant)).and_then(|id| get(*id))
+}
+
+/// The first entry with this base name (any variant).
+pub fn by_name(name: &str) -> Option<&'static ApiFunction> {
+    name_map().get(name).and_then(|id| get(*id))
+}
+
+/// The entry for a base name and variant, falling back to any entry with that base name
+/// (a variant newer than this table still gets its function's classes).
+pub fn resolve(name: &str, variant: Variant) -> Option<&'static ApiFunction> {
+    lookup(name, variant).or_else(|| by_name(name))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,241 @@
+//! Parser for the `.api` table files (`driver.api`).
+//!
+//! This module uses only `std` so that the analyzer's build script can include it
+//! (`#[path]`) and turn the data file into a static Rust table at compile time; the library
+//! exposes it too, so that other build scripts (the recorder's hook generator) can read the
+//! same file. See the header of `driver.api` for the syntax.
+
+use std::fmt;
+
+/// One parsed signature line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedFunction {
+    /// Line number in the source file (1-based).
+    pub line: usize,
+    /// Base name, for example `cuMemcpyHtoD`.
+    pub name: String,
+    /// Exported symbol suffixes sharing this signature (`""`, `"_v2"`, `"_v2_ptds"`, ...).
+    pub suffixes: Vec<String>,
+    /// API level (`driver`, `runtime`, ...), from the last `@level`.
+    pub level: String,
+    /// Group (`memory`, `copy`, ...), from the last `@group`.
+    pub group: String,
+    /// Synchronization class name (`Async`, `DeviceToHost`, ...).
+    pub sync: String,
+    /// Arguments in C order.
+    pub args: Vec<ParsedArg>,
+}
+
+/// One parsed argument.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedArg {
+    /// `in`, `out` or `inout`.
+    pub dir: String,
+    /// Kind keyword, for example `hostbuf`.
+    pub kind: String,
+    /// Parenthesised kind parameters, for example `["ByteCount"]` for `hostbuf(ByteCount)`.
+    pub kind_params: Vec<String>,
+    /// Argument name as in `cuda.h`.
+    pub name: String,
+    /// C type as in `cuda.h`.
+    pub c_type: String,
+}
+
+/// A syntax error with its line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Directions accepted in the file.
+pub const DIRECTIONS: &[&str] = &["in", "out", "inout"];
+
+/// Argument kinds accepted in the file, with their number of parameters.
+pub const KINDS: &[(&str, usize)] = &[
+    ("scalar", 0),
+    ("flags", 0),
+    ("enum", 0),
+    ("count", 0),
+    ("size", 0),
+    ("devptr", 0),
+    ("hostptr", 0),
+    ("hostbuf", 1),
+    ("handle", 1),
+    ("cstr", 0),
+    ("image", 0),
+    ("struct", 1),
+    ("structs", 2),
+    ("kparams", 0),
+    ("extra", 0),
+    ("fnptr", 0),
+    ("userdata", 0),
+    ("grid", 0),
+    ("block", 0),
+];
+
+/// Parse a whole `.api` file.
+pub fn parse_api(src: &str) -> Result<Vec<ParsedFunction>, ParseError> {
+    let mut level = String::from("driver");
+    let mut group = String::from("misc");
+    let mut out = Vec::new();
+    for (i, raw) in src.lines().enumerate() {
+        let line = i + 1;
+        let text = raw.trim();
+        if text.is_empty() || text.starts_with('#') {
+            continue;
+        }
+        if let Some(rest) = text.strip_prefix("@level") {
+            level = rest.trim().to_string();
+            continue;
+        }
+        if let Some(rest) = text.strip_prefix("@group") {
+            group = rest.trim().to_string();
+            continue;
+        }
+        out.push(parse_function(line, text, &level, &group)?);
+    }
+    Ok(out)
+}
+
+fn err(line: usize, message: impl Into<String>) -> ParseError {
+    ParseError { line, message: message.into() }
+}
+
+fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<ParsedFunction, ParseError> {
+    let open = text.find('(').ok_or_else(|| err(line, "missing '('"))?;
+    if !text.ends_with(')') {
+        return Err(err(line, "line must end with ')'"));
+    }
+    let head = text.get(..open).unwrap_or("").trim();
+    let body = text.get(open + 1..text.len() - 1).unwrap_or("");
+    let mut head_words = head.split_whitespace();
+    let spec = head_words.next().ok_or_else(|| err(line, "missing function name"))?;
+    let sync = head_words.next().ok_or_else(|| err(line, "missing sync class"))?.to_string();
+    if head_words.next().is_some() {
+        return Err(err(line, "unexpected words before '('"));
+    }
+    let (name, suffixes) = match spec.find('{') {
+        Some(b) => {
+            let list =
+                spec.get(b + 1..).and_then(|s| s.strip_suffix('}')).ok_or_else(|| err(line, "unterminated '{'"))?;
+            let suffixes: Vec<String> = list.split(',').map(|s| s.trim().to_string()).collect();
+            (spec.get(..b).unwrap_or("").to_string(), suffixes)
+        }
+        None => (spec.to_string(), vec![String::new()]),
+    };
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(err(line, format!("bad function name {name:?}")));
+    }
+    for s in &suffixes {
+        if !s.is_empty() && !s.starts_with('_') {
+            return Err(err(line, format!("suffix {s:?} must be empty or start with '_'")));
+        }
+    }
+    let mut args = Vec::new();
+    if !body.trim().is_empty() {
+        for part in split_args(body) {
+            args.push(parse_arg(line, part.trim())?);
+        }
+    }
+    for a in &args {
+        let refs: Vec<&String> = match a.kind.as_str() {
+            "hostbuf" => a.kind_params.iter().take(1).collect(),
+            "structs" => a.kind_params.iter().skip(1).take(1).collect(),
+            _ => Vec::new(),
+        };
+        for r in refs {
+            let numeric = r.chars().all(|c| c.is_ascii_digit());
+            if !numeric && !args.iter().any(|b| &b.name == r) {
+                return Err(err(line, format!("argument {} refers to unknown argument {r}", a.name)));
+            }
+        }
+    }
+    Ok(ParsedFunction { line, name, suffixes, level: level.to_string(), group: group.to_string(), sync, args })
+}
+
+/// Split on commas that are not inside parentheses.
+fn split_args(body: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut depth = 0i32;
+    let mut start = 0;
+    for (i, c) in body.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(body.get(start..i).unwrap_or(""));
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(body.get(start..).unwrap_or(""));
+    parts
+}
+
+fn parse_arg(line: usize, text: &str) -> Result<ParsedArg, ParseError> {
+    let colon = text.find(':').ok_or_else(|| err(line, format!("argument {text:?} lacks ': C_TYPE'")))?;
+    let left = text.get(..colon).unwrap_or("");
+    let c_type = text.get(colon + 1..).unwrap_or("").trim().to_string();
+    let words: Vec<&str> = left.split_whitespace().collect();
+    let [dir, kind_spec, name] = words.as_slice() else {
+        return Err(err(line, format!("argument {text:?} must be 'DIR KIND NAME: C_TYPE'")));
+    };
+    if !DIRECTIONS.contains(dir) {
+        return Err(err(line, format!("unknown direction {dir:?}")));
+    }
+    let (kind, kind_params) = match kind_spec.find('(') {
+        Some(p) => {
+            let inner = kind_spec
+                .get(p + 1..)
+                .and_then(|s| s.strip_suffix(')'))
+                .ok_or_else(|| err(line, format!("bad kind {kind_spec:?}")))?;
+            (kind_spec.get(..p).unwrap_or("").to_string(), inner.split(',').map(|s| s.trim().to_string()).collect())
+        }
+        None => (kind_spec.to_string(), Vec::new()),
+    };
+    let expected = KINDS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, n)| *n)
+        .ok_or_else(|| err(line, format!("unknown argument kind {kind:?}")))?;
+    if kind_params.len() != expected {
+        return Err(err(line, format!("kind {kind} takes {expected} parameter(s), got {kind_params:?}")));
+    }
+    if c_type.is_empty() {
+        return Err(err(line, "empty C type"));
+    }
+    Ok(ParsedArg { dir: dir.to_string(), kind, kind_params, name: name.to_string(), c_type })
+}
+
+/// Split a symbol suffix into (version, per-thread default stream).
+///
+/// `""` → (1, false), `"_v2"` → (2, false), `"_ptsz"` → (1, true), `"_v3_ptds"` → (3, true).
+pub fn suffix_variant(suffix: &str) -> Option<(u8, bool)> {
+    let (rest, per_thread) = if let Some(r) = suffix.strip_suffix("_ptsz") {
+        (r, true)
+    } else if let Some(r) = suffix.strip_suffix("_ptds") {
+        (r, true)
+    } else {
+        (suffix, false)
+    };
+    if rest.is_empty() {
+        return Some((1, per_thread));
+    }
+    let v: u8 = rest.strip_prefix("_v")?.parse().ok()?;
+    if v < 2 {
+        return None;
+    }
+    Some((v, per_thread))
+}

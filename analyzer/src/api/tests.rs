@@ -1,0 +1,126 @@
+use super::*;
+
+#[test]
+fn table_is_consistent() {
+    assert!(FUNCTIONS.len() > 250, "{} entries", FUNCTIONS.len());
+    for (i, f) in FUNCTIONS.iter().enumerate() {
+        assert_eq!(usize::from(f.id.0), i);
+        assert!(!f.symbols.is_empty(), "{}", f.name);
+        for a in f.args {
+            match a.kind {
+                ArgKind::HostBuf(BufLen::Arg(j)) | ArgKind::Structs { count_arg: j, .. } => {
+                    assert!(usize::from(j) < f.args.len(), "{}", f.name)
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(SYMBOLS.windows(2).all(|w| w[0].0 < w[1].0), "symbols sorted and unique");
+}
+
+#[test]
+fn symbol_lookup() {
+    let (f, v) = lookup_symbol("cuMemcpyHtoD_v2_ptds").expect("known");
+    assert_eq!(f.name, "cuMemcpyHtoD");
+    assert_eq!(f.sync, SyncClass::HostToDevice);
+    assert_eq!(v, Variant { version: 2, per_thread: true });
+    assert_eq!(f.symbol(v), Some("cuMemcpyHtoD_v2_ptds"));
+    let (f, v) = lookup_symbol("cuCtxCreate_v4").expect("known");
+    assert_eq!(f.name, "cuCtxCreate");
+    assert_eq!(v.version, 4);
+    assert!(f.args.iter().any(|a| a.name == "ctxCreateParams"));
+    assert!(lookup_symbol("cuNoSuchThing").is_none());
+    assert!(lookup_symbol("cuMemAlloc_v9").is_none());
+    assert_eq!(by_name("cuLaunchKernelEx").map(|f| f.group), Some(Group::Launch));
+    assert_eq!(
+        lookup("cuStreamGetCaptureInfo", Variant { version: 3, per_thread: false }).map(|f| f.args.len()),
+        Some(7)
+    );
+    assert!(resolve("cuMemAlloc", Variant { version: 7, per_thread: false }).is_some());
+}
+
+#[test]
+fn covers_the_recorder_issue() {
+    let needed = [
+        "cuModuleLoad",
+        "cuModuleLoadData",
+        "cuModuleLoadDataEx",
+        "cuModuleLoadFatBinary",
+        "cuLibraryLoadData",
+        "cuLibraryLoadFromFile",
+        "cuModuleGetFunction",
+        "cuLibraryGetKernel",
+        "cuKernelGetFunction",
+        "cuLibraryGetModule",
+        "cuModuleGetGlobal",
+        "cuLibraryGetGlobal",
+        "cuMemAlloc",
+        "cuMemAllocAsync",
+        "cuMemAllocFromPoolAsync",
+        "cuMemAllocPitch",
+        "cuMemFree",
+        "cuMemFreeAsync",
+        "cuMemAllocHost",
+        "cuMemHostAlloc",
+        "cuMemHostRegister",
+        "cuMemAddressReserve",
+        "cuMemCreate",
+        "cuMemMap",
+        "cuMemSetAccess",
+        "cuMemUnmap",
+        "cuMemRelease",
+        "cuMemAddressFree",
+        "cuMemcpyHtoD",
+        "cuMemcpyDtoH",
+        "cuMemcpyDtoD",
+        "cuMemcpyHtoDAsync",
+        "cuMemcpyDtoHAsync",
+        "cuMemcpyAsync",
+        "cuMemcpy2D",
+        "cuMemcpy3D",
+        "cuMemsetD8",
+        "cuMemsetD32Async",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cuLaunchCooperativeKernel",
+        "cuFuncGetParamInfo",
+        "cuKernelGetParamInfo",
+        "cuStreamCreate",
+        "cuStreamSynchronize",
+        "cuEventCreate",
+        "cuEventRecord",
+        "cuStreamWaitEvent",
+        "cuEventSynchronize",
+        "cuEventQuery",
+        "cuCtxSynchronize",
+        "cuTexObjectCreate",
+        "cuSurfObjectCreate",
+        "cuStreamBeginCapture",
+        "cuStreamEndCapture",
+        "cuGraphInstantiate",
+        "cuGraphLaunch",
+        "cuDeviceGetAttribute",
+        "cuGetProcAddress",
+        "cuGetExportTable",
+        "cuMemGetAddressRange",
+        "cuPointerGetAttribute",
+        "cuPointerGetAttributes",
+        "cuDevSmResourceSplitByCount",
+        "cuGreenCtxCreate",
+        "__cudaRegisterFatBinary",
+        "__cudaRegisterFunction",
+        "__cudaRegisterVar",
+    ];
+    for n in needed {
+        assert!(by_name(n).is_some(), "{n} missing from the table");
+    }
+}
+
+#[test]
+fn parse_errors_are_reported_with_lines() {
+    let e = parse::parse_api("\n\ncuFoo Async (in bogus x: int)").expect_err("bad kind");
+    assert_eq!(e.line, 3);
+    let e = parse::parse_api("cuFoo Async (in hostbuf(n) x: void *)").expect_err("bad ref");
+    assert!(e.message.contains("unknown argument"));
+    assert!(parse::parse_api(DRIVER_API_SOURCE).is_ok());
+}

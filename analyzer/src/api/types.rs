@@ -1,0 +1,375 @@
+//! Types of the API table: levels, groups, sync classes, argument kinds.
+
+use serde::Serialize;
+
+/// Which library a call belongs to. Stored in traces as its `u8` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[repr(u8)]
+pub enum ApiLevel {
+    /// The CUDA driver API (`cu*`, libcuda).
+    Driver = 0,
+    /// The CUDA runtime API (`cuda*`, libcudart), including registration (`__cuda*`).
+    Runtime = 1,
+    /// cuBLAS.
+    Cublas = 2,
+    /// cuBLASLt.
+    CublasLt = 3,
+    /// cuDNN.
+    Cudnn = 4,
+    /// NVRTC.
+    Nvrtc = 5,
+    /// NVML.
+    Nvml = 6,
+    /// Anything else.
+    Other = 255,
+}
+
+impl ApiLevel {
+    /// All levels, for iteration.
+    pub const ALL: [ApiLevel; 8] =
+        [Self::Driver, Self::Runtime, Self::Cublas, Self::CublasLt, Self::Cudnn, Self::Nvrtc, Self::Nvml, Self::Other];
+
+    /// Decode a stored value; unknown values (from a newer writer) map to [`ApiLevel::Other`].
+    pub fn from_u8(v: u8) -> Self {
+        Self::ALL.iter().copied().find(|l| *l as u8 == v).unwrap_or(Self::Other)
+    }
+
+    /// Lower-case name, as used in `.api` files and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Driver => "driver",
+            Self::Runtime => "runtime",
+            Self::Cublas => "cublas",
+            Self::CublasLt => "cublaslt",
+            Self::Cudnn => "cudnn",
+            Self::Nvrtc => "nvrtc",
+            Self::Nvml => "nvml",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// What a function is about; used for statistics (launches, allocations, copies...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Group {
+    /// Initialization, versions, error strings, entry points.
+    Init,
+    /// Device queries and primary contexts.
+    Device,
+    /// Contexts.
+    Context,
+    /// Modules and the JIT linker.
+    Module,
+    /// Context-independent libraries and kernels.
+    Library,
+    /// Function attributes and occupancy.
+    Function,
+    /// Device, host and array memory.
+    Memory,
+    /// Virtual memory management.
+    Vmm,
+    /// Stream-ordered allocation and memory pools.
+    Pool,
+    /// Copies.
+    Copy,
+    /// Memsets.
+    Set,
+    /// Kernel launches.
+    Launch,
+    /// Streams and stream capture.
+    Stream,
+    /// Events.
+    Event,
+    /// CUDA graphs.
+    Graph,
+    /// Texture and surface objects.
+    Texture,
+    /// Green contexts and device resources.
+    Green,
+    /// Runtime registration of fat binaries, kernels and variables.
+    Registration,
+}
+
+/// What reaches the host when a call returns: the input of the synchronization analysis.
+///
+/// Policies (`analyzer::sync`) decide which classes make a remote client wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum SyncClass {
+    /// Answered by the client library itself (error strings, entry points, export tables).
+    Local,
+    /// Enqueues work or changes state; nothing reaches the host but the status.
+    Async,
+    /// Sends host bytes to the device (sync or async); nothing comes back.
+    HostToDevice,
+    /// A blocking copy whose direction is only known at run time (`cuMemcpy`, 2D/3D, peer).
+    CopyAnyDirection,
+    /// A stream-ordered copy whose direction is only known at run time.
+    CopyAnyDirectionAsync,
+    /// A blocking copy into host memory.
+    DeviceToHost,
+    /// A stream-ordered copy into host memory; the host may read it at the next synchronization.
+    DeviceToHostAsync,
+    /// Returns a device address chosen by the driver (allocation, VMM reservation).
+    AllocatesDevice,
+    /// Frees device memory or address space.
+    FreesDevice,
+    /// Allocates, frees, registers or unregisters host memory (pinned memory).
+    HostMemory,
+    /// Returns a new opaque handle (streams, events, modules, functions, graphs...).
+    CreatesHandle,
+    /// Destroys a handle; nothing comes back.
+    DestroysHandle,
+    /// Returns a device address the driver chose at module load (globals, address ranges).
+    AddressLookup,
+    /// Returns static properties of the device, driver or a function.
+    DeviceQuery,
+    /// Returns state that changes as the GPU works (stream/event queries, memory info).
+    StateQuery,
+    /// Waits for a stream.
+    StreamSync,
+    /// Waits for an event.
+    EventSync,
+    /// Waits for the whole context.
+    CtxSync,
+}
+
+impl SyncClass {
+    /// All classes, for iteration and reports.
+    pub const ALL: [SyncClass; 18] = [
+        Self::Local,
+        Self::Async,
+        Self::HostToDevice,
+        Self::CopyAnyDirection,
+        Self::CopyAnyDirectionAsync,
+        Self::DeviceToHost,
+        Self::DeviceToHostAsync,
+        Self::AllocatesDevice,
+        Self::FreesDevice,
+        Self::HostMemory,
+        Self::CreatesHandle,
+        Self::DestroysHandle,
+        Self::AddressLookup,
+        Self::DeviceQuery,
+        Self::StateQuery,
+        Self::StreamSync,
+        Self::EventSync,
+        Self::CtxSync,
+    ];
+}
+
+/// Direction of an argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Direction {
+    /// Read by the callee.
+    In,
+    /// Written by the callee.
+    Out,
+    /// Read and written.
+    InOut,
+}
+
+/// What kind of object a handle argument designates. Stored in traces as its `u8` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[repr(u8)]
+pub enum HandleKind {
+    /// `CUdevice` (an ordinal).
+    Device = 0,
+    /// `CUcontext`.
+    Context = 1,
+    /// `CUmodule`.
+    Module = 2,
+    /// `CUfunction`.
+    Function = 3,
+    /// `CUlibrary`.
+    Library = 4,
+    /// `CUkernel`.
+    Kernel = 5,
+    /// `CUstream`.
+    Stream = 6,
+    /// `CUevent`.
+    Event = 7,
+    /// `CUgraph`.
+    Graph = 8,
+    /// `CUgraphNode`.
+    GraphNode = 9,
+    /// `CUgraphExec`.
+    GraphExec = 10,
+    /// `CUtexObject`.
+    TexObject = 11,
+    /// `CUsurfObject`.
+    SurfObject = 12,
+    /// `CUarray`.
+    Array = 13,
+    /// `CUmipmappedArray`.
+    MipmappedArray = 14,
+    /// `CUmemoryPool`.
+    MemPool = 15,
+    /// `CUmemGenericAllocationHandle`.
+    MemHandle = 16,
+    /// `CUlinkState`.
+    LinkState = 17,
+    /// `CUgreenCtx`.
+    GreenCtx = 18,
+    /// Library handles of other levels (cuBLAS, cuDNN) and anything else.
+    Other = 255,
+}
+
+impl HandleKind {
+    /// All kinds.
+    pub const ALL: [HandleKind; 20] = [
+        Self::Device,
+        Self::Context,
+        Self::Module,
+        Self::Function,
+        Self::Library,
+        Self::Kernel,
+        Self::Stream,
+        Self::Event,
+        Self::Graph,
+        Self::GraphNode,
+        Self::GraphExec,
+        Self::TexObject,
+        Self::SurfObject,
+        Self::Array,
+        Self::MipmappedArray,
+        Self::MemPool,
+        Self::MemHandle,
+        Self::LinkState,
+        Self::GreenCtx,
+        Self::Other,
+    ];
+
+    /// Decode a stored value; unknown values map to [`HandleKind::Other`].
+    pub fn from_u8(v: u8) -> Self {
+        Self::ALL.iter().copied().find(|k| *k as u8 == v).unwrap_or(Self::Other)
+    }
+}
+
+/// How the byte length of a host buffer is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum BufLen {
+    /// Given by the argument at this index.
+    Arg(u8),
+    /// A fixed number of bytes.
+    Fixed(u32),
+}
+
+/// What an argument holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum ArgKind {
+    /// A plain integer.
+    Scalar,
+    /// A flags word.
+    Flags,
+    /// An enumerator.
+    Enum,
+    /// An element count.
+    Count,
+    /// A byte count.
+    Size,
+    /// A device address (`CUdeviceptr`).
+    DevPtr,
+    /// A host address, recorded for identity only.
+    HostPtr,
+    /// Host memory whose bytes are transferred (H2D payload or D2H destination).
+    HostBuf(BufLen),
+    /// An opaque handle.
+    Handle(HandleKind),
+    /// A NUL-terminated string.
+    CStr,
+    /// A GPU code image (fatbin wrapper, fatbin, cubin or PTX); length from its content.
+    Image,
+    /// A pointer to one C struct of the named type.
+    Struct(&'static str),
+    /// A pointer to an array of C structs; the count is the argument at `count_arg`.
+    Structs {
+        /// Element C type.
+        ty: &'static str,
+        /// Index of the argument holding the element count.
+        count_arg: u8,
+    },
+    /// `void** kernelParams`.
+    KernelParams,
+    /// `void** extra` (the launch config buffer).
+    Extra,
+    /// A host function pointer (callbacks).
+    FnPtr,
+    /// Opaque user data passed to a callback.
+    UserData,
+    /// One component of the grid dimension.
+    Grid,
+    /// One component of the block dimension.
+    Block,
+}
+
+/// One argument of a function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ApiArg {
+    /// Name as in `cuda.h`.
+    pub name: &'static str,
+    /// C type as in `cuda.h`.
+    pub c_type: &'static str,
+    /// Direction.
+    pub dir: Direction,
+    /// What it holds.
+    pub kind: ArgKind,
+}
+
+/// A symbol variant: the `_vN` version and the per-thread default stream flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Default)]
+pub struct Variant {
+    /// 1 for the bare symbol, N for `_vN`.
+    pub version: u8,
+    /// `_ptsz` / `_ptds`: the per-thread default stream variant.
+    pub per_thread: bool,
+}
+
+impl Variant {
+    /// The bare symbol.
+    pub const BASE: Variant = Variant { version: 1, per_thread: false };
+}
+
+/// An exported symbol of a function entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Symbol {
+    /// Full symbol name, for example `cuMemcpyHtoD_v2_ptds`.
+    pub name: &'static str,
+    /// Its variant.
+    pub variant: Variant,
+}
+
+/// Index of an entry in the API table. Not stable across table versions: traces store names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ApiId(pub u16);
+
+/// One signature of one function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ApiFunction {
+    /// This entry's index.
+    pub id: ApiId,
+    /// Base name, for example `cuMemcpyHtoD`.
+    pub name: &'static str,
+    /// Library level.
+    pub level: ApiLevel,
+    /// What it is about.
+    pub group: Group,
+    /// What reaches the host.
+    pub sync: SyncClass,
+    /// Exported symbols with this signature.
+    pub symbols: &'static [Symbol],
+    /// Arguments in C order.
+    pub args: &'static [ApiArg],
+}
+
+impl ApiFunction {
+    /// Indices of the output (`out` and `inout`) arguments, in order; results in a trace record
+    /// follow this order.
+    pub fn out_args(&self) -> impl Iterator<Item = (usize, &'static ApiArg)> {
+        self.args.iter().enumerate().filter(|(_, a)| a.dir != Direction::In)
+    }
+
+    /// The symbol name of one of this entry's variants.
+    pub fn symbol(&self, variant: Variant) -> Option<&'static str> {
+        self.symbols.iter().find(|s| s.variant == variant).map(|s| s.name)
+    }
+}

@@ -1,0 +1,13 @@
+//! Analysis of GPU code and CUDA API usage.
+//!
+//! This crate owns what can be learned from GPU binaries without a GPU — kernels, their
+//! parameter layouts and resources read from cubins ([`cubin`]), whole host ELF / fatbin /
+//! cubin files analyzed in parallel ([`binary`]) — and the declarative CUDA API table
+//! ([`api`]) with the synchronization analysis built on it ([`sync`]).
+
+pub mod api;
+pub mod binary;
+pub mod cubin;
+pub mod sync;
+
+pub use binary::{analyze, detect, AnalyzeError, EntryInfo, InputKind, NoProgress, Options, Progress, Report};

@@ -1,0 +1,221 @@
+//! The policies and the per-policy state machine.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use super::report::{SegmentStats, SyncReport};
+use super::timeline::Timeline;
+use super::CallEvent;
+use crate::api::SyncClass;
+
+/// A synchronization policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Policy {
+    /// Every call is a round trip.
+    PerCall,
+    /// The 2022 GPUless prototype.
+    Gpuless2022,
+    /// This project: client-chosen addresses, virtualized handles.
+    Gpuless,
+}
+
+impl Policy {
+    /// All policies, in report order.
+    pub const ALL: [Policy; 3] = [Policy::PerCall, Policy::Gpuless2022, Policy::Gpuless];
+
+    /// The policy's name (`per-call`, `gpuless-2022`, `gpuless`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::PerCall => "per-call",
+            Policy::Gpuless2022 => "gpuless-2022",
+            Policy::Gpuless => "gpuless",
+        }
+    }
+
+    /// Parse a name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// One-line description.
+    pub fn description(self) -> &'static str {
+        match self {
+            Policy::PerCall => "every call is a round trip (rCUDA, Cricket, GVirtuS)",
+            Policy::Gpuless2022 => "allocations, frees, device-to-host copies and queries whose results reach the host",
+            Policy::Gpuless => "client-chosen addresses and virtual handles: only data reaching the host",
+        }
+    }
+
+    /// Whether a call of this class is a synchronization point at the call itself (the
+    /// `gpuless` policy's deferred downloads are handled by the state machine).
+    pub fn syncs(self, class: SyncClass) -> bool {
+        use SyncClass::*;
+        match self {
+            Policy::PerCall => true,
+            Policy::Gpuless2022 => matches!(
+                class,
+                DeviceToHost
+                    | DeviceToHostAsync
+                    | AllocatesDevice
+                    | FreesDevice
+                    | HostMemory
+                    | CreatesHandle
+                    | AddressLookup
+                    | DeviceQuery
+                    | StateQuery
+            ),
+            Policy::Gpuless => {
+                matches!(class, DeviceToHost | AddressLookup | DeviceQuery | StateQuery)
+            }
+        }
+    }
+}
+
+/// Why a call synchronized: its class, `unmodeled`, or `deferred-download` (a `gpuless`
+/// synchronization that delivers earlier asynchronous device-to-host copies).
+pub type Reason = String;
+
+#[derive(Debug, Clone)]
+pub(crate) struct PolicyState {
+    policy: Policy,
+    calls: u64,
+    syncs: u64,
+    seg_calls: u64,
+    seg_up: u64,
+    up_total: u64,
+    down_total: u64,
+    up_max: u64,
+    down_max: u64,
+    pending_down: HashMap<Option<u64>, u64>,
+    segments: BTreeMap<u64, u64>,
+    reasons: BTreeMap<String, u64>,
+    timeline: Timeline,
+}
+
+/// Resolve a copy whose direction is only known at run time from the bytes it moved.
+fn effective(class: SyncClass, ev: &CallEvent) -> SyncClass {
+    match class {
+        SyncClass::CopyAnyDirection if ev.bytes_down > 0 => SyncClass::DeviceToHost,
+        SyncClass::CopyAnyDirectionAsync if ev.bytes_down > 0 => SyncClass::DeviceToHostAsync,
+        SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync if ev.bytes_up > 0 => SyncClass::HostToDevice,
+        SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync => SyncClass::Async,
+        c => c,
+    }
+}
+
+fn class_name(c: SyncClass) -> String {
+    format!("{c:?}")
+}
+
+impl PolicyState {
+    pub(crate) fn new(policy: Policy) -> Self {
+        PolicyState {
+            policy,
+            calls: 0,
+            syncs: 0,
+            seg_calls: 0,
+            seg_up: 0,
+            up_total: 0,
+            down_total: 0,
+            up_max: 0,
+            down_max: 0,
+            pending_down: HashMap::new(),
+            segments: BTreeMap::new(),
+            reasons: BTreeMap::new(),
+            timeline: Timeline::new(1024),
+        }
+    }
+
+    pub(crate) fn push(&mut self, ev: &CallEvent) {
+        let index = self.calls;
+        self.calls += 1;
+        self.seg_calls += 1;
+        self.seg_up = self.seg_up.saturating_add(ev.bytes_up);
+        self.up_total = self.up_total.saturating_add(ev.bytes_up);
+        let (sync, down, reason) = match ev.class {
+            None => (true, ev.bytes_down, "unmodeled".to_string()),
+            Some(class) => self.decide(effective(class, ev), ev),
+        };
+        self.down_total = self.down_total.saturating_add(ev.bytes_down);
+        if sync {
+            self.sync_point(index, down, reason);
+        }
+    }
+
+    /// Whether this call synchronizes, the bytes it brings down, and why.
+    fn decide(&mut self, class: SyncClass, ev: &CallEvent) -> (bool, u64, String) {
+        if self.policy != Policy::Gpuless {
+            return (self.policy.syncs(class), ev.bytes_down, class_name(class));
+        }
+        match class {
+            SyncClass::DeviceToHostAsync => {
+                let slot = self.pending_down.entry(ev.stream).or_insert(0);
+                *slot = slot.saturating_add(ev.bytes_down);
+                (false, 0, String::new())
+            }
+            SyncClass::StreamSync => match self.pending_down.remove(&ev.stream) {
+                Some(d) => (true, d, "deferred-download".into()),
+                None => (false, 0, String::new()),
+            },
+            SyncClass::EventSync | SyncClass::CtxSync => {
+                if self.pending_down.is_empty() {
+                    (false, 0, String::new())
+                } else {
+                    let d = self.take_all_pending();
+                    (true, d, "deferred-download".into())
+                }
+            }
+            c if self.policy.syncs(c) => {
+                // A round trip also delivers every finished asynchronous download.
+                let d = self.take_all_pending().saturating_add(ev.bytes_down);
+                (true, d, class_name(c))
+            }
+            _ => (false, 0, String::new()),
+        }
+    }
+
+    fn take_all_pending(&mut self) -> u64 {
+        self.pending_down.drain().fold(0u64, |a, (_, b)| a.saturating_add(b))
+    }
+
+    fn sync_point(&mut self, index: u64, down: u64, reason: String) {
+        self.syncs += 1;
+        *self.reasons.entry(reason).or_insert(0) += 1;
+        *self.segments.entry(self.seg_calls).or_insert(0) += 1;
+        self.up_max = self.up_max.max(self.seg_up);
+        self.down_max = self.down_max.max(down);
+        self.timeline.add(index, self.seg_up, down);
+        self.seg_calls = 0;
+        self.seg_up = 0;
+    }
+
+    pub(crate) fn finish(mut self) -> SyncReport {
+        // Downloads still pending at the end are delivered by a final round trip.
+        if !self.pending_down.is_empty() {
+            let d = self.take_all_pending();
+            let index = self.calls.saturating_sub(1);
+            self.seg_calls = self.seg_calls.max(1);
+            self.sync_point(index, d, "deferred-download".into());
+        }
+        let tail = self.seg_calls;
+        let s = self.syncs.max(1) as f64;
+        SyncReport {
+            policy: self.policy.name(),
+            description: self.policy.description(),
+            calls: self.calls,
+            syncs: self.syncs,
+            sync_percent: if self.calls == 0 { 0.0 } else { 100.0 * self.syncs as f64 / self.calls as f64 },
+            bytes_up: self.up_total,
+            bytes_down: self.down_total,
+            bytes_up_per_sync: if self.syncs == 0 { 0.0 } else { self.up_total as f64 / s },
+            bytes_down_per_sync: if self.syncs == 0 { 0.0 } else { self.down_total as f64 / s },
+            max_bytes_up_per_sync: self.up_max,
+            max_bytes_down_per_sync: self.down_max,
+            trailing_calls: tail,
+            segments: SegmentStats::from_histogram(&self.segments),
+            reasons: self.reasons,
+            timeline: self.timeline,
+        }
+    }
+}

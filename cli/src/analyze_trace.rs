@@ -1,0 +1,212 @@
+//! `gpuless analyze TRACE.gl`: statistics and synchronization analysis of a trace file.
+//!
+//! Prints readable tables (or JSON with `--json`), optionally writes figures (`--plot DIR`).
+//! A damaged or truncated trace is analyzed up to the damage, then the reader's error is
+//! returned (exit code 2) so that scripts notice.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use gpuless_traces::analysis::{self, TraceAnalysis};
+use gpuless_traces::{ReaderOptions, TraceReader};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Options of `gpuless analyze` for trace files.
+#[derive(Debug, Clone, Default)]
+pub struct TraceAnalyzeOpts {
+    /// Print JSON instead of tables.
+    pub json: bool,
+    /// Write SVG and PNG figures into this directory.
+    pub plot_dir: Option<PathBuf>,
+    /// Draw a progress bar on stderr (only when it is a terminal).
+    pub progress: bool,
+}
+
+/// Analyze one trace file and print the result on stdout.
+pub fn analyze_trace(path: &Path, opts: &TraceAnalyzeOpts) -> anyhow::Result<()> {
+    let reader = TraceReader::open(path, ReaderOptions::default())
+        .with_context(|| format!("{}", path.display()))?;
+    let total = reader.progress().1.unwrap_or(0);
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
+    if opts.progress && std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+    }
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({elapsed})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message("reading trace");
+    let (a, err) = analysis::analyze(reader, &mut |pos, _| bar.set_position(pos));
+    bar.finish_and_clear();
+
+    let mut out = std::io::stdout().lock();
+    if opts.json {
+        serde_json::to_writer_pretty(&mut out, &a)?;
+        writeln!(out)?;
+    } else {
+        print_tables(&mut out, path, &a)?;
+    }
+    out.flush()?;
+    if let Some(dir) = &opts.plot_dir {
+        let p = analysis::plot::write_plots(&a, dir)?;
+        for w in &p.warnings {
+            eprintln!("gpuless: warning: {w}");
+        }
+        for f in &p.files {
+            eprintln!("wrote {}", f.display());
+        }
+    }
+    match err {
+        Some(e) => Err(anyhow::Error::new(e).context(format!(
+            "{}: analysis covers only the complete chunks",
+            path.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn bytes(b: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < units.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.1} {}", units.get(i).unwrap_or(&"B"))
+    }
+}
+
+fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io::Result<()> {
+    let m = &a.meta;
+    let i = &a.integrity;
+    let s = &a.stats;
+    let state = if i.error.is_some() {
+        "DAMAGED"
+    } else if i.finished {
+        "finished"
+    } else {
+        "unfinished (no index: the recording did not end normally)"
+    };
+    writeln!(
+        out,
+        "trace       {} (format {}, {} chunks, {})",
+        path.display(),
+        m.format_version,
+        i.chunks,
+        state
+    )?;
+    let ver = |v: i32| format!("{}.{}", v / 1000, (v % 1000) / 10);
+    writeln!(
+        out,
+        "recorded    by {}; driver {}, CUDA {}; {} (sm_{})",
+        m.tool_version,
+        ver(m.driver_version),
+        ver(m.cuda_version),
+        m.gpu_name,
+        m.sm
+    )?;
+    if !m.command_line.is_empty() {
+        writeln!(out, "command     {}", m.command_line.join(" "))?;
+    }
+    if let Some(e) = &i.error {
+        let lost = i
+            .file_bytes
+            .map(|f| f.saturating_sub(i.good_bytes))
+            .unwrap_or(0);
+        writeln!(
+            out,
+            "LOST        {} after offset {}: {e}",
+            bytes(lost as f64),
+            i.good_bytes
+        )?;
+    }
+    let levels: Vec<String> = s.by_level.iter().map(|(l, c)| format!("{l} {c}")).collect();
+    writeln!(
+        out,
+        "calls       {} ({}); {} threads; {} nested; {} failed; span {:.3} s",
+        s.calls,
+        levels.join(", "),
+        s.threads,
+        s.nested_calls,
+        s.failed_calls,
+        s.span_ns as f64 / 1e9
+    )?;
+    writeln!(out)?;
+    writeln!(out, "{:<22} {:>10} {:>12}", "", "count", "bytes")?;
+    let row = |out: &mut dyn Write, name: &str, count: u64, b: Option<u64>| {
+        let b = b.map(|b| bytes(b as f64)).unwrap_or_default();
+        writeln!(out, "{name:<22} {count:>10} {b:>12}")
+    };
+    row(out, "kernel launches", s.kernel_launches, None)?;
+    row(out, "unique kernels", s.unique_kernels, None)?;
+    row(out, "  with known names", s.unique_kernel_names, None)?;
+    row(out, "graph launches", s.graph_launches, None)?;
+    row(
+        out,
+        "allocations",
+        s.allocations.count,
+        Some(s.allocations.bytes),
+    )?;
+    row(out, "frees", s.frees, None)?;
+    row(out, "H2D copies", s.h2d.count, Some(s.h2d.bytes))?;
+    row(out, "D2H copies", s.d2h.count, Some(s.d2h.bytes))?;
+    row(out, "D2D copies", s.d2d.count, Some(s.d2d.bytes))?;
+    row(out, "memsets", s.memsets, None)?;
+    row(out, "module loads", s.module_loads, None)?;
+    row(out, "blobs stored", s.blobs.count, Some(s.blobs.bytes))?;
+    row(
+        out,
+        "  code images",
+        s.code_images.count,
+        Some(s.code_images.bytes),
+    )?;
+    row(out, "unmodeled calls", s.unmodeled_calls, None)?;
+    for (name, c) in s.unmodeled.iter().take(10) {
+        writeln!(out, "  {name:<20} {c:>10}")?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<13} {:>8} {:>7} {:>11} {:>11} {:>9} {:>7} {:>7} {:>8}",
+        "policy", "syncs", "%", "up/sync", "down/sync", "seg mean", "median", "p90", "max"
+    )?;
+    for r in &a.sync {
+        writeln!(
+            out,
+            "{:<13} {:>8} {:>6.2}% {:>11} {:>11} {:>9.1} {:>7} {:>7} {:>8}",
+            r.policy,
+            r.syncs,
+            r.sync_percent,
+            bytes(r.bytes_up_per_sync),
+            bytes(r.bytes_down_per_sync),
+            r.segments.mean,
+            r.segments.median,
+            r.segments.p90,
+            r.segments.max
+        )?;
+    }
+    for r in &a.sync {
+        let reasons: Vec<String> = r.reasons.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        writeln!(out, "  {:<11} {}", r.policy, reasons.join(", "))?;
+    }
+    writeln!(out)?;
+    writeln!(out, "{:>8}  {:<8} function", "calls", "level")?;
+    for f in s.by_function.iter().take(25) {
+        let mark = if f.modeled { "" } else { "  (unmodeled)" };
+        writeln!(out, "{:>8}  {:<8} {}{mark}", f.count, f.level, f.name)?;
+    }
+    if s.by_function.len() > 25 {
+        writeln!(
+            out,
+            "     ...  {} more functions (--json lists all)",
+            s.by_function.len() - 25
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,97 @@
+//! End-to-end tests of `gpuless analyze` on the committed nvcc 13.0 binaries.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn testdata(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/bin").join(name)
+}
+
+fn gpuless(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuless")).args(args).output().expect("run gpuless");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn json_has_the_documented_shape() {
+    let p = testdata("params.size.fatbin");
+    let (code, out, err) = gpuless(&["analyze", "--json", "--arch", "sm_90", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["kind"], "fatbin");
+    let e = &v["entries"][0];
+    assert_eq!(
+        (e["kind"].as_str(), e["arch"].as_str(), e["compression"].as_str()),
+        (Some("elf"), Some("sm_90"), Some("zstd"))
+    );
+    assert!(e["stored_bytes"].as_u64().unwrap() < e["bytes"].as_u64().unwrap());
+    let mixed = v["kernels"].as_array().unwrap().iter().find(|k| k["name"] == "mixed").unwrap();
+    assert_eq!(mixed["demangled"], "mixed");
+    assert_eq!(mixed["arch"], "sm_90");
+    assert_eq!(mixed["param_bytes"], 41);
+    let params: Vec<(u64, u64, u64)> = mixed["params"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["ordinal"].as_u64().unwrap(), p["offset"].as_u64().unwrap(), p["size"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(params, [(0, 0, 8), (1, 8, 4), (2, 16, 16), (3, 32, 8), (4, 40, 1)]);
+}
+
+#[test]
+fn table_for_host_binaries() {
+    for f in ["vecadd", "libkernels.so", "rdc_app", "params.sm_90.cubin"] {
+        let (code, out, err) = gpuless(&["analyze", testdata(f).to_str().unwrap()]);
+        assert_eq!(code, 0, "{f}: {err}");
+        assert!(out.contains("LAYOUT"), "{f}: {out}");
+    }
+    let (_, out, _) = gpuless(&["analyze", testdata("vecadd").to_str().unwrap()]);
+    assert!(out.contains("vector_add(float const*, float const*, float*, int)"), "{out}");
+}
+
+#[test]
+fn bad_input_exits_2_naming_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(testdata("params.size.fatbin")).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("truncated.fatbin", bytes[..3000].to_vec(), "truncated"),
+        ("garbage.bin", b"this is not a GPU binary at all".to_vec(), "not a host ELF"),
+        ("empty.bin", Vec::new(), "not a host ELF"),
+        (
+            "badsize.fatbin",
+            {
+                let mut b = bytes.clone();
+                b[16 + 8..16 + 16].copy_from_slice(&u64::MAX.to_le_bytes()); // first entry's payload size
+                b
+            },
+            "offset 0x",
+        ),
+        (
+            "lie.fatbin",
+            {
+                let mut b = bytes.clone();
+                b[16 + 0x38..16 + 0x40].copy_from_slice(&1_000_000u64.to_le_bytes()); // uncompressed size lie
+                b
+            },
+            "decompression",
+        ),
+    ];
+    for (name, data, expect) in cases {
+        let p = dir.path().join(name);
+        std::fs::write(&p, data).unwrap();
+        let (code, _, err) = gpuless(&["analyze", p.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(err.contains(name) && err.contains(expect), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+    let (code, _, err) = gpuless(&["analyze", "/nonexistent/file.so"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("/nonexistent/file.so"), "{err}");
+    let (code, _, err) = gpuless(&["analyze", "--arch", "banana", testdata("vecadd").to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("sm_90"), "{err}");
+}

@@ -1,0 +1,105 @@
+//! Cost of `TraceWriter::record` on the recording thread (target: < 1 µs per record).
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use gpuless_analyzer::api::{self, HandleKind};
+use gpuless_traces::model::{Dim3, Function, KernelParams};
+use gpuless_traces::synthetic::synthetic_meta;
+use gpuless_traces::{CallRecord, TraceWriter, Value, WriterOptions};
+
+fn launch(seq: u64) -> CallRecord {
+    let f = api::by_name("cuLaunchKernel").map(|f| f.id);
+    let mut r = CallRecord::new(
+        seq,
+        api::ApiLevel::Driver,
+        f.map_or(Function::Other("cuLaunchKernel".into()), Function::Known),
+    );
+    r.thread = 1;
+    r.timestamp_ns = seq * 1000;
+    r.args = vec![
+        Value::Handle(HandleKind::Function, 0x1234),
+        Value::Dim(Dim3 { x: 64, y: 1, z: 1 }),
+        Value::Dim(Dim3 { x: 256, y: 1, z: 1 }),
+        Value::Size(0),
+        Value::Handle(HandleKind::Stream, 7),
+        Value::KernelParams(KernelParams {
+            bytes: vec![0u8; 28],
+            layout: vec![(0, 8), (8, 8), (16, 8), (24, 4)],
+        }),
+        Value::Null,
+    ];
+    r
+}
+
+fn bench(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!("gpuless-bench-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let w = TraceWriter::create(
+        &dir.join("bench.gl"),
+        &synthetic_meta("bench"),
+        WriterOptions {
+            queue_capacity: 16 << 10,
+            ..WriterOptions::default()
+        },
+    )
+    .expect("writer");
+    let mut g = c.benchmark_group("record");
+    g.throughput(Throughput::Elements(1));
+    // The recording thread's cost when the queue has room (the normal case: a program makes
+    // calls slower than the writer drains them). Batches stay below the queue capacity; the
+    // writer is flushed between batches, outside the timed region.
+    g.bench_function("cuLaunchKernel: build + push, queue not full", |b| {
+        b.iter_custom(|iters| {
+            let mut total = std::time::Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(8192);
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    let seq = w.next_seq();
+                    w.record(launch(seq)).expect("record");
+                }
+                total += t.elapsed();
+                w.flush().expect("flush");
+                left -= n;
+            }
+            total
+        })
+    });
+    g.bench_function("unmodeled: build + push, queue not full", |b| {
+        b.iter_custom(|iters| {
+            let mut total = std::time::Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(8192);
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    let seq = w.next_seq();
+                    let r = CallRecord::new(
+                        seq,
+                        api::ApiLevel::Driver,
+                        Function::Other("cuSomethingNew".into()),
+                    );
+                    w.record(r).expect("record");
+                }
+                total += t.elapsed();
+                w.flush().expect("flush");
+                left -= n;
+            }
+            total
+        })
+    });
+    // Back-to-back records with nothing else to do: the queue fills and the producer runs at
+    // the writer thread's speed (encoding + compression), an upper bound on the cost.
+    g.bench_function("cuLaunchKernel: sustained, queue saturated", |b| {
+        b.iter(|| {
+            let seq = w.next_seq();
+            w.record(launch(seq)).expect("record");
+        })
+    });
+    g.finish();
+    let _ = w.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

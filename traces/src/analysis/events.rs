@@ -1,0 +1,86 @@
+//! Call records → the abstract [`CallEvent`]s of the synchronization analysis.
+
+use gpuless_analyzer::api::{ArgKind, BufLen, Direction, HandleKind};
+use gpuless_analyzer::sync::CallEvent;
+
+use crate::model::{CallRecord, Value};
+
+fn scalar(v: Option<&Value>) -> Option<u64> {
+    match v? {
+        Value::U64(x) | Value::Size(x) => Some(*x),
+        Value::I64(x) => u64::try_from(*x).ok(),
+        _ => None,
+    }
+}
+
+fn blob_bytes(values: &[Value]) -> u64 {
+    let mut n = 0u64;
+    for v in values {
+        v.visit(&mut |v| {
+            if let Value::Blob(b) | Value::Digest(b) = v {
+                n = n.saturating_add(b.len);
+            }
+        });
+    }
+    n
+}
+
+/// Length of a host buffer argument from its size argument.
+fn buf_len(r: &CallRecord, len: BufLen) -> u64 {
+    match len {
+        BufLen::Fixed(n) => u64::from(n),
+        BufLen::Arg(i) => scalar(r.args.get(usize::from(i))).unwrap_or(0),
+    }
+}
+
+/// Bytes a record sends up and brings down.
+pub fn transfer_bytes(r: &CallRecord) -> (u64, u64) {
+    let mut up = blob_bytes(&r.args);
+    let mut down = blob_bytes(&r.results);
+    if let Some(f) = r.function.api() {
+        // Host buffers that were not stored (or hashed) still count by their size argument.
+        for (i, a) in f.args.iter().enumerate() {
+            let ArgKind::HostBuf(len) = a.kind else {
+                continue;
+            };
+            if a.dir == Direction::In && up == 0 && !matches!(r.args.get(i), Some(Value::Blob(_))) {
+                up = buf_len(r, len);
+            }
+        }
+        for (j, (_, a)) in f.out_args().enumerate() {
+            let ArgKind::HostBuf(len) = a.kind else {
+                continue;
+            };
+            if down == 0 && !matches!(r.results.get(j), Some(Value::Blob(_) | Value::Digest(_))) {
+                down = buf_len(r, len);
+            }
+        }
+    }
+    (up, down)
+}
+
+/// The stream a record is ordered on.
+pub fn stream_of(r: &CallRecord) -> Option<u64> {
+    let f = r.function.api()?;
+    for (i, a) in f.args.iter().enumerate() {
+        match (a.kind, r.args.get(i)) {
+            (ArgKind::Handle(HandleKind::Stream), Some(Value::Handle(_, v))) => return Some(*v),
+            (ArgKind::Struct("CUlaunchConfig"), Some(Value::LaunchConfig(c))) => {
+                return Some(c.stream)
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The abstract event for one record.
+pub fn call_event(r: &CallRecord) -> CallEvent {
+    let (bytes_up, bytes_down) = transfer_bytes(r);
+    CallEvent {
+        class: r.function.api().map(|f| f.sync),
+        bytes_up,
+        bytes_down,
+        stream: stream_of(r),
+    }
+}

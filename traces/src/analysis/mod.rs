@@ -1,0 +1,146 @@
+//! Trace analysis: the thesis-style statistics and the synchronization analysis, computed in
+//! one streaming pass with bounded memory.
+
+mod events;
+#[cfg(feature = "plot")]
+pub mod plot;
+mod stats;
+
+use std::io::Read;
+
+use gpuless_analyzer::api::ApiLevel;
+use gpuless_analyzer::sync::{SyncAnalyzer, SyncReport};
+use serde::Serialize;
+
+use crate::error::TraceError;
+use crate::reader::{ChunkBody, TraceReader};
+
+pub use events::call_event;
+pub use stats::{CopyStats, FunctionCount, Stats};
+
+/// Summary of the recording metadata.
+#[derive(Debug, Clone, Serialize)]
+pub struct MetaSummary {
+    /// Trace format version.
+    pub format_version: String,
+    /// Tool that wrote the trace.
+    pub tool_version: String,
+    /// Driver version.
+    pub driver_version: i32,
+    /// CUDA version.
+    pub cuda_version: i32,
+    /// GPU name.
+    pub gpu_name: String,
+    /// Compute capability (10*major + minor).
+    pub sm: u32,
+    /// Command line.
+    pub command_line: Vec<String>,
+    /// Start time, ns since the Unix epoch.
+    pub start_time_unix_ns: u64,
+}
+
+/// How complete the trace was.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Integrity {
+    /// Complete chunks read.
+    pub chunks: u64,
+    /// Call chunks.
+    pub call_chunks: u64,
+    /// Blob chunks.
+    pub blob_chunks: u64,
+    /// The writer finished (index and trailer present).
+    pub finished: bool,
+    /// Bytes of the file that were read successfully.
+    pub good_bytes: u64,
+    /// File size, if known.
+    pub file_bytes: Option<u64>,
+    /// Chunks of unknown kinds skipped.
+    pub skipped_unknown_chunks: u64,
+    /// The error that stopped reading, if any.
+    pub error: Option<String>,
+}
+
+/// Everything `gpuless analyze` reports about a trace.
+#[derive(Debug, Clone, Serialize)]
+pub struct TraceAnalysis {
+    /// Recording metadata.
+    pub meta: MetaSummary,
+    /// Statistics.
+    pub stats: Stats,
+    /// One report per synchronization policy.
+    pub sync: Vec<SyncReport>,
+    /// Completeness.
+    pub integrity: Integrity,
+}
+
+/// Analyze a trace. Returns the analysis of every complete chunk, plus the error that stopped
+/// reading, if any (a truncated or damaged trace still gets analyzed up to the damage).
+/// `progress(bytes_read, total)` is called after each chunk.
+pub fn analyze<R: Read>(
+    mut reader: TraceReader<R>,
+    progress: &mut dyn FnMut(u64, Option<u64>),
+) -> (TraceAnalysis, Option<TraceError>) {
+    let m = reader.meta().clone();
+    let (major, minor) = reader.version();
+    let meta = MetaSummary {
+        format_version: format!("{major}.{minor}"),
+        tool_version: m.tool_version,
+        driver_version: m.driver_version,
+        cuda_version: m.cuda_version,
+        gpu_name: m.gpu_name,
+        sm: m.sm,
+        command_line: m.command_line,
+        start_time_unix_ns: m.start_time_unix_ns,
+    };
+    let mut stats = stats::StatsBuilder::default();
+    let mut sync = SyncAnalyzer::default();
+    let mut integrity = Integrity::default();
+    let mut error = None;
+    while let Some(chunk) = reader.next() {
+        match chunk {
+            Ok(c) => {
+                match &c.body {
+                    ChunkBody::Calls(calls) => {
+                        integrity.call_chunks += 1;
+                        for r in calls {
+                            stats.add(r);
+                            // The driver level is what crosses the wire; calls at other
+                            // levels reach it through nested driver calls.
+                            if r.level == ApiLevel::Driver {
+                                sync.push(&call_event(r));
+                            }
+                        }
+                    }
+                    ChunkBody::Blobs(parts) => {
+                        integrity.blob_chunks += 1;
+                        for p in parts {
+                            stats.add_blob_part(p);
+                        }
+                    }
+                    ChunkBody::Index(_) | ChunkBody::Unknown(_) => {}
+                }
+                let (pos, total) = reader.progress();
+                progress(pos, total);
+            }
+            Err(e) => {
+                integrity.error = Some(e.to_string());
+                error = Some(e);
+            }
+        }
+    }
+    let rec = reader.recovery();
+    integrity.chunks = rec.chunks;
+    integrity.finished = rec.finished;
+    integrity.good_bytes = rec.good_bytes;
+    integrity.skipped_unknown_chunks = rec.skipped_unknown;
+    integrity.file_bytes = reader.progress().1;
+    (
+        TraceAnalysis {
+            meta,
+            stats: stats.finish(),
+            sync: sync.finish(),
+            integrity,
+        },
+        error,
+    )
+}

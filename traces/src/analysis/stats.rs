@@ -1,0 +1,258 @@
+//! The thesis-style statistics: calls by level and function, launches, kernels, allocations,
+//! copies, unmodeled calls.
+
+use std::collections::{HashMap, HashSet};
+
+use gpuless_analyzer::api::{ArgKind, Group, HandleKind, SyncClass};
+use serde::Serialize;
+
+use super::events::transfer_bytes;
+use crate::model::{BlobKind, BlobPart, CallRecord, Function, Value};
+
+/// Count and bytes.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct CopyStats {
+    /// Number of calls.
+    pub count: u64,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+impl CopyStats {
+    fn add(&mut self, bytes: u64) {
+        self.count += 1;
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+}
+
+/// Calls of one function.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FunctionCount {
+    /// API level.
+    pub level: &'static str,
+    /// Base name.
+    pub name: String,
+    /// Calls.
+    pub count: u64,
+    /// Whether the API table models it.
+    pub modeled: bool,
+}
+
+/// Statistics of a trace.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    /// Call records.
+    pub calls: u64,
+    /// Calls by API level.
+    pub by_level: Vec<(&'static str, u64)>,
+    /// Calls by function, most frequent first.
+    pub by_function: Vec<FunctionCount>,
+    /// Kernel launches (`cuLaunchKernel*`, cooperative).
+    pub kernel_launches: u64,
+    /// Graph launches.
+    pub graph_launches: u64,
+    /// Distinct kernel handles launched.
+    pub unique_kernels: u64,
+    /// Distinct kernel names launched (where the name is known from a look-up).
+    pub unique_kernel_names: u64,
+    /// Device allocations (bytes exclude VMM address reservations).
+    pub allocations: CopyStats,
+    /// Device frees.
+    pub frees: u64,
+    /// Host-to-device copies.
+    pub h2d: CopyStats,
+    /// Device-to-host copies.
+    pub d2h: CopyStats,
+    /// Device-to-device copies.
+    pub d2d: CopyStats,
+    /// Memsets.
+    pub memsets: u64,
+    /// Code images loaded (modules, libraries).
+    pub module_loads: u64,
+    /// Calls the table does not model.
+    pub unmodeled_calls: u64,
+    /// Unmodeled functions with their call counts.
+    pub unmodeled: Vec<(String, u64)>,
+    /// Calls with a non-zero return code.
+    pub failed_calls: u64,
+    /// Calls made from inside another intercepted call.
+    pub nested_calls: u64,
+    /// Distinct threads.
+    pub threads: u64,
+    /// Time from the first to the last call, ns.
+    pub span_ns: u64,
+    /// Distinct blobs stored and their bytes.
+    pub blobs: CopyStats,
+    /// Of which code images.
+    pub code_images: CopyStats,
+}
+
+#[derive(Default)]
+pub(crate) struct StatsBuilder {
+    s: Stats,
+    levels: HashMap<&'static str, u64>,
+    functions: HashMap<(&'static str, String, bool), u64>,
+    kernel_names: HashMap<u64, String>,
+    launched: HashSet<u64>,
+    threads: HashSet<u64>,
+    first_ts: Option<u64>,
+    last_ts: u64,
+}
+
+fn handle(v: Option<&Value>) -> Option<u64> {
+    match v? {
+        Value::Handle(_, h) => Some(*h),
+        _ => None,
+    }
+}
+
+fn size_arg(r: &CallRecord, kinds: &[ArgKind]) -> u64 {
+    r.args
+        .iter()
+        .zip(kinds)
+        .find_map(|(v, k)| match (k, v) {
+            (ArgKind::Size, Value::Size(x) | Value::U64(x)) => Some(*x),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+impl StatsBuilder {
+    pub(crate) fn add(&mut self, r: &CallRecord) {
+        let s = &mut self.s;
+        s.calls += 1;
+        *self.levels.entry(r.level.name()).or_insert(0) += 1;
+        let modeled = matches!(r.function, Function::Known(_));
+        *self
+            .functions
+            .entry((r.level.name(), r.function.name().to_string(), modeled))
+            .or_insert(0) += 1;
+        if r.status != 0 {
+            s.failed_calls += 1;
+        }
+        if r.parent.is_some() {
+            s.nested_calls += 1;
+        }
+        if self.threads.len() < 1 << 16 {
+            self.threads.insert(r.thread);
+        }
+        self.first_ts.get_or_insert(r.timestamp_ns);
+        self.last_ts = self.last_ts.max(r.timestamp_ns);
+        let Some(f) = r.function.api() else {
+            s.unmodeled_calls += 1;
+            return;
+        };
+        let kinds: Vec<ArgKind> = f.args.iter().map(|a| a.kind).collect();
+        let (up, down) = transfer_bytes(r);
+        match f.group {
+            Group::Launch if f.name != "cuLaunchHostFunc" => {
+                s.kernel_launches += 1;
+                let k = r.args.iter().zip(&kinds).find_map(|(v, k)| match k {
+                    ArgKind::Handle(HandleKind::Function | HandleKind::Kernel) => handle(Some(v)),
+                    _ => None,
+                });
+                if let Some(k) = k {
+                    if self.launched.len() < 1 << 20 {
+                        self.launched.insert(k);
+                    }
+                }
+            }
+            Group::Set => s.memsets += 1,
+            _ => {}
+        }
+        if f.name == "cuGraphLaunch" {
+            s.graph_launches += 1;
+        }
+        if kinds.contains(&ArgKind::Image)
+            || f.name == "cuModuleLoad"
+            || f.name == "cuLibraryLoadFromFile"
+        {
+            s.module_loads += 1;
+        }
+        // Handle → kernel name, from the look-ups.
+        match f.name {
+            "cuModuleGetFunction" | "cuLibraryGetKernel" => {
+                let name = r.args.iter().find_map(|v| match v {
+                    Value::Str(n) => Some(n.clone()),
+                    _ => None,
+                });
+                if let (Some(h), Some(n)) = (handle(r.results.first()), name) {
+                    if self.kernel_names.len() < 1 << 20 {
+                        self.kernel_names.insert(h, n);
+                    }
+                }
+            }
+            "cuKernelGetFunction" => {
+                if let (Some(fh), Some(kh)) = (handle(r.results.first()), handle(r.args.get(1))) {
+                    if let Some(n) = self.kernel_names.get(&kh).cloned() {
+                        self.kernel_names.insert(fh, n);
+                    }
+                }
+            }
+            _ => {}
+        }
+        match f.sync {
+            SyncClass::AllocatesDevice => {
+                let bytes = if f.name == "cuMemAddressReserve" {
+                    0
+                } else {
+                    size_arg(r, &kinds)
+                };
+                s.allocations.add(bytes);
+            }
+            SyncClass::FreesDevice => s.frees += 1,
+            SyncClass::HostToDevice => s.h2d.add(up),
+            SyncClass::DeviceToHost | SyncClass::DeviceToHostAsync => s.d2h.add(down),
+            SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync if down > 0 => {
+                s.d2h.add(down)
+            }
+            SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync if up > 0 => {
+                s.h2d.add(up)
+            }
+            _ if f.group == Group::Copy => s.d2d.add(size_arg(r, &kinds)),
+            _ => {}
+        }
+    }
+
+    pub(crate) fn add_blob_part(&mut self, p: &BlobPart) {
+        if p.offset == 0 {
+            self.s.blobs.add(p.total_len);
+            if p.kind == BlobKind::CodeImage {
+                self.s.code_images.add(p.total_len);
+            }
+        }
+    }
+
+    pub(crate) fn finish(mut self) -> Stats {
+        let mut levels: Vec<_> = self.levels.into_iter().collect();
+        levels.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        self.s.by_level = levels;
+        let mut fns: Vec<FunctionCount> = self
+            .functions
+            .into_iter()
+            .map(|((level, name, modeled), count)| FunctionCount {
+                level,
+                name,
+                count,
+                modeled,
+            })
+            .collect();
+        fns.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
+        self.s.unmodeled = fns
+            .iter()
+            .filter(|f| !f.modeled)
+            .map(|f| (f.name.clone(), f.count))
+            .collect();
+        self.s.by_function = fns;
+        self.s.unique_kernels = self.launched.len() as u64;
+        let names: HashSet<&String> = self
+            .launched
+            .iter()
+            .filter_map(|h| self.kernel_names.get(h))
+            .collect();
+        self.s.unique_kernel_names = names.len() as u64;
+        self.s.threads = self.threads.len() as u64;
+        self.s.span_ns = self.last_ts.saturating_sub(self.first_ts.unwrap_or(0));
+        self.s
+    }
+}

@@ -1,0 +1,627 @@
+//! The trace writer: recording threads push records into a bounded queue; a background thread
+//! batches them into chunks, compresses chunks on a small pool of threads and writes them in
+//! order. `finish()` (or `Drop`) writes the index and the trailer.
+
+use std::collections::{HashSet, VecDeque};
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+
+use crate::encode::{encode_blobs, encode_index, encode_meta, CallBatchEncoder};
+use crate::error::TraceError;
+use crate::format::{
+    encode_file_header, encode_trailer, ChunkHeader, ChunkKind, CODEC_NONE, CODEC_ZSTD,
+    FORMAT_MAJOR, FORMAT_MINOR, MAX_RAW_LEN,
+};
+use crate::model::{
+    BlobKind, BlobLocation, BlobPart, BlobRef, CallRecord, ChunkEntry, Hash128, TraceIndex,
+    TraceMeta,
+};
+
+/// Writer tuning.
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    /// zstd level (default 1).
+    pub zstd_level: i32,
+    /// Capacity of the queue between recording threads and the writer thread.
+    pub queue_capacity: usize,
+    /// Encoded call bytes per call chunk before it is cut.
+    pub call_chunk_bytes: usize,
+    /// Blob bytes per blob chunk (larger blobs are split).
+    pub blob_chunk_bytes: usize,
+    /// Pending records are written at least this often.
+    pub flush_interval: Duration,
+    /// Compression threads (0: compress on the writer thread).
+    pub compression_threads: usize,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            zstd_level: 1,
+            queue_capacity: 16 * 1024,
+            call_chunk_bytes: 1 << 20,
+            blob_chunk_bytes: 4 << 20,
+            flush_interval: Duration::from_millis(200),
+            compression_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// What the writer did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Call records written.
+    pub calls: u64,
+    /// Distinct blobs stored.
+    pub blobs: u64,
+    /// Blob submissions dropped as duplicates.
+    pub duplicate_blobs: u64,
+    /// Chunks written (including the index).
+    pub chunks: u64,
+    /// Uncompressed payload bytes.
+    pub raw_bytes: u64,
+    /// Compressed payload bytes.
+    pub stored_bytes: u64,
+    /// Total file size.
+    pub file_bytes: u64,
+}
+
+enum Msg {
+    Call(Box<CallRecord>),
+    Blob {
+        hash: Hash128,
+        kind: BlobKind,
+        data: Vec<u8>,
+    },
+    Flush(Sender<()>),
+    Finish,
+}
+
+struct Shared {
+    failed: AtomicBool,
+    error: Mutex<Option<String>>,
+    duplicates: AtomicU64,
+}
+
+/// Writes a trace file. Cheap to share between recording threads (`&TraceWriter` is `Sync`).
+pub struct TraceWriter {
+    tx: Sender<Msg>,
+    seen: Mutex<HashSet<Hash128>>,
+    seq: AtomicU64,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<WriterStats>>,
+}
+
+impl TraceWriter {
+    /// Create `path` and start writing a trace with this metadata.
+    pub fn create(path: &Path, meta: &TraceMeta, opts: WriterOptions) -> Result<Self, TraceError> {
+        let f = std::fs::File::create(path).map_err(|e| TraceError::io(0, e))?;
+        Self::new(f, meta, opts)
+    }
+
+    /// Write a trace to any byte sink (a file, a pipe, a `Vec<u8>` behind a mutex...).
+    pub fn new<W: Write + Send + 'static>(
+        mut out: W,
+        meta: &TraceMeta,
+        opts: WriterOptions,
+    ) -> Result<Self, TraceError> {
+        let meta = encode_meta(meta);
+        let header = encode_file_header(&meta, FORMAT_MAJOR, FORMAT_MINOR);
+        out.write_all(&header).map_err(|e| TraceError::io(0, e))?;
+        out.write_all(&meta)
+            .map_err(|e| TraceError::io(header.len() as u64, e))?;
+        out.flush().map_err(|e| TraceError::io(0, e))?;
+        let pos = (header.len() + meta.len()) as u64;
+        let (tx, rx) = bounded(opts.queue_capacity.max(1));
+        let shared = Arc::new(Shared {
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            duplicates: AtomicU64::new(0),
+        });
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("gpuless-trace-writer".into())
+            .spawn(move || WriterThread::new(out, pos, opts, sh).run(rx))
+            .map_err(|e| TraceError::io(pos, e))?;
+        Ok(TraceWriter {
+            tx,
+            seen: Mutex::new(HashSet::new()),
+            seq: AtomicU64::new(0),
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// A fresh sequence number (0, 1, 2, ...). Callers may also number records themselves.
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn check(&self) -> Result<(), TraceError> {
+        if self.shared.failed.load(Ordering::Relaxed) {
+            let msg = self.shared.error.lock().ok().and_then(|e| e.clone());
+            return Err(TraceError::WriterStopped(
+                msg.unwrap_or_else(|| "failed".into()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Queue a call record (blocks only while the queue is full).
+    pub fn record(&self, rec: CallRecord) -> Result<(), TraceError> {
+        self.check()?;
+        self.tx
+            .send(Msg::Call(Box::new(rec)))
+            .map_err(|_| TraceError::WriterStopped("writer thread exited".into()))
+    }
+
+    /// Store bytes as a blob (once per content) and return the reference to put in records.
+    /// Queue the blob before the records that reference it.
+    pub fn blob(&self, kind: BlobKind, data: &[u8]) -> Result<BlobRef, TraceError> {
+        self.store_blob(kind, Hash128::of(data), data.len(), || data.to_vec())
+    }
+
+    /// Like [`blob`](Self::blob) for bytes the caller already owns (no copy).
+    pub fn blob_owned(&self, kind: BlobKind, data: Vec<u8>) -> Result<BlobRef, TraceError> {
+        let hash = Hash128::of(&data);
+        let len = data.len();
+        self.store_blob(kind, hash, len, move || data)
+    }
+
+    fn store_blob(
+        &self,
+        kind: BlobKind,
+        hash: Hash128,
+        len: usize,
+        data: impl FnOnce() -> Vec<u8>,
+    ) -> Result<BlobRef, TraceError> {
+        self.check()?;
+        let r = BlobRef {
+            hash,
+            len: len as u64,
+        };
+        // The lock is held while queueing so that no other thread can reference this blob
+        // before it is in the queue.
+        let mut seen = match self.seen.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        if !seen.insert(hash) {
+            self.shared.duplicates.fetch_add(1, Ordering::Relaxed);
+            return Ok(r);
+        }
+        let sent = self.tx.send(Msg::Blob {
+            hash,
+            kind,
+            data: data(),
+        });
+        drop(seen);
+        sent.map_err(|_| TraceError::WriterStopped("writer thread exited".into()))?;
+        Ok(r)
+    }
+
+    /// Write everything queued so far as complete chunks and wait until it is in the sink.
+    pub fn flush(&self) -> Result<(), TraceError> {
+        let (ack_tx, ack_rx) = bounded(1);
+        self.tx
+            .send(Msg::Flush(ack_tx))
+            .map_err(|_| TraceError::WriterStopped("writer thread exited".into()))?;
+        ack_rx
+            .recv()
+            .map_err(|_| TraceError::WriterStopped("writer thread exited".into()))?;
+        self.check()
+    }
+
+    /// Write the remaining records, the index and the trailer; return statistics.
+    pub fn finish(mut self) -> Result<WriterStats, TraceError> {
+        let stats = self.stop();
+        self.check()?;
+        stats.ok_or_else(|| TraceError::WriterStopped("writer thread panicked".into()))
+    }
+
+    fn stop(&mut self) -> Option<WriterStats> {
+        let t = self.thread.take()?;
+        let _ = self.tx.send(Msg::Finish);
+        let mut stats = t.join().ok()?;
+        stats.duplicate_blobs = self.shared.duplicates.load(Ordering::Relaxed);
+        Some(stats)
+    }
+}
+
+impl Drop for TraceWriter {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// Work for a compression thread.
+enum Payload {
+    Encoded(Vec<u8>),
+    Blobs(Vec<PendingPart>),
+}
+
+struct PendingPart {
+    part: BlobPart,
+    data: Arc<Vec<u8>>,
+}
+
+struct Job {
+    kind: ChunkKind,
+    payload: Payload,
+    level: i32,
+    reply: Sender<Done>,
+}
+
+struct Done {
+    kind: ChunkKind,
+    codec: u8,
+    raw_len: u32,
+    stored: Vec<u8>,
+}
+
+fn compress(job: Job, cctx: &mut Option<zstd::bulk::Compressor<'static>>) {
+    let raw = match job.payload {
+        Payload::Encoded(b) => b,
+        Payload::Blobs(parts) => {
+            let refs: Vec<(BlobPart, &[u8])> = parts
+                .iter()
+                .map(|p| {
+                    let start = p.part.offset as usize;
+                    let end = start + p.part.len as usize;
+                    (p.part.clone(), p.data.get(start..end).unwrap_or_default())
+                })
+                .collect();
+            encode_blobs(&refs)
+        }
+    };
+    if cctx.is_none() {
+        *cctx = zstd::bulk::Compressor::new(job.level).ok();
+    }
+    let compressed = cctx.as_mut().and_then(|c| c.compress(&raw).ok());
+    let done = match compressed {
+        Some(c) if c.len() < raw.len() => Done {
+            kind: job.kind,
+            codec: CODEC_ZSTD,
+            raw_len: raw.len() as u32,
+            stored: c,
+        },
+        _ => Done {
+            kind: job.kind,
+            codec: CODEC_NONE,
+            raw_len: raw.len() as u32,
+            stored: raw,
+        },
+    };
+    let _ = job.reply.send(done);
+}
+
+struct InFlight {
+    rx: Receiver<Done>,
+    first_seq: u64,
+    records: u32,
+    blobs: Vec<(Hash128, u64)>,
+}
+
+struct WriterThread<W: Write> {
+    out: W,
+    pos: u64,
+    opts: WriterOptions,
+    shared: Arc<Shared>,
+    calls: CallBatchEncoder,
+    blob_parts: Vec<PendingPart>,
+    blob_bytes: usize,
+    pending_since: Option<Instant>,
+    jobs: Option<Sender<Job>>,
+    workers: Vec<JoinHandle<()>>,
+    inline_cctx: Option<zstd::bulk::Compressor<'static>>,
+    in_flight: VecDeque<InFlight>,
+    index: TraceIndex,
+    stats: WriterStats,
+}
+
+impl<W: Write> WriterThread<W> {
+    fn new(out: W, pos: u64, opts: WriterOptions, shared: Arc<Shared>) -> Self {
+        let mut workers = Vec::new();
+        let jobs = if opts.compression_threads > 0 {
+            let (tx, rx) = bounded::<Job>(opts.compression_threads * 2);
+            for i in 0..opts.compression_threads {
+                let rx = rx.clone();
+                let h = std::thread::Builder::new()
+                    .name(format!("gpuless-trace-zstd{i}"))
+                    .spawn(move || {
+                        let mut cctx = None;
+                        for job in rx {
+                            compress(job, &mut cctx);
+                        }
+                    });
+                if let Ok(h) = h {
+                    workers.push(h);
+                }
+            }
+            (!workers.is_empty()).then_some(tx)
+        } else {
+            None
+        };
+        WriterThread {
+            out,
+            pos,
+            opts,
+            shared,
+            calls: CallBatchEncoder::new(),
+            blob_parts: Vec::new(),
+            blob_bytes: 0,
+            pending_since: None,
+            jobs,
+            workers,
+            inline_cctx: None,
+            in_flight: VecDeque::new(),
+            index: TraceIndex::default(),
+            stats: WriterStats::default(),
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Msg>) -> WriterStats {
+        loop {
+            let msg = match rx.recv_timeout(self.opts.flush_interval) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.flush_pending();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => Msg::Finish,
+            };
+            match msg {
+                Msg::Call(r) => {
+                    self.pending_since.get_or_insert_with(Instant::now);
+                    self.calls.push(&r);
+                    self.stats.calls += 1;
+                    if self.calls.size() >= self.opts.call_chunk_bytes {
+                        self.flush_calls();
+                    }
+                }
+                Msg::Blob { hash, kind, data } => {
+                    self.pending_since.get_or_insert_with(Instant::now);
+                    self.add_blob(hash, kind, data);
+                }
+                Msg::Flush(ack) => {
+                    self.flush_pending();
+                    self.drain(0);
+                    self.sync_out();
+                    let _ = ack.send(());
+                }
+                Msg::Finish => break,
+            }
+            if self
+                .pending_since
+                .is_some_and(|t| t.elapsed() >= self.opts.flush_interval)
+            {
+                self.flush_pending();
+            }
+        }
+        self.flush_pending();
+        self.drain(0);
+        self.write_index();
+        self.jobs = None;
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        self.stats.file_bytes = self.pos;
+        self.stats
+    }
+
+    fn fail(&mut self, e: String) {
+        if !self.shared.failed.swap(true, Ordering::Relaxed) {
+            if let Ok(mut slot) = self.shared.error.lock() {
+                *slot = Some(e);
+            }
+        }
+    }
+
+    fn sync_out(&mut self) {
+        if let Err(e) = self.out.flush() {
+            self.fail(format!("flush at offset {}: {e}", self.pos));
+        }
+    }
+
+    fn add_blob(&mut self, hash: Hash128, kind: BlobKind, data: Vec<u8>) {
+        let total = data.len() as u64;
+        let data = Arc::new(data);
+        let step = self
+            .opts
+            .blob_chunk_bytes
+            .clamp(1, MAX_RAW_LEN as usize / 2) as u64;
+        let mut offset = 0u64;
+        loop {
+            let len = (total - offset).min(step);
+            let part = BlobPart {
+                hash,
+                kind,
+                total_len: total,
+                offset,
+                len,
+                data: Vec::new(),
+            };
+            self.blob_parts.push(PendingPart {
+                part,
+                data: data.clone(),
+            });
+            self.blob_bytes += len as usize + 64;
+            if self.blob_bytes >= self.opts.blob_chunk_bytes {
+                self.flush_blobs();
+            }
+            offset += len;
+            if offset >= total {
+                break;
+            }
+        }
+        self.stats.blobs += 1;
+    }
+
+    fn flush_pending(&mut self) {
+        self.flush_calls();
+        self.pending_since = None;
+    }
+
+    fn flush_blobs(&mut self) {
+        if self.blob_parts.is_empty() {
+            return;
+        }
+        let parts = std::mem::take(&mut self.blob_parts);
+        self.blob_bytes = 0;
+        let blobs = parts
+            .iter()
+            .filter(|p| p.part.offset == 0)
+            .map(|p| (p.part.hash, p.part.total_len))
+            .collect();
+        let n = parts.len() as u32;
+        self.submit(ChunkKind::Blobs, Payload::Blobs(parts), 0, n, blobs);
+    }
+
+    /// Blobs first: a call chunk never precedes the blobs its records reference.
+    fn flush_calls(&mut self) {
+        self.flush_blobs();
+        if self.calls.is_empty() {
+            return;
+        }
+        let first = self.calls.first_seq();
+        let n = self.calls.len() as u32;
+        let bytes = self.calls.finish();
+        self.submit(
+            ChunkKind::Calls,
+            Payload::Encoded(bytes),
+            first,
+            n,
+            Vec::new(),
+        );
+    }
+
+    fn submit(
+        &mut self,
+        kind: ChunkKind,
+        payload: Payload,
+        first_seq: u64,
+        records: u32,
+        blobs: Vec<(Hash128, u64)>,
+    ) {
+        let (reply, rx) = bounded(1);
+        let job = Job {
+            kind,
+            payload,
+            level: self.opts.zstd_level,
+            reply,
+        };
+        match &self.jobs {
+            Some(tx) => {
+                if let Err(e) = tx.send(job) {
+                    compress(e.into_inner(), &mut self.inline_cctx);
+                }
+            }
+            None => compress(job, &mut self.inline_cctx),
+        }
+        self.in_flight.push_back(InFlight {
+            rx,
+            first_seq,
+            records,
+            blobs,
+        });
+        let limit = self.workers.len().max(1) * 2;
+        self.drain(limit);
+    }
+
+    /// Write finished chunks in order until at most `keep` are in flight.
+    fn drain(&mut self, keep: usize) {
+        while self.in_flight.len() > keep {
+            let Some(f) = self.in_flight.pop_front() else {
+                break;
+            };
+            match f.rx.recv() {
+                Ok(done) => self.write_chunk(done, f.first_seq, f.records, f.blobs),
+                Err(_) => self.fail("compression thread died".into()),
+            }
+        }
+    }
+
+    fn write_chunk(
+        &mut self,
+        done: Done,
+        first_seq: u64,
+        records: u32,
+        blobs: Vec<(Hash128, u64)>,
+    ) {
+        if self.shared.failed.load(Ordering::Relaxed) {
+            return;
+        }
+        let header = ChunkHeader {
+            kind: done.kind as u8,
+            codec: done.codec,
+            flags: 0,
+            stored_len: done.stored.len() as u32,
+            raw_len: done.raw_len,
+            checksum: xxhash_rust::xxh3::xxh3_64(&done.stored),
+        };
+        let offset = self.pos;
+        // One write per chunk, so a killed process leaves whole chunks or a short tail.
+        let mut bytes = Vec::with_capacity(crate::format::CHUNK_HEADER_LEN + done.stored.len());
+        bytes.extend_from_slice(&header.encode());
+        bytes.extend_from_slice(&done.stored);
+        let res = self.out.write_all(&bytes);
+        if let Err(e) = res {
+            self.fail(format!("write at offset {offset}: {e}"));
+            return;
+        }
+        let ordinal = self.index.chunks.len() as u32;
+        for (hash, len) in blobs {
+            self.index.blobs.push(BlobLocation {
+                hash,
+                chunk: ordinal,
+                len,
+            });
+        }
+        self.index.chunks.push(ChunkEntry {
+            kind: done.kind as u8,
+            offset,
+            stored_len: header.stored_len,
+            first_seq,
+            records,
+        });
+        self.pos += (crate::format::CHUNK_HEADER_LEN + done.stored.len()) as u64;
+        self.stats.chunks += 1;
+        self.stats.raw_bytes += u64::from(done.raw_len);
+        self.stats.stored_bytes += done.stored.len() as u64;
+    }
+
+    fn write_index(&mut self) {
+        self.index.calls = self.stats.calls;
+        self.index.dropped_duplicate_blobs = self.shared.duplicates.load(Ordering::Relaxed);
+        let raw = encode_index(&self.index);
+        let index_offset = self.pos;
+        let (reply, rx) = bounded(1);
+        compress(
+            Job {
+                kind: ChunkKind::Index,
+                payload: Payload::Encoded(raw),
+                level: self.opts.zstd_level,
+                reply,
+            },
+            &mut self.inline_cctx,
+        );
+        if let Ok(done) = rx.recv() {
+            self.write_chunk(done, 0, 0, Vec::new());
+        }
+        if self.shared.failed.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = self.out.write_all(&encode_trailer(index_offset)) {
+            self.fail(format!("write trailer at offset {}: {e}", self.pos));
+            return;
+        }
+        self.pos += crate::format::TRAILER_LEN as u64;
+        self.sync_out();
+    }
+}
