@@ -85,13 +85,7 @@ const HANDLES: &[(&str, &str)] = &[
     ("other", "Other"),
 ];
 
-fn lookup<'a>(
-    table: &'a [(&str, &str)],
-    key: &str,
-    what: &str,
-    file: &str,
-    line: usize,
-) -> &'a str {
+fn lookup<'a>(table: &'a [(&str, &str)], key: &str, what: &str, file: &str, line: usize) -> &'a str {
     match table.iter().find(|(k, _)| *k == key) {
         Some((_, v)) => v,
         None => panic!("{file}:{line}: unknown {what} {key:?}"),
@@ -116,13 +110,10 @@ fn main() {
             }
             let mut syms = String::new();
             for s in &f.suffixes {
-                let (version, per_thread) = parse::suffix_variant(s)
-                    .unwrap_or_else(|| panic!("{file}:{line}: bad suffix {s:?}"));
+                let (version, per_thread) =
+                    parse::suffix_variant(s).unwrap_or_else(|| panic!("{file}:{line}: bad suffix {s:?}"));
                 let full = format!("{}{}", f.name, s);
-                if symbols
-                    .insert(full.clone(), (id, version, per_thread))
-                    .is_some()
-                {
+                if symbols.insert(full.clone(), (id, version, per_thread)).is_some() {
                     panic!("{file}:{line}: symbol {full} listed twice");
                 }
                 let _ = write!(
@@ -159,10 +150,7 @@ fn main() {
                     "devptr" => "DevPtr".to_string(),
                     "hostptr" => "HostPtr".to_string(),
                     "hostbuf" => format!("HostBuf(BufLen::{})", index_of(&p0)),
-                    "handle" => format!(
-                        "Handle(HandleKind::{})",
-                        lookup(HANDLES, &p0, "handle kind", file, line)
-                    ),
+                    "handle" => format!("Handle(HandleKind::{})", lookup(HANDLES, &p0, "handle kind", file, line)),
                     "cstr" => "CStr".to_string(),
                     "image" => "Image".to_string(),
                     "struct" => format!("Struct({p0:?})"),
@@ -171,9 +159,7 @@ fn main() {
                         let n = i
                             .strip_prefix("Arg(")
                             .and_then(|s| s.strip_suffix(')'))
-                            .unwrap_or_else(|| {
-                                panic!("{file}:{line}: structs count must be an argument")
-                            });
+                            .unwrap_or_else(|| panic!("{file}:{line}: structs count must be an argument"));
                         format!("Structs {{ ty: {p0:?}, count_arg: {n} }}")
                     }
                     "kparams" => "KernelParams".to_string(),
@@ -199,29 +185,15 @@ fn main() {
         }
     }
     assert!(id < u16::MAX as usize, "too many API entries");
-    let _ = writeln!(
-        out,
-        "/// Every entry of the API table, in file order; `FUNCTIONS[i].id == ApiId(i)`."
-    );
-    let _ = writeln!(
-        out,
-        "pub static FUNCTIONS: [ApiFunction; {id}] = [\n{functions}];"
-    );
-    let _ = writeln!(
-        out,
-        "/// Every exported symbol, sorted by name: (symbol, entry index)."
-    );
-    let _ = writeln!(
-        out,
-        "pub static SYMBOLS: [(&str, u16); {}] = [",
-        symbols.len()
-    );
+    let _ = writeln!(out, "/// Every entry of the API table, in file order; `FUNCTIONS[i].id == ApiId(i)`.");
+    let _ = writeln!(out, "pub static FUNCTIONS: [ApiFunction; {id}] = [\n{functions}];");
+    let _ = writeln!(out, "/// Every exported symbol, sorted by name: (symbol, entry index).");
+    let _ = writeln!(out, "pub static SYMBOLS: [(&str, u16); {}] = [", symbols.len());
     for (name, (fid, _, _)) in &symbols {
         let _ = writeln!(out, "    ({name:?}, {fid}),");
     }
     let _ = writeln!(out, "];");
-    let dest =
-        std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("api_table.rs");
+    let dest = std::path::Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("api_table.rs");
     std::fs::write(&dest, out).unwrap_or_else(|e| panic!("{}: {e}", dest.display()));
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=src/api/parse.rs");

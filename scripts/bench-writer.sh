@@ -10,7 +10,8 @@ cd "$root"
 cargo build --release -q -p gpuless-traces --example bench-writer
 bin="${CARGO_TARGET_DIR:-$root/target}/release/examples/bench-writer"
 for run in 1 2 3; do
-  "$bin" "$out" "$mb" | head -1
+  "$bin" "$out" "$mb" > "$out/writer.log"
+  head -1 "$out/writer.log"
   bytes=$(stat -c %s "$out/raw.bin")
   start=$(date +%s.%N)
   zstd -q -f -1 -T0 "$out/raw.bin" -o "$out/raw.bin.zst"

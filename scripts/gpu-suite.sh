@@ -16,8 +16,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 bin=${1:-target/release}
 gl="$root/$bin/gpuless"
-out=${OUT:-$root/out}
-mkdir -p "$out"
+final=${OUT:-$root/out}
+mkdir -p "$final"
+out=$(mktemp -d)  # everything lands here; the key files are copied to $final at the end
 report="$out/report.md"
 : >"$report"
 pass=0; fail=0
@@ -67,12 +68,16 @@ else
 fi
 
 # ---- 2. analyzer speed ------------------------------------------------------------------
-if [[ -f $torch_lib ]]; then
+if [[ -f $torch_lib && -z ${GPULESS_SUITE_SKIP_SPEED:-} ]]; then
   ls -l "$torch_lib" | tee -a "$report"
   cat "$torch_lib" >/dev/null  # same page-cache state for both tools
   python3 scripts/measure.py --label cuobjdump --count KPARAM_INFO --count KPARAM_INFO_V2 \
     --count 'arch = sm_90' --count 'Function : ' --count '.nv.info.' -- \
     cuobjdump -arch sm_90 -elf "$torch_lib" >"$out/speed.jsonl"
+  # cuobjdump's `-arch sm_90` also lists sm_90a cubins: count those separately.
+  python3 scripts/measure.py --label gpuless-sm90a --count '"ordinal"' --count '"demangled"' -- \
+    "$gl" analyze --no-progress --arch sm_90a --json "$torch_lib" >"$out/speed-sm90a.jsonl"
+  cp "$out/speed-sm90a.jsonl" "$out/speed-sm90a.json"
   for i in 1 2 3; do
     python3 scripts/measure.py --label gpuless --count '"ordinal"' --count '"demangled"' -- \
       "$gl" analyze --no-progress --arch sm_90 --json "$torch_lib" >>"$out/speed.jsonl"
@@ -91,6 +96,60 @@ PY
   row "speed: analyze libtorch_cuda.so vs cuobjdump" "${speed%%|*}" "${speed#*|}"
 fi
 
+# ---- 3. recorder ------------------------------------------------------------------------
+# Each program runs natively and under `gpuless record`; outputs must be identical, and the
+# trace is analyzed for calls, unmodeled calls and kernel launches.
+rec_lib="$root/$bin/libgpuless_recorder.so"
+workloads=${GPULESS_WORKLOADS:-$root/../shared/workloads}
+[[ -d $workloads ]] || workloads="$root/.device/workloads"
+record_check() { # label, output-filter (python expr over stdout), command...
+  local label=$1 name=$2; shift 2
+  local t0 t1 t2
+  t0=$(date +%s.%N)
+  "$@" >"$out/$name.native.out" 2>"$out/$name.native.err"; local rc_n=$?
+  t1=$(date +%s.%N)
+  GPULESS_RECORDER="$rec_lib" "$gl" record -o "$out/$name.gl" -- "$@" >"$out/$name.rec.out" 2>"$out/$name.rec.err"; local rc_r=$?
+  t2=$(date +%s.%N)
+  local stats
+  stats=$("$gl" analyze --json --no-progress "$out/$name.gl" 2>>"$out/$name.rec.err" | python3 scripts/trace_summary.py 2>&1 | tail -n 1)
+  local same=no
+  if [[ $name == resnet* ]]; then
+    python3 - "$out/$name.native.out" "$out/$name.rec.out" <<'PY2' && same=yes
+import json, sys
+a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:])
+sys.exit(0 if a["checksum"] == b["checksum"] else 1)
+PY2
+  else
+    cmp -s "$out/$name.native.out" "$out/$name.rec.out" && same=yes
+  fi
+  local timing
+  timing=$(python3 -c "print(f'native {$t1-$t0:.2f}s, recorded {$t2-$t1:.2f}s')")
+  if [[ $rc_n == 0 && $rc_r == 0 && $same == yes && -f $out/$name.gl ]]; then
+    row "$label" PASS "output identical; $stats; $timing"
+  else
+    row "$label" FAIL "rc native=$rc_n recorded=$rc_r same=$same; $stats; $(tail -n 2 "$out/$name.rec.err" | tr '\n' ' ')"
+  fi
+}
+if [[ -f $rec_lib ]]; then
+  nvcc -O2 -gencode arch=compute_90,code=sm_90 testdata/cuda/vecadd.cu -o "$fresh/vecadd_shared" -cudart shared >>"$out/build.log" 2>&1
+  record_check "record: vecadd (static cudart)" vecadd_static "$fresh/vecadd" 1000000
+  record_check "record: vecadd (shared cudart)" vecadd_shared "$fresh/vecadd_shared" 1000000
+  record_check "record: rdc_app" rdc "$fresh/rdc_app"
+  if [[ -f $workloads/resnet50.py ]]; then
+    HOT_ITERS=${HOT_ITERS:-20} record_check "record: ResNet-50 (PyTorch)" resnet50 python3 "$workloads/resnet50.py"
+    "$gl" analyze --no-progress "$out/resnet50.gl" >"$out/resnet50.analysis.txt" 2>&1
+    python3 - "$out/resnet50.native.out" "$out/resnet50.rec.out" <<'PY2' | tee -a "$report"
+import json, sys
+a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:])
+print(f"ResNet-50: first result native {a['first_result_s']} s, recorded {b['first_result_s']} s "
+      f"(x{b['first_result_s'] / a['first_result_s']:.3f}); hot native {a['hot_ms_median']} ms, "
+      f"recorded {b['hot_ms_median']} ms (x{b['hot_ms_median'] / a['hot_ms_median']:.3f})")
+PY2
+  else
+    row "record: ResNet-50 (PyTorch)" FAIL "resnet50.py not found"
+  fi
+fi
+
 # ---- summary ------------------------------------------------------------------------------
 note ""
 note "| check | result | details |"
@@ -98,4 +157,8 @@ note "|---|---|---|"
 for r in "${rows[@]}"; do IFS='|' read -r a b c <<<"$r"; note "| $a | $b | $c |"; done
 note ""
 note "$pass passed, $fail failed"
+for f in report.md speed.jsonl speed-sm90a.jsonl oracle-testdata.json oracle-torch.json resnet50.analysis.txt; do
+  [[ -f $out/$f ]] && cp "$out/$f" "$final/"
+done
+tar czf "$final/details.tgz" -C "$out" --exclude='*.gl' . 2>/dev/null
 [[ $fail == 0 ]]

@@ -62,6 +62,9 @@ pub struct Report {
     pub globals: Vec<Global>,
 }
 
+/// A callback told about input ranges that will not be read again.
+pub type Release<'a> = dyn Fn(&[u8]) + Sync + 'a;
+
 /// Options of [`analyze`].
 #[derive(Clone, Default)]
 pub struct Options<'r> {
@@ -71,7 +74,7 @@ pub struct Options<'r> {
     pub limits: Limits,
     /// Called with input ranges that will not be read again (a memory-mapped caller drops
     /// their pages: see `MappedFile::release`).
-    pub release: Option<&'r (dyn Fn(&[u8]) + Sync)>,
+    pub release: Option<&'r Release<'r>>,
 }
 
 /// Decompressed bytes allowed in flight at once across worker threads; bounds peak memory on

@@ -25,16 +25,13 @@ pub struct TraceAnalyzeOpts {
 
 /// Analyze one trace file and print the result on stdout.
 pub fn analyze_trace(path: &Path, opts: &TraceAnalyzeOpts) -> anyhow::Result<()> {
-    let reader = TraceReader::open(path, ReaderOptions::default())
-        .with_context(|| format!("{}", path.display()))?;
+    let reader = TraceReader::open(path, ReaderOptions::default()).with_context(|| format!("{}", path.display()))?;
     let total = reader.progress().1.unwrap_or(0);
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
     if opts.progress && std::io::stderr().is_terminal() {
         bar.set_draw_target(ProgressDrawTarget::stderr());
     }
-    if let Ok(style) =
-        ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({elapsed})")
-    {
+    if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({elapsed})") {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_message("reading trace");
@@ -59,10 +56,9 @@ pub fn analyze_trace(path: &Path, opts: &TraceAnalyzeOpts) -> anyhow::Result<()>
         }
     }
     match err {
-        Some(e) => Err(anyhow::Error::new(e).context(format!(
-            "{}: analysis covers only the complete chunks",
-            path.display()
-        ))),
+        Some(e) => {
+            Err(anyhow::Error::new(e).context(format!("{}: analysis covers only the complete chunks", path.display())))
+        }
         None => Ok(()),
     }
 }
@@ -93,14 +89,7 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
     } else {
         "unfinished (no index: the recording did not end normally)"
     };
-    writeln!(
-        out,
-        "trace       {} (format {}, {} chunks, {})",
-        path.display(),
-        m.format_version,
-        i.chunks,
-        state
-    )?;
+    writeln!(out, "trace       {} (format {}, {} chunks, {})", path.display(), m.format_version, i.chunks, state)?;
     let ver = |v: i32| format!("{}.{}", v / 1000, (v % 1000) / 10);
     writeln!(
         out,
@@ -115,16 +104,8 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
         writeln!(out, "command     {}", m.command_line.join(" "))?;
     }
     if let Some(e) = &i.error {
-        let lost = i
-            .file_bytes
-            .map(|f| f.saturating_sub(i.good_bytes))
-            .unwrap_or(0);
-        writeln!(
-            out,
-            "LOST        {} after offset {}: {e}",
-            bytes(lost as f64),
-            i.good_bytes
-        )?;
+        let lost = i.file_bytes.map(|f| f.saturating_sub(i.good_bytes)).unwrap_or(0);
+        writeln!(out, "LOST        {} after offset {}: {e}", bytes(lost as f64), i.good_bytes)?;
     }
     let levels: Vec<String> = s.by_level.iter().map(|(l, c)| format!("{l} {c}")).collect();
     writeln!(
@@ -147,12 +128,7 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
     row(out, "unique kernels", s.unique_kernels, None)?;
     row(out, "  with known names", s.unique_kernel_names, None)?;
     row(out, "graph launches", s.graph_launches, None)?;
-    row(
-        out,
-        "allocations",
-        s.allocations.count,
-        Some(s.allocations.bytes),
-    )?;
+    row(out, "allocations", s.allocations.count, Some(s.allocations.bytes))?;
     row(out, "frees", s.frees, None)?;
     row(out, "H2D copies", s.h2d.count, Some(s.h2d.bytes))?;
     row(out, "D2H copies", s.d2h.count, Some(s.d2h.bytes))?;
@@ -160,12 +136,7 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
     row(out, "memsets", s.memsets, None)?;
     row(out, "module loads", s.module_loads, None)?;
     row(out, "blobs stored", s.blobs.count, Some(s.blobs.bytes))?;
-    row(
-        out,
-        "  code images",
-        s.code_images.count,
-        Some(s.code_images.bytes),
-    )?;
+    row(out, "  code images", s.code_images.count, Some(s.code_images.bytes))?;
     row(out, "unmodeled calls", s.unmodeled_calls, None)?;
     for (name, c) in s.unmodeled.iter().take(10) {
         writeln!(out, "  {name:<20} {c:>10}")?;
@@ -202,11 +173,7 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
         writeln!(out, "{:>8}  {:<8} {}{mark}", f.count, f.level, f.name)?;
     }
     if s.by_function.len() > 25 {
-        writeln!(
-            out,
-            "     ...  {} more functions (--json lists all)",
-            s.by_function.len() - 25
-        )?;
+        writeln!(out, "     ...  {} more functions (--json lists all)", s.by_function.len() - 25)?;
     }
     Ok(())
 }

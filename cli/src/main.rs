@@ -8,8 +8,10 @@
 //! 3 verification mismatch.
 
 mod analyze_binary;
+mod analyze_trace;
 mod driver_check;
 mod progress;
+mod record;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,8 +27,21 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a program with every CUDA driver call recorded into a trace file.
+    Record {
+        /// Trace file to write.
+        #[arg(short, long, default_value = "trace.gl")]
+        output: PathBuf,
+        /// Store device-to-host results in full (default: their hash).
+        #[arg(long)]
+        capture_outputs: bool,
+        /// The program and its arguments (after `--`).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
     /// Report the GPU code in a host ELF (.so, executable), fatbin or cubin: entries, kernels,
     /// and each kernel's parameter layout read from the cubin (no GPU, no cuobjdump).
+    /// On a trace (.gl): call statistics and synchronization points under each policy.
     Analyze {
         /// Files to analyze.
         #[arg(required = true)]
@@ -37,6 +52,9 @@ enum Command {
         /// Print JSON (one object per file) instead of tables.
         #[arg(long)]
         json: bool,
+        /// For traces: write SVG and PNG figures (sync timeline, segment-size ECDF) into DIR.
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
         /// Compare every layout with what the local GPU's driver reports (needs a GPU).
         #[arg(long)]
         check_driver: bool,
@@ -57,9 +75,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether `path` starts with the trace file magic (unreadable files are left to the
+/// binary analyzer, whose error names them).
+fn is_trace_file(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut prefix = [0u8; 16];
+    let n = std::fs::File::open(path).and_then(|mut f| f.read(&mut prefix)).unwrap_or(0);
+    gpuless_traces::is_trace(&prefix[..n])
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Analyze { paths, arch, json, check_driver, no_progress } => {
+        Command::Record { output, capture_outputs, command } => record::run(&output, capture_outputs, &command),
+        Command::Analyze { paths, arch, json, plot, check_driver, no_progress } => {
             if let Some(a) = &arch {
                 if gpuless_fatbin::parse_arch(a).is_none() {
                     anyhow::bail!("--arch {a}: expected a name like sm_90, sm_90a, sm_100f or compute_90");
@@ -75,7 +103,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 return Ok(if s.mismatches.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(3) });
             }
             for p in &paths {
-                analyze_binary::run(p, arch.as_deref(), json, !no_progress)?;
+                if is_trace_file(p) {
+                    let opts = analyze_trace::TraceAnalyzeOpts { json, plot_dir: plot.clone(), progress: !no_progress };
+                    analyze_trace::analyze_trace(p, &opts)?;
+                } else {
+                    if plot.is_some() {
+                        anyhow::bail!("{}: --plot applies to traces only", p.display());
+                    }
+                    analyze_binary::run(p, arch.as_deref(), json, !no_progress)?;
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -20,6 +20,6 @@ fuzz_target!(|data: &[u8]| {
             let _ = all_entries(s.bytes, s.file_offset);
         }
     }
-    let opts = gpuless_analyzer::Options { arch: None, limits };
+    let opts = gpuless_analyzer::Options { arch: None, limits, release: None };
     let _ = gpuless_analyzer::analyze(data, &opts, &gpuless_analyzer::NoProgress);
 });

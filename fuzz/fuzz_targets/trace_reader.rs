@@ -6,10 +6,7 @@ use gpuless_traces::{analysis, format, ReaderOptions, TraceReader};
 use libfuzzer_sys::fuzz_target;
 
 fn run(data: &[u8]) {
-    let opts = ReaderOptions {
-        blob_data: true,
-        check_blob_refs: true,
-    };
+    let opts = ReaderOptions { blob_data: true, check_blob_refs: true };
     if let Ok(r) = TraceReader::new(std::io::Cursor::new(data), opts) {
         let _ = analysis::analyze(r, &mut |_, _| {});
     }

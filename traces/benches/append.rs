@@ -21,10 +21,7 @@ fn launch(seq: u64) -> CallRecord {
         Value::Dim(Dim3 { x: 256, y: 1, z: 1 }),
         Value::Size(0),
         Value::Handle(HandleKind::Stream, 7),
-        Value::KernelParams(KernelParams {
-            bytes: vec![0u8; 28],
-            layout: vec![(0, 8), (8, 8), (16, 8), (24, 4)],
-        }),
+        Value::KernelParams(KernelParams { bytes: vec![0u8; 28], layout: vec![(0, 8), (8, 8), (16, 8), (24, 4)] }),
         Value::Null,
     ];
     r
@@ -36,10 +33,7 @@ fn bench(c: &mut Criterion) {
     let w = TraceWriter::create(
         &dir.join("bench.gl"),
         &synthetic_meta("bench"),
-        WriterOptions {
-            queue_capacity: 16 << 10,
-            ..WriterOptions::default()
-        },
+        WriterOptions { queue_capacity: 16 << 10, ..WriterOptions::default() },
     )
     .expect("writer");
     let mut g = c.benchmark_group("record");
@@ -74,11 +68,7 @@ fn bench(c: &mut Criterion) {
                 let t = std::time::Instant::now();
                 for _ in 0..n {
                     let seq = w.next_seq();
-                    let r = CallRecord::new(
-                        seq,
-                        api::ApiLevel::Driver,
-                        Function::Other("cuSomethingNew".into()),
-                    );
+                    let r = CallRecord::new(seq, api::ApiLevel::Driver, Function::Other("cuSomethingNew".into()));
                     w.record(r).expect("record");
                 }
                 total += t.elapsed();
@@ -101,5 +91,11 @@ fn bench(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-criterion_group!(benches, bench);
+// No HTML plots: plotters' `ab_glyph` font backend (enabled by this crate's `plot` feature)
+// has no fonts registered inside criterion.
+criterion_group! {
+    name = benches;
+    config = Criterion::default().without_plots();
+    targets = bench
+}
 criterion_main!(benches);

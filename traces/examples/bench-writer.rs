@@ -21,19 +21,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut rng = Rng::new(1);
     // Prepare the payloads first: generating them is not the writer's cost.
     let blobs: Vec<Vec<u8>> = (0..mb / 2).map(|_| rng.tensor_bytes(2 << 20)).collect();
-    let launch = api::by_name("cuLaunchKernel")
-        .map(|f| f.id)
-        .ok_or("table")?;
-    let h2d = api::by_name("cuMemcpyHtoDAsync")
-        .map(|f| f.id)
-        .ok_or("table")?;
+    let launch = api::by_name("cuLaunchKernel").map(|f| f.id).ok_or("table")?;
+    let h2d = api::by_name("cuMemcpyHtoDAsync").map(|f| f.id).ok_or("table")?;
     let path = dir.join("bench.gl");
     let t0 = Instant::now();
-    let w = TraceWriter::create(
-        &path,
-        &synthetic_meta("bench-writer"),
-        WriterOptions::default(),
-    )?;
+    let w = TraceWriter::create(&path, &synthetic_meta("bench-writer"), WriterOptions::default())?;
     let mut seq = 0;
     for b in &blobs {
         let r = w.blob(BlobKind::HostToDevice, b)?;
@@ -89,9 +81,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             break;
         }
         let (hdr, _, _) = ChunkHeader::decode(h.try_into()?);
-        let payload = file
-            .get(pos + CHUNK_HEADER_LEN..pos + CHUNK_HEADER_LEN + hdr.stored_len as usize)
-            .ok_or("short")?;
+        let payload =
+            file.get(pos + CHUNK_HEADER_LEN..pos + CHUNK_HEADER_LEN + hdr.stored_len as usize).ok_or("short")?;
         if hdr.codec == CODEC_ZSTD {
             raw.write_all(&zstd::bulk::decompress(payload, hdr.raw_len as usize)?)?;
         } else {

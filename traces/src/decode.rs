@@ -6,8 +6,8 @@ use gpuless_analyzer::api::{ApiLevel, HandleKind, Variant};
 use crate::error::TraceError;
 use crate::generated::fb;
 use crate::model::{
-    BlobKind, BlobLocation, BlobPart, BlobRef, CallRecord, ChunkEntry, Dim3, Function, Hash128,
-    KernelParams, LaunchAttr, LaunchConfig, TraceIndex, TraceMeta, Value,
+    BlobKind, BlobLocation, BlobPart, BlobRef, CallRecord, ChunkEntry, Dim3, Function, Hash128, KernelParams,
+    LaunchAttr, LaunchConfig, TraceIndex, TraceMeta, Value,
 };
 
 /// Where a payload came from, for error messages.
@@ -21,18 +21,11 @@ pub struct Ctx {
 
 impl Ctx {
     fn corrupt(&self, reason: impl Into<String>) -> TraceError {
-        TraceError::Corrupt {
-            chunk: self.chunk,
-            offset: self.offset,
-            reason: reason.into(),
-        }
+        TraceError::Corrupt { chunk: self.chunk, offset: self.offset, reason: reason.into() }
     }
 }
 
-fn verify<'a, T: Follow<'a> + Verifiable + 'a>(
-    buf: &'a [u8],
-    ctx: Ctx,
-) -> Result<T::Inner, TraceError> {
+fn verify<'a, T: Follow<'a> + Verifiable + 'a>(buf: &'a [u8], ctx: Ctx) -> Result<T::Inner, TraceError> {
     // Every table takes at least 4 bytes, so this bounds the work (and the owned output) by the
     // buffer size even when offsets are shared.
     let opts = VerifierOptions {
@@ -41,8 +34,7 @@ fn verify<'a, T: Follow<'a> + Verifiable + 'a>(
         max_apparent_size: 1 << 31,
         ignore_missing_null_terminator: false,
     };
-    flatbuffers::root_with_opts::<T>(&opts, buf)
-        .map_err(|e| ctx.corrupt(format!("flatbuffer: {e}")))
+    flatbuffers::root_with_opts::<T>(&opts, buf).map_err(|e| ctx.corrupt(format!("flatbuffer: {e}")))
 }
 
 fn hash(h: Option<&fb::Hash128>) -> Hash128 {
@@ -54,25 +46,16 @@ fn hash(h: Option<&fb::Hash128>) -> Hash128 {
 
 fn dim(d: Option<&fb::Dim3>) -> Dim3 {
     match d {
-        Some(d) => Dim3 {
-            x: d.x(),
-            y: d.y(),
-            z: d.z(),
-        },
+        Some(d) => Dim3 { x: d.x(), y: d.y(), z: d.z() },
         None => Dim3::default(),
     }
 }
 
 /// Decode the header metadata flatbuffer.
 pub fn decode_meta(buf: &[u8]) -> Result<TraceMeta, TraceError> {
-    let ctx = Ctx {
-        chunk: 0,
-        offset: 0,
-    };
-    let h = verify::<fb::TraceHeader>(buf, ctx).map_err(|e| TraceError::BadHeader {
-        offset: crate::format::FILE_HEADER_LEN as u64,
-        reason: e.to_string(),
-    })?;
+    let ctx = Ctx { chunk: 0, offset: 0 };
+    let h = verify::<fb::TraceHeader>(buf, ctx)
+        .map_err(|e| TraceError::BadHeader { offset: crate::format::FILE_HEADER_LEN as u64, reason: e.to_string() })?;
     Ok(TraceMeta {
         tool_version: h.tool_version().unwrap_or_default().to_string(),
         driver_version: h.driver_version(),
@@ -80,10 +63,7 @@ pub fn decode_meta(buf: &[u8]) -> Result<TraceMeta, TraceError> {
         gpu_name: h.gpu_name().unwrap_or_default().to_string(),
         sm: h.sm(),
         uuid: h.uuid().map(|v| v.bytes().to_vec()).unwrap_or_default(),
-        command_line: h
-            .command_line()
-            .map(|v| v.iter().map(str::to_string).collect())
-            .unwrap_or_default(),
+        command_line: h.command_line().map(|v| v.iter().map(str::to_string).collect()).unwrap_or_default(),
         start_time_unix_ns: h.start_time_unix_ns(),
         arena_base: h.arena_base(),
         arena_size: h.arena_size(),
@@ -93,12 +73,7 @@ pub fn decode_meta(buf: &[u8]) -> Result<TraceMeta, TraceError> {
             .extra()
             .map(|v| {
                 v.iter()
-                    .map(|kv| {
-                        (
-                            kv.key().unwrap_or_default().to_string(),
-                            kv.value().unwrap_or_default().to_string(),
-                        )
-                    })
+                    .map(|kv| (kv.key().unwrap_or_default().to_string(), kv.value().unwrap_or_default().to_string()))
                     .collect()
             })
             .unwrap_or_default(),
@@ -113,35 +88,16 @@ fn value(v: fb::Value<'_>) -> Value {
         fb::Val::DevPtr => v.v_as_dev_ptr().map(|x| Value::DevPtr(x.v())),
         fb::Val::HostPtr => v.v_as_host_ptr().map(|x| Value::HostPtr(x.v())),
         fb::Val::Size => v.v_as_size().map(|x| Value::Size(x.v())),
-        fb::Val::Handle => v
-            .v_as_handle()
-            .map(|x| Value::Handle(HandleKind::from_u8(x.kind()), x.v())),
+        fb::Val::Handle => v.v_as_handle().map(|x| Value::Handle(HandleKind::from_u8(x.kind()), x.v())),
         fb::Val::Dim => v.v_as_dim().map(|x| Value::Dim(dim(x.v()))),
-        fb::Val::Str => v
-            .v_as_str()
-            .map(|x| Value::Str(x.v().unwrap_or_default().to_string())),
-        fb::Val::Bytes => v
-            .v_as_bytes()
-            .map(|x| Value::Bytes(x.v().map(|b| b.bytes().to_vec()).unwrap_or_default())),
-        fb::Val::BlobRef => v.v_as_blob_ref().map(|x| {
-            Value::Blob(BlobRef {
-                hash: hash(x.hash()),
-                len: x.len(),
-            })
-        }),
-        fb::Val::Digest => v.v_as_digest().map(|x| {
-            Value::Digest(BlobRef {
-                hash: hash(x.hash()),
-                len: x.len(),
-            })
-        }),
+        fb::Val::Str => v.v_as_str().map(|x| Value::Str(x.v().unwrap_or_default().to_string())),
+        fb::Val::Bytes => v.v_as_bytes().map(|x| Value::Bytes(x.v().map(|b| b.bytes().to_vec()).unwrap_or_default())),
+        fb::Val::BlobRef => v.v_as_blob_ref().map(|x| Value::Blob(BlobRef { hash: hash(x.hash()), len: x.len() })),
+        fb::Val::Digest => v.v_as_digest().map(|x| Value::Digest(BlobRef { hash: hash(x.hash()), len: x.len() })),
         fb::Val::KernelParams => v.v_as_kernel_params().map(|x| {
             Value::KernelParams(KernelParams {
                 bytes: x.bytes().map(|b| b.bytes().to_vec()).unwrap_or_default(),
-                layout: x
-                    .layout()
-                    .map(|l| l.iter().map(|s| (s.offset(), s.size())).collect())
-                    .unwrap_or_default(),
+                layout: x.layout().map(|l| l.iter().map(|s| (s.offset(), s.size())).collect()).unwrap_or_default(),
             })
         }),
         fb::Val::LaunchConfig => v.v_as_launch_config().map(|x| {
@@ -163,13 +119,9 @@ fn value(v: fb::Value<'_>) -> Value {
                     .unwrap_or_default(),
             })
         }),
-        fb::Val::List => v.v_as_list().map(|x| {
-            Value::List(
-                x.items()
-                    .map(|i| i.iter().map(value).collect())
-                    .unwrap_or_default(),
-            )
-        }),
+        fb::Val::List => {
+            v.v_as_list().map(|x| Value::List(x.items().map(|i| i.iter().map(value).collect()).unwrap_or_default()))
+        }
         // Null, NONE and union members added by a newer minor version.
         _ => None,
     }
@@ -179,30 +131,20 @@ fn value(v: fb::Value<'_>) -> Value {
 /// Decode a call batch.
 pub fn decode_calls(buf: &[u8], ctx: Ctx) -> Result<Vec<CallRecord>, TraceError> {
     let batch = verify::<fb::CallBatch>(buf, ctx)?;
-    let names: Vec<&str> = batch
-        .functions()
-        .map(|v| v.iter().collect())
-        .unwrap_or_default();
+    let names: Vec<&str> = batch.functions().map(|v| v.iter().collect()).unwrap_or_default();
     // Resolve each name once per (name, variant) seen in this batch.
     let mut resolved: std::collections::HashMap<(u32, Variant), Function> = Default::default();
     let records = batch.records().map(|v| v.len()).unwrap_or(0);
     let mut out = Vec::with_capacity(records);
     for r in batch.records().into_iter().flatten() {
-        let variant = Variant {
-            version: r.version(),
-            per_thread: r.per_thread(),
-        };
+        let variant = Variant { version: r.version(), per_thread: r.per_thread() };
         let fid = r.function();
         let function = match resolved.get(&(fid, variant)) {
             Some(f) => f.clone(),
             None => {
-                let name = names.get(fid as usize).ok_or_else(|| {
-                    ctx.corrupt(format!(
-                        "call {} names function #{fid} of {}",
-                        r.seq(),
-                        names.len()
-                    ))
-                })?;
+                let name = names
+                    .get(fid as usize)
+                    .ok_or_else(|| ctx.corrupt(format!("call {} names function #{fid} of {}", r.seq(), names.len())))?;
                 let f = Function::resolve(name, variant);
                 resolved.insert((fid, variant), f.clone());
                 f
@@ -218,14 +160,8 @@ pub fn decode_calls(buf: &[u8], ctx: Ctx) -> Result<Vec<CallRecord>, TraceError>
             function,
             variant,
             status: r.status(),
-            args: r
-                .args()
-                .map(|v| v.iter().map(value).collect())
-                .unwrap_or_default(),
-            results: r
-                .results()
-                .map(|v| v.iter().map(value).collect())
-                .unwrap_or_default(),
+            args: r.args().map(|v| v.iter().map(value).collect()).unwrap_or_default(),
+            results: r.results().map(|v| v.iter().map(value).collect()).unwrap_or_default(),
         });
     }
     Ok(out)
@@ -277,15 +213,7 @@ pub fn decode_index(buf: &[u8], ctx: Ctx) -> Result<TraceIndex, TraceError> {
             .unwrap_or_default(),
         blobs: ix
             .blobs()
-            .map(|v| {
-                v.iter()
-                    .map(|b| BlobLocation {
-                        hash: hash(b.hash()),
-                        chunk: b.chunk(),
-                        len: b.len(),
-                    })
-                    .collect()
-            })
+            .map(|v| v.iter().map(|b| BlobLocation { hash: hash(b.hash()), chunk: b.chunk(), len: b.len() }).collect())
             .unwrap_or_default(),
         calls: ix.calls(),
         dropped_duplicate_blobs: ix.dropped_duplicate_blobs(),

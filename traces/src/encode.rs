@@ -21,11 +21,7 @@ pub fn encode_meta(meta: &TraceMeta) -> Vec<u8> {
     let tool_version = b.create_string(&meta.tool_version);
     let gpu_name = b.create_string(&meta.gpu_name);
     let uuid = b.create_vector(&meta.uuid);
-    let cl: Vec<_> = meta
-        .command_line
-        .iter()
-        .map(|s| b.create_string(s))
-        .collect();
+    let cl: Vec<_> = meta.command_line.iter().map(|s| b.create_string(s)).collect();
     let command_line = b.create_vector(&cl);
     let hostname = b.create_string(&meta.hostname);
     let kvs: Vec<_> = meta
@@ -62,99 +58,40 @@ pub fn encode_meta(meta: &TraceMeta) -> Vec<u8> {
 
 fn value<'a>(b: &mut Fbb<'a>, v: &Value) -> WIPOffset<fb::Value<'a>> {
     let (t, off): (fb::Val, WIPOffset<UnionWIPOffset>) = match v {
-        Value::U64(x) => (
-            fb::Val::U64,
-            fb::U64::create(b, &fb::U64Args { v: *x }).as_union_value(),
-        ),
-        Value::I64(x) => (
-            fb::Val::I64,
-            fb::I64::create(b, &fb::I64Args { v: *x }).as_union_value(),
-        ),
-        Value::F64(x) => (
-            fb::Val::F64,
-            fb::F64::create(b, &fb::F64Args { v: *x }).as_union_value(),
-        ),
-        Value::DevPtr(x) => (
-            fb::Val::DevPtr,
-            fb::DevPtr::create(b, &fb::DevPtrArgs { v: *x }).as_union_value(),
-        ),
-        Value::HostPtr(x) => (
-            fb::Val::HostPtr,
-            fb::HostPtr::create(b, &fb::HostPtrArgs { v: *x }).as_union_value(),
-        ),
-        Value::Size(x) => (
-            fb::Val::Size,
-            fb::Size::create(b, &fb::SizeArgs { v: *x }).as_union_value(),
-        ),
-        Value::Handle(k, x) => (
-            fb::Val::Handle,
-            fb::Handle::create(
-                b,
-                &fb::HandleArgs {
-                    kind: *k as u8,
-                    v: *x,
-                },
-            )
-            .as_union_value(),
-        ),
-        Value::Dim(d) => (
-            fb::Val::Dim,
-            fb::Dim::create(b, &fb::DimArgs { v: Some(&dim(*d)) }).as_union_value(),
-        ),
+        Value::U64(x) => (fb::Val::U64, fb::U64::create(b, &fb::U64Args { v: *x }).as_union_value()),
+        Value::I64(x) => (fb::Val::I64, fb::I64::create(b, &fb::I64Args { v: *x }).as_union_value()),
+        Value::F64(x) => (fb::Val::F64, fb::F64::create(b, &fb::F64Args { v: *x }).as_union_value()),
+        Value::DevPtr(x) => (fb::Val::DevPtr, fb::DevPtr::create(b, &fb::DevPtrArgs { v: *x }).as_union_value()),
+        Value::HostPtr(x) => (fb::Val::HostPtr, fb::HostPtr::create(b, &fb::HostPtrArgs { v: *x }).as_union_value()),
+        Value::Size(x) => (fb::Val::Size, fb::Size::create(b, &fb::SizeArgs { v: *x }).as_union_value()),
+        Value::Handle(k, x) => {
+            (fb::Val::Handle, fb::Handle::create(b, &fb::HandleArgs { kind: *k as u8, v: *x }).as_union_value())
+        }
+        Value::Dim(d) => (fb::Val::Dim, fb::Dim::create(b, &fb::DimArgs { v: Some(&dim(*d)) }).as_union_value()),
         Value::Str(s) => {
             let s = b.create_string(s);
-            (
-                fb::Val::Str,
-                fb::Str::create(b, &fb::StrArgs { v: Some(s) }).as_union_value(),
-            )
+            (fb::Val::Str, fb::Str::create(b, &fb::StrArgs { v: Some(s) }).as_union_value())
         }
         Value::Bytes(bytes) => {
             let v = b.create_vector(bytes);
-            (
-                fb::Val::Bytes,
-                fb::Bytes::create(b, &fb::BytesArgs { v: Some(v) }).as_union_value(),
-            )
+            (fb::Val::Bytes, fb::Bytes::create(b, &fb::BytesArgs { v: Some(v) }).as_union_value())
         }
         Value::Blob(r) => (
             fb::Val::BlobRef,
-            fb::BlobRef::create(
-                b,
-                &fb::BlobRefArgs {
-                    hash: Some(&hash(r.hash)),
-                    len: r.len,
-                },
-            )
-            .as_union_value(),
+            fb::BlobRef::create(b, &fb::BlobRefArgs { hash: Some(&hash(r.hash)), len: r.len }).as_union_value(),
         ),
         Value::Digest(r) => (
             fb::Val::Digest,
-            fb::Digest::create(
-                b,
-                &fb::DigestArgs {
-                    hash: Some(&hash(r.hash)),
-                    len: r.len,
-                },
-            )
-            .as_union_value(),
+            fb::Digest::create(b, &fb::DigestArgs { hash: Some(&hash(r.hash)), len: r.len }).as_union_value(),
         ),
         Value::KernelParams(p) => {
             let bytes = b.create_vector(&p.bytes);
-            let slots: Vec<fb::ParamSlot> = p
-                .layout
-                .iter()
-                .map(|(o, s)| fb::ParamSlot::new(*o, *s))
-                .collect();
+            let slots: Vec<fb::ParamSlot> = p.layout.iter().map(|(o, s)| fb::ParamSlot::new(*o, *s)).collect();
             let layout = b.create_vector(&slots);
             (
                 fb::Val::KernelParams,
-                fb::KernelParams::create(
-                    b,
-                    &fb::KernelParamsArgs {
-                        bytes: Some(bytes),
-                        layout: Some(layout),
-                    },
-                )
-                .as_union_value(),
+                fb::KernelParams::create(b, &fb::KernelParamsArgs { bytes: Some(bytes), layout: Some(layout) })
+                    .as_union_value(),
             )
         }
         Value::LaunchConfig(c) => {
@@ -185,23 +122,11 @@ fn value<'a>(b: &mut Fbb<'a>, v: &Value) -> WIPOffset<fb::Value<'a>> {
         Value::List(items) => {
             let items: Vec<_> = items.iter().map(|v| value(b, v)).collect();
             let items = b.create_vector(&items);
-            (
-                fb::Val::List,
-                fb::List::create(b, &fb::ListArgs { items: Some(items) }).as_union_value(),
-            )
+            (fb::Val::List, fb::List::create(b, &fb::ListArgs { items: Some(items) }).as_union_value())
         }
-        Value::Null => (
-            fb::Val::Null,
-            fb::Null::create(b, &fb::NullArgs {}).as_union_value(),
-        ),
+        Value::Null => (fb::Val::Null, fb::Null::create(b, &fb::NullArgs {}).as_union_value()),
     };
-    fb::Value::create(
-        b,
-        &fb::ValueArgs {
-            v_type: t,
-            v: Some(off),
-        },
-    )
+    fb::Value::create(b, &fb::ValueArgs { v_type: t, v: Some(off) })
 }
 
 /// Builds call batches; keeps its flatbuffer builder and name table between batches.
@@ -303,13 +228,7 @@ impl CallBatchEncoder {
         let names: Vec<_> = self.names.iter().map(|n| b.create_string(n)).collect();
         let functions = b.create_vector(&names);
         let records = b.create_vector(&self.records);
-        let root = fb::CallBatch::create(
-            b,
-            &fb::CallBatchArgs {
-                functions: Some(functions),
-                records: Some(records),
-            },
-        );
+        let root = fb::CallBatch::create(b, &fb::CallBatchArgs { functions: Some(functions), records: Some(records) });
         b.finish_minimal(root);
         let out = b.finished_data().to_vec();
         b.reset();
@@ -321,8 +240,9 @@ impl CallBatchEncoder {
     }
 }
 
-/// Serialize a batch of blob parts; `data` gives each part's bytes.
-pub fn encode_blobs(parts: &[(BlobPart, &[u8])]) -> Vec<u8> {
+/// Serialize a batch of blob parts; `data` gives each part's bytes. Returns the builder's
+/// buffer and the offset where the flatbuffer starts in it (no copy of the payload).
+pub fn encode_blobs(parts: &[(BlobPart, &[u8])]) -> (Vec<u8>, usize) {
     let total: usize = parts.iter().map(|(_, d)| d.len() + 64).sum();
     let mut b = Fbb::with_capacity(total + 1024);
     let offs: Vec<_> = parts
@@ -344,7 +264,7 @@ pub fn encode_blobs(parts: &[(BlobPart, &[u8])]) -> Vec<u8> {
     let parts = b.create_vector(&offs);
     let root = fb::BlobBatch::create(&mut b, &fb::BlobBatchArgs { parts: Some(parts) });
     b.finish_minimal(root);
-    b.finished_data().to_vec()
+    b.collapse()
 }
 
 /// Serialize the index.
@@ -373,11 +293,7 @@ pub fn encode_index(index: &TraceIndex) -> Vec<u8> {
         .map(|l| {
             fb::BlobLocation::create(
                 &mut b,
-                &fb::BlobLocationArgs {
-                    hash: Some(&hash(l.hash)),
-                    chunk: l.chunk,
-                    len: l.len,
-                },
+                &fb::BlobLocationArgs { hash: Some(&hash(l.hash)), chunk: l.chunk, len: l.len },
             )
         })
         .collect();

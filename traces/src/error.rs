@@ -82,9 +82,7 @@ pub enum TraceError {
         computed: u64,
     },
     /// A length field is beyond what the format allows.
-    #[error(
-        "chunk {chunk} at offset {offset}: {what} of {len} bytes exceeds the limit of {limit}"
-    )]
+    #[error("chunk {chunk} at offset {offset}: {what} of {len} bytes exceeds the limit of {limit}")]
     AbsurdLength {
         /// Chunk ordinal.
         chunk: u64,
@@ -108,9 +106,7 @@ pub enum TraceError {
         reason: String,
     },
     /// A call record references a blob that no earlier chunk stores.
-    #[error(
-        "chunk {chunk} at offset {offset}: call {seq} references missing blob {hash} ({len} bytes)"
-    )]
+    #[error("chunk {chunk} at offset {offset}: call {seq} references missing blob {hash} ({len} bytes)")]
     MissingBlob {
         /// Chunk ordinal of the call chunk.
         chunk: u64,

@@ -132,12 +132,7 @@ pub struct FileHeaderFields {
 
 /// Split the fixed file header into its fields.
 pub fn decode_file_header(h: &[u8; FILE_HEADER_LEN]) -> FileHeaderFields {
-    FileHeaderFields {
-        major: u16_at(h, 8),
-        minor: u16_at(h, 10),
-        meta_len: u32_at(h, 12),
-        checksum: u64_at(h, 16),
-    }
+    FileHeaderFields { major: u16_at(h, 8), minor: u16_at(h, 10), meta_len: u32_at(h, 12), checksum: u64_at(h, 16) }
 }
 
 impl ChunkHeader {
@@ -203,10 +198,7 @@ pub fn fix_checksums(buf: &mut [u8]) {
         return;
     }
     let meta_len = u32_at(buf, 12) as usize;
-    let Some(meta_end) = FILE_HEADER_LEN
-        .checked_add(meta_len)
-        .filter(|e| *e <= buf.len())
-    else {
+    let Some(meta_end) = FILE_HEADER_LEN.checked_add(meta_len).filter(|e| *e <= buf.len()) else {
         return;
     };
     let sum = file_header_checksum(&buf[..16], &buf[FILE_HEADER_LEN..meta_end]);

@@ -26,8 +26,8 @@ pub mod writer;
 pub use error::TraceError;
 pub use format::{FORMAT_MAJOR, FORMAT_MINOR, MAGIC};
 pub use model::{
-    BlobKind, BlobPart, BlobRef, CallRecord, Dim3, Function, Hash128, KernelParams, LaunchAttr,
-    LaunchConfig, TraceIndex, TraceMeta, Value,
+    BlobKind, BlobPart, BlobRef, CallRecord, Dim3, Function, Hash128, KernelParams, LaunchAttr, LaunchConfig,
+    TraceIndex, TraceMeta, Value,
 };
 pub use reader::{Chunk, ChunkBody, ReaderOptions, Recovery, TraceFile, TraceReader};
 pub use writer::{TraceWriter, WriterOptions, WriterStats};

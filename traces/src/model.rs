@@ -230,6 +230,16 @@ impl CallRecord {
         }
     }
 
+    /// How many calls this record stands for. The recorder writes one summary record per
+    /// unmodeled function at the end of a recording, with the call count as its only
+    /// argument (`[U64(n)]`); every other record is one call.
+    pub fn calls_represented(&self) -> u64 {
+        match (&self.function, self.args.as_slice()) {
+            (Function::Other(_), [Value::U64(n)]) => *n,
+            _ => 1,
+        }
+    }
+
     /// Every blob this record references (stored blobs only, not digests).
     pub fn blob_refs(&self) -> impl Iterator<Item = BlobRef> + '_ {
         let mut out = Vec::new();

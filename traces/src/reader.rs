@@ -8,9 +8,9 @@ use std::path::Path;
 use crate::decode::{decode_blobs, decode_calls, decode_index, decode_meta, Ctx};
 use crate::error::TraceError;
 use crate::format::{
-    decode_file_header, decode_trailer, file_header_checksum, ChunkHeader, ChunkKind,
-    CHUNK_HEADER_LEN, CHUNK_MAGIC, CODEC_NONE, CODEC_ZSTD, FILE_HEADER_LEN, FORMAT_MAJOR, MAGIC,
-    MAX_META_LEN, MAX_RAW_LEN, MAX_STORED_LEN, TRAILER_LEN, TRAILER_MAGIC,
+    decode_file_header, decode_trailer, file_header_checksum, ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, CHUNK_MAGIC,
+    CODEC_NONE, CODEC_ZSTD, FILE_HEADER_LEN, FORMAT_MAJOR, MAGIC, MAX_META_LEN, MAX_RAW_LEN, MAX_STORED_LEN,
+    TRAILER_LEN, TRAILER_MAGIC,
 };
 use crate::model::{BlobPart, CallRecord, Hash128, TraceIndex, TraceMeta};
 
@@ -26,10 +26,7 @@ pub struct ReaderOptions {
 
 impl Default for ReaderOptions {
     fn default() -> Self {
-        ReaderOptions {
-            blob_data: false,
-            check_blob_refs: true,
-        }
+        ReaderOptions { blob_data: false, check_blob_refs: true }
     }
 }
 
@@ -102,10 +99,7 @@ fn read_full(src: &mut impl Read, buf: &mut [u8], offset: u64) -> Result<usize, 
 
 impl ChunkIo {
     fn new() -> Self {
-        ChunkIo {
-            stored: Vec::new(),
-            raw: Vec::new(),
-        }
+        ChunkIo { stored: Vec::new(), raw: Vec::new() }
     }
 
     /// Read the next chunk header and payload into `self.raw`.
@@ -116,19 +110,13 @@ impl ChunkIo {
             return Ok(Next::Eof);
         }
         if h.starts_with(&TRAILER_MAGIC) {
-            if n == TRAILER_LEN
-                && decode_trailer(h.get(..TRAILER_LEN).unwrap_or_default()).is_some()
-            {
+            if n == TRAILER_LEN && decode_trailer(h.get(..TRAILER_LEN).unwrap_or_default()).is_some() {
                 return Ok(Next::Trailer);
             }
             if n < TRAILER_LEN {
                 return Err(truncated(chunk, offset, TRAILER_LEN as u64, n as u64));
             }
-            return Err(TraceError::Corrupt {
-                chunk,
-                offset,
-                reason: "bad trailer or data after the trailer".into(),
-            });
+            return Err(TraceError::Corrupt { chunk, offset, reason: "bad trailer or data after the trailer".into() });
         }
         if n < CHUNK_HEADER_LEN {
             return Err(truncated(chunk, offset, CHUNK_HEADER_LEN as u64, n as u64));
@@ -136,11 +124,7 @@ impl ChunkIo {
         if !h.starts_with(&CHUNK_MAGIC) {
             let mut found = [0u8; 4];
             found.copy_from_slice(h.get(..4).unwrap_or(&[0; 4]));
-            return Err(TraceError::BadChunkMagic {
-                chunk,
-                offset,
-                found,
-            });
+            return Err(TraceError::BadChunkMagic { chunk, offset, found });
         }
         let (hdr, stored_sum, computed_sum) = ChunkHeader::decode(&h);
         if stored_sum != computed_sum {
@@ -180,19 +164,9 @@ impl ChunkIo {
         }
         let sum = xxhash_rust::xxh3::xxh3_64(&self.stored);
         if sum != hdr.checksum {
-            return Err(TraceError::Checksum {
-                chunk,
-                offset,
-                what: "payload",
-                stored: hdr.checksum,
-                computed: sum,
-            });
+            return Err(TraceError::Checksum { chunk, offset, what: "payload", stored: hdr.checksum, computed: sum });
         }
-        let corrupt = |reason: String| TraceError::Corrupt {
-            chunk,
-            offset,
-            reason,
-        };
+        let corrupt = |reason: String| TraceError::Corrupt { chunk, offset, reason };
         match hdr.codec {
             CODEC_NONE => {
                 if hdr.raw_len != hdr.stored_len {
@@ -207,8 +181,7 @@ impl ChunkIo {
                 self.raw.clear();
                 let mut dec = zstd::stream::read::Decoder::with_buffer(&self.stored[..])
                     .map_err(|e| corrupt(format!("zstd: {e}")))?;
-                dec.window_log_max(24)
-                    .map_err(|e| corrupt(format!("zstd: {e}")))?;
+                dec.window_log_max(24).map_err(|e| corrupt(format!("zstd: {e}")))?;
                 dec.take(u64::from(hdr.raw_len) + 1)
                     .read_to_end(&mut self.raw)
                     .map_err(|e| corrupt(format!("zstd: {e}")))?;
@@ -227,13 +200,7 @@ impl ChunkIo {
 }
 
 fn truncated(chunk: u64, offset: u64, needed: u64, available: u64) -> TraceError {
-    TraceError::Truncated {
-        chunk,
-        offset,
-        needed,
-        available,
-        lost: available,
-    }
+    TraceError::Truncated { chunk, offset, needed, available, lost: available }
 }
 
 /// Read and validate the file header; returns (major, minor, metadata, header length).
@@ -241,23 +208,14 @@ fn read_header(src: &mut impl Read) -> Result<(u16, u16, TraceMeta, u64), TraceE
     let mut h = [0u8; FILE_HEADER_LEN];
     let n = read_full(src, &mut h, 0)?;
     if n < MAGIC.len() || h.get(..MAGIC.len()) != Some(&MAGIC[..]) {
-        return Err(TraceError::BadMagic {
-            found: h.get(..n.min(8)).unwrap_or_default().to_vec(),
-        });
+        return Err(TraceError::BadMagic { found: h.get(..n.min(8)).unwrap_or_default().to_vec() });
     }
     let f = decode_file_header(&h);
     if f.major > FORMAT_MAJOR || f.major == 0 {
-        return Err(TraceError::UnsupportedMajor {
-            major: f.major,
-            minor: f.minor,
-            supported: FORMAT_MAJOR,
-        });
+        return Err(TraceError::UnsupportedMajor { major: f.major, minor: f.minor, supported: FORMAT_MAJOR });
     }
     if n < FILE_HEADER_LEN {
-        return Err(TraceError::BadHeader {
-            offset: n as u64,
-            reason: "file ends inside the header".into(),
-        });
+        return Err(TraceError::BadHeader { offset: n as u64, reason: "file ends inside the header".into() });
     }
     if f.meta_len > MAX_META_LEN {
         return Err(TraceError::BadHeader {
@@ -281,10 +239,7 @@ fn read_header(src: &mut impl Read) -> Result<(u16, u16, TraceMeta, u64), TraceE
     if sum != f.checksum {
         return Err(TraceError::BadHeader {
             offset: 16,
-            reason: format!(
-                "header checksum mismatch (stored {:#x}, computed {sum:#x})",
-                f.checksum
-            ),
+            reason: format!("header checksum mismatch (stored {:#x}, computed {sum:#x})", f.checksum),
         });
     }
     let m = decode_meta(&meta)?;
@@ -333,10 +288,7 @@ impl<R: Read> TraceReader<R> {
             chunk: 0,
             total_len: None,
             stopped: false,
-            recovery: Recovery {
-                good_bytes: pos,
-                ..Recovery::default()
-            },
+            recovery: Recovery { good_bytes: pos, ..Recovery::default() },
             blobs_done: HashSet::new(),
             blobs_partial: HashMap::new(),
         })
@@ -373,23 +325,9 @@ impl<R: Read> TraceReader<R> {
                 return Ok(None);
             }
             Ok(Next::Eof) => return Ok(None),
-            Err(TraceError::Truncated {
-                chunk,
-                offset,
-                needed,
-                available,
-                ..
-            }) => {
-                let lost = self
-                    .total_len
-                    .map_or(available, |t| t.saturating_sub(offset));
-                return Err(TraceError::Truncated {
-                    chunk,
-                    offset,
-                    needed,
-                    available,
-                    lost,
-                });
+            Err(TraceError::Truncated { chunk, offset, needed, available, .. }) => {
+                let lost = self.total_len.map_or(available, |t| t.saturating_sub(offset));
+                return Err(TraceError::Truncated { chunk, offset, needed, available, lost });
             }
             Err(e) => return Err(e),
         };
@@ -442,13 +380,7 @@ impl<R: Read> TraceReader<R> {
         self.chunk += 1;
         self.recovery.chunks += 1;
         self.recovery.good_bytes = self.pos;
-        Ok(Some(Chunk {
-            ordinal: chunk,
-            offset,
-            stored_len: hdr.stored_len,
-            raw_len: hdr.raw_len,
-            body,
-        }))
+        Ok(Some(Chunk { ordinal: chunk, offset, stored_len: hdr.stored_len, raw_len: hdr.raw_len, body }))
     }
 }
 
@@ -490,34 +422,22 @@ impl TraceFile {
         let len = file.metadata().map_err(|e| TraceError::io(0, e))?.len();
         let tpos = len
             .checked_sub(TRAILER_LEN as u64)
-            .ok_or_else(|| TraceError::BadHeader {
-                offset: len,
-                reason: "file too short for a trailer".into(),
-            })?;
+            .ok_or_else(|| TraceError::BadHeader { offset: len, reason: "file too short for a trailer".into() })?;
         let mut t = [0u8; TRAILER_LEN];
-        file.seek(SeekFrom::Start(tpos))
-            .map_err(|e| TraceError::io(tpos, e))?;
+        file.seek(SeekFrom::Start(tpos)).map_err(|e| TraceError::io(tpos, e))?;
         read_full(&mut file, &mut t, tpos)?;
-        let index_offset =
-            decode_trailer(&t)
-                .filter(|o| *o < tpos)
-                .ok_or_else(|| TraceError::Corrupt {
-                    chunk: 0,
-                    offset: tpos,
-                    reason: "no valid trailer: the trace is unfinished".into(),
-                })?;
-        file.seek(SeekFrom::Start(index_offset))
-            .map_err(|e| TraceError::io(index_offset, e))?;
+        let index_offset = decode_trailer(&t).filter(|o| *o < tpos).ok_or_else(|| TraceError::Corrupt {
+            chunk: 0,
+            offset: tpos,
+            reason: "no valid trailer: the trace is unfinished".into(),
+        })?;
+        file.seek(SeekFrom::Start(index_offset)).map_err(|e| TraceError::io(index_offset, e))?;
         let mut io = ChunkIo::new();
         let mut src = BufReader::new(&file);
         let index = match io.next(&mut src, u64::MAX, index_offset)? {
-            Next::Chunk(h) if h.kind == ChunkKind::Index as u8 => decode_index(
-                &io.raw,
-                Ctx {
-                    chunk: u64::MAX,
-                    offset: index_offset,
-                },
-            )?,
+            Next::Chunk(h) if h.kind == ChunkKind::Index as u8 => {
+                decode_index(&io.raw, Ctx { chunk: u64::MAX, offset: index_offset })?
+            }
             _ => {
                 return Err(TraceError::Corrupt {
                     chunk: 0,
@@ -547,13 +467,8 @@ impl TraceFile {
             let Some(e) = self.index.chunks.get(ordinal) else {
                 break;
             };
-            self.file
-                .seek(SeekFrom::Start(e.offset))
-                .map_err(|er| TraceError::io(e.offset, er))?;
-            let ctx = Ctx {
-                chunk: ordinal as u64,
-                offset: e.offset,
-            };
+            self.file.seek(SeekFrom::Start(e.offset)).map_err(|er| TraceError::io(e.offset, er))?;
+            let ctx = Ctx { chunk: ordinal as u64, offset: e.offset };
             match io.next(&mut BufReader::new(&self.file), ctx.chunk, ctx.offset)? {
                 Next::Chunk(h) if h.kind == ChunkKind::Blobs as u8 => {}
                 _ => continue,
@@ -568,10 +483,6 @@ impl TraceFile {
                 }
             }
         }
-        Err(TraceError::Corrupt {
-            chunk: u64::from(first),
-            offset: 0,
-            reason: format!("blob {hash} is incomplete"),
-        })
+        Err(TraceError::Corrupt { chunk: u64::from(first), offset: 0, reason: format!("blob {hash} is incomplete") })
     }
 }

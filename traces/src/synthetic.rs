@@ -5,8 +5,7 @@ use gpuless_analyzer::api::{self, ApiLevel, HandleKind, Variant};
 
 use crate::error::TraceError;
 use crate::model::{
-    BlobKind, BlobRef, CallRecord, Dim3, Function, Hash128, KernelParams, LaunchAttr, LaunchConfig,
-    TraceMeta, Value,
+    BlobKind, BlobRef, CallRecord, Dim3, Function, Hash128, KernelParams, LaunchAttr, LaunchConfig, TraceMeta, Value,
 };
 use crate::writer::TraceWriter;
 
@@ -87,11 +86,7 @@ pub struct Recorder<'w> {
 impl<'w> Recorder<'w> {
     /// Record into `w`.
     pub fn new(w: &'w TraceWriter) -> Self {
-        Recorder {
-            w,
-            t: 0,
-            thread: 1000,
-        }
+        Recorder { w, t: 0, thread: 1000 }
     }
 
     /// Store a blob.
@@ -100,12 +95,7 @@ impl<'w> Recorder<'w> {
     }
 
     /// Record a call by symbol name (`cuMemAlloc_v2`); unknown symbols become unmodeled calls.
-    pub fn call(
-        &mut self,
-        symbol: &str,
-        args: Vec<Value>,
-        results: Vec<Value>,
-    ) -> Result<u64, TraceError> {
+    pub fn call(&mut self, symbol: &str, args: Vec<Value>, results: Vec<Value>) -> Result<u64, TraceError> {
         self.call_in(symbol, None, args, results)
     }
 
@@ -120,11 +110,7 @@ impl<'w> Recorder<'w> {
         let (function, variant, level) = match api::lookup_symbol(symbol) {
             Some((f, v)) => (Function::Known(f.id), v, f.level),
             None => {
-                let level = if symbol.starts_with("cuda") {
-                    ApiLevel::Runtime
-                } else {
-                    ApiLevel::Driver
-                };
+                let level = if symbol.starts_with("cuda") { ApiLevel::Runtime } else { ApiLevel::Driver };
                 (Function::Other(symbol.to_string()), Variant::BASE, level)
             }
         };
@@ -166,17 +152,9 @@ fn params(ptrs: &[u64], n: u32) -> Value {
 
 fn setup(r: &mut Recorder<'_>) -> Result<(), TraceError> {
     r.call("cuInit", vec![Value::U64(0)], vec![])?;
-    r.call(
-        "cuDriverGetVersion",
-        vec![Value::Null],
-        vec![Value::I64(13000)],
-    )?;
+    r.call("cuDriverGetVersion", vec![Value::Null], vec![Value::I64(13000)])?;
     r.call("cuDeviceGetCount", vec![Value::Null], vec![Value::I64(1)])?;
-    r.call(
-        "cuDeviceGet",
-        vec![Value::Null, Value::I64(0)],
-        vec![h(HandleKind::Device, 0)],
-    )?;
+    r.call("cuDeviceGet", vec![Value::Null, Value::I64(0)], vec![h(HandleKind::Device, 0)])?;
     for attr in [75u64, 76, 16, 1, 8, 39] {
         r.call(
             "cuDeviceGetAttribute",
@@ -186,11 +164,7 @@ fn setup(r: &mut Recorder<'_>) -> Result<(), TraceError> {
     }
     r.call(
         "cuDeviceGetName",
-        vec![
-            Value::HostPtr(0x5700_0000),
-            Value::Size(256),
-            h(HandleKind::Device, 0),
-        ],
+        vec![Value::HostPtr(0x5700_0000), Value::Size(256), h(HandleKind::Device, 0)],
         vec![Value::Str("SYNTHETIC (no GPU)".into())],
     )?;
     r.call(
@@ -198,11 +172,7 @@ fn setup(r: &mut Recorder<'_>) -> Result<(), TraceError> {
         vec![Value::Null, h(HandleKind::Device, 0)],
         vec![h(HandleKind::Context, 0x5550_0000)],
     )?;
-    r.call(
-        "cuCtxSetCurrent",
-        vec![h(HandleKind::Context, 0x5550_0000)],
-        vec![],
-    )?;
+    r.call("cuCtxSetCurrent", vec![h(HandleKind::Context, 0x5550_0000)], vec![])?;
     Ok(())
 }
 
@@ -228,30 +198,18 @@ pub fn vector_add(w: &TraceWriter, n: u32) -> Result<(), TraceError> {
     )?;
     r.call(
         "cuLibraryGetKernel",
-        vec![
-            Value::Null,
-            h(HandleKind::Library, 0x1000),
-            Value::Str("_Z6vecAddPKfS0_Pfi".into()),
-        ],
+        vec![Value::Null, h(HandleKind::Library, 0x1000), Value::Str("_Z6vecAddPKfS0_Pfi".into())],
         vec![h(HandleKind::Kernel, 0x2000)],
     )?;
     let bytes = u64::from(n) * 4;
     let base = 0x7e00_0000_0000u64;
     let ptrs = [base, base + 0x20_0000, base + 0x40_0000];
     for p in ptrs {
-        r.call(
-            "cuMemAlloc_v2",
-            vec![Value::Null, Value::Size(bytes)],
-            vec![Value::DevPtr(p)],
-        )?;
+        r.call("cuMemAlloc_v2", vec![Value::Null, Value::Size(bytes)], vec![Value::DevPtr(p)])?;
     }
     for p in &ptrs[..2] {
         let data = r.blob(BlobKind::HostToDevice, &rng.tensor_bytes(bytes as usize))?;
-        r.call(
-            "cuMemcpyHtoD_v2",
-            vec![Value::DevPtr(*p), Value::Blob(data), Value::Size(bytes)],
-            vec![],
-        )?;
+        r.call("cuMemcpyHtoD_v2", vec![Value::DevPtr(*p), Value::Blob(data), Value::Size(bytes)], vec![])?;
     }
     let grid = n.div_ceil(256);
     r.call(
@@ -275,15 +233,8 @@ pub fn vector_add(w: &TraceWriter, n: u32) -> Result<(), TraceError> {
     let out = rng.tensor_bytes(bytes as usize);
     r.call(
         "cuMemcpyDtoH_v2",
-        vec![
-            Value::HostPtr(0x5600_0000),
-            Value::DevPtr(ptrs[2]),
-            Value::Size(bytes),
-        ],
-        vec![Value::Digest(BlobRef {
-            hash: Hash128::of(&out),
-            len: bytes,
-        })],
+        vec![Value::HostPtr(0x5600_0000), Value::DevPtr(ptrs[2]), Value::Size(bytes)],
+        vec![Value::Digest(BlobRef { hash: Hash128::of(&out), len: bytes })],
     )?;
     for p in ptrs {
         r.call("cuMemFree_v2", vec![Value::DevPtr(p)], vec![])?;
@@ -309,13 +260,7 @@ pub struct ResnetScale {
 impl Default for ResnetScale {
     /// About 2,000 calls and a file of a few hundred KB.
     fn default() -> Self {
-        ResnetScale {
-            iterations: 10,
-            launches: 188,
-            weights: 40,
-            weight_bytes: 4096,
-            image_bytes: 8 * 1024,
-        }
+        ResnetScale { iterations: 10, launches: 188, weights: 40, weight_bytes: 4096, image_bytes: 8 * 1024 }
     }
 }
 
@@ -327,25 +272,13 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
     let mut r = Recorder::new(w);
     setup(&mut r)?;
     let stream = 0x9000u64;
-    r.call(
-        "cuStreamCreate",
-        vec![Value::Null, Value::U64(1)],
-        vec![h(HandleKind::Stream, stream)],
-    )?;
-    r.call(
-        "cuEventCreate",
-        vec![Value::Null, Value::U64(2)],
-        vec![h(HandleKind::Event, 0xe000)],
-    )?;
+    r.call("cuStreamCreate", vec![Value::Null, Value::U64(1)], vec![h(HandleKind::Stream, stream)])?;
+    r.call("cuEventCreate", vec![Value::Null, Value::U64(2)], vec![h(HandleKind::Event, 0xe000)])?;
     let mut kernels = Vec::new();
     for lib in 0..18u64 {
         let image = r.blob(BlobKind::CodeImage, &rng.code_bytes(scale.image_bytes))?;
         // cudart registers the fat binary, then loads it through the driver (a nested call).
-        let parent = r.call(
-            "__cudaRegisterFatBinary",
-            vec![Value::Blob(image)],
-            vec![Value::HostPtr(0x6000 + lib)],
-        )?;
+        let parent = r.call("__cudaRegisterFatBinary", vec![Value::Blob(image)], vec![Value::HostPtr(0x6000 + lib)])?;
         r.call_in(
             "cuLibraryLoadData",
             Some(parent),
@@ -376,34 +309,18 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
         }
     }
     let base = 0x7e00_0000_0000u64;
-    r.call(
-        "cuMemAlloc_v2",
-        vec![Value::Null, Value::Size(256 << 20)],
-        vec![Value::DevPtr(base)],
-    )?;
+    r.call("cuMemAlloc_v2", vec![Value::Null, Value::Size(256 << 20)], vec![Value::DevPtr(base)])?;
     let mut off = 0u64;
     for _ in 0..scale.weights {
-        let data = r.blob(
-            BlobKind::HostToDevice,
-            &rng.tensor_bytes(scale.weight_bytes),
-        )?;
+        let data = r.blob(BlobKind::HostToDevice, &rng.tensor_bytes(scale.weight_bytes))?;
         r.call(
             "cuMemcpyHtoDAsync_v2",
-            vec![
-                Value::DevPtr(base + off),
-                Value::Blob(data),
-                Value::Size(data.len),
-                h(HandleKind::Stream, stream),
-            ],
+            vec![Value::DevPtr(base + off), Value::Blob(data), Value::Size(data.len), h(HandleKind::Stream, stream)],
             vec![],
         )?;
         off += data.len.next_multiple_of(512);
     }
-    r.call(
-        "cuStreamSynchronize",
-        vec![h(HandleKind::Stream, stream)],
-        vec![],
-    )?;
+    r.call("cuStreamSynchronize", vec![h(HandleKind::Stream, stream)], vec![])?;
     r.call("cuProfilerStart", vec![], vec![])?;
     // The same input every iteration, as benchmark loops do: stored once.
     let input_data = rng.tensor_bytes(3 * 32 * 32 * 4);
@@ -411,29 +328,17 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
         let input = r.blob(BlobKind::HostToDevice, &input_data)?;
         r.call(
             "cuMemcpyHtoDAsync_v2",
-            vec![
-                Value::DevPtr(base + off),
-                Value::Blob(input),
-                Value::Size(input.len),
-                h(HandleKind::Stream, stream),
-            ],
+            vec![Value::DevPtr(base + off), Value::Blob(input), Value::Size(input.len), h(HandleKind::Stream, stream)],
             vec![],
         )?;
         let ws = base + (128 << 20) + u64::from(it) * 0x10_0000;
         r.call(
             "cuMemAllocAsync",
-            vec![
-                Value::Null,
-                Value::Size(1 << 20),
-                h(HandleKind::Stream, stream),
-            ],
+            vec![Value::Null, Value::Size(1 << 20), h(HandleKind::Stream, stream)],
             vec![Value::DevPtr(ws)],
         )?;
         for l in 0..scale.launches {
-            let k = kernels
-                .get((l as usize * 7) % kernels.len().max(1))
-                .copied()
-                .unwrap_or(0);
+            let k = kernels.get((l as usize * 7) % kernels.len().max(1)).copied().unwrap_or(0);
             let p = params(&[base + u64::from(l) * 4096, ws], 4096);
             if l % 3 == 0 {
                 r.call(
@@ -455,36 +360,20 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
                 )?;
             } else {
                 let cfg = LaunchConfig {
-                    grid: Dim3 {
-                        x: 1 + l % 128,
-                        y: 2,
-                        z: 1,
-                    },
+                    grid: Dim3 { x: 1 + l % 128, y: 2, z: 1 },
                     block: Dim3 { x: 128, y: 1, z: 1 },
                     shared_mem: 16 * 1024,
                     stream,
-                    attrs: vec![LaunchAttr {
-                        id: 4,
-                        value: vec![1, 0, 0, 0],
-                    }],
+                    attrs: vec![LaunchAttr { id: 4, value: vec![1, 0, 0, 0] }],
                 };
                 r.call(
                     "cuLaunchKernelEx",
-                    vec![
-                        Value::LaunchConfig(cfg),
-                        h(HandleKind::Kernel, k),
-                        p,
-                        Value::Null,
-                    ],
+                    vec![Value::LaunchConfig(cfg), h(HandleKind::Kernel, k), p, Value::Null],
                     vec![],
                 )?;
             }
         }
-        r.call(
-            "cuMemFreeAsync",
-            vec![Value::DevPtr(ws), h(HandleKind::Stream, stream)],
-            vec![],
-        )?;
+        r.call("cuMemFreeAsync", vec![Value::DevPtr(ws), h(HandleKind::Stream, stream)], vec![])?;
         let out = rng.tensor_bytes(4000);
         r.call(
             "cuMemcpyDtoHAsync_v2",
@@ -494,21 +383,10 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
                 Value::Size(4000),
                 h(HandleKind::Stream, stream),
             ],
-            vec![Value::Digest(BlobRef {
-                hash: Hash128::of(&out),
-                len: 4000,
-            })],
+            vec![Value::Digest(BlobRef { hash: Hash128::of(&out), len: 4000 })],
         )?;
-        r.call(
-            "cuEventRecord",
-            vec![h(HandleKind::Event, 0xe000), h(HandleKind::Stream, stream)],
-            vec![],
-        )?;
-        r.call(
-            "cuStreamSynchronize",
-            vec![h(HandleKind::Stream, stream)],
-            vec![],
-        )?;
+        r.call("cuEventRecord", vec![h(HandleKind::Event, 0xe000), h(HandleKind::Stream, stream)], vec![])?;
+        r.call("cuStreamSynchronize", vec![h(HandleKind::Stream, stream)], vec![])?;
     }
     r.call("cuProfilerStop", vec![], vec![])?;
     Ok(())

@@ -15,13 +15,10 @@ use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use crate::encode::{encode_blobs, encode_index, encode_meta, CallBatchEncoder};
 use crate::error::TraceError;
 use crate::format::{
-    encode_file_header, encode_trailer, ChunkHeader, ChunkKind, CODEC_NONE, CODEC_ZSTD,
-    FORMAT_MAJOR, FORMAT_MINOR, MAX_RAW_LEN,
+    encode_file_header, encode_trailer, ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, CODEC_NONE, CODEC_ZSTD, FORMAT_MAJOR,
+    FORMAT_MINOR, MAX_RAW_LEN,
 };
-use crate::model::{
-    BlobKind, BlobLocation, BlobPart, BlobRef, CallRecord, ChunkEntry, Hash128, TraceIndex,
-    TraceMeta,
-};
+use crate::model::{BlobKind, BlobLocation, BlobPart, BlobRef, CallRecord, ChunkEntry, Hash128, TraceIndex, TraceMeta};
 
 /// Writer tuning.
 #[derive(Debug, Clone)]
@@ -38,6 +35,9 @@ pub struct WriterOptions {
     pub flush_interval: Duration,
     /// Compression threads (0: compress on the writer thread).
     pub compression_threads: usize,
+    /// Blob bytes allowed in the queue; `blob()` waits while more are queued (the queue's
+    /// capacity counts messages, this bounds its memory).
+    pub max_queued_blob_bytes: u64,
 }
 
 impl Default for WriterOptions {
@@ -49,6 +49,7 @@ impl Default for WriterOptions {
             blob_chunk_bytes: 4 << 20,
             flush_interval: Duration::from_millis(200),
             compression_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            max_queued_blob_bytes: 256 << 20,
         }
     }
 }
@@ -74,11 +75,7 @@ pub struct WriterStats {
 
 enum Msg {
     Call(Box<CallRecord>),
-    Blob {
-        hash: Hash128,
-        kind: BlobKind,
-        data: Vec<u8>,
-    },
+    Blob { hash: Hash128, kind: BlobKind, data: Vec<u8> },
     Flush(Sender<()>),
     Finish,
 }
@@ -87,6 +84,7 @@ struct Shared {
     failed: AtomicBool,
     error: Mutex<Option<String>>,
     duplicates: AtomicU64,
+    queued_blob_bytes: AtomicU64,
 }
 
 /// Writes a trace file. Cheap to share between recording threads (`&TraceWriter` is `Sync`).
@@ -95,6 +93,7 @@ pub struct TraceWriter {
     seen: Mutex<HashSet<Hash128>>,
     seq: AtomicU64,
     shared: Arc<Shared>,
+    max_queued: u64,
     thread: Option<JoinHandle<WriterStats>>,
 }
 
@@ -114,8 +113,7 @@ impl TraceWriter {
         let meta = encode_meta(meta);
         let header = encode_file_header(&meta, FORMAT_MAJOR, FORMAT_MINOR);
         out.write_all(&header).map_err(|e| TraceError::io(0, e))?;
-        out.write_all(&meta)
-            .map_err(|e| TraceError::io(header.len() as u64, e))?;
+        out.write_all(&meta).map_err(|e| TraceError::io(header.len() as u64, e))?;
         out.flush().map_err(|e| TraceError::io(0, e))?;
         let pos = (header.len() + meta.len()) as u64;
         let (tx, rx) = bounded(opts.queue_capacity.max(1));
@@ -123,7 +121,9 @@ impl TraceWriter {
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
             duplicates: AtomicU64::new(0),
+            queued_blob_bytes: AtomicU64::new(0),
         });
+        let max_queued = opts.max_queued_blob_bytes;
         let sh = shared.clone();
         let thread = std::thread::Builder::new()
             .name("gpuless-trace-writer".into())
@@ -134,6 +134,7 @@ impl TraceWriter {
             seen: Mutex::new(HashSet::new()),
             seq: AtomicU64::new(0),
             shared,
+            max_queued,
             thread: Some(thread),
         })
     }
@@ -146,9 +147,7 @@ impl TraceWriter {
     fn check(&self) -> Result<(), TraceError> {
         if self.shared.failed.load(Ordering::Relaxed) {
             let msg = self.shared.error.lock().ok().and_then(|e| e.clone());
-            return Err(TraceError::WriterStopped(
-                msg.unwrap_or_else(|| "failed".into()),
-            ));
+            return Err(TraceError::WriterStopped(msg.unwrap_or_else(|| "failed".into())));
         }
         Ok(())
     }
@@ -156,9 +155,7 @@ impl TraceWriter {
     /// Queue a call record (blocks only while the queue is full).
     pub fn record(&self, rec: CallRecord) -> Result<(), TraceError> {
         self.check()?;
-        self.tx
-            .send(Msg::Call(Box::new(rec)))
-            .map_err(|_| TraceError::WriterStopped("writer thread exited".into()))
+        self.tx.send(Msg::Call(Box::new(rec))).map_err(|_| TraceError::WriterStopped("writer thread exited".into()))
     }
 
     /// Store bytes as a blob (once per content) and return the reference to put in records.
@@ -182,10 +179,7 @@ impl TraceWriter {
         data: impl FnOnce() -> Vec<u8>,
     ) -> Result<BlobRef, TraceError> {
         self.check()?;
-        let r = BlobRef {
-            hash,
-            len: len as u64,
-        };
+        let r = BlobRef { hash, len: len as u64 };
         // The lock is held while queueing so that no other thread can reference this blob
         // before it is in the queue.
         let mut seen = match self.seen.lock() {
@@ -196,11 +190,14 @@ impl TraceWriter {
             self.shared.duplicates.fetch_add(1, Ordering::Relaxed);
             return Ok(r);
         }
-        let sent = self.tx.send(Msg::Blob {
-            hash,
-            kind,
-            data: data(),
-        });
+        // Bound the blob bytes waiting in the queue (the writer thread subtracts on receipt).
+        while self.shared.queued_blob_bytes.load(Ordering::Acquire) > self.max_queued
+            && !self.shared.failed.load(Ordering::Relaxed)
+        {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        self.shared.queued_blob_bytes.fetch_add(len as u64, Ordering::AcqRel);
+        let sent = self.tx.send(Msg::Blob { hash, kind, data: data() });
         drop(seen);
         sent.map_err(|_| TraceError::WriterStopped("writer thread exited".into()))?;
         Ok(r)
@@ -209,12 +206,8 @@ impl TraceWriter {
     /// Write everything queued so far as complete chunks and wait until it is in the sink.
     pub fn flush(&self) -> Result<(), TraceError> {
         let (ack_tx, ack_rx) = bounded(1);
-        self.tx
-            .send(Msg::Flush(ack_tx))
-            .map_err(|_| TraceError::WriterStopped("writer thread exited".into()))?;
-        ack_rx
-            .recv()
-            .map_err(|_| TraceError::WriterStopped("writer thread exited".into()))?;
+        self.tx.send(Msg::Flush(ack_tx)).map_err(|_| TraceError::WriterStopped("writer thread exited".into()))?;
+        ack_rx.recv().map_err(|_| TraceError::WriterStopped("writer thread exited".into()))?;
         self.check()
     }
 
@@ -262,12 +255,13 @@ struct Done {
     kind: ChunkKind,
     codec: u8,
     raw_len: u32,
-    stored: Vec<u8>,
+    /// Room for the chunk header, then the stored payload.
+    framed: Vec<u8>,
 }
 
 fn compress(job: Job, cctx: &mut Option<zstd::bulk::Compressor<'static>>) {
-    let raw = match job.payload {
-        Payload::Encoded(b) => b,
+    let (buf, head) = match job.payload {
+        Payload::Encoded(b) => (b, 0),
         Payload::Blobs(parts) => {
             let refs: Vec<(BlobPart, &[u8])> = parts
                 .iter()
@@ -280,23 +274,27 @@ fn compress(job: Job, cctx: &mut Option<zstd::bulk::Compressor<'static>>) {
             encode_blobs(&refs)
         }
     };
+    let raw = buf.get(head..).unwrap_or_default();
     if cctx.is_none() {
         *cctx = zstd::bulk::Compressor::new(job.level).ok();
     }
-    let compressed = cctx.as_mut().and_then(|c| c.compress(&raw).ok());
+    // Compress straight behind room for the chunk header: the chunk is written with one
+    // `write` and without another copy.
+    let mut framed = vec![0u8; CHUNK_HEADER_LEN + zstd::zstd_safe::compress_bound(raw.len())];
+    let compressed = match (cctx.as_mut(), framed.get_mut(CHUNK_HEADER_LEN..)) {
+        (Some(c), Some(dst)) => c.compress_to_buffer(raw, dst).ok(),
+        _ => None,
+    };
     let done = match compressed {
-        Some(c) if c.len() < raw.len() => Done {
-            kind: job.kind,
-            codec: CODEC_ZSTD,
-            raw_len: raw.len() as u32,
-            stored: c,
-        },
-        _ => Done {
-            kind: job.kind,
-            codec: CODEC_NONE,
-            raw_len: raw.len() as u32,
-            stored: raw,
-        },
+        Some(n) if n < raw.len() => {
+            framed.truncate(CHUNK_HEADER_LEN + n);
+            Done { kind: job.kind, codec: CODEC_ZSTD, raw_len: raw.len() as u32, framed }
+        }
+        _ => {
+            framed.truncate(CHUNK_HEADER_LEN);
+            framed.extend_from_slice(raw);
+            Done { kind: job.kind, codec: CODEC_NONE, raw_len: raw.len() as u32, framed }
+        }
     };
     let _ = job.reply.send(done);
 }
@@ -332,14 +330,12 @@ impl<W: Write> WriterThread<W> {
             let (tx, rx) = bounded::<Job>(opts.compression_threads * 2);
             for i in 0..opts.compression_threads {
                 let rx = rx.clone();
-                let h = std::thread::Builder::new()
-                    .name(format!("gpuless-trace-zstd{i}"))
-                    .spawn(move || {
-                        let mut cctx = None;
-                        for job in rx {
-                            compress(job, &mut cctx);
-                        }
-                    });
+                let h = std::thread::Builder::new().name(format!("gpuless-trace-zstd{i}")).spawn(move || {
+                    let mut cctx = None;
+                    for job in rx {
+                        compress(job, &mut cctx);
+                    }
+                });
                 if let Ok(h) = h {
                     workers.push(h);
                 }
@@ -386,6 +382,7 @@ impl<W: Write> WriterThread<W> {
                     }
                 }
                 Msg::Blob { hash, kind, data } => {
+                    self.shared.queued_blob_bytes.fetch_sub(data.len() as u64, Ordering::AcqRel);
                     self.pending_since.get_or_insert_with(Instant::now);
                     self.add_blob(hash, kind, data);
                 }
@@ -397,10 +394,7 @@ impl<W: Write> WriterThread<W> {
                 }
                 Msg::Finish => break,
             }
-            if self
-                .pending_since
-                .is_some_and(|t| t.elapsed() >= self.opts.flush_interval)
-            {
+            if self.pending_since.is_some_and(|t| t.elapsed() >= self.opts.flush_interval) {
                 self.flush_pending();
             }
         }
@@ -432,25 +426,12 @@ impl<W: Write> WriterThread<W> {
     fn add_blob(&mut self, hash: Hash128, kind: BlobKind, data: Vec<u8>) {
         let total = data.len() as u64;
         let data = Arc::new(data);
-        let step = self
-            .opts
-            .blob_chunk_bytes
-            .clamp(1, MAX_RAW_LEN as usize / 2) as u64;
+        let step = self.opts.blob_chunk_bytes.clamp(1, MAX_RAW_LEN as usize / 2) as u64;
         let mut offset = 0u64;
         loop {
             let len = (total - offset).min(step);
-            let part = BlobPart {
-                hash,
-                kind,
-                total_len: total,
-                offset,
-                len,
-                data: Vec::new(),
-            };
-            self.blob_parts.push(PendingPart {
-                part,
-                data: data.clone(),
-            });
+            let part = BlobPart { hash, kind, total_len: total, offset, len, data: Vec::new() };
+            self.blob_parts.push(PendingPart { part, data: data.clone() });
             self.blob_bytes += len as usize + 64;
             if self.blob_bytes >= self.opts.blob_chunk_bytes {
                 self.flush_blobs();
@@ -474,11 +455,7 @@ impl<W: Write> WriterThread<W> {
         }
         let parts = std::mem::take(&mut self.blob_parts);
         self.blob_bytes = 0;
-        let blobs = parts
-            .iter()
-            .filter(|p| p.part.offset == 0)
-            .map(|p| (p.part.hash, p.part.total_len))
-            .collect();
+        let blobs = parts.iter().filter(|p| p.part.offset == 0).map(|p| (p.part.hash, p.part.total_len)).collect();
         let n = parts.len() as u32;
         self.submit(ChunkKind::Blobs, Payload::Blobs(parts), 0, n, blobs);
     }
@@ -492,30 +469,12 @@ impl<W: Write> WriterThread<W> {
         let first = self.calls.first_seq();
         let n = self.calls.len() as u32;
         let bytes = self.calls.finish();
-        self.submit(
-            ChunkKind::Calls,
-            Payload::Encoded(bytes),
-            first,
-            n,
-            Vec::new(),
-        );
+        self.submit(ChunkKind::Calls, Payload::Encoded(bytes), first, n, Vec::new());
     }
 
-    fn submit(
-        &mut self,
-        kind: ChunkKind,
-        payload: Payload,
-        first_seq: u64,
-        records: u32,
-        blobs: Vec<(Hash128, u64)>,
-    ) {
+    fn submit(&mut self, kind: ChunkKind, payload: Payload, first_seq: u64, records: u32, blobs: Vec<(Hash128, u64)>) {
         let (reply, rx) = bounded(1);
-        let job = Job {
-            kind,
-            payload,
-            level: self.opts.zstd_level,
-            reply,
-        };
+        let job = Job { kind, payload, level: self.opts.zstd_level, reply };
         match &self.jobs {
             Some(tx) => {
                 if let Err(e) = tx.send(job) {
@@ -524,12 +483,7 @@ impl<W: Write> WriterThread<W> {
             }
             None => compress(job, &mut self.inline_cctx),
         }
-        self.in_flight.push_back(InFlight {
-            rx,
-            first_seq,
-            records,
-            blobs,
-        });
+        self.in_flight.push_back(InFlight { rx, first_seq, records, blobs });
         let limit = self.workers.len().max(1) * 2;
         self.drain(limit);
     }
@@ -547,41 +501,32 @@ impl<W: Write> WriterThread<W> {
         }
     }
 
-    fn write_chunk(
-        &mut self,
-        done: Done,
-        first_seq: u64,
-        records: u32,
-        blobs: Vec<(Hash128, u64)>,
-    ) {
+    fn write_chunk(&mut self, done: Done, first_seq: u64, records: u32, blobs: Vec<(Hash128, u64)>) {
         if self.shared.failed.load(Ordering::Relaxed) {
             return;
         }
+        let mut done = done;
+        let stored = done.framed.get(CHUNK_HEADER_LEN..).unwrap_or_default();
         let header = ChunkHeader {
             kind: done.kind as u8,
             codec: done.codec,
             flags: 0,
-            stored_len: done.stored.len() as u32,
+            stored_len: stored.len() as u32,
             raw_len: done.raw_len,
-            checksum: xxhash_rust::xxh3::xxh3_64(&done.stored),
+            checksum: xxhash_rust::xxh3::xxh3_64(stored),
         };
         let offset = self.pos;
+        if let Some(h) = done.framed.get_mut(..CHUNK_HEADER_LEN) {
+            h.copy_from_slice(&header.encode());
+        }
         // One write per chunk, so a killed process leaves whole chunks or a short tail.
-        let mut bytes = Vec::with_capacity(crate::format::CHUNK_HEADER_LEN + done.stored.len());
-        bytes.extend_from_slice(&header.encode());
-        bytes.extend_from_slice(&done.stored);
-        let res = self.out.write_all(&bytes);
-        if let Err(e) = res {
+        if let Err(e) = self.out.write_all(&done.framed) {
             self.fail(format!("write at offset {offset}: {e}"));
             return;
         }
         let ordinal = self.index.chunks.len() as u32;
         for (hash, len) in blobs {
-            self.index.blobs.push(BlobLocation {
-                hash,
-                chunk: ordinal,
-                len,
-            });
+            self.index.blobs.push(BlobLocation { hash, chunk: ordinal, len });
         }
         self.index.chunks.push(ChunkEntry {
             kind: done.kind as u8,
@@ -590,10 +535,10 @@ impl<W: Write> WriterThread<W> {
             first_seq,
             records,
         });
-        self.pos += (crate::format::CHUNK_HEADER_LEN + done.stored.len()) as u64;
+        self.pos += done.framed.len() as u64;
         self.stats.chunks += 1;
         self.stats.raw_bytes += u64::from(done.raw_len);
-        self.stats.stored_bytes += done.stored.len() as u64;
+        self.stats.stored_bytes += u64::from(header.stored_len);
     }
 
     fn write_index(&mut self) {
@@ -603,12 +548,7 @@ impl<W: Write> WriterThread<W> {
         let index_offset = self.pos;
         let (reply, rx) = bounded(1);
         compress(
-            Job {
-                kind: ChunkKind::Index,
-                payload: Payload::Encoded(raw),
-                level: self.opts.zstd_level,
-                reply,
-            },
+            Job { kind: ChunkKind::Index, payload: Payload::Encoded(raw), level: self.opts.zstd_level, reply },
             &mut self.inline_cctx,
         );
         if let Ok(done) = rx.recv() {

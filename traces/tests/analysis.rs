@@ -8,9 +8,7 @@ use gpuless_traces::{ReaderOptions, TraceReader};
 
 #[test]
 fn vector_add_statistics() {
-    let b = common::write_mem(common::small_chunks(), |w| {
-        vector_add(w, 1024).expect("synthetic")
-    });
+    let b = common::write_mem(common::small_chunks(), |w| vector_add(w, 1024).expect("synthetic"));
     let (a, err) = analyze(common::reader(&b), &mut |_, _| {});
     assert!(err.is_none(), "{err:?}");
     let s = &a.stats;
@@ -27,27 +25,17 @@ fn vector_add_statistics() {
     assert_eq!(s.module_loads, 1);
     assert_eq!(s.unmodeled_calls, 0);
     assert!(a.integrity.finished);
-    let gpuless = a
-        .sync
-        .iter()
-        .find(|r| r.policy == "gpuless")
-        .expect("policy");
+    let gpuless = a.sync.iter().find(|r| r.policy == "gpuless").expect("policy");
     // Device queries (count, version, attributes, name, ctx) and the D2H copy.
     assert_eq!(gpuless.reasons.get("DeviceToHost"), Some(&1));
     assert_eq!(gpuless.bytes_down, 4096 + 256);
-    let per_call = a
-        .sync
-        .iter()
-        .find(|r| r.policy == "per-call")
-        .expect("policy");
+    let per_call = a.sync.iter().find(|r| r.policy == "per-call").expect("policy");
     assert_eq!(per_call.syncs, s.calls);
 }
 
 #[test]
 fn resnet_like_policies_are_ordered_and_plots_are_written() {
-    let b = common::write_mem(common::small_chunks(), |w| {
-        resnet_like(w, ResnetScale::default()).expect("synthetic")
-    });
+    let b = common::write_mem(common::small_chunks(), |w| resnet_like(w, ResnetScale::default()).expect("synthetic"));
     let mut calls_seen = 0;
     let (a, err) = analyze(common::reader(&b), &mut |pos, _| calls_seen = pos);
     assert!(err.is_none());
@@ -61,10 +49,7 @@ fn resnet_like_policies_are_ordered_and_plots_are_written() {
     for r in &a.sync {
         let seg_total: u64 = r.segments.histogram.iter().map(|(s, c)| s * c).sum();
         assert_eq!(seg_total + r.trailing_calls, r.calls, "{}", r.policy);
-        assert_eq!(
-            r.timeline.bins.iter().map(|b| b.syncs).sum::<u64>(),
-            r.syncs
-        );
+        assert_eq!(r.timeline.bins.iter().map(|b| b.syncs).sum::<u64>(), r.syncs);
     }
     let json = serde_json::to_string(&a).expect("json");
     assert!(json.contains("\"gpuless-2022\""));
@@ -72,19 +57,13 @@ fn resnet_like_policies_are_ordered_and_plots_are_written() {
     let out = gpuless_traces::analysis::plot::write_plots(&a, dir.path()).expect("plots");
     assert_eq!(out.files.len(), 4);
     for f in &out.files {
-        assert!(
-            std::fs::metadata(f).expect("file").len() > 1000,
-            "{}",
-            f.display()
-        );
+        assert!(std::fs::metadata(f).expect("file").len() > 1000, "{}", f.display());
     }
 }
 
 #[test]
 fn truncated_trace_is_analyzed_up_to_the_cut() {
-    let b = common::write_mem(common::small_chunks(), |w| {
-        resnet_like(w, ResnetScale::default()).expect("synthetic")
-    });
+    let b = common::write_mem(common::small_chunks(), |w| resnet_like(w, ResnetScale::default()).expect("synthetic"));
     let cut = &b[..b.len() * 2 / 3];
     let (a, err) = analyze(common::reader(cut), &mut |_, _| {});
     assert!(err.as_ref().is_some_and(|e| e.is_truncation()), "{err:?}");

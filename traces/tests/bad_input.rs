@@ -5,14 +5,10 @@ mod common;
 use gpuless_traces::format::{self, ChunkHeader, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
 use gpuless_traces::model::{BlobKind, Function};
 use gpuless_traces::synthetic::{resnet_like, vector_add, ResnetScale};
-use gpuless_traces::{
-    BlobRef, CallRecord, ChunkBody, Hash128, ReaderOptions, TraceError, TraceReader, Value,
-};
+use gpuless_traces::{BlobRef, CallRecord, ChunkBody, Hash128, ReaderOptions, TraceError, TraceReader, Value};
 
 fn vector_add_trace() -> Vec<u8> {
-    common::write_mem(common::small_chunks(), |w| {
-        vector_add(w, 256).expect("synthetic")
-    })
+    common::write_mem(common::small_chunks(), |w| vector_add(w, 256).expect("synthetic"))
 }
 
 /// (offset, stored_len) of every chunk, walking the file structure.
@@ -65,10 +61,7 @@ fn versions() {
     let mut b = vector_add_trace();
     set_version(&mut b, format::FORMAT_MAJOR + 1, 0);
     let e = read_all(&b).1.expect("error");
-    assert!(
-        matches!(e, TraceError::UnsupportedMajor { major: 2, .. }),
-        "{e}"
-    );
+    assert!(matches!(e, TraceError::UnsupportedMajor { major: 2, .. }), "{e}");
     assert!(e.to_string().contains("newer than this reader"));
     // Other minors of the same major are read (fields added later are ignored).
     let mut b = vector_add_trace();
@@ -87,32 +80,17 @@ fn bad_payload_checksum_names_the_chunk() {
     let (ok, err) = read_all(&b);
     assert_eq!(ok.len(), 3);
     match err {
-        Some(TraceError::Checksum {
-            chunk: 3,
-            offset,
-            what: "payload",
-            ..
-        }) => {
+        Some(TraceError::Checksum { chunk: 3, offset, what: "payload", .. }) => {
             assert_eq!(offset, off as u64)
         }
         e => panic!("{e:?}"),
     }
     let mut b = vector_add_trace();
     b[off + 5] ^= 1; // codec byte: header checksum
-    assert!(matches!(
-        read_all(&b).1,
-        Some(TraceError::Checksum {
-            chunk: 3,
-            what: "header",
-            ..
-        })
-    ));
+    assert!(matches!(read_all(&b).1, Some(TraceError::Checksum { chunk: 3, what: "header", .. })));
     let mut b = vector_add_trace();
     b[off] = b'X';
-    assert!(matches!(
-        read_all(&b).1,
-        Some(TraceError::BadChunkMagic { chunk: 3, .. })
-    ));
+    assert!(matches!(read_all(&b).1, Some(TraceError::BadChunkMagic { chunk: 3, .. })));
     let mut b = vector_add_trace();
     b[20] ^= 1; // file header checksum
     assert!(matches!(read_all(&b).1, Some(TraceError::BadHeader { .. })));
@@ -129,26 +107,14 @@ fn cut_at_every_byte_recovers_every_complete_chunk() {
             assert!(err.is_some() && ok.is_empty(), "cut {cut}");
             continue;
         }
-        let complete = chunks
-            .iter()
-            .filter(|(o, s)| o + CHUNK_HEADER_LEN + s <= cut)
-            .count();
+        let complete = chunks.iter().filter(|(o, s)| o + CHUNK_HEADER_LEN + s <= cut).count();
         assert_eq!(ok.len(), complete, "cut {cut}");
-        let at_boundary =
-            cut == header_end || chunks.iter().any(|(o, s)| o + CHUNK_HEADER_LEN + s == cut);
+        let at_boundary = cut == header_end || chunks.iter().any(|(o, s)| o + CHUNK_HEADER_LEN + s == cut);
         match err {
             None => assert!(at_boundary, "cut {cut}"),
-            Some(TraceError::Truncated {
-                chunk,
-                offset,
-                lost,
-                ..
-            }) => {
+            Some(TraceError::Truncated { chunk, offset, lost, .. }) => {
                 assert_eq!(chunk as usize, complete, "cut {cut}");
-                assert!(
-                    lost > 0 && offset as usize + lost as usize == cut,
-                    "cut {cut}"
-                );
+                assert!(lost > 0 && offset as usize + lost as usize == cut, "cut {cut}");
             }
             Some(e) => panic!("cut {cut}: {e}"),
         }
@@ -156,14 +122,7 @@ fn cut_at_every_byte_recovers_every_complete_chunk() {
 }
 
 fn forge_chunk(kind: u8, codec: u8, payload: &[u8], stored_len: u32, raw_len: u32) -> Vec<u8> {
-    let h = ChunkHeader {
-        kind,
-        codec,
-        flags: 0,
-        stored_len,
-        raw_len,
-        checksum: xxhash_rust::xxh3::xxh3_64(payload),
-    };
+    let h = ChunkHeader { kind, codec, flags: 0, stored_len, raw_len, checksum: xxhash_rust::xxh3::xxh3_64(payload) };
     let mut v = h.encode().to_vec();
     v.extend_from_slice(payload);
     v
@@ -179,31 +138,15 @@ fn header_only() -> Vec<u8> {
 fn absurd_lengths_are_refused_without_allocating() {
     let mut b = header_only();
     b.extend(forge_chunk(1, 1, b"", u32::MAX, 10));
-    assert!(matches!(
-        read_all(&b).1,
-        Some(TraceError::AbsurdLength {
-            chunk: 0,
-            what: "stored payload",
-            ..
-        })
-    ));
+    assert!(matches!(read_all(&b).1, Some(TraceError::AbsurdLength { chunk: 0, what: "stored payload", .. })));
     let mut b = header_only();
     b.extend(forge_chunk(1, 1, b"", 0, u32::MAX));
-    assert!(matches!(
-        read_all(&b).1,
-        Some(TraceError::AbsurdLength {
-            what: "raw payload",
-            ..
-        })
-    ));
+    assert!(matches!(read_all(&b).1, Some(TraceError::AbsurdLength { what: "raw payload", .. })));
     // Plausible but not present: a truncation, and the reader does not allocate 200 MB first.
     let mut b = header_only();
     b.extend(forge_chunk(1, 1, b"abc", 200 << 20, 10));
     b.truncate(b.len() - 3);
-    assert!(matches!(
-        read_all(&b).1,
-        Some(TraceError::Truncated { chunk: 0, .. })
-    ));
+    assert!(matches!(read_all(&b).1, Some(TraceError::Truncated { chunk: 0, .. })));
     // A metadata length beyond the limit.
     let mut b = vector_add_trace();
     b[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
@@ -216,17 +159,11 @@ fn corrupt_payloads_are_typed_errors() {
     let mut b = header_only();
     let garbage = [0xffu8; 40];
     b.extend(forge_chunk(1, 0, &garbage, 40, 40));
-    assert!(matches!(
-        read_all(&b).1,
-        Some(TraceError::Corrupt { chunk: 0, .. })
-    ));
+    assert!(matches!(read_all(&b).1, Some(TraceError::Corrupt { chunk: 0, .. })));
     // Not a zstd frame.
     let mut b = header_only();
     b.extend(forge_chunk(1, 1, &garbage, 40, 100));
-    assert!(matches!(
-        read_all(&b).1,
-        Some(TraceError::Corrupt { chunk: 0, .. })
-    ));
+    assert!(matches!(read_all(&b).1, Some(TraceError::Corrupt { chunk: 0, .. })));
     // A zstd frame that decompresses to more than the header says.
     let frame = zstd::bulk::compress(&[0u8; 100_000], 1).expect("zstd");
     let mut b = header_only();
@@ -248,29 +185,17 @@ fn corrupt_payloads_are_typed_errors() {
 fn missing_blob_reference() {
     let b = common::write_mem(common::small_chunks(), |w| {
         let real = w.blob(BlobKind::HostToDevice, b"payload").expect("blob");
-        let mut r = CallRecord::new(
-            0,
-            gpuless_analyzer::api::ApiLevel::Driver,
-            Function::Other("x".into()),
-        );
+        let mut r = CallRecord::new(0, gpuless_analyzer::api::ApiLevel::Driver, Function::Other("x".into()));
         r.args = vec![Value::Blob(real)];
         w.record(r.clone()).expect("record");
         w.flush().expect("flush");
         r.seq = 1;
-        r.args = vec![Value::List(vec![Value::Blob(BlobRef {
-            hash: Hash128(0xdead),
-            len: 4,
-        })])];
+        r.args = vec![Value::List(vec![Value::Blob(BlobRef { hash: Hash128(0xdead), len: 4 })])];
         w.record(r).expect("record");
     });
     let (ok, err) = read_all(&b);
     match err {
-        Some(TraceError::MissingBlob {
-            seq: 1,
-            chunk,
-            offset,
-            ..
-        }) => {
+        Some(TraceError::MissingBlob { seq: 1, chunk, offset, .. }) => {
             assert_eq!(chunk as usize, ok.len());
             assert!(offset > 0);
         }
@@ -292,16 +217,8 @@ fn unfinished_trace_cannot_be_opened_for_random_access() {
 #[test]
 fn flipping_bytes_never_panics() {
     let b = common::write_mem(common::small_chunks(), |w| {
-        resnet_like(
-            w,
-            ResnetScale {
-                iterations: 1,
-                launches: 20,
-                weights: 3,
-                ..ResnetScale::default()
-            },
-        )
-        .expect("synthetic")
+        resnet_like(w, ResnetScale { iterations: 1, launches: 20, weights: 3, ..ResnetScale::default() })
+            .expect("synthetic")
     });
     let mut rng = gpuless_traces::synthetic::Rng::new(99);
     for _ in 0..300 {

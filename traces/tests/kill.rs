@@ -12,8 +12,7 @@ use gpuless_analyzer::api::{self, ApiLevel};
 use gpuless_traces::model::{BlobKind, Function};
 use gpuless_traces::synthetic::{synthetic_meta, Rng};
 use gpuless_traces::{
-    CallRecord, ChunkBody, ReaderOptions, TraceError, TraceReader, TraceWriter, Value,
-    WriterOptions,
+    CallRecord, ChunkBody, ReaderOptions, TraceError, TraceReader, TraceWriter, Value, WriterOptions,
 };
 
 #[test]
@@ -36,11 +35,7 @@ fn child_writer() {
         let b = w.blob(BlobKind::HostToDevice, &data).expect("blob");
         for _ in 0..50 {
             let mut r = CallRecord::new(seq, ApiLevel::Driver, Function::Known(f));
-            r.args = vec![
-                Value::DevPtr(0x7e00_0000_0000 + seq * 64),
-                Value::Blob(b),
-                Value::Size(b.len),
-            ];
+            r.args = vec![Value::DevPtr(0x7e00_0000_0000 + seq * 64), Value::Blob(b), Value::Size(b.len)];
             w.record(r).expect("record");
             seq += 1;
         }
@@ -90,10 +85,7 @@ fn sigkill_at_random_points_loses_only_the_incomplete_chunk() {
                 Ok(c) => {
                     if let ChunkBody::Calls(calls) = c.body {
                         for call in calls {
-                            assert_eq!(
-                                call.seq, next_seq,
-                                "round {round}: gap in sequence numbers"
-                            );
+                            assert_eq!(call.seq, next_seq, "round {round}: gap in sequence numbers");
                             next_seq += 1;
                         }
                     }
@@ -102,14 +94,8 @@ fn sigkill_at_random_points_loses_only_the_incomplete_chunk() {
             }
         }
         let rec = r.recovery().clone();
-        assert!(
-            !rec.finished,
-            "round {round}: a killed writer cannot have written the trailer"
-        );
-        assert!(
-            next_seq >= flushed,
-            "round {round}: recovered {next_seq} < flushed {flushed}"
-        );
+        assert!(!rec.finished, "round {round}: a killed writer cannot have written the trailer");
+        assert!(next_seq >= flushed, "round {round}: recovered {next_seq} < flushed {flushed}");
         match err {
             None => assert_eq!(rec.good_bytes, len, "round {round}"),
             Some(TraceError::Truncated { offset, lost, .. }) => {
@@ -119,10 +105,7 @@ fn sigkill_at_random_points_loses_only_the_incomplete_chunk() {
             }
             Some(e) => panic!("round {round}: {e}"),
         }
-        eprintln!(
-            "round {round}: {len} bytes, {} chunks, {next_seq} calls (flushed {flushed})",
-            rec.chunks
-        );
+        eprintln!("round {round}: {len} bytes, {} chunks, {next_seq} calls (flushed {flushed})", rec.chunks);
     }
     eprintln!("{cut_mid_chunk} of 12 kills landed inside a chunk");
 }

@@ -15,58 +15,31 @@ fn value() -> impl Strategy<Value = Value> {
         any::<u64>().prop_map(Value::DevPtr),
         any::<u64>().prop_map(Value::HostPtr),
         any::<u64>().prop_map(Value::Size),
-        (0..HandleKind::ALL.len(), any::<u64>())
-            .prop_map(|(k, v)| Value::Handle(HandleKind::ALL[k], v)),
-        (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(x, y, z)| Value::Dim(Dim3 {
-            x,
-            y,
-            z
-        })),
+        (0..HandleKind::ALL.len(), any::<u64>()).prop_map(|(k, v)| Value::Handle(HandleKind::ALL[k], v)),
+        (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(x, y, z)| Value::Dim(Dim3 { x, y, z })),
         ".{0,40}".prop_map(Value::Str),
         prop::collection::vec(any::<u8>(), 0..64).prop_map(Value::Bytes),
-        (any::<u128>(), any::<u64>()).prop_map(|(h, len)| Value::Digest(BlobRef {
-            hash: Hash128(h),
-            len
-        })),
-        (
-            prop::collection::vec(any::<u8>(), 0..64),
-            prop::collection::vec((any::<u32>(), any::<u32>()), 0..8)
-        )
+        (any::<u128>(), any::<u64>()).prop_map(|(h, len)| Value::Digest(BlobRef { hash: Hash128(h), len })),
+        (prop::collection::vec(any::<u8>(), 0..64), prop::collection::vec((any::<u32>(), any::<u32>()), 0..8))
             .prop_map(|(bytes, layout)| Value::KernelParams(KernelParams { bytes, layout })),
         (
             any::<[u32; 6]>(),
             any::<u32>(),
             any::<u64>(),
-            prop::collection::vec(
-                (any::<u32>(), prop::collection::vec(any::<u8>(), 0..16)),
-                0..3
-            )
+            prop::collection::vec((any::<u32>(), prop::collection::vec(any::<u8>(), 0..16)), 0..3)
         )
             .prop_map(|(d, shared_mem, stream, attrs)| {
                 Value::LaunchConfig(LaunchConfig {
-                    grid: Dim3 {
-                        x: d[0],
-                        y: d[1],
-                        z: d[2],
-                    },
-                    block: Dim3 {
-                        x: d[3],
-                        y: d[4],
-                        z: d[5],
-                    },
+                    grid: Dim3 { x: d[0], y: d[1], z: d[2] },
+                    block: Dim3 { x: d[3], y: d[4], z: d[5] },
                     shared_mem,
                     stream,
-                    attrs: attrs
-                        .into_iter()
-                        .map(|(id, value)| LaunchAttr { id, value })
-                        .collect(),
+                    attrs: attrs.into_iter().map(|(id, value)| LaunchAttr { id, value }).collect(),
                 })
             }),
         Just(Value::Null),
     ];
-    leaf.prop_recursive(3, 24, 6, |inner| {
-        prop::collection::vec(inner, 0..6).prop_map(Value::List)
-    })
+    leaf.prop_recursive(3, 24, 6, |inner| prop::collection::vec(inner, 0..6).prop_map(Value::List))
 }
 
 fn function() -> impl Strategy<Value = (Function, api::Variant)> {
@@ -74,27 +47,16 @@ fn function() -> impl Strategy<Value = (Function, api::Variant)> {
     prop_oneof![
         (0..n, any::<prop::sample::Index>()).prop_map(move |(i, s)| {
             let f = &api::functions()[i];
-            (
-                Function::Known(f.id),
-                f.symbols[s.index(f.symbols.len())].variant,
-            )
+            (Function::Known(f.id), f.symbols[s.index(f.symbols.len())].variant)
         }),
-        "[a-z]{1,12}".prop_map(|s| (
-            Function::Other(format!("cuUnmodeled_{s}")),
-            api::Variant::BASE
-        )),
+        "[a-z]{1,12}".prop_map(|s| (Function::Other(format!("cuUnmodeled_{s}")), api::Variant::BASE)),
     ]
 }
 
 fn record() -> impl Strategy<Value = CallRecord> {
     (
         (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
-        (
-            0..ApiLevel::ALL.len(),
-            prop::option::of(any::<u64>()),
-            function(),
-            any::<i32>(),
-        ),
+        (0..ApiLevel::ALL.len(), prop::option::of(any::<u64>()), function(), any::<i32>()),
         prop::collection::vec(value(), 0..8),
         prop::collection::vec(value(), 0..4),
     )
@@ -124,24 +86,9 @@ fn record() -> impl Strategy<Value = CallRecord> {
 
 fn meta() -> impl Strategy<Value = TraceMeta> {
     (
-        (
-            ".{0,20}",
-            any::<i32>(),
-            any::<i32>(),
-            ".{0,20}",
-            any::<u32>(),
-        ),
-        (
-            prop::collection::vec(any::<u8>(), 0..17),
-            prop::collection::vec(".{0,10}", 0..4),
-        ),
-        (
-            any::<u64>(),
-            any::<u64>(),
-            any::<u64>(),
-            any::<u32>(),
-            ".{0,10}",
-        ),
+        (".{0,20}", any::<i32>(), any::<i32>(), ".{0,20}", any::<u32>()),
+        (prop::collection::vec(any::<u8>(), 0..17), prop::collection::vec(".{0,10}", 0..4)),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u32>(), ".{0,10}"),
         prop::collection::vec((".{0,5}", ".{0,5}"), 0..3),
     )
         .prop_map(|(a, b, c, extra)| TraceMeta {
@@ -227,9 +174,7 @@ fn trace_file_fetches_blobs_by_hash() {
     let big: Vec<u8> = (0..50_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let dir = tempfile::tempdir().expect("tmp");
     let path = dir.path().join("t.gl");
-    let w =
-        gpuless_traces::TraceWriter::create(&path, &TraceMeta::default(), common::small_chunks())
-            .expect("writer");
+    let w = gpuless_traces::TraceWriter::create(&path, &TraceMeta::default(), common::small_chunks()).expect("writer");
     let r = w.blob(BlobKind::CodeImage, &big).expect("blob");
     let small = w.blob(BlobKind::HostToDevice, b"hello").expect("blob");
     w.finish().expect("finish");

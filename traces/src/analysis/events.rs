@@ -65,9 +65,7 @@ pub fn stream_of(r: &CallRecord) -> Option<u64> {
     for (i, a) in f.args.iter().enumerate() {
         match (a.kind, r.args.get(i)) {
             (ArgKind::Handle(HandleKind::Stream), Some(Value::Handle(_, v))) => return Some(*v),
-            (ArgKind::Struct("CUlaunchConfig"), Some(Value::LaunchConfig(c))) => {
-                return Some(c.stream)
-            }
+            (ArgKind::Struct("CUlaunchConfig"), Some(Value::LaunchConfig(c))) => return Some(c.stream),
             _ => {}
         }
     }
@@ -77,10 +75,5 @@ pub fn stream_of(r: &CallRecord) -> Option<u64> {
 /// The abstract event for one record.
 pub fn call_event(r: &CallRecord) -> CallEvent {
     let (bytes_up, bytes_down) = transfer_bytes(r);
-    CallEvent {
-        class: r.function.api().map(|f| f.sync),
-        bytes_up,
-        bytes_down,
-        stream: stream_of(r),
-    }
+    CallEvent { class: r.function.api().map(|f| f.sync), bytes_up, bytes_down, stream: stream_of(r) }
 }

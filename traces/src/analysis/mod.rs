@@ -134,13 +134,5 @@ pub fn analyze<R: Read>(
     integrity.good_bytes = rec.good_bytes;
     integrity.skipped_unknown_chunks = rec.skipped_unknown;
     integrity.file_bytes = reader.progress().1;
-    (
-        TraceAnalysis {
-            meta,
-            stats: stats.finish(),
-            sync: sync.finish(),
-            integrity,
-        },
-        error,
-    )
+    (TraceAnalysis { meta, stats: stats.finish(), sync: sync.finish(), integrity }, error)
 }

@@ -44,11 +44,7 @@ pub enum PlotError {
     },
 }
 
-const COLORS: [RGBColor; 3] = [
-    RGBColor(214, 39, 40),
-    RGBColor(31, 119, 180),
-    RGBColor(44, 160, 44),
-];
+const COLORS: [RGBColor; 3] = [RGBColor(214, 39, 40), RGBColor(31, 119, 180), RGBColor(44, 160, 44)];
 
 const CANDIDATES: &[&str] = &[
     "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -69,18 +65,12 @@ fn find_fonts(dir: &Path, depth: u32, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
-    let mut entries: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .take(4096)
-        .collect();
+    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).take(4096).collect();
     entries.sort();
     for p in entries {
         if p.is_dir() {
             find_fonts(&p, depth - 1, out);
-        } else if p
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("ttf") || e.eq_ignore_ascii_case("otf"))
-        {
+        } else if p.extension().is_some_and(|e| e.eq_ignore_ascii_case("ttf") || e.eq_ignore_ascii_case("otf")) {
             out.push(p);
         }
     }
@@ -93,10 +83,7 @@ fn ensure_font() -> bool {
         if std::env::var_os("GPULESS_NO_FONT").is_some() {
             return false;
         }
-        let mut paths: Vec<PathBuf> = std::env::var_os("GPULESS_FONT")
-            .map(PathBuf::from)
-            .into_iter()
-            .collect();
+        let mut paths: Vec<PathBuf> = std::env::var_os("GPULESS_FONT").map(PathBuf::from).into_iter().collect();
         paths.extend(CANDIDATES.iter().map(PathBuf::from));
         let mut found = Vec::new();
         for d in ["/usr/share/fonts", "/usr/local/share/fonts"] {
@@ -135,11 +122,7 @@ fn human(b: f64) -> String {
     format!("{v:.0} {}", units.get(i).unwrap_or(&"B"))
 }
 
-fn timeline<DB: DrawingBackend>(
-    a: &TraceAnalysis,
-    root: DrawingArea<DB, Shift>,
-    text: bool,
-) -> DrawResult
+fn timeline<DB: DrawingBackend>(a: &TraceAnalysis, root: DrawingArea<DB, Shift>, text: bool) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
@@ -149,35 +132,23 @@ where
     let max_bytes = a
         .sync
         .iter()
-        .flat_map(|r| {
-            r.timeline
-                .bins
-                .iter()
-                .map(|b| b.bytes_up.saturating_add(b.bytes_down))
-        })
+        .flat_map(|r| r.timeline.bins.iter().map(|b| b.bytes_up.saturating_add(b.bytes_down)))
         .max()
         .unwrap_or(0)
         .max(1) as f64;
     let mut b = ChartBuilder::on(&root);
     b.margin(16);
     if text {
-        let title = format!(
-            "Sync points over the call timeline (area ~ bytes moved; largest bin {})",
-            human(max_bytes)
-        );
-        b.caption(title, ("sans-serif", 20))
-            .x_label_area_size(40)
-            .y_label_area_size(110);
+        let title =
+            format!("Sync points over the call timeline (area ~ bytes moved; largest bin {})", human(max_bytes));
+        b.caption(title, ("sans-serif", 20)).x_label_area_size(40).y_label_area_size(110);
     }
     let mut chart = b.build_cartesian_2d(0f64..calls as f64, -0.5f64..n - 0.5)?;
     let names: Vec<&str> = a.sync.iter().map(|r| r.policy).collect();
     let label = |y: &f64| {
         let i = y.round();
         if (y - i).abs() < 1e-6 && i >= 0.0 {
-            names
-                .get(i as usize)
-                .map(|s| s.to_string())
-                .unwrap_or_default()
+            names.get(i as usize).map(|s| s.to_string()).unwrap_or_default()
         } else {
             String::new()
         }
@@ -199,49 +170,30 @@ where
         chart.draw_series(r.timeline.bins.iter().filter(|b| b.syncs > 0).map(|b| {
             let bytes = b.bytes_up.saturating_add(b.bytes_down) as f64;
             let radius = 2.0 + 14.0 * ((1.0 + bytes).ln() / (1.0 + max_bytes).ln()).sqrt();
-            Circle::new(
-                (b.first_call as f64 + w / 2.0, row as f64),
-                radius as i32,
-                color.mix(0.45).filled(),
-            )
+            Circle::new((b.first_call as f64 + w / 2.0, row as f64), radius as i32, color.mix(0.45).filled())
         }))?;
     }
     root.present()?;
     Ok(())
 }
 
-fn ecdf<DB: DrawingBackend>(
-    a: &TraceAnalysis,
-    root: DrawingArea<DB, Shift>,
-    text: bool,
-) -> DrawResult
+fn ecdf<DB: DrawingBackend>(a: &TraceAnalysis, root: DrawingArea<DB, Shift>, text: bool) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let max = a
-        .sync
-        .iter()
-        .map(|r| r.segments.max)
-        .max()
-        .unwrap_or(1)
-        .max(2) as f64;
+    let max = a.sync.iter().map(|r| r.segments.max).max().unwrap_or(1).max(2) as f64;
     let mut b = ChartBuilder::on(&root);
     b.margin(16);
     if text {
-        b.caption(
-            "Segment sizes (calls per round trip), ECDF",
-            ("sans-serif", 20),
-        )
-        .x_label_area_size(40)
-        .y_label_area_size(50);
+        b.caption("Segment sizes (calls per round trip), ECDF", ("sans-serif", 20))
+            .x_label_area_size(40)
+            .y_label_area_size(50);
     }
     let mut chart = b.build_cartesian_2d((1f64..max * 1.2).log_scale(), 0f64..1.02)?;
     let mut mesh = chart.configure_mesh();
     if text {
-        mesh.x_desc("calls per segment")
-            .y_desc("fraction of segments")
-            .x_label_formatter(&|x| format!("{x:.0}"));
+        mesh.x_desc("calls per segment").y_desc("fraction of segments").x_label_formatter(&|x| format!("{x:.0}"));
     } else {
         mesh.x_labels(0).y_labels(0);
     }
@@ -259,9 +211,7 @@ where
         let s = chart.draw_series(LineSeries::new(pts, color.stroke_width(2)))?;
         if text {
             let label = format!("{} ({} syncs)", r.policy, r.syncs);
-            s.label(label).legend(move |(x, y)| {
-                PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+            s.label(label).legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], color.stroke_width(2)));
         }
     }
     if text {
@@ -278,42 +228,22 @@ where
 
 /// Write `sync-timeline.{svg,png}` and `segment-ecdf.{svg,png}` into `dir`.
 pub fn write_plots(a: &TraceAnalysis, dir: &Path) -> Result<PlotOutput, PlotError> {
-    std::fs::create_dir_all(dir).map_err(|source| PlotError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+    std::fs::create_dir_all(dir).map_err(|source| PlotError::Io { path: dir.to_path_buf(), source })?;
     let mut out = PlotOutput::default();
     let text = ensure_font();
     if !text {
-        out.warnings.push(
-            "no TrueType font found (set GPULESS_FONT=/path/to/font.ttf): figures have no text"
-                .into(),
-        );
+        out.warnings.push("no TrueType font found (set GPULESS_FONT=/path/to/font.ttf): figures have no text".into());
     }
     let draw = |name: &str, which: u8, out: &mut PlotOutput| -> Result<(), PlotError> {
         let p = dir.join(format!("{name}.svg"));
         let area = SVGBackend::new(&p, (1000, 480)).into_drawing_area();
-        let r = if which == 0 {
-            timeline(a, area, text)
-        } else {
-            ecdf(a, area, text)
-        };
-        r.map_err(|e| PlotError::Draw {
-            path: p.clone(),
-            reason: e.to_string(),
-        })?;
+        let r = if which == 0 { timeline(a, area, text) } else { ecdf(a, area, text) };
+        r.map_err(|e| PlotError::Draw { path: p.clone(), reason: e.to_string() })?;
         out.files.push(p);
         let p = dir.join(format!("{name}.png"));
         let area = BitMapBackend::new(&p, (1000, 480)).into_drawing_area();
-        let r = if which == 0 {
-            timeline(a, area, text)
-        } else {
-            ecdf(a, area, text)
-        };
-        r.map_err(|e| PlotError::Draw {
-            path: p.clone(),
-            reason: e.to_string(),
-        })?;
+        let r = if which == 0 { timeline(a, area, text) } else { ecdf(a, area, text) };
+        r.map_err(|e| PlotError::Draw { path: p.clone(), reason: e.to_string() })?;
         out.files.push(p);
         Ok(())
     };

@@ -123,10 +123,8 @@ impl StatsBuilder {
         s.calls += 1;
         *self.levels.entry(r.level.name()).or_insert(0) += 1;
         let modeled = matches!(r.function, Function::Known(_));
-        *self
-            .functions
-            .entry((r.level.name(), r.function.name().to_string(), modeled))
-            .or_insert(0) += 1;
+        let represented = r.calls_represented();
+        *self.functions.entry((r.level.name(), r.function.name().to_string(), modeled)).or_insert(0) += represented;
         if r.status != 0 {
             s.failed_calls += 1;
         }
@@ -139,7 +137,7 @@ impl StatsBuilder {
         self.first_ts.get_or_insert(r.timestamp_ns);
         self.last_ts = self.last_ts.max(r.timestamp_ns);
         let Some(f) = r.function.api() else {
-            s.unmodeled_calls += 1;
+            s.unmodeled_calls += represented;
             return;
         };
         let kinds: Vec<ArgKind> = f.args.iter().map(|a| a.kind).collect();
@@ -163,10 +161,7 @@ impl StatsBuilder {
         if f.name == "cuGraphLaunch" {
             s.graph_launches += 1;
         }
-        if kinds.contains(&ArgKind::Image)
-            || f.name == "cuModuleLoad"
-            || f.name == "cuLibraryLoadFromFile"
-        {
+        if kinds.contains(&ArgKind::Image) || f.name == "cuModuleLoad" || f.name == "cuLibraryLoadFromFile" {
             s.module_loads += 1;
         }
         // Handle → kernel name, from the look-ups.
@@ -193,22 +188,14 @@ impl StatsBuilder {
         }
         match f.sync {
             SyncClass::AllocatesDevice => {
-                let bytes = if f.name == "cuMemAddressReserve" {
-                    0
-                } else {
-                    size_arg(r, &kinds)
-                };
+                let bytes = if f.name == "cuMemAddressReserve" { 0 } else { size_arg(r, &kinds) };
                 s.allocations.add(bytes);
             }
             SyncClass::FreesDevice => s.frees += 1,
             SyncClass::HostToDevice => s.h2d.add(up),
             SyncClass::DeviceToHost | SyncClass::DeviceToHostAsync => s.d2h.add(down),
-            SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync if down > 0 => {
-                s.d2h.add(down)
-            }
-            SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync if up > 0 => {
-                s.h2d.add(up)
-            }
+            SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync if down > 0 => s.d2h.add(down),
+            SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync if up > 0 => s.h2d.add(up),
             _ if f.group == Group::Copy => s.d2d.add(size_arg(r, &kinds)),
             _ => {}
         }
@@ -230,26 +217,13 @@ impl StatsBuilder {
         let mut fns: Vec<FunctionCount> = self
             .functions
             .into_iter()
-            .map(|((level, name, modeled), count)| FunctionCount {
-                level,
-                name,
-                count,
-                modeled,
-            })
+            .map(|((level, name, modeled), count)| FunctionCount { level, name, count, modeled })
             .collect();
         fns.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
-        self.s.unmodeled = fns
-            .iter()
-            .filter(|f| !f.modeled)
-            .map(|f| (f.name.clone(), f.count))
-            .collect();
+        self.s.unmodeled = fns.iter().filter(|f| !f.modeled).map(|f| (f.name.clone(), f.count)).collect();
         self.s.by_function = fns;
         self.s.unique_kernels = self.launched.len() as u64;
-        let names: HashSet<&String> = self
-            .launched
-            .iter()
-            .filter_map(|h| self.kernel_names.get(h))
-            .collect();
+        let names: HashSet<&String> = self.launched.iter().filter_map(|h| self.kernel_names.get(h)).collect();
         self.s.unique_kernel_names = names.len() as u64;
         self.s.threads = self.threads.len() as u64;
         self.s.span_ns = self.last_ts.saturating_sub(self.first_ts.unwrap_or(0));

@@ -1,0 +1,166 @@
+//! Generates one hook per exported driver symbol of the API table (`$OUT_DIR/hooks.rs`).
+//!
+//! A hook has the symbol's C ABI and only packs its arguments into raw 64-bit words; all
+//! interpretation (what to read, what to store) is done at run time from the same table, so
+//! adding a function to `analyzer/src/api/driver.api` is all it takes to record it.
+
+use std::fmt::Write as _;
+
+use gpuless_analyzer::api::{functions, ApiArg, ArgKind, HandleKind};
+
+/// The Rust type a by-value C argument is passed as (ABI-equivalent; pointers are opaque).
+fn abi_type(a: &ApiArg, fname: &str) -> String {
+    let t = a.c_type.trim();
+    if t.contains('*') || t.contains('[') {
+        return if t.starts_with("const") { "*const c_void" } else { "*mut c_void" }.into();
+    }
+    if let ArgKind::Struct(ty) = a.kind {
+        // A struct passed by value keeps cudarc's type so the ABI matches.
+        return format!("sys::{ty}");
+    }
+    abi_scalar(a, t, fname).into()
+}
+
+fn abi_scalar(a: &ApiArg, t: &str, fname: &str) -> &'static str {
+    let base = t.trim_start_matches("const ").trim();
+    match base {
+        "int" => "i32",
+        "unsigned int" | "unsigned" | "cuuint32_t" => "u32",
+        "short" => "i16",
+        "unsigned short" => "u16",
+        "char" => "i8",
+        "unsigned char" => "u8",
+        "size_t" => "usize",
+        "long long" | "long long int" => "i64",
+        "unsigned long long" | "cuuint64_t" | "unsigned long long int" => "u64",
+        "float" => "f32",
+        "double" => "f64",
+        "CUdeviceptr" | "CUtexObject" | "CUsurfObject" | "CUmemGenericAllocationHandle" => "u64",
+        "CUdevice" => "i32",
+        _ => match a.kind {
+            ArgKind::Handle(HandleKind::Device) => "i32",
+            ArgKind::Handle(HandleKind::TexObject | HandleKind::SurfObject | HandleKind::MemHandle) => "u64",
+            ArgKind::Handle(_) | ArgKind::FnPtr | ArgKind::UserData => "*mut c_void",
+            // C enums are int-sized; taking them as u32 keeps unknown values defined.
+            ArgKind::Enum | ArgKind::Flags | ArgKind::Scalar if base.starts_with("CU") => "u32",
+            _ => panic!("{fname}: no ABI type for by-value argument `{}: {t}`", a.name),
+        },
+    }
+}
+
+fn to_raw(ty: &str, name: &str) -> String {
+    if ty.starts_with("sys::") {
+        // The capture code reads the struct's bytes through this address.
+        return format!("&{name} as *const {ty} as usize as u64");
+    }
+    match ty {
+        "f32" => format!("{name}.to_bits() as u64"),
+        "f64" => format!("{name}.to_bits()"),
+        "*const c_void" | "*mut c_void" => format!("{name} as usize as u64"),
+        "i32" | "i16" | "i8" | "i64" => format!("{name} as i64 as u64"),
+        _ => format!("{name} as u64"),
+    }
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    let mut hooks = String::new();
+    let mut table = String::new();
+    let mut exports = String::new();
+    let mut structs = std::collections::BTreeSet::new();
+    let mut slot = 0usize;
+    for f in functions() {
+        if f.level != gpuless_analyzer::api::ApiLevel::Driver {
+            continue;
+        }
+        for a in f.args {
+            match a.kind {
+                ArgKind::Struct(t) | ArgKind::Structs { ty: t, .. } => {
+                    structs.insert(t);
+                }
+                _ => {}
+            }
+        }
+        let params: Vec<(String, String)> =
+            f.args.iter().enumerate().map(|(i, a)| (format!("a{i}"), abi_type(a, f.name))).collect();
+        let sig = params.iter().map(|(n, t)| format!("{n}: {t}")).collect::<Vec<_>>().join(", ");
+        let tys = params.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>().join(", ");
+        let names = params.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ");
+        let raws = params.iter().map(|(n, t)| to_raw(t, n)).collect::<Vec<_>>().join(", ");
+        for s in f.symbols {
+            writeln!(
+                hooks,
+                "unsafe extern \"C\" fn hook_{slot}({sig}) -> u32 {{\n    \
+                 let real: unsafe extern \"C\" fn({tys}) -> u32 = match crate::hooks::real({slot}) {{ Some(p) => unsafe {{ core::mem::transmute::<*mut c_void, unsafe extern \"C\" fn({tys}) -> u32>(p) }}, None => return crate::hooks::NOT_FOUND }};\n    \
+                 unsafe {{ crate::record::call({slot}, &[{raws}], || real({names})) }}\n}}"
+            )
+            .unwrap();
+            writeln!(
+                table,
+                "    Hook {{ symbol: {:?}, cname: {:?}, func: ApiId({}), hook: crate::hooks::Addr(hook_{slot} as *const ()) }},",
+                s.name,
+                format!("{}\0", s.name),
+                f.id.0
+            )
+            .unwrap();
+            if s.name != "cuGetProcAddress" && s.name != "cuGetProcAddress_v2" {
+                writeln!(
+                    exports,
+                    "#[unsafe(no_mangle)]\npub unsafe extern \"C\" fn {}({sig}) -> u32 {{ unsafe {{ hook_{slot}({names}) }} }}",
+                    s.name
+                )
+                .unwrap();
+            }
+            slot += 1;
+        }
+    }
+    let mut sizes = String::new();
+    for t in &structs {
+        let rust = match *t {
+            "void*" => "*mut c_void".to_string(),
+            "size_t" => "usize".to_string(),
+            "int" => "i32".to_string(),
+            "unsigned int" => "u32".to_string(),
+            "C_STRUCT" => continue,
+            _ => format!("sys::{t}"),
+        };
+        writeln!(sizes, "        {t:?} => Some(core::mem::size_of::<{rust}>()),").unwrap();
+    }
+    let out = format!(
+        "// GENERATED by recorder/build.rs from analyzer/src/api/driver.api. Do not edit.\n\
+         #[allow(unused_imports)]\nuse core::ffi::c_void;\nuse gpuless_analyzer::api::ApiId;\nuse cudarc::driver::sys;\nuse crate::hooks::Hook;\n\n\
+         /// Number of hook slots.\npub const SLOTS: usize = {slot};\n\n\
+         /// Number of pass-through trampolines for unmodeled functions.\npub const TRAMPOLINES: usize = {TRAMPOLINES};\n\n\
+         /// One entry per exported driver symbol of the API table.\npub static HOOKS: [Hook; SLOTS] = [\n{table}];\n\n\
+         /// Size of a C struct named in the API table (cudarc's definition).\npub fn struct_size(name: &str) -> Option<usize> {{\n    match name {{\n{sizes}        _ => None,\n    }}\n}}\n\n\
+         {hooks}\n\
+         /// Exported `cu*` symbols, for programs that link libcuda directly.\npub mod exports {{\n    #![allow(non_snake_case, clippy::missing_safety_doc)]\n    use core::ffi::c_void;\n    use super::*;\n{exports}}}\n"
+    );
+    let dir = std::path::PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    std::fs::write(dir.join("hooks.rs"), out).unwrap();
+    std::fs::write(dir.join("trampolines.s"), trampolines(TRAMPOLINES)).unwrap();
+}
+
+/// Pass-through stubs for driver functions the table does not model: each counts its calls
+/// and jumps to the real function with every register untouched (x86-64).
+const TRAMPOLINES: usize = 512;
+
+fn trampolines(n: usize) -> String {
+    let mut s = String::from(".pushsection .text.gpuless_trampolines,\"ax\",@progbits\n");
+    for i in 0..n {
+        let off = i * 8;
+        writeln!(
+            s,
+            ".p2align 4\n.globl gpuless_tramp_{i}\n.hidden gpuless_tramp_{i}\ngpuless_tramp_{i}:\n    \
+             lock inc qword ptr [rip + {{counts}} + {off}]\n    jmp qword ptr [rip + {{targets}} + {off}]"
+        )
+        .unwrap();
+    }
+    s.push_str(".popsection\n.pushsection .data.rel.ro.gpuless_trampolines,\"aw\",@progbits\n.p2align 3\n");
+    s.push_str(".globl gpuless_tramp_table\n.hidden gpuless_tramp_table\ngpuless_tramp_table:\n");
+    for i in 0..n {
+        writeln!(s, "    .quad gpuless_tramp_{i}").unwrap();
+    }
+    s.push_str(".popsection\n");
+    s
+}

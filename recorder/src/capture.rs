@@ -1,0 +1,352 @@
+//! Turning raw argument words into trace values, driven by the API table's argument kinds.
+//! Inputs are read before the real call, outputs after it.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use cudarc::driver::sys;
+use gpuless_analyzer::api::{ApiArg, ApiFunction, ArgKind, BufLen, Direction, HandleKind, SyncClass};
+use gpuless_traces::{BlobKind, Dim3, KernelParams, LaunchAttr, LaunchConfig, Value};
+
+use crate::hooks::struct_size;
+use crate::intercept::libcuda_symbol;
+use crate::state;
+
+/// Longest C string read from an argument.
+const MAX_CSTR: usize = 4096;
+/// Most elements read from a struct array or option list.
+const MAX_ELEMS: usize = 4096;
+
+/// What a C type is, as far as reading a value of it goes; computed once per argument so the
+/// hot path does no string work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Prim {
+    /// Integers, handles, pointers: the raw word as is.
+    Word,
+    F32,
+    F64,
+    /// Behind a pointer: a 4-byte signed, 4-byte unsigned or 8-byte value, or a pointer.
+    PtrI32,
+    PtrU32,
+    PtrU64,
+    PtrF32,
+    PtrF64,
+    PtrPtr,
+}
+
+fn prim(c_type: &str) -> Prim {
+    let t = c_type.trim();
+    let Some(pointee) = t.strip_suffix('*') else {
+        return match t {
+            "float" => Prim::F32,
+            "double" => Prim::F64,
+            _ => Prim::Word,
+        };
+    };
+    let pointee = pointee.trim().trim_start_matches("const ").trim();
+    match pointee {
+        _ if pointee.ends_with('*') => Prim::PtrPtr,
+        "float" => Prim::PtrF32,
+        "double" => Prim::PtrF64,
+        "int" | "CUdevice" => Prim::PtrI32,
+        "unsigned int" | "unsigned" | "cuuint32_t" => Prim::PtrU32,
+        "size_t"
+        | "cuuint64_t"
+        | "unsigned long long"
+        | "CUdeviceptr"
+        | "CUtexObject"
+        | "CUsurfObject"
+        | "CUmemGenericAllocationHandle" => Prim::PtrU64,
+        // Handles are pointers; enums are int-sized.
+        _ if pointee.starts_with("CU") && pointee.chars().skip(2).all(|c| c.is_ascii_alphanumeric()) => Prim::PtrU64,
+        _ => Prim::PtrU32,
+    }
+}
+
+/// The argument plans of a function, indexed like its arguments.
+fn plans(f: &ApiFunction) -> &'static [Prim] {
+    static PLANS: std::sync::OnceLock<Vec<Vec<Prim>>> = std::sync::OnceLock::new();
+    let all = PLANS.get_or_init(|| {
+        gpuless_analyzer::api::functions().iter().map(|f| f.args.iter().map(|a| prim(a.c_type)).collect()).collect()
+    });
+    all.get(usize::from(f.id.0)).map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// The values of every argument before the call (out-only pointers as their address).
+pub unsafe fn inputs(f: &ApiFunction, raw: &[u64]) -> Vec<Value> {
+    let plans = plans(f);
+    f.args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let v = raw.get(i).copied().unwrap_or(0);
+            if a.dir == Direction::Out {
+                return if v == 0 { Value::Null } else { Value::HostPtr(v) };
+            }
+            // SAFETY: the caller passed these arguments to the driver, which reads them too.
+            unsafe { input(f, a, plans.get(i).copied().unwrap_or(Prim::Word), v, raw) }
+        })
+        .collect()
+}
+
+/// The values the callee wrote to `out`/`inout` arguments (only on success).
+pub unsafe fn outputs(f: &ApiFunction, raw: &[u64], status: u32) -> Vec<Value> {
+    let plans = plans(f);
+    f.out_args()
+        .map(|(i, a)| {
+            let v = raw.get(i).copied().unwrap_or(0);
+            if status != 0 || v == 0 {
+                return Value::Null;
+            }
+            // SAFETY: the driver succeeded, so it wrote a value of the argument's type there.
+            unsafe { output(a, plans.get(i).copied().unwrap_or(Prim::PtrU64), v, raw) }
+        })
+        .collect()
+}
+
+fn buf_len(len: BufLen, raw: &[u64]) -> u64 {
+    match len {
+        BufLen::Arg(i) => raw.get(i as usize).copied().unwrap_or(0),
+        BufLen::Fixed(n) => n as u64,
+    }
+}
+
+unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Value {
+    match a.kind {
+        ArgKind::Scalar | ArgKind::Flags | ArgKind::Enum | ArgKind::Count | ArgKind::Grid | ArgKind::Block => match p {
+            Prim::F32 => Value::F64(f32::from_bits(v as u32) as f64),
+            Prim::F64 => Value::F64(f64::from_bits(v)),
+            _ => Value::U64(v),
+        },
+        ArgKind::Size => Value::Size(v),
+        ArgKind::DevPtr => Value::DevPtr(v),
+        ArgKind::HostPtr | ArgKind::FnPtr | ArgKind::UserData => Value::HostPtr(v),
+        ArgKind::Handle(k) => Value::Handle(k, v),
+        ArgKind::CStr => unsafe { cstr(v) },
+        ArgKind::HostBuf(len) => {
+            let n = buf_len(len, raw);
+            if v == 0 {
+                return Value::Null;
+            }
+            // SAFETY: the driver reads `n` bytes from here for this call.
+            let bytes = unsafe { std::slice::from_raw_parts(v as *const u8, n as usize) };
+            state::blob(BlobKind::HostToDevice, bytes)
+        }
+        ArgKind::Image => unsafe { image(v) },
+        ArgKind::Struct("CUlaunchConfig") => unsafe { launch_config(v) },
+        ArgKind::Struct(ty) => unsafe { struct_bytes(ty, v, 1) },
+        ArgKind::Structs { ty, count_arg } => {
+            let n = raw.get(count_arg as usize).copied().unwrap_or(0) as usize;
+            unsafe { struct_bytes(ty, v, n.min(MAX_ELEMS)) }
+        }
+        ArgKind::KernelParams => unsafe { kernel_params(f, v, raw) },
+        ArgKind::Extra => unsafe { extra(v) },
+    }
+}
+
+unsafe fn output(a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -> Value {
+    // SAFETY (all reads): the driver succeeded and wrote a value of the argument's type at `p`.
+    let read_u32 = || unsafe { std::ptr::read_unaligned(p as *const u32) as u64 };
+    let read_u64 = || unsafe { std::ptr::read_unaligned(p as *const u64) };
+    let read_i32 = || unsafe { std::ptr::read_unaligned(p as *const i32) as i64 };
+    match a.kind {
+        ArgKind::HostBuf(len) => {
+            let n = buf_len(len, raw) as usize;
+            // SAFETY: the driver wrote `n` bytes here (synchronous copies complete on return).
+            let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, n) };
+            if state::capture_outputs() {
+                state::blob(BlobKind::DeviceToHost, bytes)
+            } else {
+                let h = gpuless_traces::Hash128::of(bytes);
+                Value::Digest(gpuless_traces::BlobRef { hash: h, len: n as u64 })
+            }
+        }
+        ArgKind::Handle(HandleKind::Device) => Value::Handle(HandleKind::Device, read_i32() as u64),
+        ArgKind::Handle(k) => Value::Handle(k, read_u64()),
+        ArgKind::DevPtr => Value::DevPtr(read_u64()),
+        ArgKind::Size => Value::Size(if prim == Prim::PtrU32 { read_u32() } else { read_u64() }),
+        ArgKind::CStr if prim == Prim::PtrPtr => unsafe { cstr(read_u64()) },
+        ArgKind::HostPtr if prim == Prim::PtrPtr => Value::HostPtr(read_u64()),
+        ArgKind::Struct(ty) => unsafe { struct_bytes(ty, p, 1) },
+        ArgKind::Scalar | ArgKind::Flags | ArgKind::Enum | ArgKind::Count => match prim {
+            Prim::PtrF32 => Value::F64(f32::from_bits(read_u32() as u32) as f64),
+            Prim::PtrF64 => Value::F64(f64::from_bits(read_u64())),
+            Prim::PtrI32 => Value::I64(read_i32()),
+            Prim::PtrU64 | Prim::PtrPtr => Value::U64(read_u64()),
+            _ => Value::U64(read_u32()),
+        },
+        _ => Value::HostPtr(p),
+    }
+}
+
+unsafe fn cstr(p: u64) -> Value {
+    if p == 0 {
+        return Value::Null;
+    }
+    // SAFETY: a NUL-terminated string the driver reads too; bounded by MAX_CSTR.
+    let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, strnlen(p as *const u8, MAX_CSTR)) };
+    Value::Str(String::from_utf8_lossy(bytes).into_owned())
+}
+
+unsafe fn strnlen(p: *const u8, max: usize) -> usize {
+    (0..max).find(|&i| unsafe { *p.add(i) } == 0).unwrap_or(max)
+}
+
+unsafe fn struct_bytes(ty: &str, p: u64, n: usize) -> Value {
+    let Some(size) = struct_size(ty) else { return Value::HostPtr(p) };
+    if p == 0 || n == 0 {
+        return Value::Null;
+    }
+    // SAFETY: the driver reads `n` structs of this type from here.
+    Value::Bytes(unsafe { std::slice::from_raw_parts(p as *const u8, size * n) }.to_vec())
+}
+
+/// End of the mapping that contains `p`, from /proc/self/maps.
+fn mapping_end(p: u64) -> Option<u64> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|l| {
+        let range = l.split_whitespace().next()?;
+        let (a, b) = range.split_once('-')?;
+        let (a, b) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
+        (a <= p && p < b).then_some(b)
+    })
+}
+
+/// A GPU code image: the fatbin, cubin or PTX bytes stored once as a blob.
+unsafe fn image(p: u64) -> Value {
+    use gpuless_fatbin::Image;
+    let Some(end) = mapping_end(p) else { return Value::HostPtr(p) };
+    // SAFETY: [p, end) is mapped (it is one mapping of this process).
+    let img = unsafe { Image::from_ptr(p as *const u8, (end - p) as usize) };
+    let bytes: &[u8] = match img {
+        Ok(Image::Wrapper(w)) => {
+            let Some(end) = mapping_end(w.data) else { return Value::HostPtr(p) };
+            // SAFETY: as above, for the wrapper's fatbin.
+            match unsafe { Image::from_ptr(w.data as *const u8, (end - w.data) as usize) } {
+                Ok(Image::Fatbin(b)) => b,
+                _ => return Value::HostPtr(p),
+            }
+        }
+        Ok(Image::Fatbin(b)) | Ok(Image::Cubin(b)) | Ok(Image::Ptx(b)) => b,
+        Err(_) => return Value::HostPtr(p),
+    };
+    state::blob(BlobKind::CodeImage, bytes)
+}
+
+unsafe fn launch_config(p: u64) -> Value {
+    if p == 0 {
+        return Value::Null;
+    }
+    // SAFETY: the driver reads this CUlaunchConfig (plain integers and pointers).
+    let c = unsafe { std::ptr::read_unaligned(p as *const sys::CUlaunchConfig) };
+    let size = std::mem::size_of::<sys::CUlaunchAttribute>();
+    let value_at = std::mem::offset_of!(sys::CUlaunchAttribute, value);
+    let value_len = std::mem::size_of::<sys::CUlaunchAttributeValue>();
+    let mut attrs = Vec::new();
+    for i in 0..(c.numAttrs as usize).min(MAX_ELEMS) {
+        if c.attrs.is_null() {
+            break;
+        }
+        let base = c.attrs as usize + i * size;
+        // SAFETY: `numAttrs` attributes follow `attrs`; the id is read as a plain u32.
+        let id = unsafe { std::ptr::read_unaligned(base as *const u32) };
+        let value = unsafe { std::slice::from_raw_parts((base + value_at) as *const u8, value_len) }.to_vec();
+        attrs.push(LaunchAttr { id, value });
+    }
+    Value::LaunchConfig(LaunchConfig {
+        grid: Dim3 { x: c.gridDimX, y: c.gridDimY, z: c.gridDimZ },
+        block: Dim3 { x: c.blockDimX, y: c.blockDimY, z: c.blockDimZ },
+        shared_mem: c.sharedMemBytes,
+        stream: c.hStream as u64,
+        attrs,
+    })
+}
+
+type ParamInfo = unsafe extern "C" fn(*mut c_void, usize, *mut usize, *mut usize) -> u32;
+
+/// Parameter layout of a function or kernel handle, asked of the driver once per handle.
+fn layout(handle: u64) -> Vec<(u32, u32)> {
+    type Layouts = HashMap<u64, Vec<(u32, u32)>>;
+    static CACHE: Mutex<Option<Layouts>> = Mutex::new(None);
+    if let Some(l) = CACHE.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(&handle).cloned())) {
+        return l;
+    }
+    let mut out = Vec::new();
+    for name in ["cuFuncGetParamInfo\0", "cuKernelGetParamInfo\0"] {
+        let p = libcuda_symbol(name);
+        if p.is_null() {
+            continue;
+        }
+        // SAFETY: the driver's function with this C signature.
+        let f: ParamInfo = unsafe { std::mem::transmute::<*mut c_void, ParamInfo>(p) };
+        for i in 0..32_768usize {
+            let (mut off, mut size) = (0usize, 0usize);
+            // SAFETY: valid out-pointers; an invalid index returns an error.
+            if unsafe { f(handle as *mut c_void, i, &mut off, &mut size) } != 0 {
+                break;
+            }
+            out.push((off as u32, size as u32));
+        }
+        if !out.is_empty() {
+            break;
+        }
+    }
+    if let Ok(mut c) = CACHE.lock() {
+        c.get_or_insert_with(HashMap::new).insert(handle, out.clone());
+    }
+    out
+}
+
+unsafe fn kernel_params(f: &ApiFunction, p: u64, raw: &[u64]) -> Value {
+    if p == 0 {
+        return Value::Null;
+    }
+    let Some(fi) = f.args.iter().position(|a| a.kind == ArgKind::Handle(HandleKind::Function)) else {
+        return Value::HostPtr(p);
+    };
+    let layout = layout(raw.get(fi).copied().unwrap_or(0));
+    let total = layout.iter().map(|&(o, s)| o + s).max().unwrap_or(0) as usize;
+    let mut bytes = vec![0u8; total];
+    for (i, &(off, size)) in layout.iter().enumerate() {
+        // SAFETY: kernelParams holds one pointer per parameter, each to `size` bytes.
+        unsafe {
+            let arg = std::ptr::read_unaligned((p as *const *const u8).add(i));
+            if !arg.is_null() {
+                std::ptr::copy_nonoverlapping(arg, bytes.as_mut_ptr().add(off as usize), size as usize);
+            }
+        }
+    }
+    Value::KernelParams(KernelParams { bytes, layout })
+}
+
+/// `void** extra`: the `CU_LAUNCH_PARAM_BUFFER_POINTER` / `_SIZE` pairs.
+unsafe fn extra(p: u64) -> Value {
+    if p == 0 {
+        return Value::Null;
+    }
+    let (mut buf, mut size) = (0usize, 0usize);
+    for i in 0..64 {
+        // SAFETY: a NULL-terminated (CU_LAUNCH_PARAM_END) list of key/value pointers.
+        let key = unsafe { std::ptr::read_unaligned((p as *const usize).add(2 * i)) };
+        if key == 0 {
+            break;
+        }
+        let val = unsafe { std::ptr::read_unaligned((p as *const usize).add(2 * i + 1)) };
+        match key {
+            1 => buf = val,
+            2 if val != 0 => size = unsafe { std::ptr::read_unaligned(val as *const usize) },
+            _ => {}
+        }
+    }
+    if buf == 0 || size == 0 {
+        return Value::HostPtr(p);
+    }
+    // SAFETY: the driver copies `size` bytes from `buf` for this launch.
+    Value::Bytes(unsafe { std::slice::from_raw_parts(buf as *const u8, size.min(1 << 16)) }.to_vec())
+}
+
+/// Whether the function's results reach the host only once the stream has synchronized.
+pub fn deferred(f: &ApiFunction) -> bool {
+    matches!(f.sync, SyncClass::DeviceToHostAsync)
+}

@@ -1,0 +1,220 @@
+//! How calls reach the hooks (REFERENCE.md §3): `dlsym` is interposed, and every driver
+//! entry point handed out through `cuGetProcAddress[_v2]` is replaced by its hook (or by a
+//! counting trampoline when the table does not model it).
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crate::hooks::{self, HOOKS};
+use crate::{state, unmodeled};
+
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+type GpaV2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> u32;
+type GpaV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> u32;
+
+/// The C library's `dlsym` (found with `dlvsym`, which is not interposed).
+fn real_dlsym() -> Option<DlsymFn> {
+    static REAL: OnceLock<usize> = OnceLock::new();
+    let p = *REAL.get_or_init(|| {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: dlvsym with constant NUL-terminated strings.
+            let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !p.is_null() {
+                return p as usize;
+            }
+        }
+        0
+    });
+    // SAFETY: a non-null address of the C library's dlsym.
+    (p != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(p) })
+}
+
+/// `dlopen("libcuda.so.1")`, without loading it twice.
+fn libcuda() -> *mut c_void {
+    static HANDLE: AtomicUsize = AtomicUsize::new(0);
+    let h = HANDLE.load(Ordering::Acquire);
+    if h != 0 {
+        return h as *mut c_void;
+    }
+    // SAFETY: dlopen with a constant name.
+    let mut p = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if p.is_null() {
+        // SAFETY: as above.
+        p = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY) };
+    }
+    HANDLE.store(p as usize, Ordering::Release);
+    p
+}
+
+/// libcuda's own export of `cname` (NUL-terminated), or null.
+pub fn libcuda_symbol(cname: &str) -> *mut c_void {
+    let (Some(dlsym), lib) = (real_dlsym(), libcuda()) else { return std::ptr::null_mut() };
+    if lib.is_null() || !cname.ends_with('\0') {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: a valid handle and a NUL-terminated name.
+    unsafe { dlsym(lib, cname.as_ptr().cast()) }
+}
+
+/// Whether `p` is an address inside this library (our own exports).
+fn is_ours(p: *mut c_void) -> bool {
+    static BASE: OnceLock<usize> = OnceLock::new();
+    let base = *BASE.get_or_init(|| base_of(is_ours as *const () as *mut c_void));
+    base != 0 && base_of(p) == base
+}
+
+fn base_of(p: *mut c_void) -> usize {
+    // SAFETY: dladdr only reads loader data; `info` is a valid out-pointer.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(p, &mut info) == 0 {
+            return 0;
+        }
+        info.dli_fbase as usize
+    }
+}
+
+/// Interposed `dlsym`: hands out our `cuGetProcAddress` and hooks for driver symbols.
+///
+/// # Safety
+/// Same contract as the C library's `dlsym`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    let Some(real) = real_dlsym() else { return std::ptr::null_mut() };
+    // SAFETY: forwarded with the caller's arguments.
+    let found = unsafe { real(handle, symbol) };
+    if found.is_null() || symbol.is_null() || !state::enabled() {
+        return found;
+    }
+    // SAFETY: dlsym's contract: `symbol` is a NUL-terminated string.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+    if !name.starts_with(b"cu") {
+        return found;
+    }
+    let Ok(name) = std::str::from_utf8(name) else { return found };
+    substitute(name, found, true)
+}
+
+/// What to hand out instead of the driver's `p` for `name`.
+fn substitute(name: &str, p: *mut c_void, exact: bool) -> *mut c_void {
+    match name {
+        "cuGetProcAddress_v2" => {
+            store_real(&REAL_GPA_V2, p, "cuGetProcAddress_v2\0");
+            return cuGetProcAddress_v2 as *const () as *mut c_void;
+        }
+        "cuGetProcAddress" => {
+            // `cuGetProcAddress` asked through cuGetProcAddress_v2 resolves to the v2 entry.
+            if p == libcuda_symbol("cuGetProcAddress_v2\0") {
+                store_real(&REAL_GPA_V2, p, "cuGetProcAddress_v2\0");
+                return cuGetProcAddress_v2 as *const () as *mut c_void;
+            }
+            store_real(&REAL_GPA_V1, p, "cuGetProcAddress\0");
+            return cuGetProcAddress as *const () as *mut c_void;
+        }
+        _ => {}
+    }
+    let real = if is_ours(p) { std::ptr::null_mut() } else { p };
+    if exact {
+        // dlsym names the exact exported symbol.
+        if let Some(slot) = hooks::slot_of(name) {
+            if !real.is_null() {
+                hooks::set_real(slot, real);
+            }
+            return HOOKS[slot].hook.ptr();
+        }
+    } else {
+        // cuGetProcAddress takes a base name; the driver picked the variant. Find which of the
+        // exported variants it returned.
+        for &slot in hooks::slots_of_base(name) {
+            if libcuda_symbol(HOOKS[slot].cname) == p {
+                hooks::set_real(slot, p);
+                return HOOKS[slot].hook.ptr();
+            }
+        }
+    }
+    if real.is_null() {
+        return p;
+    }
+    state::note_unmodeled_lookup();
+    unmodeled::wrap(name, real)
+}
+
+static REAL_GPA_V2: AtomicUsize = AtomicUsize::new(0);
+static REAL_GPA_V1: AtomicUsize = AtomicUsize::new(0);
+
+fn store_real(cell: &AtomicUsize, p: *mut c_void, cname: &str) {
+    let p = if is_ours(p) { libcuda_symbol(cname) } else { p };
+    if !p.is_null() {
+        cell.store(p as usize, Ordering::Release);
+    }
+}
+
+fn load_real(cell: &AtomicUsize, cname: &str) -> usize {
+    let v = cell.load(Ordering::Acquire);
+    if v != 0 {
+        return v;
+    }
+    store_real(cell, libcuda_symbol(cname), cname);
+    cell.load(Ordering::Acquire)
+}
+
+/// Our `cuGetProcAddress_v2`: the driver's answer, with hooks substituted.
+///
+/// # Safety
+/// Same contract as the driver's `cuGetProcAddress_v2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> u32 {
+    let real = load_real(&REAL_GPA_V2, "cuGetProcAddress_v2\0");
+    if real == 0 {
+        return hooks::NOT_FOUND;
+    }
+    // SAFETY: the driver's function with the caller's arguments.
+    let r = unsafe { std::mem::transmute::<usize, GpaV2>(real)(symbol, pfn, version, flags, status) };
+    // SAFETY: on success the driver wrote a function pointer to `*pfn`.
+    unsafe { patch(r, symbol, pfn) };
+    r
+}
+
+/// Our `cuGetProcAddress` (v1).
+///
+/// # Safety
+/// Same contract as the driver's `cuGetProcAddress`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> u32 {
+    let real = load_real(&REAL_GPA_V1, "cuGetProcAddress\0");
+    if real == 0 {
+        return hooks::NOT_FOUND;
+    }
+    // SAFETY: the driver's function with the caller's arguments.
+    let r = unsafe { std::mem::transmute::<usize, GpaV1>(real)(symbol, pfn, version, flags) };
+    // SAFETY: as in cuGetProcAddress_v2.
+    unsafe { patch(r, symbol, pfn) };
+    r
+}
+
+unsafe fn patch(r: u32, symbol: *const c_char, pfn: *mut *mut c_void) {
+    if r != 0 || symbol.is_null() || pfn.is_null() || !state::enabled() {
+        return;
+    }
+    // SAFETY: checked non-null; the driver succeeded, so both are valid.
+    let (name, p) = unsafe { (CStr::from_ptr(symbol), *pfn) };
+    if p.is_null() {
+        return;
+    }
+    if let Ok(name) = name.to_str() {
+        // SAFETY: `pfn` is a valid out-pointer.
+        unsafe { *pfn = substitute(name, p, false) };
+    }
+}

@@ -1,0 +1,26 @@
+//! The gpuless recorder: a preload library that records every CUDA driver call of an
+//! unmodified program into a trace file (REFERENCE.md §3).
+//!
+//! `gpuless record -o trace.gl -- CMD` runs CMD with `LD_PRELOAD` naming this library and
+//! `GPULESS_TRACE` naming the trace. The library interposes `dlsym`, hands out its own
+//! `cuGetProcAddress[_v2]`, and replaces every driver entry point with a hook generated from
+//! the API table (`build.rs`); functions the table does not model pass through counting
+//! trampolines. Hooks capture arguments and results by the table's argument kinds and queue
+//! records for the trace writer's background thread. An internal failure disables recording
+//! (said once on stderr); the program's behaviour is never changed.
+
+mod capture;
+mod hooks;
+mod intercept;
+mod record;
+mod state;
+mod unmodeled;
+
+pub use intercept::{cuGetProcAddress, cuGetProcAddress_v2, dlsym};
+pub use state::{ENV_CAPTURE_OUTPUTS, ENV_TRACE};
+
+/// Records are built on the program's threads and freed on the writer's: mimalloc handles
+/// that cross-thread pattern far better than the C library's allocator. Only this library's
+/// own (Rust) allocations use it; the program's malloc is untouched.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -1,0 +1,88 @@
+//! The one function every hook calls: capture inputs, call the driver, capture outputs,
+//! queue the record. Internal failures never reach the program: it gets the driver's answer.
+
+use std::cell::Cell;
+
+use gpuless_analyzer::api::{self, ArgKind};
+use gpuless_traces::{CallRecord, Function, Value};
+
+use crate::hooks::HOOKS;
+use crate::{capture, state};
+
+thread_local! {
+    /// Sequence number of the hooked call this thread is inside, if any.
+    static CURRENT: Cell<Option<u64>> = const { Cell::new(None) };
+    static TID: Cell<u64> = const { Cell::new(0) };
+}
+
+fn tid() -> u64 {
+    TID.with(|t| {
+        if t.get() == 0 {
+            // SAFETY: gettid has no preconditions.
+            t.set(unsafe { libc::gettid() } as u64);
+        }
+        t.get()
+    })
+}
+
+/// Records one call of the hook in `slot`, whose raw arguments are `raw`; `real` performs
+/// the call itself.
+///
+/// # Safety
+/// `raw` must be the arguments the program passed, in the API table's order.
+pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 {
+    if !state::enabled() {
+        return real();
+    }
+    let Some(f) = HOOKS.get(slot).and_then(|h| api::get(h.func)) else { return real() };
+    let seq = state::next_seq();
+    let t0 = state::now_ns();
+    // SAFETY: forwarded from the caller.
+    let args = std::panic::catch_unwind(|| unsafe { capture::inputs(f, raw) });
+    let parent = CURRENT.with(|c| c.replace(Some(seq)));
+    let status = real();
+    CURRENT.with(|c| c.set(parent));
+    let t1 = state::now_ns();
+    if f.name == "cuInit" && status == 0 {
+        state::open(true);
+    }
+    let Ok(args) = args else {
+        state::fail(&format!("capturing the arguments of {} failed", f.name));
+        return status;
+    };
+    // SAFETY: as above; outputs are read only after a successful call.
+    let results = match std::panic::catch_unwind(|| unsafe { capture::outputs(f, raw, status) }) {
+        Ok(mut r) => {
+            if capture::deferred(f) {
+                // An async copy's bytes reach the host only at the next synchronization;
+                // they are not hashed here.
+                for (v, (_, a)) in r.iter_mut().zip(f.out_args()) {
+                    if matches!(a.kind, ArgKind::HostBuf(_)) {
+                        *v = Value::Null;
+                    }
+                }
+            }
+            r
+        }
+        Err(_) => {
+            state::fail(&format!("capturing the results of {} failed", f.name));
+            return status;
+        }
+    };
+    let symbol = HOOKS[slot].symbol;
+    let variant = f.symbols.iter().find(|s| s.name == symbol).map_or(api::Variant::BASE, |s| s.variant);
+    state::emit(CallRecord {
+        seq,
+        thread: tid(),
+        timestamp_ns: t0,
+        duration_ns: t1.saturating_sub(t0),
+        level: f.level,
+        parent,
+        function: Function::Known(f.id),
+        variant,
+        status: status as i32,
+        args,
+        results,
+    });
+    status
+}

@@ -1,0 +1,295 @@
+//! Process-wide recorder state: whether recording is on, the trace writer (created once the
+//! driver is initialized, so the header can name the GPU), and the end of the recording.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, RwLock};
+use std::time::Instant;
+
+use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, TraceMeta, TraceWriter, Value, WriterOptions};
+
+use crate::intercept::libcuda_symbol;
+
+/// Environment variable naming the trace file to write.
+pub const ENV_TRACE: &str = "GPULESS_TRACE";
+/// Set to 1 to store device-to-host results in full instead of their hash.
+pub const ENV_CAPTURE_OUTPUTS: &str = "GPULESS_CAPTURE_OUTPUTS";
+
+static DISABLED: AtomicBool = AtomicBool::new(false);
+static SEQ: AtomicU64 = AtomicU64::new(0);
+static UNMODELED_LOOKUPS: AtomicU64 = AtomicU64::new(0);
+
+struct Config {
+    path: Option<PathBuf>,
+    capture_outputs: bool,
+    start: Instant,
+    start_unix_ns: u64,
+}
+
+fn config() -> &'static Config {
+    static C: OnceLock<Config> = OnceLock::new();
+    C.get_or_init(|| {
+        let path = std::env::var_os(ENV_TRACE).filter(|p| !p.is_empty()).map(PathBuf::from);
+        let start_unix_ns =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        if path.is_some() {
+            // SAFETY: registering plain extern "C" functions with the C library.
+            unsafe {
+                libc::atexit(at_exit);
+                libc::pthread_atfork(None, None, Some(in_child));
+            }
+        }
+        Config {
+            path,
+            capture_outputs: std::env::var(ENV_CAPTURE_OUTPUTS).is_ok_and(|v| v == "1"),
+            start: Instant::now(),
+            start_unix_ns,
+        }
+    })
+}
+
+/// Whether calls are being recorded.
+pub fn enabled() -> bool {
+    !DISABLED.load(Ordering::Relaxed) && config().path.is_some()
+}
+
+/// Whether device-to-host results are stored in full.
+pub fn capture_outputs() -> bool {
+    config().capture_outputs
+}
+
+/// Nanoseconds since the recorder started.
+pub fn now_ns() -> u64 {
+    config().start.elapsed().as_nanos() as u64
+}
+
+/// The next sequence number.
+pub fn next_seq() -> u64 {
+    SEQ.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Counts a `cuGetProcAddress` answer handed out through a counting trampoline.
+pub fn note_unmodeled_lookup() {
+    UNMODELED_LOOKUPS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Stops recording after an internal error, saying so once; the program runs on unchanged.
+pub fn fail(what: &str) {
+    if !DISABLED.swap(true, Ordering::Relaxed) {
+        eprintln!("gpuless: recorder disabled, calls now pass through untouched: {what}");
+    }
+}
+
+enum Sink {
+    /// Before the driver is initialized: records wait here for the header's GPU facts.
+    Pending(Vec<CallRecord>, Vec<(BlobKind, Vec<u8>)>),
+    Open(TraceWriter),
+    Closed,
+}
+
+static SINK: RwLock<Sink> = RwLock::new(Sink::Pending(Vec::new(), Vec::new()));
+static OPENING: Mutex<()> = Mutex::new(());
+
+/// Queues a record.
+pub fn emit(rec: CallRecord) {
+    if let Ok(s) = SINK.read() {
+        match &*s {
+            Sink::Open(w) => {
+                if let Err(e) = w.record(rec) {
+                    drop(s);
+                    fail(&format!("trace writer: {e}"));
+                }
+                return;
+            }
+            Sink::Closed => return,
+            Sink::Pending(..) => {}
+        }
+    }
+    if let Ok(mut s) = SINK.write() {
+        match &mut *s {
+            Sink::Pending(recs, _) => recs.push(rec),
+            Sink::Open(w) => {
+                let _ = w.record(rec);
+            }
+            Sink::Closed => {}
+        }
+    }
+}
+
+/// Stores a blob, returning its reference.
+pub fn blob(kind: BlobKind, data: &[u8]) -> Value {
+    if let Ok(s) = SINK.read() {
+        match &*s {
+            Sink::Open(w) => {
+                return match w.blob(kind, data) {
+                    Ok(r) => Value::Blob(r),
+                    Err(e) => {
+                        drop(s);
+                        fail(&format!("trace writer: {e}"));
+                        Value::Null
+                    }
+                };
+            }
+            Sink::Closed => return Value::Null,
+            Sink::Pending(..) => {}
+        }
+    }
+    let r = BlobRef { hash: gpuless_traces::Hash128::of(data), len: data.len() as u64 };
+    if let Ok(mut s) = SINK.write() {
+        if let Sink::Pending(_, blobs) = &mut *s {
+            blobs.push((kind, data.to_vec()));
+        }
+    }
+    Value::Blob(r)
+}
+
+type DriverGetVersion = unsafe extern "C" fn(*mut c_int) -> u32;
+type DeviceGetName = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> u32;
+type DeviceGetAttribute = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> u32;
+type DeviceGetUuid = unsafe extern "C" fn(*mut u8, c_int) -> u32;
+
+fn driver_fn<T: Copy>(cname: &str) -> Option<T> {
+    let p = libcuda_symbol(cname);
+    // SAFETY: `T` is the function's C signature (size of a pointer), checked by callers.
+    (!p.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
+}
+
+/// Facts about device 0 for the header, asked of the real driver (not through hooks).
+fn device_facts(meta: &mut TraceMeta) {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    // SAFETY: real driver functions with valid out-pointers; the driver is initialized.
+    unsafe {
+        if let Some(f) = driver_fn::<DriverGetVersion>("cuDriverGetVersion\0") {
+            let mut v = 0;
+            if f(&mut v) == 0 {
+                meta.driver_version = v;
+            }
+        }
+        if let Some(f) = driver_fn::<DeviceGetName>("cuDeviceGetName\0") {
+            let mut buf = [0 as c_char; 256];
+            if f(buf.as_mut_ptr(), 255, 0) == 0 {
+                meta.gpu_name = std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned();
+            }
+        }
+        if let Some(f) = driver_fn::<DeviceGetAttribute>("cuDeviceGetAttribute\0") {
+            let (mut ma, mut mi) = (0, 0);
+            if f(&mut ma, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as c_int, 0) == 0
+                && f(&mut mi, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as c_int, 0) == 0
+            {
+                meta.sm = (ma * 10 + mi) as u32;
+            }
+        }
+        if let Some(f) = driver_fn::<DeviceGetUuid>("cuDeviceGetUuid_v2\0") {
+            let mut u = [0u8; 16];
+            if f(u.as_mut_ptr(), 0) == 0 {
+                meta.uuid = u.to_vec();
+            }
+        }
+    }
+}
+
+fn base_meta() -> TraceMeta {
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    TraceMeta {
+        tool_version: format!("gpuless-recorder {}", env!("CARGO_PKG_VERSION")),
+        command_line: cmdline
+            .split(|&b| b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect(),
+        start_time_unix_ns: config().start_unix_ns,
+        pid: std::process::id(),
+        hostname: hostname.trim().to_string(),
+        ..TraceMeta::default()
+    }
+}
+
+/// Opens the trace file once the driver is initialized (or at exit if it never was).
+pub fn open(driver_ready: bool) {
+    let _g = OPENING.lock();
+    if !matches!(SINK.read().as_deref(), Ok(Sink::Pending(..))) {
+        return;
+    }
+    let Some(path) = config().path.clone() else { return };
+    let mut meta = base_meta();
+    if driver_ready {
+        device_facts(&mut meta);
+    }
+    // A child process that inherited the environment writes next to the first trace.
+    let path = match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        Ok(_) => path,
+        Err(_) => {
+            let mut p = path.into_os_string();
+            p.push(format!(".{}", std::process::id()));
+            PathBuf::from(p)
+        }
+    };
+    let opts = WriterOptions { queue_capacity: 1 << 20, ..WriterOptions::default() };
+    let writer = match TraceWriter::create(&path, &meta, opts) {
+        Ok(w) => w,
+        Err(e) => {
+            let mut s = SINK.write().unwrap_or_else(|e| e.into_inner());
+            *s = Sink::Closed;
+            fail(&format!("cannot create {}: {e}", path.display()));
+            return;
+        }
+    };
+    let mut s = SINK.write().unwrap_or_else(|e| e.into_inner());
+    if let Sink::Pending(recs, blobs) = std::mem::replace(&mut *s, Sink::Closed) {
+        for (kind, data) in blobs {
+            let _ = writer.blob_owned(kind, data);
+        }
+        for r in recs {
+            let _ = writer.record(r);
+        }
+    }
+    *s = Sink::Open(writer);
+}
+
+/// Ends the recording: unmodeled call counts, then the index; runs at process exit.
+pub fn finish() {
+    // A process that made no driver call (a shell, a helper tool) leaves no trace behind.
+    if config().path.is_none() || (SEQ.load(Ordering::Relaxed) == 0 && crate::unmodeled::counts().0.is_empty()) {
+        return;
+    }
+    open(false);
+    let (counts, overflow) = crate::unmodeled::counts();
+    for (name, calls) in counts.into_iter().filter(|&(_, c)| c > 0) {
+        let level = crate::unmodeled::level_of(&name);
+        let mut r = CallRecord::new(next_seq(), level, Function::Other(name));
+        r.timestamp_ns = now_ns();
+        r.args = vec![Value::U64(calls)];
+        emit(r);
+    }
+    for name in overflow {
+        let level = crate::unmodeled::level_of(&name);
+        let mut r = CallRecord::new(next_seq(), level, Function::Other(name));
+        r.args = vec![Value::Null];
+        emit(r);
+    }
+    let w = {
+        let mut s = SINK.write().unwrap_or_else(|e| e.into_inner());
+        match std::mem::replace(&mut *s, Sink::Closed) {
+            Sink::Open(w) => Some(w),
+            _ => None,
+        }
+    };
+    if let Some(w) = w {
+        if let Err(e) = w.finish() {
+            eprintln!("gpuless: finishing the trace failed: {e}");
+        }
+    }
+}
+
+extern "C" fn at_exit() {
+    finish();
+    // Calls made after this (other atexit handlers, late threads) pass through unrecorded.
+    DISABLED.store(true, Ordering::Relaxed);
+}
+
+extern "C" fn in_child() {
+    // The writer thread does not exist in a forked child: record nothing there.
+    DISABLED.store(true, Ordering::Relaxed);
+}

@@ -1,0 +1,110 @@
+//! Driver functions the API table does not model still pass through a counting trampoline,
+//! so no call is invisible: at the end of the recording each gets a record with its name and
+//! call count.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use gpuless_analyzer::api::ApiLevel;
+
+use crate::hooks::generated_trampolines as n;
+
+#[allow(clippy::declare_interior_mutable_const)]
+const ZERO: AtomicU64 = AtomicU64::new(0);
+#[allow(clippy::declare_interior_mutable_const)]
+const NULL: AtomicUsize = AtomicUsize::new(0);
+static COUNTS: [AtomicU64; n::TRAMPOLINES] = [ZERO; n::TRAMPOLINES];
+static TARGETS: [AtomicUsize; n::TRAMPOLINES] = [NULL; n::TRAMPOLINES];
+
+#[cfg(target_arch = "x86_64")]
+core::arch::global_asm!(
+    include_str!(concat!(env!("OUT_DIR"), "/trampolines.s")),
+    counts = sym COUNTS,
+    targets = sym TARGETS,
+);
+
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" {
+    static gpuless_tramp_table: [usize; n::TRAMPOLINES];
+}
+
+/// Names of the functions behind each used trampoline, and the reverse map.
+struct Table {
+    names: Vec<String>,
+    by_target: HashMap<(String, usize), usize>,
+    /// Functions handed out unwrapped because the trampolines ran out.
+    overflow: Vec<String>,
+}
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+/// Returns a counting stand-in for the real function `p` named `name`.
+pub fn wrap(name: &str, p: *mut c_void) -> *mut c_void {
+    let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let t = guard.get_or_insert_with(|| Table { names: Vec::new(), by_target: HashMap::new(), overflow: Vec::new() });
+    if let Some(&i) = t.by_target.get(&(name.to_string(), p as usize)) {
+        return stub(i).unwrap_or(p);
+    }
+    let i = t.names.len();
+    match stub(i) {
+        Some(s) => {
+            TARGETS[i].store(p as usize, Ordering::Release);
+            t.names.push(name.to_string());
+            t.by_target.insert((name.to_string(), p as usize), i);
+            s
+        }
+        None => {
+            if !t.overflow.iter().any(|o| o == name) {
+                t.overflow.push(name.to_string());
+            }
+            p
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn stub(i: usize) -> Option<*mut c_void> {
+    // SAFETY: the table is immutable data emitted by global_asm above.
+    unsafe { gpuless_tramp_table.get(i).map(|&a| a as *mut c_void) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn stub(_: usize) -> Option<*mut c_void> {
+    None
+}
+
+/// The library level a symbol name belongs to, from its prefix (`dlsym` also hands out
+/// cuDNN, cuBLAS and runtime entry points, which all start with "cu").
+pub fn level_of(name: &str) -> ApiLevel {
+    if name.starts_with("cudnn") {
+        ApiLevel::Cudnn
+    } else if name.starts_with("cublasLt") {
+        ApiLevel::CublasLt
+    } else if name.starts_with("cublas") {
+        ApiLevel::Cublas
+    } else if name.starts_with("cuda") || name.starts_with("__cuda") {
+        ApiLevel::Runtime
+    } else if name.starts_with("cu") {
+        ApiLevel::Driver
+    } else {
+        ApiLevel::Other
+    }
+}
+
+/// (name, calls) for every unmodeled function handed out, merged by name; plus the names
+/// handed out without a counter.
+pub fn counts() -> (Vec<(String, u64)>, Vec<String>) {
+    let guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(t) = guard.as_ref() else { return (Vec::new(), Vec::new()) };
+    let mut merged: Vec<(String, u64)> = Vec::new();
+    for (i, name) in t.names.iter().enumerate() {
+        let c = COUNTS[i].load(Ordering::Relaxed);
+        match merged.iter_mut().find(|(n, _)| n == name) {
+            Some(e) => e.1 += c,
+            None => merged.push((name.clone(), c)),
+        }
+    }
+    (merged, t.overflow.clone())
+}

@@ -1,0 +1,63 @@
+/* A stand-in for libcuda.so.1 used to test the recorder's plumbing on machines without a GPU:
+ * cuGetProcAddress_v2 resolves names to the functions below, which behave like a tiny device
+ * (one allocation arena in host memory, one module with one kernel of known parameters).
+ * It is never a stand-in for real GPU behaviour: that is proven by scripts/gpu-suite.sh. */
+#include <stdint.h>
+#include <string.h>
+#include <stddef.h>
+
+typedef int CUresult;
+typedef uint64_t CUdeviceptr;
+static unsigned char heap[1 << 20];
+static size_t heap_top = 256;
+static int kernel_token, module_token, ctx_token;
+
+CUresult cuInit(unsigned flags) { (void)flags; return 0; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+CUresult cuDeviceGet(int *d, int ordinal) { *d = ordinal; return 0; }
+CUresult cuDeviceGetName(char *name, int len, int dev) { (void)dev; strncpy(name, "Fake GPU", len); return 0; }
+CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
+  (void)dev; *v = attr == 75 ? 9 : attr == 76 ? 0 : 1; return 0; }
+CUresult cuDeviceGetUuid_v2(unsigned char *u, int dev) { (void)dev; memset(u, 0xab, 16); return 0; }
+CUresult cuCtxGetCurrent(void **c) { *c = &ctx_token; return 0; }
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
+  if (heap_top + n > sizeof heap) return 2;
+  *p = 0x7e0000000000ull + heap_top; heap_top += (n + 255) & ~(size_t)255; return 0; }
+static unsigned char *host(CUdeviceptr p) { return heap + (p - 0x7e0000000000ull); }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { memcpy(host(dst), src, n); return 0; }
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, host(src), n); return 0; }
+CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = &module_token; return 0; }
+CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
+  (void)m; if (strcmp(name, "scale")) return 500; *f = &kernel_token; return 0; }
+/* scale(float* data, float factor, int n): offsets 0, 8, 12; sizes 8, 4, 4 */
+CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *off, size_t *size) {
+  static const size_t o[] = {0, 8, 12}, s[] = {8, 4, 4};
+  if (f != &kernel_token || i > 2) return 1;
+  *off = o[i]; *size = s[i]; return 0; }
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
+  (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)stream; (void)extra;
+  if (f != &kernel_token) return 400;
+  float *d = (float *)host(*(CUdeviceptr *)params[0]);
+  float k = *(float *)params[1]; int n = *(int *)params[2];
+  for (int i = 0; i < n; i++) d[i] *= k;
+  return 0; }
+CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuDevicePrimaryCtxReset_v2(int dev) { (void)dev; return 0; } /* not called: unmodeled probe */
+CUresult cuFakeUnmodeled(int x) { return x; }
+
+struct entry { const char *name; void *fn; };
+static const struct entry table[] = {
+  {"cuInit", cuInit}, {"cuDriverGetVersion", cuDriverGetVersion}, {"cuDeviceGet", cuDeviceGet},
+  {"cuDeviceGetName", cuDeviceGetName}, {"cuDeviceGetAttribute", cuDeviceGetAttribute},
+  {"cuDeviceGetUuid", cuDeviceGetUuid_v2}, {"cuCtxGetCurrent", cuCtxGetCurrent},
+  {"cuMemAlloc", cuMemAlloc_v2}, {"cuMemcpyHtoD", cuMemcpyHtoD_v2}, {"cuMemcpyDtoH", cuMemcpyDtoH_v2},
+  {"cuModuleLoadData", cuModuleLoadData}, {"cuModuleGetFunction", cuModuleGetFunction},
+  {"cuFuncGetParamInfo", cuFuncGetParamInfo}, {"cuLaunchKernel", cuLaunchKernel},
+  {"cuCtxSynchronize", cuCtxSynchronize}, {"cuFakeUnmodeled", cuFakeUnmodeled},
+};
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
+  (void)ver; (void)flags;
+  for (size_t i = 0; i < sizeof table / sizeof *table; i++)
+    if (!strcmp(sym, table[i].name)) { *pfn = table[i].fn; if (status) *status = 1; return 0; }
+  *pfn = 0; if (status) *status = 2; return 500; }

@@ -1,0 +1,54 @@
+/* A driver-API program that reaches libcuda the way cudart does: dlopen, dlsym of
+ * cuGetProcAddress_v2, then every entry point through it. Prints its results. */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef int (*gpa_t)(const char *, void **, int, uint64_t, int *);
+static gpa_t gpa;
+static void *get(const char *name) {
+  void *p = 0; int st = 0;
+  if (gpa(name, &p, 13000, 0, &st) || !p) { fprintf(stderr, "no %s\n", name); exit(3); }
+  return p; }
+
+int main(int argc, char **argv) {
+  int iters = argc > 1 ? atoi(argv[1]) : 0;
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 2; }
+  gpa = (gpa_t)dlsym(lib, "cuGetProcAddress_v2");
+  int (*init)(unsigned) = get("cuInit");
+  int (*alloc)(uint64_t *, size_t) = get("cuMemAlloc");
+  int (*htod)(uint64_t, const void *, size_t) = get("cuMemcpyHtoD");
+  int (*dtoh)(void *, uint64_t, size_t) = get("cuMemcpyDtoH");
+  int (*load)(void **, const void *) = get("cuModuleLoadData");
+  int (*getf)(void **, void *, const char *) = get("cuModuleGetFunction");
+  int (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                void **, void **) = get("cuLaunchKernel");
+  int (*cur)(void **) = get("cuCtxGetCurrent");
+  int (*unmodeled)(int) = get("cuFakeUnmodeled");
+  static const char ptx[] = ".version 9.0\n.target sm_90\n.address_size 64\n";
+  float h[64]; for (int i = 0; i < 64; i++) h[i] = (float)i;
+  uint64_t d; void *mod, *fn;
+  if (init(0) || alloc(&d, sizeof h) || htod(d, h, sizeof h) || load(&mod, ptx) || getf(&fn, mod, "scale")) return 4;
+  float k = 2.5f; int n = 64; void *params[] = {&d, &k, &n};
+  if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0)) return 5;
+  if (dtoh(h, d, sizeof h)) return 6;
+  unmodeled(0); unmodeled(0);
+  double sum = 0; for (int i = 0; i < 64; i++) sum += h[i];
+  printf("sum=%.1f\n", sum);
+  if (iters > 0) { /* per-call cost of a cheap query and of a launch */
+    struct timespec a, b; void *c;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int i = 0; i < iters; i++) cur(&c);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double q = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / iters;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int i = 0; i < iters; i++) launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double l = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / iters;
+    printf("ns_per_query=%.1f ns_per_launch=%.1f\n", q, l);
+  }
+  return 0;
+}

@@ -1,0 +1,123 @@
+//! The recorder's plumbing, end to end, without a GPU: a C program reaches a stand-in libcuda
+//! (tests/fake/libcuda.c) the way cudart does — dlopen, dlsym("cuGetProcAddress_v2"), then
+//! every entry point through it — with the real recorder preloaded. The trace must hold every
+//! call with its arguments, the H2D payload and code image as blobs, the kernel parameters laid
+//! out by cuFuncGetParamInfo, the D2H result's hash, and the unmodeled function's call count.
+//! Real GPU behaviour is proven by scripts/gpu-suite.sh on the device machine.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpuless_traces::{ChunkBody, Function, Hash128, ReaderOptions, TraceReader, Value};
+
+fn recorder_lib() -> PathBuf {
+    // target/<profile>/deps/fake_driver-HASH → target/<profile>/libgpuless_recorder.so
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().join("libgpuless_recorder.so")
+}
+
+fn cc(args: &[&str]) {
+    let st = Command::new("cc").args(args).status().expect("a C compiler (cc) is needed for this test");
+    assert!(st.success(), "cc {args:?}");
+}
+
+fn build(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake");
+    let lib = dir.join("libcuda.so.1");
+    cc(&["-O2", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), src.join("libcuda.c").to_str().unwrap()]);
+    let prog = dir.join("program");
+    cc(&["-O2", "-o", prog.to_str().unwrap(), src.join("program.c").to_str().unwrap(), "-ldl"]);
+    prog
+}
+
+#[test]
+fn records_a_driver_api_program() {
+    let lib = recorder_lib();
+    assert!(lib.is_file(), "{} missing: build the cdylib", lib.display());
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path());
+    let trace = dir.path().join("t.gl");
+    let native = Command::new(&prog).env("LD_LIBRARY_PATH", dir.path()).output().unwrap();
+    let recorded = Command::new(&prog)
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("LD_PRELOAD", &lib)
+        .env("GPULESS_TRACE", &trace)
+        .output()
+        .unwrap();
+    assert!(native.status.success() && recorded.status.success(), "{recorded:?}");
+    assert_eq!(native.stdout, recorded.stdout, "the recorder must not change the program's output");
+    assert_eq!(String::from_utf8_lossy(&native.stdout).trim(), "sum=5040.0");
+
+    let reader = TraceReader::open(&trace, ReaderOptions { blob_data: true, check_blob_refs: true }).unwrap();
+    assert_eq!(reader.meta().gpu_name, "Fake GPU");
+    assert_eq!(reader.meta().sm, 90);
+    let mut calls = Vec::new();
+    let mut blobs = Vec::new();
+    for chunk in reader {
+        match chunk.unwrap().body {
+            ChunkBody::Calls(c) => calls.extend(c),
+            ChunkBody::Blobs(b) => blobs.extend(b),
+            _ => {}
+        }
+    }
+    let names: Vec<&str> = calls.iter().map(|c| c.function.name()).collect();
+    for want in [
+        "cuInit",
+        "cuMemAlloc",
+        "cuMemcpyHtoD",
+        "cuModuleLoadData",
+        "cuModuleGetFunction",
+        "cuLaunchKernel",
+        "cuMemcpyDtoH",
+    ] {
+        assert!(names.contains(&want), "{want} not recorded: {names:?}");
+    }
+    let find = |n: &str| calls.iter().find(|c| c.function.name() == n).unwrap();
+    // Sequence numbers are unique and follow the program's order.
+    assert!(calls.windows(2).all(|w| w[0].seq < w[1].seq));
+
+    let alloc = find("cuMemAlloc");
+    assert_eq!(alloc.variant.version, 2, "cuMemAlloc through cuGetProcAddress is cuMemAlloc_v2");
+    let Value::DevPtr(ptr) = alloc.results[0] else { panic!("{:?}", alloc.results) };
+    assert_eq!(ptr, 0x7e00_0000_0100);
+
+    let h: Vec<u8> = (0..64).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let htod = find("cuMemcpyHtoD");
+    let Value::Blob(b) = &htod.args[1] else { panic!("{:?}", htod.args) };
+    assert_eq!(b.hash, Hash128::of(&h));
+    assert!(blobs.iter().any(|p| p.hash == b.hash), "H2D payload stored");
+
+    let launch = find("cuLaunchKernel");
+    let Value::KernelParams(kp) = &launch.args[9] else { panic!("{:?}", launch.args) };
+    assert_eq!(kp.layout, [(0, 8), (8, 4), (12, 4)]);
+    assert_eq!(&kp.bytes[0..8], &ptr.to_le_bytes());
+    assert_eq!(&kp.bytes[8..12], &2.5f32.to_le_bytes());
+    assert_eq!(&kp.bytes[12..16], &64i32.to_le_bytes());
+
+    let out: Vec<u8> = (0..64).flat_map(|i| (i as f32 * 2.5).to_le_bytes()).collect();
+    let dtoh = find("cuMemcpyDtoH");
+    let Value::Digest(d) = &dtoh.results[0] else { panic!("{:?}", dtoh.results) };
+    assert_eq!((d.hash, d.len), (Hash128::of(&out), 256));
+
+    let image = find("cuModuleLoadData");
+    assert!(matches!(image.args[1], Value::Blob(_)), "PTX image stored: {:?}", image.args);
+
+    let unmodeled = calls.iter().find(|c| matches!(&c.function, Function::Other(n) if n == "cuFakeUnmodeled")).unwrap();
+    assert_eq!(unmodeled.args, [Value::U64(2)], "two calls counted through the trampoline");
+}
+
+#[test]
+fn programs_without_cuda_are_untouched_and_leave_no_trace() {
+    let lib = recorder_lib();
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.gl");
+    let out = Command::new("sh")
+        .args(["-c", "echo hello; exit 3"])
+        .env("LD_PRELOAD", &lib)
+        .env("GPULESS_TRACE", &trace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.stdout, b"hello\n");
+    assert!(!trace.exists());
+}
