@@ -95,3 +95,37 @@ fn bad_input_exits_2_naming_file_and_offset() {
     assert_eq!(code, 2);
     assert!(err.contains("sm_90"), "{err}");
 }
+
+fn trace(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/traces").join(name)
+}
+
+#[test]
+fn real_traces_recorded_on_the_gpu_machine() {
+    // testdata/traces/vecadd.gl: `gpuless record -- ./vecadd 4096` on an H200 (driver 580).
+    let (code, out, err) = gpuless(&["analyze", "--json", trace("vecadd.gl").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["meta"]["gpu_name"], "NVIDIA H200");
+    let s = &v["stats"];
+    assert_eq!(s["kernel_launches"], 1);
+    assert_eq!(s["unmodeled_calls"], 0);
+    assert_eq!(s["h2d"]["count"], 2);
+    assert_eq!(s["h2d"]["bytes"], 2 * 4096 * 4);
+    assert_eq!(s["d2h"]["count"], 1);
+    // The table output works on the rdc trace too, and a closed pipe is not an error.
+    let (code, out, err) = gpuless(&["analyze", trace("rdc_app.gl").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("cuLaunchKernel"), "{out}");
+}
+
+#[test]
+fn plots_are_written_for_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) =
+        gpuless(&["analyze", "--plot", dir.path().to_str().unwrap(), trace("vecadd.gl").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let files: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(files.iter().any(|f| f.ends_with(".svg")) && files.iter().any(|f| f.ends_with(".png")), "{files:?}");
+}
