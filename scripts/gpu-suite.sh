@@ -150,6 +150,58 @@ PY2
   fi
 fi
 
+# ---- 4. replayer -------------------------------------------------------------------------
+replay_check() { # label, trace
+  local label=$1 trace=$2 name
+  name=$(basename "$trace" .gl)
+  if [[ ! -f $trace ]]; then row "$label" FAIL "no trace"; return; fi
+  "$gl" replay --json "$trace" >"$out/replay-$name.json" 2>"$out/replay-$name.err"; local rc=$?
+  local stats
+  stats=$(python3 - "$out/replay-$name.json" <<'PY2' 2>&1 | tail -n 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+fr = r["first_result_s"]
+print(f"{r['executed']}/{r['calls']} records executed, {r['launches']} launches, "
+      f"{r['results_verified']} results verified, {len(r['mismatches'])} mismatches, "
+      f"{r['results_unverified']} unverifiable; allocations exact {r['allocations_exact']}, "
+      f"translated {r['allocations_translated']}; first result {fr if fr is None else round(fr, 3)} s, total {r['total_s']:.3f} s")
+PY2
+  )
+  [[ $rc == 0 ]] && row "$label" PASS "$stats" || row "$label" FAIL "rc=$rc $stats $(tail -n 1 "$out/replay-$name.err")"
+}
+replay_check "replay: testdata/traces/vecadd.gl" testdata/traces/vecadd.gl
+replay_check "replay: testdata/traces/rdc_app.gl" testdata/traces/rdc_app.gl
+for t in vecadd_static vecadd_shared rdc resnet50; do
+  [[ -f $out/$t.gl ]] && replay_check "replay: $t (recorded in this run)" "$out/$t.gl"
+done
+for f in replay-resnet50.json replay-resnet50.err; do [[ -f $out/$f ]] && cp "$out/$f" "$final/"; done
+
+# ---- 5. devices (read-only NVML) ------------------------------------------------------
+if "$gl" devices >"$out/devices.txt" 2>&1 && "$gl" devices --json >"$out/devices.json" 2>&1; then
+  nvidia-smi mig -lgip >"$out/nvidia-smi-lgip.txt" 2>&1
+  agree=$(python3 - "$out/devices.json" "$out/nvidia-smi-lgip.txt" <<'PY2'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+smi = open(sys.argv[2]).read()
+rows = {m.group(1): (int(m.group(2)), int(m.group(3)), int(m.group(4)), float(m.group(5)), int(m.group(6)))
+        for m in re.finditer(r"MIG (\S+)\s+(\d+)\s+(\d+)/(\d+)\s+([\d.]+)\s+\S+\s+(\d+)", smi)}
+bad = []
+n = 0
+for g in d["gpus"]:
+    for p in g.get("profiles", []):
+        n += 1
+        r = rows.get(p["name"])
+        mine = (p["id"], p.get("free_instances"), p.get("max_instances"), round(p["memory_mib"] / 1024, 2), p["sms"])
+        if r is None or (r[0], r[1], r[2], round(r[3], 2), r[4]) != mine:
+            bad.append(f"{p['name']}: gpuless {mine} nvidia-smi {r}")
+print(f"{n} profiles compared, {len(bad)} differ" + (": " + "; ".join(bad) if bad else ""))
+PY2
+  )
+  [[ $agree == *", 0 differ"* ]] && row "devices vs nvidia-smi mig -lgip" PASS "$agree" || row "devices vs nvidia-smi mig -lgip" FAIL "$agree"
+else
+  row "devices vs nvidia-smi mig -lgip" FAIL "$(tail -n 1 "$out/devices.txt")"
+fi
+
 # ---- summary ------------------------------------------------------------------------------
 note ""
 note "| check | result | details |"
@@ -157,7 +209,7 @@ note "|---|---|---|"
 for r in "${rows[@]}"; do IFS='|' read -r a b c <<<"$r"; note "| $a | $b | $c |"; done
 note ""
 note "$pass passed, $fail failed"
-for f in report.md speed.jsonl speed-sm90a.jsonl oracle-testdata.json oracle-torch.json resnet50.analysis.txt; do
+for f in report.md speed.jsonl speed-sm90a.jsonl oracle-torch.json resnet50.analysis.txt; do
   [[ -f $out/$f ]] && cp "$out/$f" "$final/"
 done
 tar czf "$final/details.tgz" -C "$out" --exclude='*.gl' . 2>/dev/null

@@ -9,9 +9,11 @@
 
 mod analyze_binary;
 mod analyze_trace;
+mod devices;
 mod driver_check;
 mod progress;
 mod record;
+mod replay;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +40,24 @@ enum Command {
         /// The program and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
+    },
+    /// List GPUs with their MIG mode, GPU-instance profiles, legal placements and instances
+    /// (read-only NVML queries).
+    Devices {
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-execute a trace on this machine's GPU and verify every result against the recording.
+    Replay {
+        /// The trace to replay.
+        trace: PathBuf,
+        /// Do not compare device-to-host results.
+        #[arg(long)]
+        no_verify: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Report the GPU code in a host ELF (.so, executable), fatbin or cubin: entries, kernels,
     /// and each kernel's parameter layout read from the cubin (no GPU, no cuobjdump).
@@ -95,6 +115,8 @@ fn is_trace_file(path: &std::path::Path) -> bool {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record { output, capture_outputs, command } => record::run(&output, capture_outputs, &command),
+        Command::Replay { trace, no_verify, json } => replay::run(&trace, no_verify, json),
+        Command::Devices { json } => devices::run(json).map(|()| ExitCode::SUCCESS),
         Command::Analyze { paths, arch, json, plot, check_driver, no_progress } => {
             if let Some(a) = &arch {
                 if gpuless_fatbin::parse_arch(a).is_none() {

@@ -12,6 +12,7 @@
 mod capture;
 mod hooks;
 mod intercept;
+mod pending;
 mod record;
 mod state;
 mod unmodeled;

@@ -7,7 +7,7 @@ use gpuless_analyzer::api::{self, ArgKind};
 use gpuless_traces::{CallRecord, Function, Value};
 
 use crate::hooks::HOOKS;
-use crate::{capture, state};
+use crate::{capture, pending, state};
 
 thread_local! {
     /// Sequence number of the hooked call this thread is inside, if any.
@@ -54,8 +54,8 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
     let results = match std::panic::catch_unwind(|| unsafe { capture::outputs(f, raw, status) }) {
         Ok(mut r) => {
             if capture::deferred(f) {
-                // An async copy's bytes reach the host only at the next synchronization;
-                // they are not hashed here.
+                // An async copy's bytes reach the host only at the next synchronization:
+                // `pending` hashes them then.
                 for (v, (_, a)) in r.iter_mut().zip(f.out_args()) {
                     if matches!(a.kind, ArgKind::HostBuf(_)) {
                         *v = Value::Null;
@@ -71,7 +71,7 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
     };
     let symbol = HOOKS[slot].symbol;
     let variant = f.symbols.iter().find(|s| s.name == symbol).map_or(api::Variant::BASE, |s| s.variant);
-    state::emit(CallRecord {
+    let rec = CallRecord {
         seq,
         thread: tid(),
         timestamp_ns: t0,
@@ -83,6 +83,14 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
         status: status as i32,
         args,
         results,
-    });
+    };
+    if status == 0 && capture::deferred(f) {
+        pending::defer(f, raw, rec);
+    } else {
+        state::emit(rec);
+    }
+    if status == 0 {
+        pending::after(f, raw);
+    }
     status
 }

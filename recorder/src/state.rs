@@ -255,6 +255,7 @@ pub fn finish() {
         return;
     }
     open(false);
+    crate::pending::flush_unsynchronized();
     let (counts, overflow) = crate::unmodeled::counts();
     for (name, calls) in counts.into_iter().filter(|&(_, c)| c > 0) {
         let level = crate::unmodeled::level_of(&name);

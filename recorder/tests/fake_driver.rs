@@ -76,6 +76,7 @@ fn records_a_driver_api_program() {
             _ => {}
         }
     }
+    calls.sort_by_key(|c| c.seq);
     let names: Vec<&str> = calls.iter().map(|c| c.function.name()).collect();
     for want in [
         "cuInit",
@@ -114,6 +115,13 @@ fn records_a_driver_api_program() {
     let dtoh = find("cuMemcpyDtoH");
     let Value::Digest(d) = &dtoh.results[0] else { panic!("{:?}", dtoh.results) };
     assert_eq!((d.hash, d.len), (Hash128::of(&out), 256));
+
+    // The async copy's record is written at the stream synchronization, with the hash of the
+    // bytes that reached the host.
+    let dtoh_async = find("cuMemcpyDtoHAsync");
+    let Value::Digest(d) = &dtoh_async.results[0] else { panic!("{:?}", dtoh_async.results) };
+    assert_eq!((d.hash, d.len), (Hash128::of(&out), 256));
+    assert!(find("cuStreamSynchronize").seq > dtoh_async.seq);
 
     let image = find("cuModuleLoadData");
     assert!(matches!(image.args[1], Value::Blob(_)), "PTX image stored: {:?}", image.args);

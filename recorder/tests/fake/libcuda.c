@@ -26,6 +26,9 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 static unsigned char *host(CUdeviceptr p) { return heap + (p - 0x7e0000000000ull); }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { memcpy(host(dst), src, n); return 0; }
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, host(src), n); return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream) {
+  (void)stream; memcpy(dst, host(src), n); return 0; }
+CUresult cuStreamSynchronize(void *stream) { (void)stream; return 0; }
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = &module_token; return 0; }
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
   (void)m; if (strcmp(name, "scale")) return 500; *f = &kernel_token; return 0; }
@@ -54,7 +57,8 @@ static const struct entry table[] = {
   {"cuMemAlloc", cuMemAlloc_v2}, {"cuMemcpyHtoD", cuMemcpyHtoD_v2}, {"cuMemcpyDtoH", cuMemcpyDtoH_v2},
   {"cuModuleLoadData", cuModuleLoadData}, {"cuModuleGetFunction", cuModuleGetFunction},
   {"cuFuncGetParamInfo", cuFuncGetParamInfo}, {"cuLaunchKernel", cuLaunchKernel},
-  {"cuCtxSynchronize", cuCtxSynchronize}, {"cuFakeUnmodeled", cuFakeUnmodeled},
+  {"cuCtxSynchronize", cuCtxSynchronize}, {"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2},
+  {"cuStreamSynchronize", cuStreamSynchronize}, {"cuFakeUnmodeled", cuFakeUnmodeled},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)ver; (void)flags;

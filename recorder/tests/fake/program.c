@@ -28,6 +28,8 @@ int main(int argc, char **argv) {
                 void **, void **) = get("cuLaunchKernel");
   int (*cur)(void **) = get("cuCtxGetCurrent");
   int (*unmodeled)(int) = get("cuFakeUnmodeled");
+  int (*dtoh_async)(void *, uint64_t, size_t, void *) = get("cuMemcpyDtoHAsync");
+  int (*sync)(void *) = get("cuStreamSynchronize");
   static const char ptx[] = ".version 9.0\n.target sm_90\n.address_size 64\n";
   float h[64]; for (int i = 0; i < 64; i++) h[i] = (float)i;
   uint64_t d; void *mod, *fn;
@@ -36,6 +38,9 @@ int main(int argc, char **argv) {
   if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0)) return 5;
   if (dtoh(h, d, sizeof h)) return 6;
   unmodeled(0); unmodeled(0);
+  float again[64];
+  if (dtoh_async(again, d, sizeof again, 0) || sync(0)) return 7;
+  for (int i = 0; i < 64; i++) if (again[i] != h[i]) return 8;
   double sum = 0; for (int i = 0; i < 64; i++) sum += h[i];
   printf("sum=%.1f\n", sum);
   if (iters > 0) { /* per-call cost of a cheap query and of a launch */

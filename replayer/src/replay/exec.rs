@@ -1,0 +1,480 @@
+//! Executing one recorded call. Arguments are found by their names in the API table, so the
+//! dispatch below reads like the driver's documentation.
+
+use std::ffi::{c_void, CString};
+
+use cudarc::driver::sys;
+use gpuless_analyzer::api::ApiFunction;
+use gpuless_traces::{CallRecord, Hash128, Value};
+
+use super::{check, LoadedTrace, ReplayError, Report, State};
+
+/// Kernels remembered for mismatch reports.
+const RECENT_KERNELS: usize = 4;
+
+struct Call<'a> {
+    f: &'static ApiFunction,
+    rec: &'a CallRecord,
+}
+
+impl<'a> Call<'a> {
+    fn arg(&self, name: &str) -> Option<&'a Value> {
+        let i = self.f.args.iter().position(|a| a.name == name)?;
+        self.rec.args.get(i)
+    }
+
+    fn result(&self, name: &str) -> Option<&'a Value> {
+        let i = self.f.out_args().position(|(_, a)| a.name == name)?;
+        self.rec.results.get(i)
+    }
+
+    fn word(&self, name: &str) -> Result<u64, ReplayError> {
+        self.arg(name).and_then(word).ok_or_else(|| self.missing(name))
+    }
+
+    fn out_word(&self, name: &str) -> Result<u64, ReplayError> {
+        self.result(name).and_then(word).ok_or_else(|| self.missing(name))
+    }
+
+    fn missing(&self, what: &str) -> ReplayError {
+        ReplayError::Inconsistent {
+            seq: self.rec.seq,
+            what: self.f.name.to_string(),
+            problem: format!("argument `{what}` not recorded"),
+        }
+    }
+
+    fn inconsistent(&self, problem: String) -> ReplayError {
+        ReplayError::Inconsistent { seq: self.rec.seq, what: self.f.name.to_string(), problem }
+    }
+}
+
+fn word(v: &Value) -> Option<u64> {
+    match *v {
+        Value::U64(x) | Value::DevPtr(x) | Value::HostPtr(x) | Value::Size(x) | Value::Handle(_, x) => Some(x),
+        Value::I64(x) => Some(x as u64),
+        Value::Null => Some(0),
+        _ => None,
+    }
+}
+
+impl State {
+    fn stream(&self, recorded: u64) -> sys::CUstream {
+        // 0, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) mean the same at replay.
+        match recorded {
+            0..=2 => recorded as sys::CUstream,
+            s => self.streams.get(&s).copied().unwrap_or(std::ptr::null_mut()),
+        }
+    }
+
+    fn function(&self, recorded: u64) -> Option<sys::CUfunction> {
+        self.functions.get(&recorded).copied().or_else(|| self.kernels.get(&recorded).map(|&k| k as sys::CUfunction))
+    }
+}
+
+fn blob<'t>(trace: &'t LoadedTrace, c: &Call<'_>, v: Option<&Value>) -> Result<&'t [u8], ReplayError> {
+    match v {
+        Some(Value::Blob(b)) => trace
+            .blobs
+            .get(&b.hash)
+            .map(Vec::as_slice)
+            .filter(|d| d.len() as u64 == b.len)
+            .ok_or_else(|| c.inconsistent(format!("blob {} ({} bytes) missing from the trace", b.hash, b.len))),
+        other => Err(c.inconsistent(format!("expected stored bytes, found {other:?}"))),
+    }
+}
+
+/// Executes one record.
+pub(crate) fn call(
+    st: &mut State,
+    trace: &LoadedTrace,
+    rec: &CallRecord,
+    report: &mut Report,
+) -> Result<(), ReplayError> {
+    let Some(f) = rec.function.api() else {
+        *report.not_replayed.entry(rec.function.name().to_string()).or_insert(0) += rec.calls_represented();
+        return Ok(());
+    };
+    if rec.status != 0 {
+        // The call failed when recorded: it changed nothing then, so nothing is replayed.
+        *report.not_replayed.entry(format!("{} (failed when recorded)", f.name)).or_insert(0) += 1;
+        return Ok(());
+    }
+    let c = Call { f, rec };
+    let seq = rec.seq;
+    // SAFETY (whole match): driver calls with handles and addresses translated to live ones
+    // and host buffers owned here, sized as recorded.
+    unsafe {
+        match f.name {
+            "cuMemAlloc" | "cuMemAllocAsync" => {
+                let recorded = c.out_word("dptr")?;
+                st.mem.alloc(recorded, c.word("bytesize")?, seq)?;
+            }
+            "cuMemAllocPitch" => {
+                let recorded = c.out_word("dptr")?;
+                let size = c.out_word("pPitch")? * c.word("Height")?;
+                st.mem.alloc(recorded, size, seq)?;
+            }
+            "cuMemFree" | "cuMemFreeAsync" => st.mem.free(c.word("dptr")?),
+            "cuMemcpyHtoD" | "cuMemcpyHtoDAsync" => {
+                let data = blob(trace, &c, c.arg("srcHost"))?;
+                let dst = st.mem.translate(c.word("dstDevice")?);
+                check(sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len()), seq, f.name)?;
+            }
+            "cuMemcpyDtoH" | "cuMemcpyDtoHAsync" => {
+                let n = c.word("ByteCount")? as usize;
+                let mut host = vec![0u8; n];
+                let src = st.mem.translate(c.word("srcDevice")?);
+                check(sys::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), src, n), seq, f.name)?;
+                if report.first_result_s.is_none() {
+                    report.first_result_s = Some(super::since_process_start());
+                }
+                verify(st, &c, &host, trace, report);
+            }
+            "cuMemcpyDtoD" | "cuMemcpyDtoDAsync" | "cuMemcpy" | "cuMemcpyAsync" => {
+                let (dn, sn) =
+                    if f.name.starts_with("cuMemcpyDtoD") { ("dstDevice", "srcDevice") } else { ("dst", "src") };
+                let dst = st.mem.translate(c.word(dn)?);
+                let src = st.mem.translate(c.word(sn)?);
+                check(sys::cuMemcpyDtoD_v2(dst, src, c.word("ByteCount")? as usize), seq, f.name)?;
+            }
+            "cuMemsetD8" | "cuMemsetD8Async" => {
+                let dst = st.mem.translate(c.word("dstDevice")?);
+                check(sys::cuMemsetD8_v2(dst, c.word("uc")? as u8, c.word("N")? as usize), seq, f.name)?;
+            }
+            "cuMemsetD16" | "cuMemsetD16Async" => {
+                let dst = st.mem.translate(c.word("dstDevice")?);
+                check(sys::cuMemsetD16_v2(dst, c.word("us")? as u16, c.word("N")? as usize), seq, f.name)?;
+            }
+            "cuMemsetD32" | "cuMemsetD32Async" => {
+                let dst = st.mem.translate(c.word("dstDevice")?);
+                check(sys::cuMemsetD32_v2(dst, c.word("ui")? as u32, c.word("N")? as usize), seq, f.name)?;
+            }
+            "cuModuleLoadData" | "cuModuleLoadFatBinary" => {
+                let name = if f.name == "cuModuleLoadData" { "image" } else { "fatCubin" };
+                let image = aligned(blob(trace, &c, c.arg(name))?);
+                let mut m = std::ptr::null_mut();
+                check(sys::cuModuleLoadData(&mut m, image.as_ptr().cast()), seq, f.name)?;
+                st.modules.insert(c.out_word("module")?, m);
+            }
+            "cuLibraryLoadData" => {
+                let image = aligned(blob(trace, &c, c.arg("code"))?);
+                let mut l = std::ptr::null_mut();
+                let (null_o, null_v, null_l) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
+                let r = sys::cuLibraryLoadData(
+                    &mut l,
+                    image.as_ptr().cast(),
+                    null_o,
+                    null_v,
+                    0,
+                    null_l,
+                    std::ptr::null_mut(),
+                    0,
+                );
+                check(r, seq, f.name)?;
+                st.libraries.insert(c.out_word("library")?, l);
+            }
+            "cuModuleGetFunction" => {
+                let name = cname(&c, "name")?;
+                let m = *st.modules.get(&c.word("hmod")?).ok_or_else(|| c.inconsistent("unknown module".into()))?;
+                let mut h = std::ptr::null_mut();
+                check(sys::cuModuleGetFunction(&mut h, m, name.as_ptr()), seq, f.name)?;
+                let rec_h = c.out_word("hfunc")?;
+                st.functions.insert(rec_h, h);
+                st.names.insert(rec_h, name.to_string_lossy().into_owned());
+            }
+            "cuLibraryGetKernel" => {
+                let name = cname(&c, "name")?;
+                let l =
+                    *st.libraries.get(&c.word("library")?).ok_or_else(|| c.inconsistent("unknown library".into()))?;
+                let mut k = std::ptr::null_mut();
+                check(sys::cuLibraryGetKernel(&mut k, l, name.as_ptr()), seq, f.name)?;
+                let rec_k = c.out_word("pKernel")?;
+                st.kernels.insert(rec_k, k);
+                st.names.insert(rec_k, name.to_string_lossy().into_owned());
+            }
+            "cuKernelGetFunction" => {
+                let rec_k = c.word("kernel")?;
+                let k = *st.kernels.get(&rec_k).ok_or_else(|| c.inconsistent("unknown kernel".into()))?;
+                let mut h = std::ptr::null_mut();
+                check(sys::cuKernelGetFunction(&mut h, k), seq, f.name)?;
+                let rec_f = c.out_word("pFunc")?;
+                st.functions.insert(rec_f, h);
+                if let Some(n) = st.names.get(&rec_k).cloned() {
+                    st.names.insert(rec_f, n);
+                }
+            }
+            "cuLibraryGetModule" => {
+                let l =
+                    *st.libraries.get(&c.word("library")?).ok_or_else(|| c.inconsistent("unknown library".into()))?;
+                let mut m = std::ptr::null_mut();
+                check(sys::cuLibraryGetModule(&mut m, l), seq, f.name)?;
+                st.modules.insert(c.out_word("pMod")?, m);
+            }
+            "cuModuleGetGlobal" | "cuLibraryGetGlobal" => {
+                let name = cname(&c, "name")?;
+                let (mut p, mut n) = (0u64, 0usize);
+                if f.name == "cuModuleGetGlobal" {
+                    let m = *st.modules.get(&c.word("hmod")?).ok_or_else(|| c.inconsistent("unknown module".into()))?;
+                    check(sys::cuModuleGetGlobal_v2(&mut p, &mut n, m, name.as_ptr()), seq, f.name)?;
+                } else {
+                    let l = *st
+                        .libraries
+                        .get(&c.word("library")?)
+                        .ok_or_else(|| c.inconsistent("unknown library".into()))?;
+                    check(sys::cuLibraryGetGlobal(&mut p, &mut n, l, name.as_ptr()), seq, f.name)?;
+                }
+                st.mem.alias(c.out_word("dptr")?, n as u64, p);
+            }
+            "cuLaunchKernel" | "cuLaunchCooperativeKernel" | "cuLaunchKernelEx" => launch(st, &c, report)?,
+            // Function and context settings (dynamic shared memory limits, cache preferences):
+            // called with C enums as plain integers, so values newer than cudarc stay defined.
+            "cuFuncSetAttribute" => {
+                let h = st.function(c.word("hfunc")?).ok_or_else(|| c.inconsistent("unknown function".into()))?;
+                let f: FnSetAttr = raw_fn(b"cuFuncSetAttribute\0", seq)?;
+                check(f(h.cast(), c.word("attrib")? as u32, c.word("value")? as i32), seq, f_name(&c))?;
+            }
+            "cuKernelSetAttribute" => {
+                let k = *st.kernels.get(&c.word("kernel")?).ok_or_else(|| c.inconsistent("unknown kernel".into()))?;
+                let f: KernelSetAttr = raw_fn(b"cuKernelSetAttribute\0", seq)?;
+                check(
+                    f(c.word("attrib")? as u32, c.word("val")? as i32, k.cast(), c.word("dev")? as i32),
+                    seq,
+                    f_name(&c),
+                )?;
+            }
+            "cuFuncSetCacheConfig" | "cuFuncSetSharedMemConfig" => {
+                let h = st.function(c.word("hfunc")?).ok_or_else(|| c.inconsistent("unknown function".into()))?;
+                let name: &[u8] = if f.name == "cuFuncSetCacheConfig" {
+                    b"cuFuncSetCacheConfig\0"
+                } else {
+                    b"cuFuncSetSharedMemConfig\0"
+                };
+                let f: FnSetEnum = raw_fn(name, seq)?;
+                check(f(h.cast(), c.word("config")? as u32), seq, f_name(&c))?;
+            }
+            "cuKernelSetCacheConfig" => {
+                let k = *st.kernels.get(&c.word("kernel")?).ok_or_else(|| c.inconsistent("unknown kernel".into()))?;
+                let f: KernelSetCache = raw_fn(b"cuKernelSetCacheConfig\0", seq)?;
+                check(f(k.cast(), c.word("config")? as u32, c.word("dev")? as i32), seq, f_name(&c))?;
+            }
+            "cuCtxSetLimit" => {
+                let f: CtxSetLimit = raw_fn(b"cuCtxSetLimit\0", seq)?;
+                check(f(c.word("limit")? as u32, c.word("value")? as usize), seq, f_name(&c))?;
+            }
+            "cuCtxSetCacheConfig" => {
+                let f: CtxSetEnum = raw_fn(b"cuCtxSetCacheConfig\0", seq)?;
+                check(f(c.word("config")? as u32), seq, f_name(&c))?;
+            }
+            "cuStreamCreate" | "cuStreamCreateWithPriority" => {
+                let mut s = std::ptr::null_mut();
+                let flags = c.arg("Flags").or(c.arg("flags")).and_then(word).unwrap_or(0) as u32;
+                let prio = c.arg("priority").and_then(word).unwrap_or(0) as i32;
+                check(sys::cuStreamCreateWithPriority(&mut s, flags, prio), seq, f.name)?;
+                st.streams.insert(c.out_word("phStream")?, s);
+            }
+            "cuStreamDestroy" => {
+                if let Some(s) = st.streams.remove(&c.word("hStream")?) {
+                    sys::cuStreamDestroy_v2(s);
+                }
+            }
+            "cuStreamSynchronize" => check(sys::cuStreamSynchronize(st.stream(c.word("hStream")?)), seq, f.name)?,
+            "cuCtxSynchronize" => check(sys::cuCtxSynchronize(), seq, f.name)?,
+            "cuEventCreate" => {
+                let mut e = std::ptr::null_mut();
+                check(sys::cuEventCreate(&mut e, c.word("Flags")? as u32), seq, f.name)?;
+                st.events.insert(c.out_word("phEvent")?, e);
+            }
+            "cuEventRecord" => {
+                let e = *st.events.get(&c.word("hEvent")?).ok_or_else(|| c.inconsistent("unknown event".into()))?;
+                check(sys::cuEventRecord(e, st.stream(c.word("hStream")?)), seq, f.name)?;
+            }
+            "cuEventSynchronize" => {
+                let e = *st.events.get(&c.word("hEvent")?).ok_or_else(|| c.inconsistent("unknown event".into()))?;
+                check(sys::cuEventSynchronize(e), seq, f.name)?;
+            }
+            "cuStreamWaitEvent" => {
+                let e = *st.events.get(&c.word("hEvent")?).ok_or_else(|| c.inconsistent("unknown event".into()))?;
+                check(sys::cuStreamWaitEvent(st.stream(c.word("hStream")?), e, c.word("Flags")? as u32), seq, f.name)?;
+            }
+            "cuEventDestroy" => {
+                if let Some(e) = st.events.remove(&c.word("hEvent")?) {
+                    sys::cuEventDestroy_v2(e);
+                }
+            }
+            _ => {
+                *report.not_replayed.entry(f.name.to_string()).or_insert(0) += 1;
+                return Ok(());
+            }
+        }
+    }
+    report.executed += 1;
+    Ok(())
+}
+
+type FnSetAttr = unsafe extern "C" fn(*mut c_void, u32, i32) -> sys::CUresult;
+type KernelSetAttr = unsafe extern "C" fn(u32, i32, *mut c_void, i32) -> sys::CUresult;
+type FnSetEnum = unsafe extern "C" fn(*mut c_void, u32) -> sys::CUresult;
+type KernelSetCache = unsafe extern "C" fn(*mut c_void, u32, i32) -> sys::CUresult;
+type CtxSetLimit = unsafe extern "C" fn(u32, usize) -> sys::CUresult;
+type CtxSetEnum = unsafe extern "C" fn(u32) -> sys::CUresult;
+
+fn f_name<'a>(c: &Call<'a>) -> &'static str {
+    c.f.name
+}
+
+/// A driver entry point typed with integers where cuda.h has enums.
+///
+/// # Safety
+/// `T` must be the function's C signature with enums as `u32`.
+unsafe fn raw_fn<T: Copy>(name: &[u8], seq: u64) -> Result<T, ReplayError> {
+    // SAFETY: libcuda is loaded (cuInit succeeded); the caller names the right signature.
+    unsafe {
+        sys::culib().get::<T>(name).map(|s| *s).map_err(|e| ReplayError::Inconsistent {
+            seq,
+            what: String::from_utf8_lossy(name).trim_end_matches('\0').to_string(),
+            problem: format!("not in this driver: {e}"),
+        })
+    }
+}
+
+/// A copy of a code image with 8-byte alignment, as the driver reads ELF headers in place.
+fn aligned(image: &[u8]) -> Vec<u64> {
+    let mut v = vec![0u64; image.len().div_ceil(8) + 1];
+    // SAFETY: `v` holds at least `image.len()` bytes (plus a NUL for PTX).
+    unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), v.as_mut_ptr().cast::<u8>(), image.len()) };
+    v
+}
+
+fn cname(c: &Call<'_>, arg: &str) -> Result<CString, ReplayError> {
+    match c.arg(arg) {
+        Some(Value::Str(s)) => CString::new(s.as_str()).map_err(|_| c.inconsistent(format!("`{arg}` holds a NUL"))),
+        _ => Err(c.missing(arg)),
+    }
+}
+
+fn verify(st: &State, c: &Call<'_>, host: &[u8], trace: &LoadedTrace, report: &mut Report) {
+    if st.opts.no_verify {
+        return;
+    }
+    let want = match c.result("dstHost") {
+        Some(Value::Digest(d)) => Some((d.hash, d.len)),
+        Some(Value::Blob(b)) => Some((b.hash, b.len)),
+        _ => None,
+    };
+    let Some((hash, len)) = want else {
+        report.results_unverified += 1;
+        return;
+    };
+    let got = Hash128::of(host);
+    if got == hash && len == host.len() as u64 {
+        report.results_verified += 1;
+        return;
+    }
+    let recent: Vec<&str> = st.recent.iter().map(String::as_str).collect();
+    let detail = match c.result("dstHost") {
+        Some(Value::Blob(b)) => trace.blobs.get(&b.hash).and_then(|want| {
+            want.iter().zip(host).position(|(a, b)| a != b).map(|i| format!(", first differing byte at {i}"))
+        }),
+        _ => None,
+    };
+    report.mismatches.push(format!(
+        "call #{} {}: {} bytes differ from the recording{} (last kernels: {})",
+        c.rec.seq,
+        c.f.name,
+        host.len(),
+        detail.unwrap_or_default(),
+        if recent.is_empty() { "none".into() } else { recent.join(", ") }
+    ));
+}
+
+unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<(), ReplayError> {
+    let seq = c.rec.seq;
+    let rec_f = c.word("f")?;
+    let func =
+        st.function(rec_f).ok_or_else(|| c.inconsistent(format!("kernel handle {rec_f:#x} was never loaded")))?;
+    let (mut bytes, layout) = match c.arg("kernelParams") {
+        Some(Value::KernelParams(kp)) => (kp.bytes.clone(), kp.layout.clone()),
+        Some(Value::Null) | None => (Vec::new(), Vec::new()),
+        Some(other) => return Err(c.inconsistent(format!("kernel parameters not recorded ({other:?})"))),
+    };
+    report.params_translated += st.mem.translate_params(&mut bytes) as u64;
+    let mut ptrs: Vec<*mut c_void> =
+        layout.iter().map(|&(off, _)| bytes.as_mut_ptr().wrapping_add(off as usize).cast()).collect();
+    let params = if ptrs.is_empty() { std::ptr::null_mut() } else { ptrs.as_mut_ptr() };
+    // Parameters passed as one packed buffer through `extra` (cuDNN and cuBLAS do this).
+    let mut packed = match c.arg("extra") {
+        Some(Value::Bytes(b)) => b.clone(),
+        _ => Vec::new(),
+    };
+    report.params_translated += st.mem.translate_params(&mut packed) as u64;
+    let mut packed_len = packed.len();
+    // CU_LAUNCH_PARAM_BUFFER_POINTER (1), CU_LAUNCH_PARAM_BUFFER_SIZE (2), CU_LAUNCH_PARAM_END (0)
+    let mut extra_list: [*mut c_void; 5] = [
+        std::ptr::without_provenance_mut(1),
+        packed.as_mut_ptr().cast(),
+        std::ptr::without_provenance_mut(2),
+        (&mut packed_len as *mut usize).cast(),
+        std::ptr::null_mut(),
+    ];
+    let extra = if packed.is_empty() { std::ptr::null_mut() } else { extra_list.as_mut_ptr() };
+    let name = st.names.get(&rec_f).cloned().unwrap_or_else(|| format!("{rec_f:#x}"));
+    let r = if c.f.name == "cuLaunchKernelEx" {
+        let Some(Value::LaunchConfig(cfg)) = c.arg("config") else { return Err(c.missing("config")) };
+        let size = std::mem::size_of::<sys::CUlaunchAttribute>();
+        let value_at = std::mem::offset_of!(sys::CUlaunchAttribute, value);
+        // Attributes are rebuilt as raw bytes: ids newer than cudarc's enum stay intact.
+        let mut attrs = vec![0u64; (cfg.attrs.len() * size).div_ceil(8).max(1)];
+        let base = attrs.as_mut_ptr().cast::<u8>();
+        for (i, a) in cfg.attrs.iter().enumerate() {
+            let at = base.add(i * size);
+            std::ptr::write_unaligned(at.cast::<u32>(), a.id);
+            let n = a.value.len().min(size - value_at);
+            std::ptr::copy_nonoverlapping(a.value.as_ptr(), at.add(value_at), n);
+        }
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid.x,
+            gridDimY: cfg.grid.y,
+            gridDimZ: cfg.grid.z,
+            blockDimX: cfg.block.x,
+            blockDimY: cfg.block.y,
+            blockDimZ: cfg.block.z,
+            sharedMemBytes: cfg.shared_mem,
+            hStream: st.stream(cfg.stream),
+            attrs: base.cast(),
+            numAttrs: cfg.attrs.len() as u32,
+        };
+        sys::cuLaunchKernelEx(&config, func, params, extra)
+    } else {
+        let g = |n: &str| c.word(n).map(|v| v as u32);
+        let (gx, gy, gz) = (g("gridDimX")?, g("gridDimY")?, g("gridDimZ")?);
+        let (bx, by, bz) = (g("blockDimX")?, g("blockDimY")?, g("blockDimZ")?);
+        let smem = g("sharedMemBytes")?;
+        let stream = st.stream(c.word("hStream")?);
+        if c.f.name == "cuLaunchCooperativeKernel" {
+            sys::cuLaunchCooperativeKernel(func, gx, gy, gz, bx, by, bz, smem, stream, params)
+        } else {
+            sys::cuLaunchKernel(func, gx, gy, gz, bx, by, bz, smem, stream, params, extra)
+        }
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        let attrs: Vec<u32> = match c.arg("config") {
+            Some(Value::LaunchConfig(cfg)) => cfg.attrs.iter().map(|a| a.id).collect(),
+            _ => Vec::new(),
+        };
+        let what = format!(
+            "{} {name} ({} parameters in {} bytes, extra buffer {} bytes, launch attributes {attrs:?})",
+            c.f.name,
+            layout.len(),
+            bytes.len(),
+            packed.len()
+        );
+        check(r, seq, &what)?;
+    }
+    report.launches += 1;
+    st.recent.push_back(name);
+    if st.recent.len() > RECENT_KERNELS {
+        st.recent.pop_front();
+    }
+    Ok(())
+}

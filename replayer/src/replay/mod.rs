@@ -1,0 +1,175 @@
+//! Re-executing a trace on the local GPU: every call that changes device state is replayed
+//! with translated handles, allocations are re-created at their recorded addresses where the
+//! VMM API allows, and every device-to-host result is compared with the recording.
+
+mod exec;
+mod load;
+mod memory;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ffi::c_int;
+use std::path::Path;
+use std::time::Instant;
+
+use cudarc::driver::sys;
+use serde::Serialize;
+
+pub use load::{load, LoadedTrace};
+pub use memory::Memory;
+
+/// Errors of a replay. Verification mismatches are not errors: they are in the [`Report`].
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The trace could not be read.
+    #[error("{0}")]
+    Trace(String),
+    /// No usable GPU or driver.
+    #[error("no GPU to replay on: {0}")]
+    NoGpu(String),
+    /// A replayed driver call failed.
+    #[error("call #{seq} {what} failed with {code:?}")]
+    Driver {
+        /// Sequence number of the recorded call.
+        seq: u64,
+        /// The driver function.
+        what: String,
+        /// Its result.
+        code: sys::CUresult,
+    },
+    /// The trace refers to something it never created or stored.
+    #[error("call #{seq} {what}: {problem}")]
+    Inconsistent {
+        /// Sequence number of the recorded call.
+        seq: u64,
+        /// The recorded function.
+        what: String,
+        /// What is missing.
+        problem: String,
+    },
+}
+
+pub(crate) fn check(r: sys::CUresult, seq: u64, what: &str) -> Result<(), ReplayError> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(ReplayError::Driver { seq, what: what.to_string(), code: r })
+    }
+}
+
+/// What a replay did and found.
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    /// Records in the trace.
+    pub calls: u64,
+    /// Records executed on the GPU.
+    pub executed: u64,
+    /// Records not re-executed (queries, attributes, ...), by function.
+    pub not_replayed: BTreeMap<String, u64>,
+    /// Kernel launches replayed.
+    pub launches: u64,
+    /// Allocations re-created at their recorded address.
+    pub allocations_exact: u64,
+    /// Allocations that moved (pointers translated).
+    pub allocations_translated: u64,
+    /// Kernel parameter words rewritten by translation.
+    pub params_translated: u64,
+    /// Device-to-host results compared with the recording and equal.
+    pub results_verified: u64,
+    /// Device-to-host results that differ: call, sizes, the last kernels before it.
+    pub mismatches: Vec<String>,
+    /// Device-to-host results the recording holds no hash for (async copies).
+    pub results_unverified: u64,
+    /// Seconds from process start to the first device-to-host result.
+    pub first_result_s: Option<f64>,
+    /// Seconds spent replaying (after the trace was read).
+    pub replay_s: f64,
+    /// Seconds from process start to the end of the replay.
+    pub total_s: f64,
+    /// What the reader lost at the end of a damaged trace.
+    pub trace_lost: Option<String>,
+}
+
+/// Seconds since this process started (as the workloads measure it).
+pub fn since_process_start() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let uptime = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
+    let start_ticks: f64 = stat
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().nth(19))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0.0);
+    let up: f64 = uptime.split_whitespace().next().and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    // Linux reports process start in clock ticks of USER_HZ, 100 on every mainstream kernel.
+    const USER_HZ: f64 = 100.0;
+    up - start_ticks / USER_HZ
+}
+
+/// Options of [`replay`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Skip comparing device-to-host results.
+    pub no_verify: bool,
+}
+
+/// Handle maps and device memory of a replay in progress.
+pub(crate) struct State {
+    pub mem: Memory,
+    pub modules: HashMap<u64, sys::CUmodule>,
+    pub libraries: HashMap<u64, sys::CUlibrary>,
+    pub functions: HashMap<u64, sys::CUfunction>,
+    pub kernels: HashMap<u64, sys::CUkernel>,
+    pub streams: HashMap<u64, sys::CUstream>,
+    pub events: HashMap<u64, sys::CUevent>,
+    /// Recorded function/kernel handle → kernel name.
+    pub names: HashMap<u64, String>,
+    /// Names of the last kernels launched, for mismatch reports.
+    pub recent: VecDeque<String>,
+    pub opts: Options,
+    pub start: Instant,
+}
+
+/// Replays `trace` on device 0.
+pub fn replay(trace: &LoadedTrace, opts: Options) -> Result<Report, ReplayError> {
+    // SAFETY: plain driver calls with valid out-pointers.
+    unsafe {
+        if !sys::is_culib_present() {
+            return Err(ReplayError::NoGpu("libcuda.so.1 not found (is the NVIDIA driver installed?)".into()));
+        }
+        check(sys::cuInit(0), 0, "cuInit").map_err(|e| ReplayError::NoGpu(e.to_string()))?;
+        let mut dev: c_int = 0;
+        check(sys::cuDeviceGet(&mut dev, 0), 0, "cuDeviceGet")?;
+        let mut ctx = std::ptr::null_mut();
+        check(sys::cuDevicePrimaryCtxRetain(&mut ctx, dev), 0, "cuDevicePrimaryCtxRetain")?;
+        check(sys::cuCtxSetCurrent(ctx), 0, "cuCtxSetCurrent")?;
+    }
+    let mut st = State {
+        mem: Memory::default(),
+        modules: HashMap::new(),
+        libraries: HashMap::new(),
+        functions: HashMap::new(),
+        kernels: HashMap::new(),
+        streams: HashMap::new(),
+        events: HashMap::new(),
+        names: HashMap::new(),
+        recent: VecDeque::new(),
+        opts,
+        start: Instant::now(),
+    };
+    let mut report = Report { calls: trace.calls.len() as u64, trace_lost: trace.lost.clone(), ..Report::default() };
+    for rec in &trace.calls {
+        exec::call(&mut st, trace, rec, &mut report)?;
+    }
+    // SAFETY: waits for all replayed work.
+    unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")? };
+    report.allocations_exact = st.mem.exact;
+    report.allocations_translated = st.mem.translated;
+    report.replay_s = st.start.elapsed().as_secs_f64();
+    report.total_s = since_process_start();
+    Ok(report)
+}
+
+/// Reads and replays the trace at `path`.
+pub fn replay_file(path: &Path, opts: Options) -> Result<Report, ReplayError> {
+    let t = load(path)?;
+    replay(&t, opts)
+}
