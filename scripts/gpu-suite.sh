@@ -155,6 +155,8 @@ replay_check() { # label, trace
   local label=$1 trace=$2 name
   name=$(basename "$trace" .gl)
   if [[ ! -f $trace ]]; then row "$label" FAIL "no trace"; return; fi
+  local dry
+  dry=$("$gl" replay --dry-run --json "$trace" 2>&1 | python3 scripts/dry_summary.py 2>&1 | tail -n 1)
   "$gl" replay --json "$trace" >"$out/replay-$name.json" 2>"$out/replay-$name.err"; local rc=$?
   local stats
   stats=$(python3 - "$out/replay-$name.json" <<'PY2' 2>&1 | tail -n 1
@@ -167,7 +169,7 @@ print(f"{r['executed']}/{r['calls']} records executed, {r['launches']} launches,
       f"translated {r['allocations_translated']}; first result {fr if fr is None else round(fr, 3)} s, total {r['total_s']:.3f} s")
 PY2
   )
-  [[ $rc == 0 ]] && row "$label" PASS "$stats" || row "$label" FAIL "rc=$rc $stats $(tail -n 1 "$out/replay-$name.err")"
+  [[ $rc == 0 ]] && row "$label" PASS "$stats; $dry" || row "$label" FAIL "rc=$rc $stats $(tail -n 1 "$out/replay-$name.err"); $dry"
 }
 replay_check "replay: testdata/traces/vecadd.gl" testdata/traces/vecadd.gl
 replay_check "replay: testdata/traces/rdc_app.gl" testdata/traces/rdc_app.gl

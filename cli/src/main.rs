@@ -55,6 +55,10 @@ enum Command {
         /// Do not compare device-to-host results.
         #[arg(long)]
         no_verify: bool,
+        /// No GPU: check the trace against a model of device memory and handles and report
+        /// every call a replay could not execute faithfully.
+        #[arg(long)]
+        dry_run: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -115,7 +119,13 @@ fn is_trace_file(path: &std::path::Path) -> bool {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record { output, capture_outputs, command } => record::run(&output, capture_outputs, &command),
-        Command::Replay { trace, no_verify, json } => replay::run(&trace, no_verify, json),
+        Command::Replay { trace, no_verify, dry_run, json } => {
+            if dry_run {
+                replay::dry_run(&trace, json)
+            } else {
+                replay::run(&trace, no_verify, json)
+            }
+        }
         Command::Devices { json } => devices::run(json).map(|()| ExitCode::SUCCESS),
         Command::Analyze { paths, arch, json, plot, check_driver, no_progress } => {
             if let Some(a) = &arch {

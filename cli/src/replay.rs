@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use gpuless_replayer::replay::dryrun::dry_run as check_trace;
 use gpuless_replayer::replay::{load, replay, Options};
 
 /// Replays `path`; exit code 3 when a device-to-host result differs from the recording.
@@ -46,4 +47,29 @@ pub fn run(path: &Path, no_verify: bool, json: bool) -> anyhow::Result<ExitCode>
         println!("skipped    {skipped} records that change no device state (queries, attributes, ...)");
     }
     Ok(if r.mismatches.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(3) })
+}
+
+/// `--dry-run`: checks `path` without a GPU; exit code 2 when a call could not be replayed.
+pub fn dry_run(path: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let trace = load(path)?;
+    let r = check_trace(&trace);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!("dry run    {} ({} records, {} checked against the model)", path.display(), r.calls, r.checked);
+        if let Some(lost) = &trace.lost {
+            println!("trace      damaged tail: {lost}");
+        }
+        if r.violations.is_empty() {
+            println!(
+                "result     every replayed call is consistent: allocations, copies, kernels, streams, events, blobs"
+            );
+        } else {
+            println!("result     {} violations; the first:", r.violation_count);
+            for v in &r.violations {
+                println!("  {v}");
+            }
+        }
+    }
+    Ok(if r.violation_count == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }

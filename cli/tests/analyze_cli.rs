@@ -129,3 +129,16 @@ fn plots_are_written_for_traces() {
         std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert!(files.iter().any(|f| f.ends_with(".svg")) && files.iter().any(|f| f.ends_with(".png")), "{files:?}");
 }
+
+#[test]
+fn dry_run_replay_needs_no_gpu() {
+    let (code, out, err) = gpuless(&["replay", "--dry-run", trace("vecadd.gl").to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("every replayed call is consistent"), "{out}");
+    // Without --dry-run on a machine with no GPU: a clear error, exit 2.
+    if !std::path::Path::new("/usr/lib/x86_64-linux-gnu/libcuda.so.1").exists() {
+        let (code, _, err) = gpuless(&["replay", trace("vecadd.gl").to_str().unwrap()]);
+        assert_eq!(code, 2);
+        assert!(err.contains("no GPU"), "{err}");
+    }
+}

@@ -4,59 +4,13 @@
 use std::ffi::{c_void, CString};
 
 use cudarc::driver::sys;
-use gpuless_analyzer::api::ApiFunction;
 use gpuless_traces::{CallRecord, Hash128, Value};
 
+use super::args::{word, Call};
 use super::{check, LoadedTrace, ReplayError, Report, State};
 
 /// Kernels remembered for mismatch reports.
 const RECENT_KERNELS: usize = 4;
-
-struct Call<'a> {
-    f: &'static ApiFunction,
-    rec: &'a CallRecord,
-}
-
-impl<'a> Call<'a> {
-    fn arg(&self, name: &str) -> Option<&'a Value> {
-        let i = self.f.args.iter().position(|a| a.name == name)?;
-        self.rec.args.get(i)
-    }
-
-    fn result(&self, name: &str) -> Option<&'a Value> {
-        let i = self.f.out_args().position(|(_, a)| a.name == name)?;
-        self.rec.results.get(i)
-    }
-
-    fn word(&self, name: &str) -> Result<u64, ReplayError> {
-        self.arg(name).and_then(word).ok_or_else(|| self.missing(name))
-    }
-
-    fn out_word(&self, name: &str) -> Result<u64, ReplayError> {
-        self.result(name).and_then(word).ok_or_else(|| self.missing(name))
-    }
-
-    fn missing(&self, what: &str) -> ReplayError {
-        ReplayError::Inconsistent {
-            seq: self.rec.seq,
-            what: self.f.name.to_string(),
-            problem: format!("argument `{what}` not recorded"),
-        }
-    }
-
-    fn inconsistent(&self, problem: String) -> ReplayError {
-        ReplayError::Inconsistent { seq: self.rec.seq, what: self.f.name.to_string(), problem }
-    }
-}
-
-fn word(v: &Value) -> Option<u64> {
-    match *v {
-        Value::U64(x) | Value::DevPtr(x) | Value::HostPtr(x) | Value::Size(x) | Value::Handle(_, x) => Some(x),
-        Value::I64(x) => Some(x as u64),
-        Value::Null => Some(0),
-        _ => None,
-    }
-}
 
 impl State {
     fn stream(&self, recorded: u64) -> sys::CUstream {

@@ -2,6 +2,8 @@
 //! with translated handles, allocations are re-created at their recorded addresses where the
 //! VMM API allows, and every device-to-host result is compared with the recording.
 
+mod args;
+pub mod dryrun;
 mod exec;
 mod load;
 mod memory;
