@@ -6,12 +6,16 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use gpuless_replayer::replay::dryrun::dry_run as check_trace;
-use gpuless_replayer::replay::{load, replay, Options};
+use gpuless_replayer::replay::{init_device, load, replay_on, Options};
 
 /// Replays `path`; exit code 3 when a device-to-host result differs from the recording.
 pub fn run(path: &Path, no_verify: bool, json: bool) -> anyhow::Result<ExitCode> {
+    // Driver initialization and trace reading are independent: do them at the same time.
+    let device = std::thread::spawn(init_device);
     let trace = load(path)?;
-    let r = replay(&trace, Options { no_verify }).with_context(|| format!("replaying {}", path.display()))?;
+    let device = device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))??;
+    let r =
+        replay_on(device, &trace, Options { no_verify }).with_context(|| format!("replaying {}", path.display()))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

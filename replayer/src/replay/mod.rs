@@ -130,8 +130,15 @@ pub(crate) struct State {
     pub start: Instant,
 }
 
-/// Replays `trace` on device 0.
-pub fn replay(trace: &LoadedTrace, opts: Options) -> Result<Report, ReplayError> {
+/// A device ready to replay on: the primary context of device 0.
+#[derive(Debug, Clone, Copy)]
+pub struct Device {
+    ctx: usize,
+}
+
+/// Initializes the driver and retains device 0's primary context. This is the slowest step of a
+/// cold replay, so callers start it on a thread while the trace is read.
+pub fn init_device() -> Result<Device, ReplayError> {
     // SAFETY: plain driver calls with valid out-pointers.
     unsafe {
         if !sys::is_culib_present() {
@@ -142,8 +149,19 @@ pub fn replay(trace: &LoadedTrace, opts: Options) -> Result<Report, ReplayError>
         check(sys::cuDeviceGet(&mut dev, 0), 0, "cuDeviceGet")?;
         let mut ctx = std::ptr::null_mut();
         check(sys::cuDevicePrimaryCtxRetain(&mut ctx, dev), 0, "cuDevicePrimaryCtxRetain")?;
-        check(sys::cuCtxSetCurrent(ctx), 0, "cuCtxSetCurrent")?;
+        Ok(Device { ctx: ctx as usize })
     }
+}
+
+/// Replays `trace` on device 0.
+pub fn replay(trace: &LoadedTrace, opts: Options) -> Result<Report, ReplayError> {
+    replay_on(init_device()?, trace, opts)
+}
+
+/// Replays `trace` on a device prepared by [`init_device`].
+pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<Report, ReplayError> {
+    // SAFETY: the context was retained by init_device and stays alive for the process.
+    unsafe { check(sys::cuCtxSetCurrent(device.ctx as sys::CUcontext), 0, "cuCtxSetCurrent")? };
     let mut st = State {
         mem: Memory::default(),
         modules: HashMap::new(),
