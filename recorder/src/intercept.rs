@@ -13,19 +13,34 @@ type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 type GpaV2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> u32;
 type GpaV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> u32;
 
-/// The C library's `dlsym` (found with `dlvsym`, which is not interposed).
-fn real_dlsym() -> Option<DlsymFn> {
-    static REAL: OnceLock<usize> = OnceLock::new();
-    let p = *REAL.get_or_init(|| {
-        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-            // SAFETY: dlvsym with constant NUL-terminated strings.
-            let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
-            if !p.is_null() {
-                return p as usize;
-            }
+/// Address of the C library's `dlsym`, resolved when this library is loaded (see `resolve`).
+static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+
+/// Finds the C library's `dlsym` with `dlvsym`, which is not interposed.
+extern "C" fn resolve_real_dlsym() {
+    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+        // SAFETY: dlvsym with constant NUL-terminated strings.
+        let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+        if !p.is_null() {
+            REAL_DLSYM.store(p as usize, Ordering::Release);
+            return;
         }
-        0
-    });
+    }
+}
+
+/// Runs `resolve_real_dlsym` when the loader maps this library, before any program code, so
+/// that `dlsym(RTLD_NEXT, ...)` can be forwarded from the first call on.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static RESOLVE_AT_LOAD: extern "C" fn() = resolve_real_dlsym;
+
+/// The C library's `dlsym`.
+fn real_dlsym() -> Option<DlsymFn> {
+    let mut p = REAL_DLSYM.load(Ordering::Acquire);
+    if p == 0 {
+        resolve_real_dlsym();
+        p = REAL_DLSYM.load(Ordering::Acquire);
+    }
     // SAFETY: a non-null address of the C library's dlsym.
     (p != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(p) })
 }
@@ -75,12 +90,43 @@ fn base_of(p: *mut c_void) -> usize {
     }
 }
 
-/// Interposed `dlsym`: hands out our `cuGetProcAddress` and hooks for driver symbols.
+/// Interposed `dlsym`. `dlsym(RTLD_NEXT, name)` means "the next definition after the *caller*",
+/// which the C library finds from the return address; so that case jumps straight into the C
+/// library's `dlsym` with the caller's return address intact (a library that wraps `malloc`
+/// through RTLD_NEXT would otherwise get its own wrapper back). Every other call goes to
+/// [`dlsym_impl`].
 ///
 /// # Safety
 /// Same contract as the C library's `dlsym`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    core::arch::naked_asm!(
+        "cmp rdi, -1",
+        "jne {imp}",
+        "mov rax, qword ptr [rip + {real}]",
+        "test rax, rax",
+        "jz {imp}",
+        "jmp rax",
+        imp = sym dlsym_impl,
+        real = sym REAL_DLSYM,
+    )
+}
+
+/// Interposed `dlsym` (architectures without the RTLD_NEXT trampoline).
+///
+/// # Safety
+/// Same contract as the C library's `dlsym`.
+#[cfg(not(target_arch = "x86_64"))]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    unsafe { dlsym_impl(handle, symbol) }
+}
+
+/// Hands out our `cuGetProcAddress` and hooks for driver symbols; everything else is the C
+/// library's answer.
+unsafe extern "C" fn dlsym_impl(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     let Some(real) = real_dlsym() else { return std::ptr::null_mut() };
     // SAFETY: forwarded with the caller's arguments.
     let found = unsafe { real(handle, symbol) };

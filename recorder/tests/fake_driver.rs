@@ -145,3 +145,39 @@ fn programs_without_cuda_are_untouched_and_leave_no_trace() {
     assert_eq!(out.stdout, b"hello\n");
     assert!(!trace.exists());
 }
+
+/// `dlsym(RTLD_NEXT, name)` must still mean "after the caller" with the recorder preloaded: a
+/// library that wraps a function through RTLD_NEXT would otherwise get itself back and recurse.
+#[test]
+fn rtld_next_is_resolved_relative_to_the_caller() {
+    let lib = recorder_lib();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("base.c"), "int value(void) { return 41; }\n").unwrap();
+    std::fs::write(
+        d.join("wrap.c"),
+        "#define _GNU_SOURCE\n#include <dlfcn.h>\n\
+         int value(void) { int (*next)(void) = (int (*)(void))dlsym(RTLD_NEXT, \"value\"); \
+         return next ? next() + 1 : -1; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("main.c"),
+        "#include <stdio.h>\nint value(void);\nint main(void) { printf(\"%d\\n\", value()); return 0; }\n",
+    )
+    .unwrap();
+    let p = |n: &str| d.join(n).to_str().unwrap().to_string();
+    cc(&["-shared", "-fPIC", "-o", &p("libbase.so"), &p("base.c")]);
+    cc(&["-shared", "-fPIC", "-o", &p("libwrap.so"), &p("wrap.c"), "-ldl"]);
+    let rpath = format!("-Wl,-rpath,{}", d.display());
+    cc(&["-o", &p("main"), &p("main.c"), "-L", d.to_str().unwrap(), "-Wl,--no-as-needed", "-lwrap", "-lbase", &rpath]);
+    for preload in [None, Some(&lib)] {
+        let mut cmd = Command::new(d.join("main"));
+        if let Some(l) = preload {
+            cmd.env("LD_PRELOAD", l).env("GPULESS_TRACE", d.join("t.gl"));
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "preload {preload:?}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42", "preload {preload:?}");
+    }
+}
