@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use gpuless_analyzer::api::ApiId;
+use gpuless_analyzer::api::{ApiId, Variant};
 
 use crate::intercept;
 
@@ -18,6 +18,8 @@ pub struct Hook {
     pub cname: &'static str,
     /// API table entry.
     pub func: ApiId,
+    /// The symbol's variant (`_v2`, `_ptsz`...), fixed at build time.
+    pub variant: Variant,
     /// Address of the hook function.
     pub hook: Addr,
 }

@@ -182,7 +182,6 @@ fn substitute(name: &str, p: *mut c_void, exact: bool) -> *mut c_void {
     if real.is_null() {
         return p;
     }
-    state::note_unmodeled_lookup();
     unmodeled::wrap(name, real)
 }
 

@@ -69,8 +69,7 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
             return status;
         }
     };
-    let symbol = HOOKS[slot].symbol;
-    let variant = f.symbols.iter().find(|s| s.name == symbol).map_or(api::Variant::BASE, |s| s.variant);
+    let variant = HOOKS[slot].variant;
     let rec = CallRecord {
         seq,
         thread: tid(),

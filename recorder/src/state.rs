@@ -18,7 +18,6 @@ pub const ENV_CAPTURE_OUTPUTS: &str = "GPULESS_CAPTURE_OUTPUTS";
 
 static DISABLED: AtomicBool = AtomicBool::new(false);
 static SEQ: AtomicU64 = AtomicU64::new(0);
-static UNMODELED_LOOKUPS: AtomicU64 = AtomicU64::new(0);
 
 struct Config {
     path: Option<PathBuf>,
@@ -67,11 +66,6 @@ pub fn now_ns() -> u64 {
 /// The next sequence number.
 pub fn next_seq() -> u64 {
     SEQ.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Counts a `cuGetProcAddress` answer handed out through a counting trampoline.
-pub fn note_unmodeled_lookup() {
-    UNMODELED_LOOKUPS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Stops recording after an internal error, saying so once; the program runs on unchanged.

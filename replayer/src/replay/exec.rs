@@ -185,40 +185,40 @@ pub(crate) fn call(
             // called with C enums as plain integers, so values newer than cudarc stay defined.
             "cuFuncSetAttribute" => {
                 let h = st.function(c.word("hfunc")?).ok_or_else(|| c.inconsistent("unknown function".into()))?;
-                let f: FnSetAttr = raw_fn(b"cuFuncSetAttribute\0", seq)?;
-                check(f(h.cast(), c.word("attrib")? as u32, c.word("value")? as i32), seq, f_name(&c))?;
+                let set: FnSetAttr = raw_fn(b"cuFuncSetAttribute\0", seq)?;
+                check(set(h.cast(), c.word("attrib")? as u32, c.word("value")? as i32), seq, f.name)?;
             }
             "cuKernelSetAttribute" => {
                 let k = *st.kernels.get(&c.word("kernel")?).ok_or_else(|| c.inconsistent("unknown kernel".into()))?;
-                let f: KernelSetAttr = raw_fn(b"cuKernelSetAttribute\0", seq)?;
+                let set: KernelSetAttr = raw_fn(b"cuKernelSetAttribute\0", seq)?;
                 check(
-                    f(c.word("attrib")? as u32, c.word("val")? as i32, k.cast(), c.word("dev")? as i32),
+                    set(c.word("attrib")? as u32, c.word("val")? as i32, k.cast(), c.word("dev")? as i32),
                     seq,
-                    f_name(&c),
+                    f.name,
                 )?;
             }
             "cuFuncSetCacheConfig" | "cuFuncSetSharedMemConfig" => {
                 let h = st.function(c.word("hfunc")?).ok_or_else(|| c.inconsistent("unknown function".into()))?;
-                let name: &[u8] = if f.name == "cuFuncSetCacheConfig" {
+                let name: &[u8] = if c.f.name == "cuFuncSetCacheConfig" {
                     b"cuFuncSetCacheConfig\0"
                 } else {
                     b"cuFuncSetSharedMemConfig\0"
                 };
-                let f: FnSetEnum = raw_fn(name, seq)?;
-                check(f(h.cast(), c.word("config")? as u32), seq, f_name(&c))?;
+                let set: FnSetEnum = raw_fn(name, seq)?;
+                check(set(h.cast(), c.word("config")? as u32), seq, f.name)?;
             }
             "cuKernelSetCacheConfig" => {
                 let k = *st.kernels.get(&c.word("kernel")?).ok_or_else(|| c.inconsistent("unknown kernel".into()))?;
-                let f: KernelSetCache = raw_fn(b"cuKernelSetCacheConfig\0", seq)?;
-                check(f(k.cast(), c.word("config")? as u32, c.word("dev")? as i32), seq, f_name(&c))?;
+                let set: KernelSetCache = raw_fn(b"cuKernelSetCacheConfig\0", seq)?;
+                check(set(k.cast(), c.word("config")? as u32, c.word("dev")? as i32), seq, f.name)?;
             }
             "cuCtxSetLimit" => {
-                let f: CtxSetLimit = raw_fn(b"cuCtxSetLimit\0", seq)?;
-                check(f(c.word("limit")? as u32, c.word("value")? as usize), seq, f_name(&c))?;
+                let set: CtxSetLimit = raw_fn(b"cuCtxSetLimit\0", seq)?;
+                check(set(c.word("limit")? as u32, c.word("value")? as usize), seq, f.name)?;
             }
             "cuCtxSetCacheConfig" => {
-                let f: CtxSetEnum = raw_fn(b"cuCtxSetCacheConfig\0", seq)?;
-                check(f(c.word("config")? as u32), seq, f_name(&c))?;
+                let set: CtxSetEnum = raw_fn(b"cuCtxSetCacheConfig\0", seq)?;
+                check(set(c.word("config")? as u32), seq, f.name)?;
             }
             "cuStreamCreate" | "cuStreamCreateWithPriority" => {
                 let mut s = std::ptr::null_mut();
@@ -272,10 +272,6 @@ type FnSetEnum = unsafe extern "C" fn(*mut c_void, u32) -> sys::CUresult;
 type KernelSetCache = unsafe extern "C" fn(*mut c_void, u32, i32) -> sys::CUresult;
 type CtxSetLimit = unsafe extern "C" fn(u32, usize) -> sys::CUresult;
 type CtxSetEnum = unsafe extern "C" fn(u32) -> sys::CUresult;
-
-fn f_name<'a>(c: &Call<'a>) -> &'static str {
-    c.f.name
-}
 
 /// A driver entry point typed with integers where cuda.h has enums.
 ///
