@@ -153,6 +153,7 @@ fn main() {
                     "handle" => format!("Handle(HandleKind::{})", lookup(HANDLES, &p0, "handle kind", file, line)),
                     "cstr" => "CStr".to_string(),
                     "image" => "Image".to_string(),
+                    "imagefile" => "ImageFile".to_string(),
                     "struct" => format!("Struct({p0:?})"),
                     "structs" => {
                         let i = index_of(&p1);

@@ -11,6 +11,13 @@
 #      cubin must equal cuKernelGetParamInfo / cuFuncGetParamInfo.
 #   2. analyzer speed: `gpuless analyze --arch sm_90 --json libtorch_cuda.so` against
 #      `cuobjdump -arch sm_90 -elf` on the same file, same run.
+#   3. recorder: each test program (testdata/cuda, testdata/cuda/suite, built here) and workload
+#      (ResNet-50, testdata/workloads/bert.py and tiny.py) natively and under `gpuless record`:
+#      same output (JSON-printing ones: same checksum); recorded/native ratios in report.md.
+#   4. replayer: every trace of section 3 (and the committed ones) replayed and verified.
+#   5. devices: `gpuless devices` against `nvidia-smi mig -lgip` (read-only).
+# Every run of sections 3 and 4 is limited to $GPULESS_CHECK_TIMEOUT seconds (default 300).
+# The small traces of streams and tiny travel back inside details.tgz (traces/NAME.trace).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -102,18 +109,21 @@ fi
 rec_lib="$root/$bin/libgpuless_recorder.so"
 workloads=${GPULESS_WORKLOADS:-$root/../shared/workloads}
 [[ -d $workloads ]] || workloads="$root/.device/workloads"
-record_check() { # label, output-filter (python expr over stdout), command...
+# A hung run must not take the whole visit: each run gets a time limit (exit 124 when it is hit).
+limit=()
+command -v timeout >/dev/null && limit=(timeout -k 10 "${GPULESS_CHECK_TIMEOUT:-300}")
+record_check() { # label, name (trace $out/NAME.gl; resnet*, bert, tiny, alloc_bench: JSON checksum compared), command...
   local label=$1 name=$2; shift 2
   local t0 t1 t2
   t0=$(date +%s.%N)
-  "$@" >"$out/$name.native.out" 2>"$out/$name.native.err"; local rc_n=$?
+  ${limit[@]+"${limit[@]}"} "$@" >"$out/$name.native.out" 2>"$out/$name.native.err"; local rc_n=$?
   t1=$(date +%s.%N)
-  GPULESS_RECORDER="$rec_lib" "$gl" record -o "$out/$name.gl" -- "$@" >"$out/$name.rec.out" 2>"$out/$name.rec.err"; local rc_r=$?
+  GPULESS_RECORDER="$rec_lib" ${limit[@]+"${limit[@]}"} "$gl" record -o "$out/$name.gl" -- "$@" >"$out/$name.rec.out" 2>"$out/$name.rec.err"; local rc_r=$?
   t2=$(date +%s.%N)
   local stats
   stats=$("$gl" analyze --json --no-progress "$out/$name.gl" 2>>"$out/$name.rec.err" | python3 scripts/trace_summary.py 2>&1 | tail -n 1)
   local same=no
-  if [[ $name == resnet* ]]; then
+  if [[ $name == resnet* || $name == bert || $name == tiny || $name == alloc_bench ]]; then
     python3 - "$out/$name.native.out" "$out/$name.rec.out" <<'PY2' && same=yes
 import json, sys
 a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:])
@@ -130,24 +140,96 @@ PY2
     row "$label" FAIL "rc native=$rc_n recorded=$rc_r same=$same; $stats; $(tail -n 2 "$out/$name.rec.err" | tr '\n' ' ')"
   fi
 }
+workload_ratios() { # title, name: first-result and hot-latency ratios of a JSON workload
+  python3 - "$1" "$out/$2.native.out" "$out/$2.rec.out" <<'PY2' 2>&1 | tail -n 1 | tee -a "$report"
+import json, sys
+a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[2:])
+print(f"{sys.argv[1]}: first result native {a['first_result_s']} s, recorded {b['first_result_s']} s "
+      f"(x{b['first_result_s'] / a['first_result_s']:.3f}); hot native {a['hot_ms_median']} ms, "
+      f"recorded {b['hot_ms_median']} ms (x{b['hot_ms_median'] / a['hot_ms_median']:.3f})")
+PY2
+}
+suite_check() { # label, name, program (in $suite_bin), arguments...
+  local label=$1 name=$2 prog=$3; shift 3
+  if [[ -x $suite_bin/$prog ]]; then
+    record_check "$label" "$name" "$suite_bin/$prog" "$@"
+  else
+    row "$label" FAIL "$prog not built (see build.log)"
+  fi
+}
+suite_bin=$(mktemp -d)
+suite_workloads="$root/testdata/workloads"
 if [[ -f $rec_lib ]]; then
   nvcc -O2 -gencode arch=compute_90,code=sm_90 testdata/cuda/vecadd.cu -o "$fresh/vecadd_shared" -cudart shared >>"$out/build.log" 2>&1
   record_check "record: vecadd (static cudart)" vecadd_static "$fresh/vecadd" 1000000
   record_check "record: vecadd (shared cudart)" vecadd_shared "$fresh/vecadd_shared" 1000000
   record_check "record: rdc_app" rdc "$fresh/rdc_app"
+  # The suite programs of testdata/cuda/suite: each prints one result line (alloc_bench: JSON).
+  if bash testdata/cuda/suite/build.sh "$suite_bin" "$(command -v nvcc)" >>"$out/build.log" 2>&1; then
+    row "suite programs built with this machine's nvcc" PASS "$(ls "$suite_bin" | wc -l) files"
+  else
+    row "suite programs built with this machine's nvcc" FAIL "$(grep 'not built' "$out/build.log" | tail -n 1)"
+  fi
+  suite_check "record: driver_api (driver API only, cubin file)" driver_api driver_api "$suite_bin/driver_kernels.cubin"
+  suite_check "record: cublas_batched (pointer arrays in device memory)" cublas_batched cublas_batched
+  suite_check "record: streams (shared cudart)" streams streams
+  suite_check "record: streams (static cudart)" streams_static streams_static
+  suite_check "record: globals (symbols)" globals globals
+  suite_check "record: ptr_struct (pointers in device memory)" ptr_struct ptr_struct
+  suite_check "record: texture (arrays, texture/surface objects)" texture texture
+  suite_check "record: graph (capture + explicit)" graph graph
+  suite_check "record: alloc_bench (checksum)" alloc_bench alloc_bench
+  if grep -qs '"ok": true' "$out/alloc_bench.native.out" && grep -qs '"ok": true' "$out/alloc_bench.rec.out"; then
+    python3 - "$out/alloc_bench.native.out" "$out/alloc_bench.rec.out" <<'PY2' 2>&1 | tail -n 1 | tee -a "$report"
+import json, sys
+a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:])
+r = lambda k: f"native {a[k]}, recorded {b[k]} (x{b[k] / max(a[k], 1e-9):.2f})"
+print(f"alloc_bench ({a['allocs']} allocations): alloc_us_mean {r('alloc_us_mean')}; "
+      f"async_alloc_us_mean {r('async_alloc_us_mean')}; total_s {r('total_s')}")
+PY2
+  fi
   if [[ -f $workloads/resnet50.py ]]; then
     HOT_ITERS=${HOT_ITERS:-20} record_check "record: ResNet-50 (PyTorch)" resnet50 python3 "$workloads/resnet50.py"
     "$gl" analyze --no-progress "$out/resnet50.gl" >"$out/resnet50.analysis.txt" 2>&1
-    python3 - "$out/resnet50.native.out" "$out/resnet50.rec.out" <<'PY2' | tee -a "$report"
-import json, sys
-a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:])
-print(f"ResNet-50: first result native {a['first_result_s']} s, recorded {b['first_result_s']} s "
-      f"(x{b['first_result_s'] / a['first_result_s']:.3f}); hot native {a['hot_ms_median']} ms, "
-      f"recorded {b['hot_ms_median']} ms (x{b['hot_ms_median'] / a['hot_ms_median']:.3f})")
-PY2
+    workload_ratios "ResNet-50" resnet50
   else
     row "record: ResNet-50 (PyTorch)" FAIL "resnet50.py not found"
   fi
+  # Issue 7: the same program recorded twice allocates at the same addresses. The one-inference
+  # ResNet trace is also what the hot replay (section 4) times.
+  if [[ -f $workloads/resnet50.py ]]; then
+    HOT_ITERS=0 record_check "record: ResNet-50, one inference (a)" resnet50_once python3 "$workloads/resnet50.py"
+    HOT_ITERS=0 record_check "record: ResNet-50, one inference (b)" resnet50_once_b python3 "$workloads/resnet50.py"
+  fi
+  suite_check "record: cublas_batched again" cublas_batched_b cublas_batched
+  same_addresses() { # label, trace a, trace b
+    local d
+    d=$(python3 - "$gl" "$2" "$3" <<'PY2' 2>&1 | tail -n 1
+import json, subprocess, sys
+gl, a, b = sys.argv[1:]
+st = [json.loads(subprocess.run([gl, "analyze", "--json", "--no-progress", t], capture_output=True, text=True).stdout)["stats"]
+      for t in (a, b)]
+same = st[0]["allocation_digest"] == st[1]["allocation_digest"]
+print(("PASS" if same and st[0]["allocations_outside_arena"] == 0 else "FAIL") +
+      f"|digests {st[0]['allocation_digest']} / {st[1]['allocation_digest']}; allocations in arena "
+      f"{st[0]['allocations_in_arena']} / {st[1]['allocations_in_arena']}, outside {st[0]['allocations_outside_arena']}")
+PY2
+    )
+    row "$1" "${d%%|*}" "${d#*|}"
+  }
+  [[ -f $out/resnet50_once.gl ]] && same_addresses "arena: ResNet-50 recorded twice, same addresses" "$out/resnet50_once.gl" "$out/resnet50_once_b.gl"
+  [[ -f $out/cublas_batched.gl ]] && same_addresses "arena: cublas_batched recorded twice, same addresses" "$out/cublas_batched.gl" "$out/cublas_batched_b.gl"
+  HOT_ITERS=${BERT_HOT_ITERS:-5} record_check "record: BERT-base encoder (PyTorch, 8x128)" bert python3 "$suite_workloads/bert.py"
+  [[ -s $out/bert.native.out && -s $out/bert.rec.out ]] && workload_ratios "BERT-base" bert
+  HOT_ITERS=2 record_check "record: tiny PyTorch model" tiny python3 "$suite_workloads/tiny.py"
+  if [[ -f $out/tiny.gl ]]; then
+    tiny_bytes=$(stat -c %s "$out/tiny.gl")
+    [[ $tiny_bytes -lt 5000000 ]] && res=PASS || res=FAIL
+    row "trace size: tiny PyTorch model < 5 MB" $res "$tiny_bytes bytes"
+  fi
+  for t in driver_api cublas_batched streams streams_static globals ptr_struct texture graph alloc_bench bert tiny; do
+    [[ -f $out/$t.gl ]] && "$gl" analyze --no-progress "$out/$t.gl" >"$out/$t.analysis.txt" 2>&1
+  done
 fi
 
 # ---- 4. replayer -------------------------------------------------------------------------
@@ -156,8 +238,8 @@ replay_check() { # label, trace
   name=$(basename "$trace" .gl)
   if [[ ! -f $trace ]]; then row "$label" FAIL "no trace"; return; fi
   local dry
-  dry=$("$gl" replay --dry-run --json "$trace" 2>&1 | python3 scripts/dry_summary.py 2>&1 | tail -n 1)
-  "$gl" replay --json "$trace" >"$out/replay-$name.json" 2>"$out/replay-$name.err"; local rc=$?
+  dry=$(${limit[@]+"${limit[@]}"} "$gl" replay --dry-run --json "$trace" 2>&1 | python3 scripts/dry_summary.py 2>&1 | tail -n 1)
+  ${limit[@]+"${limit[@]}"} "$gl" replay --json "$trace" >"$out/replay-$name.json" 2>"$out/replay-$name.err"; local rc=$?
   local stats
   stats=$(python3 - "$out/replay-$name.json" <<'PY2' 2>&1 | tail -n 1
 import json, sys
@@ -173,9 +255,48 @@ PY2
 }
 replay_check "replay: testdata/traces/vecadd.gl" testdata/traces/vecadd.gl
 replay_check "replay: testdata/traces/rdc_app.gl" testdata/traces/rdc_app.gl
-for t in vecadd_static vecadd_shared rdc resnet50; do
+for t in vecadd_static vecadd_shared rdc driver_api cublas_batched streams streams_static globals \
+         ptr_struct texture graph alloc_bench resnet50 resnet50_once bert tiny; do
   [[ -f $out/$t.gl ]] && replay_check "replay: $t (recorded in this run)" "$out/$t.gl"
 done
+# Issue 7: every allocation of these traces re-created at its recorded address, none translated.
+for t in resnet50 bert cublas_batched ptr_struct; do
+  [[ -f $out/replay-$t.json ]] || continue
+  ex=$(python3 - "$out/replay-$t.json" <<'PY2' 2>&1 | tail -n 1
+import json, sys
+r = json.load(open(sys.argv[1]))
+ok = r["allocations_translated"] == 0 and r["allocations_exact"] > 0 and r["allocations_in_arena"] == r["allocations_exact"]
+print(("PASS" if ok and not r["mismatches"] else "FAIL") + f"|exact {r['allocations_exact']} (in arena {r['allocations_in_arena']}), "
+      f"translated {r['allocations_translated']}, results verified {r['results_verified']}, mismatches {len(r['mismatches'])}")
+PY2
+  )
+  row "arena: $t replayed at recorded addresses" "${ex%%|*}" "${ex#*|}"
+done
+# Issue 5: the body of the one-inference ResNet trace replayed hot, against native eager.
+if [[ -f $out/resnet50_once.gl && -s $out/resnet50.native.out ]]; then
+  ${limit[@]+"${limit[@]}"} "$gl" replay --iterations "${REPLAY_ITERS:-50}" --json "$out/resnet50_once.gl" \
+    >"$out/replay-hot-resnet50.json" 2>"$out/replay-hot-resnet50.err"
+  hot=$(python3 - "$out/replay-hot-resnet50.json" "$out/resnet50.native.out" <<'PY2' 2>&1 | tail -n 1
+import json, sys
+r = json.load(open(sys.argv[1])); h = r["hot"]
+n = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+ratio = h["wall_ms_median"] / n["hot_ms_median"]
+print(("PASS" if ratio <= 1 / 3 and not r["mismatches"] else "FAIL") +
+      f"|replay {h['wall_ms_median']:.3f} ms/iteration (GPU {h['gpu_ms_median']:.3f} ms, min {h['wall_ms_min']:.3f}) vs native eager "
+      f"{n['hot_ms_median']} ms: x{ratio:.3f} (1/{1 / ratio:.1f}); {h['iterations']} iterations of {h['body_calls']} records, "
+      f"{h['body_launches']} launches; results verified {r['results_verified']}, mismatches {len(r['mismatches'])}")
+PY2
+  )
+  row "hot replay: ResNet-50 body vs native eager (<= 1/3)" "${hot%%|*}" "${hot#*|}"
+fi
+# Issue 6: soft partitions (green contexts) and the error texts.
+if [[ -f scripts/gpu-suite-partitions.sh && -f $out/resnet50_once.gl ]]; then
+  ${limit[@]+"${limit[@]}"} bash scripts/gpu-suite-partitions.sh "$bin" "$out/resnet50_once.gl" "$out/partitions" >"$out/partitions.txt" 2>&1
+  prc=$?
+  while IFS='|' read -r a b c; do row "partitions: ${a#SUITE-ROW }" "$b" "$c"; done < <(grep '^SUITE-ROW ' "$out/partitions.txt")
+  grep -q '^SUITE-ROW ' "$out/partitions.txt" || row "partitions" FAIL "rc=$prc $(tail -n 2 "$out/partitions.txt" | tr '\n' ' ')"
+  cp "$out/partitions.txt" "$final/"
+fi
 for f in replay-resnet50.json replay-resnet50.err; do [[ -f $out/$f ]] && cp "$out/$f" "$final/"; done
 
 # ---- 5. devices (read-only NVML) ------------------------------------------------------
@@ -214,5 +335,15 @@ note "$pass passed, $fail failed"
 for f in report.md speed.jsonl speed-sm90a.jsonl oracle-torch.json resnet50.analysis.txt; do
   [[ -f $out/$f ]] && cp "$out/$f" "$final/"
 done
+# details.tgz: everything but the traces, plus the traces of streams and tiny (traces/NAME.trace),
+# so that $final keeps to 8 files of at most 16 MiB (what the device machine sends back); the
+# traces are left out again if they would make it larger than 15 MiB.
+mkdir -p "$out/traces"
+for t in streams tiny; do [[ -f $out/$t.gl ]] && cp "$out/$t.gl" "$out/traces/$t.trace"; done
 tar czf "$final/details.tgz" -C "$out" --exclude='*.gl' . 2>/dev/null
+if (($(stat -c %s "$final/details.tgz") > 15 * 1024 * 1024)); then
+  echo "details.tgz over 15 MiB with traces/ ($(du -sh "$out/traces" | cut -f1)): left out" >&2
+  rm -rf "$out/traces"
+  tar czf "$final/details.tgz" -C "$out" --exclude='*.gl' . 2>/dev/null
+fi
 [[ $fail == 0 ]]

@@ -103,6 +103,18 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
     if !m.command_line.is_empty() {
         writeln!(out, "command     {}", m.command_line.join(" "))?;
     }
+    if m.arena_base != 0 {
+        writeln!(
+            out,
+            "arena       {:#x}..{:#x}: {} allocations inside (exact at replay), {} outside",
+            m.arena_base,
+            m.arena_base + m.arena_size,
+            s.allocations_in_arena,
+            s.allocations_outside_arena
+        )?;
+    } else {
+        writeln!(out, "arena       none: the recorder served no allocations from its arena")?;
+    }
     if let Some(e) = &i.error {
         let lost = i.file_bytes.map(|f| f.saturating_sub(i.good_bytes)).unwrap_or(0);
         writeln!(out, "LOST        {} after offset {}: {e}", bytes(lost as f64), i.good_bytes)?;
@@ -129,6 +141,8 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
     row(out, "  with known names", s.unique_kernel_names, None)?;
     row(out, "graph launches", s.graph_launches, None)?;
     row(out, "allocations", s.allocations.count, Some(s.allocations.bytes))?;
+    row(out, "  in the arena", s.allocations_in_arena, None)?;
+    row(out, "  outside the arena", s.allocations_outside_arena, None)?;
     row(out, "frees", s.frees, None)?;
     row(out, "H2D copies", s.h2d.count, Some(s.h2d.bytes))?;
     row(out, "D2H copies", s.d2h.count, Some(s.d2h.bytes))?;

@@ -11,6 +11,7 @@ mod analyze_binary;
 mod analyze_trace;
 mod devices;
 mod driver_check;
+mod partition;
 mod progress;
 mod record;
 mod replay;
@@ -62,6 +63,31 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Hot replay: set-up once (code, allocations, uploads before the first launch), then
+        /// the rest of the trace once to warm up and N more times, each timed.
+        #[arg(long, value_name = "N", default_value_t = 0, conflicts_with = "dry_run")]
+        iterations: u32,
+        // ---- partitions (issue 6; cli/src/partition.rs) ----
+        /// Run on a MIG slice of GPU 0: a profile this GPU offers (`3g.71gb`, or a profile id) or
+        /// a MIG device UUID (`MIG-…`). Uses an existing MIG instance unless --create or --emulate.
+        #[arg(long, value_name = "PROFILE", conflicts_with = "dry_run")]
+        mig: Option<String>,
+        /// With --mig PROFILE: create a GPU instance and compute instance of the profile (MIG mode
+        /// on, root), replay on it, and destroy both afterwards, also when the replay fails.
+        #[arg(long, requires = "mig", conflicts_with = "emulate")]
+        create: bool,
+        /// With --mig PROFILE on a GPU with MIG off: a soft partition, a green context holding the
+        /// profile's SMs with its memory size as an allocation limit. No memory or bandwidth
+        /// isolation.
+        #[arg(long, requires = "mig")]
+        emulate: bool,
+        /// With --emulate: round the SM count up to the driver's co-scheduling alignment (60 -> 64
+        /// on an H200) instead of asking for the profile's exact count.
+        #[arg(long, requires = "emulate")]
+        coscheduled_sms: bool,
+        /// Set by the parent process of a --create run.
+        #[arg(long, hide = true, requires = "mig")]
+        mig_created: bool,
     },
     /// Report the GPU code in a host ELF (.so, executable), fatbin or cubin: entries, kernels,
     /// and each kernel's parameter layout read from the cubin (no GPU, no cuobjdump).
@@ -119,11 +145,29 @@ fn is_trace_file(path: &std::path::Path) -> bool {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Record { output, capture_outputs, command } => record::run(&output, capture_outputs, &command),
-        Command::Replay { trace, no_verify, dry_run, json } => {
+        Command::Replay {
+            trace,
+            no_verify,
+            dry_run,
+            json,
+            iterations,
+            mig,
+            create,
+            emulate,
+            coscheduled_sms,
+            mig_created,
+        } => {
             if dry_run {
                 replay::dry_run(&trace, json)
             } else {
-                replay::run(&trace, no_verify, json)
+                let part = partition::PartitionArgs {
+                    mig,
+                    create,
+                    emulate,
+                    coscheduled: coscheduled_sms,
+                    created: mig_created,
+                };
+                replay::run(&trace, no_verify, iterations, json, &part)
             }
         }
         Command::Devices { json } => devices::run(json).map(|()| ExitCode::SUCCESS),

@@ -6,19 +6,37 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use gpuless_replayer::replay::dryrun::dry_run as check_trace;
-use gpuless_replayer::replay::{init_device, load, replay_on, Options};
+use gpuless_replayer::replay::{load, replay_on, Options};
 
-/// Replays `path`; exit code 3 when a device-to-host result differs from the recording.
-pub fn run(path: &Path, no_verify: bool, json: bool) -> anyhow::Result<ExitCode> {
+use crate::partition::{self, PartitionArgs};
+
+/// Replays `path` on the whole GPU or the partition `part` asks for; exit code 3 when a
+/// device-to-host result differs from the recording.
+pub fn run(
+    path: &Path,
+    no_verify: bool,
+    iterations: u32,
+    json: bool,
+    part: &PartitionArgs,
+) -> anyhow::Result<ExitCode> {
+    if part.create {
+        return partition::run_created(path, no_verify, json, part);
+    }
+    // Before the driver starts: a MIG target sets CUDA_VISIBLE_DEVICES here.
+    let prepared = partition::prepare(part)?;
     // Driver initialization and trace reading are independent: do them at the same time.
-    let device = std::thread::spawn(init_device);
+    let device = std::thread::spawn(move || partition::init(&prepared));
     let trace = load(path)?;
-    let device = device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))??;
-    let r =
-        replay_on(device, &trace, Options { no_verify }).with_context(|| format!("replaying {}", path.display()))?;
+    let (device, label, memory_limit) =
+        device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))??;
+    let r = replay_on(device, &trace, Options { no_verify, memory_limit, iterations })
+        .with_context(|| format!("replaying {} ({})", path.display(), label.describe()))?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        let mut v = serde_json::to_value(&r)?;
+        v["partition"] = serde_json::to_value(&label)?;
+        println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
+        println!("partition  {}", label.describe());
         println!(
             "replayed   {} ({} records, {} executed, {} launches)",
             path.display(),
@@ -27,9 +45,17 @@ pub fn run(path: &Path, no_verify: bool, json: bool) -> anyhow::Result<ExitCode>
             r.launches
         );
         println!(
-            "memory     {} allocations at their recorded address, {} translated ({} parameter words rewritten)",
-            r.allocations_exact, r.allocations_translated, r.params_translated
+            "memory     {} allocations at their recorded address ({} in the arena), {} translated ({} parameter \
+             words rewritten); peak {:.1} MiB",
+            r.allocations_exact,
+            r.allocations_in_arena,
+            r.allocations_translated,
+            r.params_translated,
+            r.peak_memory as f64 / (1 << 20) as f64
         );
+        for w in &r.warnings {
+            println!("WARNING    {w}");
+        }
         println!(
             "verified   {} results equal, {} differ, {} not verifiable (async copies)",
             r.results_verified,
@@ -38,6 +64,20 @@ pub fn run(path: &Path, no_verify: bool, json: bool) -> anyhow::Result<ExitCode>
         );
         for m in &r.mismatches {
             println!("  MISMATCH {m}");
+        }
+        if let Some(h) = &r.hot {
+            println!(
+                "hot        {} iterations of the body ({} records, {} launches; set-up {} records, {:.3} s): \
+                 median {:.3} ms wall, {:.3} ms GPU; min {:.3} ms",
+                h.iterations,
+                h.body_calls,
+                h.body_launches,
+                h.setup_calls,
+                h.setup_s,
+                h.wall_ms_median,
+                h.gpu_ms_median,
+                h.wall_ms_min
+            );
         }
         let first = r.first_result_s.map_or("-".into(), |s| format!("{s:.3} s"));
         println!(

@@ -134,6 +134,7 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
             state::blob(BlobKind::HostToDevice, bytes)
         }
         ArgKind::Image => unsafe { image(v) },
+        ArgKind::ImageFile => unsafe { image_file(v) },
         ArgKind::Struct("CUlaunchConfig") => unsafe { launch_config(v) },
         ArgKind::Struct(ty) => unsafe { struct_bytes(ty, v, 1) },
         ArgKind::Structs { ty, count_arg } => {
@@ -232,6 +233,18 @@ unsafe fn image(p: u64) -> Value {
         Err(_) => return Value::HostPtr(p),
     };
     state::blob(BlobKind::CodeImage, bytes)
+}
+
+/// A code image loaded from a file: the file's bytes as a blob (the path as well when the
+/// file cannot be read: the driver will fail the same way).
+unsafe fn image_file(p: u64) -> Value {
+    // SAFETY: forwarded: a NUL-terminated path.
+    let path = unsafe { cstr(p) };
+    let Value::Str(name) = &path else { return path };
+    match std::fs::read(name) {
+        Ok(bytes) => Value::List(vec![path.clone(), state::blob(BlobKind::CodeImage, &bytes)]),
+        Err(_) => path,
+    }
 }
 
 unsafe fn launch_config(p: u64) -> Value {

@@ -8,11 +8,16 @@
 //! trampolines. Hooks capture arguments and results by the table's argument kinds and queue
 //! records for the trace writer's background thread. An internal failure disables recording
 //! (said once on stderr); the program's behaviour is never changed.
+//!
+//! Device allocations are served from a fixed-base VMM arena ([`arena`]), so recorded
+//! addresses are reproducible and replay re-creates them exactly.
 
+pub mod arena;
 mod capture;
 mod hooks;
 mod intercept;
 mod pending;
+mod real;
 mod record;
 mod state;
 mod unmodeled;

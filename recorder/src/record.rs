@@ -3,11 +3,11 @@
 
 use std::cell::Cell;
 
-use gpuless_analyzer::api::{self, ArgKind};
+use gpuless_analyzer::api::{self, ArgKind, SyncClass};
 use gpuless_traces::{CallRecord, Function, Value};
 
 use crate::hooks::HOOKS;
-use crate::{capture, pending, state};
+use crate::{arena, capture, pending, state};
 
 thread_local! {
     /// Sequence number of the hooked call this thread is inside, if any.
@@ -31,16 +31,21 @@ fn tid() -> u64 {
 /// # Safety
 /// `raw` must be the arguments the program passed, in the API table's order.
 pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 {
+    let Some(hook) = HOOKS.get(slot) else { return real() };
+    let op = arena::op(hook.func);
     if !state::enabled() {
-        return real();
+        // Arena memory stays the arena's after recording stops (late frees at exit).
+        // SAFETY: forwarded from the caller.
+        return unsafe { with_arena(op, hook.variant.per_thread, raw, real) };
     }
-    let Some(f) = HOOKS.get(slot).and_then(|h| api::get(h.func)) else { return real() };
+    let Some(f) = api::get(hook.func) else { return real() };
     let seq = state::next_seq();
     let t0 = state::now_ns();
     // SAFETY: forwarded from the caller.
     let args = std::panic::catch_unwind(|| unsafe { capture::inputs(f, raw) });
     let parent = CURRENT.with(|c| c.replace(Some(seq)));
-    let status = real();
+    // SAFETY: forwarded from the caller.
+    let status = unsafe { with_arena(op, hook.variant.per_thread, raw, real) };
     CURRENT.with(|c| c.set(parent));
     let t1 = state::now_ns();
     if f.name == "cuInit" && status == 0 {
@@ -69,7 +74,7 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
             return status;
         }
     };
-    let variant = HOOKS[slot].variant;
+    let variant = hook.variant;
     let rec = CallRecord {
         seq,
         thread: tid(),
@@ -91,5 +96,26 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
     if status == 0 {
         pending::after(f, raw);
     }
+    if matches!(f.sync, SyncClass::CtxSync | SyncClass::StreamSync | SyncClass::EventSync | SyncClass::DeviceToHost) {
+        // The program waits here anyway: hand this thread's records to the writer.
+        state::flush_thread();
+    }
     status
+}
+
+/// The driver call, or the arena's answer for calls about arena memory.
+///
+/// # Safety
+/// As [`call`].
+unsafe fn with_arena(op: Option<arena::Op>, per_thread: bool, raw: &[u64], real: impl FnOnce() -> u32) -> u32 {
+    let Some(op) = op else { return real() };
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        if let Some(status) = arena::before(op, raw, per_thread) {
+            return status;
+        }
+        let status = real();
+        arena::after(op, raw, per_thread, status);
+        status
+    }
 }

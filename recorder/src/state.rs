@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, TraceMeta, TraceWriter, Value, WriterOptions};
@@ -85,12 +85,77 @@ enum Sink {
 static SINK: RwLock<Sink> = RwLock::new(Sink::Pending(Vec::new(), Vec::new()));
 static OPENING: Mutex<()> = Mutex::new(());
 
+/// Records a thread has built and not yet handed to the writer. Handing them over in batches
+/// makes the per-record cost a push onto this (uncontended) vector instead of a queue
+/// operation shared with the writer thread.
+struct Batch(Mutex<Vec<CallRecord>>);
+
+/// Records per hand-over.
+const BATCH: usize = 512;
+
+/// Every thread's batch, so the end of the recording can collect them all.
+static BATCHES: Mutex<Vec<Arc<Batch>>> = Mutex::new(Vec::new());
+
+/// A thread's own batch; handed over when the thread exits.
+struct Local(Arc<Batch>);
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        hand_over(&self.0);
+        if let Ok(mut all) = BATCHES.lock() {
+            all.retain(|b| !Arc::ptr_eq(b, &self.0));
+        }
+    }
+}
+
+thread_local! {
+    static LOCAL: Local = {
+        let b = Arc::new(Batch(Mutex::new(Vec::with_capacity(BATCH))));
+        if let Ok(mut all) = BATCHES.lock() {
+            all.push(b.clone());
+        }
+        Local(b)
+    };
+}
+
 /// Queues a record.
 pub fn emit(rec: CallRecord) {
+    let mut rec = Some(rec);
+    let queued = LOCAL.try_with(|l| {
+        let mut v = l.0 .0.lock().unwrap_or_else(|e| e.into_inner());
+        v.extend(rec.take());
+        v.len() >= BATCH
+    });
+    match queued {
+        Ok(true) => flush_thread(),
+        Ok(false) => {}
+        // The thread is exiting and its batch is gone: hand the record over alone.
+        Err(_) => send(rec.into_iter().collect()),
+    }
+}
+
+/// Hands this thread's records to the writer (at synchronizations, so a killed program
+/// loses little).
+pub fn flush_thread() {
+    let _ = LOCAL.try_with(|l| hand_over(&l.0));
+}
+
+fn hand_over(b: &Batch) {
+    let recs = {
+        let mut v = b.0.lock().unwrap_or_else(|e| e.into_inner());
+        if v.is_empty() {
+            return;
+        }
+        std::mem::replace(&mut *v, Vec::with_capacity(BATCH))
+    };
+    send(recs);
+}
+
+fn send(recs: Vec<CallRecord>) {
     if let Ok(s) = SINK.read() {
         match &*s {
             Sink::Open(w) => {
-                if let Err(e) = w.record(rec) {
+                if let Err(e) = w.records(recs) {
                     drop(s);
                     fail(&format!("trace writer: {e}"));
                 }
@@ -102,12 +167,20 @@ pub fn emit(rec: CallRecord) {
     }
     if let Ok(mut s) = SINK.write() {
         match &mut *s {
-            Sink::Pending(recs, _) => recs.push(rec),
+            Sink::Pending(pending, _) => pending.extend(recs),
             Sink::Open(w) => {
-                let _ = w.record(rec);
+                let _ = w.records(recs);
             }
             Sink::Closed => {}
         }
+    }
+}
+
+/// Hands every thread's records to the writer (end of the recording).
+fn flush_all() {
+    let all: Vec<Arc<Batch>> = BATCHES.lock().map(|v| v.clone()).unwrap_or_default();
+    for b in all {
+        hand_over(&b);
     }
 }
 
@@ -210,6 +283,11 @@ pub fn open(driver_ready: bool) {
     let mut meta = base_meta();
     if driver_ready {
         device_facts(&mut meta);
+        if let Some((base, size)) = crate::arena::reserve() {
+            meta.arena_base = base;
+            meta.arena_size = size;
+            meta.extra.push(("arena_chunk".into(), gpuless_traces::arena::CHUNK.to_string()));
+        }
     }
     // A child process that inherited the environment writes next to the first trace.
     let path = match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
@@ -250,6 +328,7 @@ pub fn finish() {
     }
     open(false);
     crate::pending::flush_unsynchronized();
+    flush_all();
     let (counts, overflow) = crate::unmodeled::counts();
     for (name, calls) in counts.into_iter().filter(|&(_, c)| c > 0) {
         let level = crate::unmodeled::level_of(&name);
@@ -264,6 +343,7 @@ pub fn finish() {
         r.args = vec![Value::Null];
         emit(r);
     }
+    flush_all();
     let w = {
         let mut s = SINK.write().unwrap_or_else(|e| e.into_inner());
         match std::mem::replace(&mut *s, Sink::Closed) {

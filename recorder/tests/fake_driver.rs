@@ -67,6 +67,7 @@ fn records_a_driver_api_program() {
     let reader = TraceReader::open(&trace, ReaderOptions { blob_data: true, check_blob_refs: true }).unwrap();
     assert_eq!(reader.meta().gpu_name, "Fake GPU");
     assert_eq!(reader.meta().sm, 90);
+    assert_eq!((reader.meta().arena_base, reader.meta().arena_size), (0x7e00_0000_0000, 1 << 40));
     let mut calls = Vec::new();
     let mut blobs = Vec::new();
     for chunk in reader {
@@ -96,7 +97,15 @@ fn records_a_driver_api_program() {
     let alloc = find("cuMemAlloc");
     assert_eq!(alloc.variant.version, 2, "cuMemAlloc through cuGetProcAddress is cuMemAlloc_v2");
     let Value::DevPtr(ptr) = alloc.results[0] else { panic!("{:?}", alloc.results) };
-    assert_eq!(ptr, 0x7e00_0000_0100);
+    // Served by the recorder's arena at its default base, not by the driver's cuMemAlloc.
+    assert_eq!(ptr, 0x7e00_0000_0000);
+    assert_eq!(String::from_utf8_lossy(&recorded.stderr).trim(), "mapped_chunks=1", "one arena chunk mapped");
+    assert_eq!(String::from_utf8_lossy(&native.stderr).trim(), "mapped_chunks=0");
+    // The arena's own driver calls are not the program's: they are not in the trace.
+    assert!(!names.contains(&"cuMemCreate") && !names.contains(&"cuMemMap"), "{names:?}");
+    let range = find("cuMemGetAddressRange");
+    assert_eq!(range.results, [Value::DevPtr(ptr), Value::Size(256)], "the arena answers for its memory");
+    assert_eq!(find("cuMemFree").status, 0);
 
     let h: Vec<u8> = (0..64).flat_map(|i| (i as f32).to_le_bytes()).collect();
     let htod = find("cuMemcpyHtoD");
@@ -128,6 +137,34 @@ fn records_a_driver_api_program() {
 
     let unmodeled = calls.iter().find(|c| matches!(&c.function, Function::Other(n) if n == "cuFakeUnmodeled")).unwrap();
     assert_eq!(unmodeled.args, [Value::U64(2)], "two calls counted through the trampoline");
+}
+
+/// `GPULESS_ARENA=off`: allocations pass through to the driver and the header says so.
+#[test]
+fn arena_can_be_turned_off() {
+    let lib = recorder_lib();
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path());
+    let trace = dir.path().join("t.gl");
+    let out = Command::new(&prog)
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("LD_PRELOAD", &lib)
+        .env("GPULESS_TRACE", &trace)
+        .env("GPULESS_ARENA", "off")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "mapped_chunks=0");
+    let reader = TraceReader::open(&trace, ReaderOptions::default()).unwrap();
+    assert_eq!(reader.meta().arena_base, 0);
+    let alloc = reader
+        .flat_map(|c| match c.unwrap().body {
+            ChunkBody::Calls(c) => c,
+            _ => Vec::new(),
+        })
+        .find(|c| c.function.name() == "cuMemAlloc")
+        .unwrap();
+    assert_eq!(alloc.results[0], Value::DevPtr(0x7e00_0000_0100), "the driver's own address");
 }
 
 #[test]

@@ -74,6 +74,7 @@ pub const KINDS: &[(&str, usize)] = &[
     ("handle", 1),
     ("cstr", 0),
     ("image", 0),
+    ("imagefile", 0),
     ("struct", 1),
     ("structs", 2),
     ("kparams", 0),

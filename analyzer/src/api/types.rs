@@ -279,6 +279,9 @@ pub enum ArgKind {
     CStr,
     /// A GPU code image (fatbin wrapper, fatbin, cubin or PTX); length from its content.
     Image,
+    /// A NUL-terminated path of a file holding a GPU code image: the file's bytes are recorded
+    /// (the file may be gone or different where the trace is replayed).
+    ImageFile,
     /// A pointer to one C struct of the named type.
     Struct(&'static str),
     /// A pointer to an array of C structs; the count is the argument at `count_arg`.

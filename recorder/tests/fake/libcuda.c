@@ -8,7 +8,7 @@
 
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
-static unsigned char heap[1 << 20];
+static unsigned char heap[4 << 20]; /* device memory at 0x7e0000000000 */
 static size_t heap_top = 256;
 static int kernel_token, module_token, ctx_token;
 
@@ -46,6 +46,32 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
   for (int i = 0; i < n; i++) d[i] *= k;
   return 0; }
 CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
+CUresult cuMemFree_v2(CUdeviceptr p) { (void)p; return 0; }
+/* Native answer for the one 256-byte allocation the program makes. */
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *b, size_t *s, CUdeviceptr p) { *b = p & ~255ull; *s = 256; return 0; }
+/* VMM: the reservation is granted only at the arena's default base, and mappings only inside
+ * the heap, so the recorder's arena path runs end to end. */
+static int reserved, mapped;
+CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long f) {
+  (void)n; (void)align; (void)f;
+  *p = (addr == 0x7e0000000000ull && !reserved) ? addr : 0x100000000000ull; reserved = 1; return 0; }
+CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { (void)p; (void)n; return 0; }
+CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f) {
+  (void)prop; (void)f; *h = n; return 0; }
+CUresult cuMemRelease(unsigned long long h) { (void)h; return 0; }
+CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, unsigned long long h, unsigned long long f) {
+  (void)off; (void)h; (void)f;
+  if (p < 0x7e0000000000ull || p + n > 0x7e0000000000ull + sizeof heap) return 2;
+  mapped++; return 0; }
+CUresult cuMemUnmap(CUdeviceptr p, size_t n) { (void)p; (void)n; mapped--; return 0; }
+CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *d, size_t c) { (void)p; (void)n; (void)d; (void)c; return 0; }
+CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = &ctx_token; return 0; }
+CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
+CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
+CUresult cuStreamIsCapturing(void *s, int *st) { (void)s; *st = 0; return 0; }
+/* How many chunks are mapped: the program prints it, so a test sees the arena at work. */
+CUresult cuFakeMapped(int *n) { *n = mapped; return 0; }
 CUresult cuDevicePrimaryCtxReset_v2(int dev) { (void)dev; return 0; } /* not called: unmodeled probe */
 CUresult cuFakeUnmodeled(int x) { return x; }
 
@@ -59,6 +85,7 @@ static const struct entry table[] = {
   {"cuFuncGetParamInfo", cuFuncGetParamInfo}, {"cuLaunchKernel", cuLaunchKernel},
   {"cuCtxSynchronize", cuCtxSynchronize}, {"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2},
   {"cuStreamSynchronize", cuStreamSynchronize}, {"cuFakeUnmodeled", cuFakeUnmodeled},
+  {"cuMemFree", cuMemFree_v2}, {"cuMemGetAddressRange", cuMemGetAddressRange_v2}, {"cuFakeMapped", cuFakeMapped},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)ver; (void)flags;

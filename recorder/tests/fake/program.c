@@ -30,6 +30,9 @@ int main(int argc, char **argv) {
   int (*unmodeled)(int) = get("cuFakeUnmodeled");
   int (*dtoh_async)(void *, uint64_t, size_t, void *) = get("cuMemcpyDtoHAsync");
   int (*sync)(void *) = get("cuStreamSynchronize");
+  int (*range)(uint64_t *, size_t *, uint64_t) = get("cuMemGetAddressRange");
+  int (*release)(uint64_t) = get("cuMemFree");
+  int (*fake_mapped)(int *) = get("cuFakeMapped");
   static const char ptx[] = ".version 9.0\n.target sm_90\n.address_size 64\n";
   float h[64]; for (int i = 0; i < 64; i++) h[i] = (float)i;
   uint64_t d; void *mod, *fn;
@@ -43,6 +46,11 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 64; i++) if (again[i] != h[i]) return 8;
   double sum = 0; for (int i = 0; i < 64; i++) sum += h[i];
   printf("sum=%.1f\n", sum);
+  uint64_t base = 0; size_t size = 0; int chunks = -1;
+  if (range(&base, &size, d + 100) || base != d || size != 256) return 9;
+  fake_mapped(&chunks);
+  fprintf(stderr, "mapped_chunks=%d\n", chunks);
+  if (release(d)) return 10;
   if (iters > 0) { /* per-call cost of a cheap query and of a launch */
     struct timespec a, b; void *c;
     clock_gettime(CLOCK_MONOTONIC, &a);

@@ -196,7 +196,7 @@ pub fn query_with_library(library: Option<&OsStr>) -> Result<DeviceReport, Disco
     })
 }
 
-fn init(library: Option<&OsStr>) -> Result<Nvml, DiscoveryError> {
+pub(crate) fn init(library: Option<&OsStr>) -> Result<Nvml, DiscoveryError> {
     let unavailable = |e: NvmlError| DiscoveryError::Unavailable { detail: e.to_string() };
     match library {
         Some(path) => Nvml::builder().lib_path(path).init().map_err(unavailable),
@@ -218,7 +218,7 @@ fn note<T>(warnings: &mut Vec<String>, call: &str, r: Result<T, NvmlError>) -> O
     }
 }
 
-fn query_gpu(nvml: &Nvml, index: u32) -> GpuInfo {
+pub(crate) fn query_gpu(nvml: &Nvml, index: u32) -> GpuInfo {
     let mut w = Vec::new();
     let mut info = GpuInfo {
         index,

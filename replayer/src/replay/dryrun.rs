@@ -148,8 +148,16 @@ fn check(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Result<bool, Strin
             blob_ok(trace, c.arg(name), "code image")?;
             m.modules.insert(ow(c, "module")?);
         }
+        "cuModuleLoad" => {
+            blob_ok(trace, file_blob(c.arg("fname")), "code image read from a file")?;
+            m.modules.insert(ow(c, "module")?);
+        }
         "cuLibraryLoadData" => {
             blob_ok(trace, c.arg("code"), "code image")?;
+            m.libraries.insert(ow(c, "library")?);
+        }
+        "cuLibraryLoadFromFile" => {
+            blob_ok(trace, file_blob(c.arg("fileName")), "code image read from a file")?;
             m.libraries.insert(ow(c, "library")?);
         }
         "cuModuleGetFunction" => {
@@ -239,4 +247,12 @@ fn check(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Result<bool, Strin
         _ => return Ok(false),
     }
     Ok(true)
+}
+
+/// The stored bytes of a code image loaded from a file (the recorder keeps `[path, blob]`).
+fn file_blob(v: Option<&Value>) -> Option<&Value> {
+    match v {
+        Some(Value::List(items)) => items.get(1),
+        other => other,
+    }
 }

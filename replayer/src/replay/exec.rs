@@ -21,6 +21,10 @@ impl State {
         }
     }
 
+    fn kernel_name(&self, recorded: u64) -> String {
+        self.names.get(&recorded).cloned().unwrap_or_else(|| format!("{recorded:#x}"))
+    }
+
     fn function(&self, recorded: u64) -> Option<sys::CUfunction> {
         self.functions.get(&recorded).copied().or_else(|| self.kernels.get(&recorded).map(|&k| k as sys::CUfunction))
     }
@@ -35,6 +39,17 @@ fn blob<'t>(trace: &'t LoadedTrace, c: &Call<'_>, v: Option<&Value>) -> Result<&
             .filter(|d| d.len() as u64 == b.len)
             .ok_or_else(|| c.inconsistent(format!("blob {} ({} bytes) missing from the trace", b.hash, b.len))),
         other => Err(c.inconsistent(format!("expected stored bytes, found {other:?}"))),
+    }
+}
+
+/// The code image of a load from a file: the recorder stored the file's bytes with its path.
+fn file_image<'t>(trace: &'t LoadedTrace, c: &Call<'_>, arg: &str) -> Result<&'t [u8], ReplayError> {
+    match c.arg(arg) {
+        Some(Value::List(items)) => blob(trace, c, items.get(1)),
+        Some(Value::Str(path)) => {
+            Err(c.inconsistent(format!("the recorder could not read {path}: the code image is not in the trace")))
+        }
+        other => Err(c.inconsistent(format!("expected a file's stored bytes, found {other:?}"))),
     }
 }
 
@@ -60,7 +75,7 @@ pub(crate) fn call(
     // and host buffers owned here, sized as recorded.
     unsafe {
         match f.name {
-            "cuMemAlloc" | "cuMemAllocAsync" => {
+            "cuMemAlloc" | "cuMemAllocAsync" | "cuMemAllocFromPoolAsync" => {
                 let recorded = c.out_word("dptr")?;
                 st.mem.alloc(recorded, c.word("bytesize")?, seq)?;
             }
@@ -104,15 +119,22 @@ pub(crate) fn call(
                 let dst = st.mem.translate(c.word("dstDevice")?);
                 check(sys::cuMemsetD32_v2(dst, c.word("ui")? as u32, c.word("N")? as usize), seq, f.name)?;
             }
-            "cuModuleLoadData" | "cuModuleLoadFatBinary" => {
-                let name = if f.name == "cuModuleLoadData" { "image" } else { "fatCubin" };
-                let image = aligned(blob(trace, &c, c.arg(name))?);
+            "cuModuleLoadData" | "cuModuleLoadFatBinary" | "cuModuleLoad" => {
+                let image = match f.name {
+                    "cuModuleLoadData" => aligned(blob(trace, &c, c.arg("image"))?),
+                    "cuModuleLoadFatBinary" => aligned(blob(trace, &c, c.arg("fatCubin"))?),
+                    _ => aligned(file_image(trace, &c, "fname")?),
+                };
                 let mut m = std::ptr::null_mut();
                 check(sys::cuModuleLoadData(&mut m, image.as_ptr().cast()), seq, f.name)?;
                 st.modules.insert(c.out_word("module")?, m);
             }
-            "cuLibraryLoadData" => {
-                let image = aligned(blob(trace, &c, c.arg("code"))?);
+            "cuLibraryLoadData" | "cuLibraryLoadFromFile" => {
+                let image = if f.name == "cuLibraryLoadData" {
+                    aligned(blob(trace, &c, c.arg("code"))?)
+                } else {
+                    aligned(file_image(trace, &c, "fileName")?)
+                };
                 let mut l = std::ptr::null_mut();
                 let (null_o, null_v, null_l) = (std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut());
                 let r = sys::cuLibraryLoadData(
@@ -321,7 +343,7 @@ fn verify(st: &State, c: &Call<'_>, host: &[u8], trace: &LoadedTrace, report: &m
         report.results_verified += 1;
         return;
     }
-    let recent: Vec<&str> = st.recent.iter().map(String::as_str).collect();
+    let recent: Vec<String> = st.recent.iter().map(|&h| st.kernel_name(h)).collect();
     let detail = match c.result("dstHost") {
         Some(Value::Blob(b)) => trace.blobs.get(&b.hash).and_then(|want| {
             want.iter().zip(host).position(|(a, b)| a != b).map(|i| format!(", first differing byte at {i}"))
@@ -338,37 +360,47 @@ fn verify(st: &State, c: &Call<'_>, host: &[u8], trace: &LoadedTrace, report: &m
     ));
 }
 
+/// Parameter bytes as recorded, or a translated copy when a pointer in them may have moved.
+fn translated<'b>(mem: &super::Memory, b: &'b [u8], report: &mut Report) -> std::borrow::Cow<'b, [u8]> {
+    if !mem.may_translate() {
+        return std::borrow::Cow::Borrowed(b);
+    }
+    let mut owned = b.to_vec();
+    report.params_translated += mem.translate_params(&mut owned) as u64;
+    std::borrow::Cow::Owned(owned)
+}
+
 unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<(), ReplayError> {
     let seq = c.rec.seq;
     let rec_f = c.word("f")?;
     let func =
         st.function(rec_f).ok_or_else(|| c.inconsistent(format!("kernel handle {rec_f:#x} was never loaded")))?;
-    let (mut bytes, layout) = match c.arg("kernelParams") {
-        Some(Value::KernelParams(kp)) => (kp.bytes.clone(), kp.layout.clone()),
-        Some(Value::Null) | None => (Vec::new(), Vec::new()),
+    let (bytes, layout): (&[u8], &[(u32, u32)]) = match c.arg("kernelParams") {
+        Some(Value::KernelParams(kp)) => (&kp.bytes, &kp.layout),
+        Some(Value::Null) | None => (&[], &[]),
         Some(other) => return Err(c.inconsistent(format!("kernel parameters not recorded ({other:?})"))),
     };
-    report.params_translated += st.mem.translate_params(&mut bytes) as u64;
+    // Parameter bytes are used in place unless a pointer in them must be translated (the
+    // driver only reads them).
+    let bytes = translated(&st.mem, bytes, report);
     let mut ptrs: Vec<*mut c_void> =
-        layout.iter().map(|&(off, _)| bytes.as_mut_ptr().wrapping_add(off as usize).cast()).collect();
+        layout.iter().map(|&(off, _)| bytes.as_ptr().wrapping_add(off as usize).cast_mut().cast()).collect();
     let params = if ptrs.is_empty() { std::ptr::null_mut() } else { ptrs.as_mut_ptr() };
     // Parameters passed as one packed buffer through `extra` (cuDNN and cuBLAS do this).
-    let mut packed = match c.arg("extra") {
-        Some(Value::Bytes(b)) => b.clone(),
-        _ => Vec::new(),
+    let packed = match c.arg("extra") {
+        Some(Value::Bytes(b)) => translated(&st.mem, b, report),
+        _ => std::borrow::Cow::Borrowed(&[][..]),
     };
-    report.params_translated += st.mem.translate_params(&mut packed) as u64;
     let mut packed_len = packed.len();
     // CU_LAUNCH_PARAM_BUFFER_POINTER (1), CU_LAUNCH_PARAM_BUFFER_SIZE (2), CU_LAUNCH_PARAM_END (0)
     let mut extra_list: [*mut c_void; 5] = [
         std::ptr::without_provenance_mut(1),
-        packed.as_mut_ptr().cast(),
+        packed.as_ptr().cast_mut().cast(),
         std::ptr::without_provenance_mut(2),
         (&mut packed_len as *mut usize).cast(),
         std::ptr::null_mut(),
     ];
     let extra = if packed.is_empty() { std::ptr::null_mut() } else { extra_list.as_mut_ptr() };
-    let name = st.names.get(&rec_f).cloned().unwrap_or_else(|| format!("{rec_f:#x}"));
     let r = if c.f.name == "cuLaunchKernelEx" {
         let Some(Value::LaunchConfig(cfg)) = c.arg("config") else { return Err(c.missing("config")) };
         let size = std::mem::size_of::<sys::CUlaunchAttribute>();
@@ -412,6 +444,7 @@ unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<()
             Some(Value::LaunchConfig(cfg)) => cfg.attrs.iter().map(|a| a.id).collect(),
             _ => Vec::new(),
         };
+        let name = st.kernel_name(rec_f);
         let what = format!(
             "{} {name} ({} parameters in {} bytes, extra buffer {} bytes, launch attributes {attrs:?})",
             c.f.name,
@@ -422,7 +455,7 @@ unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<()
         check(r, seq, &what)?;
     }
     report.launches += 1;
-    st.recent.push_back(name);
+    st.recent.push_back(rec_f);
     if st.recent.len() > RECENT_KERNELS {
         st.recent.pop_front();
     }

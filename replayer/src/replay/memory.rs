@@ -1,9 +1,12 @@
-//! Device memory at replay: allocations re-created at their recorded addresses with the VMM
-//! API when possible, else allocated anywhere and translated.
+//! Device memory at replay. Allocations the recorder served from its arena are re-created at
+//! their recorded addresses inside the same reserved range, backed as the recorder backed them
+//! ([`gpuless_traces::arena::backing`]); allocations outside the arena are re-created exactly
+//! with the VMM API when the address can be had, else allocated anywhere and translated.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use cudarc::driver::sys;
+use gpuless_traces::arena::{backing, Backing, CHUNK};
 
 use super::{check, ReplayError};
 
@@ -16,19 +19,48 @@ pub struct Allocation {
     pub size: u64,
     /// Address at replay.
     pub live: u64,
-    /// VMM handle and mapped size when re-created exactly.
-    vmm: Option<(sys::CUmemGenericAllocationHandle, usize)>,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// Inside the arena (backed by shared or own chunks).
+    Arena,
+    /// Outside the arena, re-created exactly with its own reservation of this size.
+    Vmm(usize),
+    /// `cuMemAlloc` anywhere.
+    Driver,
+    /// A module global: not ours to free.
+    Alias,
+}
+
+/// The recorder's arena as re-reserved here.
+#[derive(Debug, Clone, Copy)]
+struct Arena {
+    base: u64,
+    size: u64,
 }
 
 /// All allocations, keyed by recorded base address.
 #[derive(Default)]
 pub struct Memory {
     allocs: BTreeMap<u64, Allocation>,
+    arena: Option<Arena>,
+    /// Shared arena chunks: address → live allocations in it.
+    chunks: HashMap<u64, u32>,
     granularity: usize,
+    /// Bytes of device memory mapped or allocated now, and the most at any time.
+    in_use: u64,
+    peak: u64,
+    limit: Option<u64>,
+    /// Ranges ever recorded at one address and live at another (allocations and globals).
+    moved: u64,
     /// Allocations re-created at their recorded address.
     pub exact: u64,
     /// Allocations that had to move (their pointers are translated).
     pub translated: u64,
+    /// Of the exact ones, how many were inside the recorder's arena.
+    pub in_arena: u64,
 }
 
 fn prop() -> sys::CUmemAllocationProp {
@@ -40,9 +72,114 @@ fn prop() -> sys::CUmemAllocationProp {
     p
 }
 
+/// Creates physical memory for `[addr, addr + len)` (reserved, unmapped) and maps it.
+unsafe fn map(addr: u64, len: u64) -> Result<(), sys::CUresult> {
+    let len = len as usize;
+    let p = prop();
+    // SAFETY: the range is reserved by us and unmapped; valid pointers to structs.
+    unsafe {
+        let mut h = 0;
+        let r = sys::cuMemCreate(&mut h, len, &p, 0);
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(r);
+        }
+        let r = sys::cuMemMap(addr, len, 0, h, 0);
+        sys::cuMemRelease(h);
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(r);
+        }
+        let desc = sys::CUmemAccessDesc {
+            location: p.location,
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        let r = sys::cuMemSetAccess(addr, len, &desc, 1);
+        if r != sys::CUresult::CUDA_SUCCESS {
+            sys::cuMemUnmap(addr, len);
+            return Err(r);
+        }
+    }
+    Ok(())
+}
+
 impl Memory {
+    /// Memory that refuses to hold more than `limit` bytes at once (`--emulate` partitions).
+    pub fn with_limit(limit: Option<u64>) -> Self {
+        Memory { limit, ..Memory::default() }
+    }
+
+    /// Reserves the recorder's arena `[base, base + size)` at exactly that address. Returns a
+    /// warning (allocations will then be translated) when the range cannot be had.
+    pub fn reserve_arena(&mut self, base: u64, size: u64) -> Option<String> {
+        if base == 0 || size == 0 {
+            return None;
+        }
+        let mut got = 0u64;
+        // SAFETY: a reservation with a valid out-pointer.
+        let r = unsafe { sys::cuMemAddressReserve(&mut got, size as usize, CHUNK as usize, base, 0) };
+        if r != sys::CUresult::CUDA_SUCCESS || got != base {
+            if r == sys::CUresult::CUDA_SUCCESS {
+                // SAFETY: releasing what was just reserved.
+                unsafe { sys::cuMemAddressFree(got, size as usize) };
+            }
+            return Some(format!(
+                "the recorder's arena {base:#x}..{:#x} is taken in this process ({r:?}); allocations are \
+                 translated instead, and pointers stored in device memory cannot be",
+                base + size
+            ));
+        }
+        self.arena = Some(Arena { base, size });
+        None
+    }
+
+    /// Bytes of device memory in use at most during the replay so far.
+    pub fn peak(&self) -> u64 {
+        self.peak
+    }
+
+    fn charge(&mut self, bytes: u64, seq: u64) -> Result<(), ReplayError> {
+        if let Some(limit) = self.limit {
+            if self.in_use + bytes > limit {
+                return Err(ReplayError::MemoryLimit { seq, limit, needed: self.in_use + bytes });
+            }
+        }
+        self.in_use += bytes;
+        self.peak = self.peak.max(self.in_use);
+        Ok(())
+    }
+
+    fn oom(&self, seq: u64, bytes: u64, r: sys::CUresult) -> ReplayError {
+        if r == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            let (mut free, mut total) = (0usize, 0usize);
+            // SAFETY: valid out-pointers.
+            unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) };
+            return ReplayError::DeviceTooSmall { seq, needed: bytes, in_use: self.in_use, free: free as u64 };
+        }
+        ReplayError::Driver { seq, what: "allocation".into(), code: r }
+    }
+
     /// Re-creates an allocation of `size` bytes recorded at `recorded`; returns its live address.
     pub fn alloc(&mut self, recorded: u64, size: u64, seq: u64) -> Result<u64, ReplayError> {
+        if self.arena.is_some_and(|a| recorded >= a.base && recorded - a.base < a.size) {
+            match backing(recorded, size) {
+                Backing::Shared { chunk } => {
+                    if !self.chunks.contains_key(&chunk) {
+                        self.charge(CHUNK, seq)?;
+                        // SAFETY: a chunk of our reservation not mapped yet.
+                        unsafe { map(chunk, CHUNK) }.map_err(|r| self.oom(seq, CHUNK, r))?;
+                    }
+                    *self.chunks.entry(chunk).or_insert(0) += 1;
+                }
+                Backing::Own { addr, len } => {
+                    self.charge(len, seq)?;
+                    // SAFETY: the recorder gave this range to one allocation only.
+                    unsafe { map(addr, len) }.map_err(|r| self.oom(seq, len, r))?;
+                }
+            }
+            self.exact += 1;
+            self.in_arena += 1;
+            self.allocs.insert(recorded, Allocation { recorded, size, live: recorded, kind: Kind::Arena });
+            return Ok(recorded);
+        }
         // SAFETY: driver calls with valid out-pointers; the context is current.
         unsafe {
             if self.granularity == 0 {
@@ -60,81 +197,93 @@ impl Memory {
                 self.granularity = g.max(1);
             }
             let g = self.granularity as u64;
+            let rounded = size.max(1).div_ceil(g) * g;
+            self.charge(rounded, seq)?;
             if recorded != 0 && recorded % g == 0 {
-                if let Some(a) = self.exact_at(recorded, size.max(1).div_ceil(g) * g) {
+                if let Some(len) = self.exact_at(recorded, rounded) {
                     self.exact += 1;
-                    self.allocs.insert(recorded, Allocation { recorded, size, live: recorded, vmm: Some(a) });
+                    self.allocs.insert(recorded, Allocation { recorded, size, live: recorded, kind: Kind::Vmm(len) });
                     return Ok(recorded);
                 }
             }
             let mut live = 0u64;
-            check(sys::cuMemAlloc_v2(&mut live, size.max(1) as usize), seq, "cuMemAlloc")?;
+            let r = sys::cuMemAlloc_v2(&mut live, size.max(1) as usize);
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(self.oom(seq, size, r));
+            }
             self.translated += u64::from(live != recorded);
+            self.moved += u64::from(live != recorded);
             self.exact += u64::from(live == recorded);
-            self.allocs.insert(recorded, Allocation { recorded, size, live, vmm: None });
+            self.allocs.insert(recorded, Allocation { recorded, size, live, kind: Kind::Driver });
             Ok(live)
         }
     }
 
     /// Tries reserve + create + map + set-access at exactly `addr`.
-    unsafe fn exact_at(&self, addr: u64, size: u64) -> Option<(sys::CUmemGenericAllocationHandle, usize)> {
-        let size = size as usize;
+    unsafe fn exact_at(&self, addr: u64, size: u64) -> Option<usize> {
+        let len = size as usize;
         let mut got = 0u64;
         // SAFETY: VMM calls with valid arguments; every failure path undoes what succeeded.
         unsafe {
-            if sys::cuMemAddressReserve(&mut got, size, 0, addr, 0) != sys::CUresult::CUDA_SUCCESS {
+            if sys::cuMemAddressReserve(&mut got, len, 0, addr, 0) != sys::CUresult::CUDA_SUCCESS {
                 return None;
             }
             if got != addr {
-                sys::cuMemAddressFree(got, size);
+                sys::cuMemAddressFree(got, len);
                 return None;
             }
-            let p = prop();
-            let mut h = 0;
-            if sys::cuMemCreate(&mut h, size, &p, 0) != sys::CUresult::CUDA_SUCCESS {
-                sys::cuMemAddressFree(addr, size);
+            if map(addr, size).is_err() {
+                sys::cuMemAddressFree(addr, len);
                 return None;
             }
-            if sys::cuMemMap(addr, size, 0, h, 0) != sys::CUresult::CUDA_SUCCESS {
-                sys::cuMemRelease(h);
-                sys::cuMemAddressFree(addr, size);
-                return None;
-            }
-            let desc = sys::CUmemAccessDesc {
-                location: p.location,
-                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-            };
-            if sys::cuMemSetAccess(addr, size, &desc, 1) != sys::CUresult::CUDA_SUCCESS {
-                sys::cuMemUnmap(addr, size);
-                sys::cuMemRelease(h);
-                sys::cuMemAddressFree(addr, size);
-                return None;
-            }
-            Some((h, size))
+            Some(len)
         }
     }
 
     /// Records that `recorded..recorded+size` (a module global) lives at `live` now.
     pub fn alias(&mut self, recorded: u64, size: u64, live: u64) {
         if recorded != 0 && recorded != live {
-            self.allocs.insert(recorded, Allocation { recorded, size, live, vmm: None });
+            self.moved += 1;
+            self.allocs.insert(recorded, Allocation { recorded, size, live, kind: Kind::Alias });
         }
     }
 
     /// Frees the allocation recorded at `recorded`.
     pub fn free(&mut self, recorded: u64) {
         let Some(a) = self.allocs.remove(&recorded) else { return };
-        // SAFETY: releasing what `alloc` created.
+        // SAFETY: releasing what `alloc` created, after the work that may use it.
         unsafe {
-            match a.vmm {
-                Some((h, size)) => {
-                    sys::cuMemUnmap(a.live, size);
-                    sys::cuMemRelease(h);
-                    sys::cuMemAddressFree(a.live, size);
+            match a.kind {
+                Kind::Arena => {
+                    let unmap = match backing(a.recorded, a.size) {
+                        Backing::Shared { chunk } => {
+                            let n = self.chunks.entry(chunk).or_insert(1);
+                            *n -= 1;
+                            (*n == 0).then(|| {
+                                self.chunks.remove(&chunk);
+                                (chunk, CHUNK)
+                            })
+                        }
+                        Backing::Own { addr, len } => Some((addr, len)),
+                    };
+                    if let Some((addr, len)) = unmap {
+                        sys::cuCtxSynchronize();
+                        sys::cuMemUnmap(addr, len as usize);
+                        self.in_use = self.in_use.saturating_sub(len);
+                    }
                 }
-                None => {
+                Kind::Vmm(len) => {
+                    sys::cuCtxSynchronize();
+                    sys::cuMemUnmap(a.live, len);
+                    sys::cuMemAddressFree(a.live, len);
+                    self.in_use = self.in_use.saturating_sub(len as u64);
+                }
+                Kind::Driver => {
                     sys::cuMemFree_v2(a.live);
+                    let g = self.granularity.max(1) as u64;
+                    self.in_use = self.in_use.saturating_sub(a.size.max(1).div_ceil(g) * g);
                 }
+                Kind::Alias => {}
             }
         }
     }
@@ -150,10 +299,15 @@ impl Memory {
         self.find(p).map_or(p, |a| a.live + (p - a.recorded))
     }
 
+    /// Whether any recorded range lives elsewhere now (parameter words may need rewriting).
+    pub fn may_translate(&self) -> bool {
+        self.moved != 0
+    }
+
     /// Rewrites every 8-byte-aligned word of a kernel parameter buffer that points into a
     /// moved allocation. Returns how many words changed.
     pub fn translate_params(&self, bytes: &mut [u8]) -> usize {
-        if self.translated == 0 {
+        if self.moved == 0 {
             return 0;
         }
         let mut n = 0;

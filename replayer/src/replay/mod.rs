@@ -5,6 +5,8 @@
 mod args;
 pub mod dryrun;
 mod exec;
+pub mod green;
+pub mod hot;
 mod load;
 mod memory;
 
@@ -37,6 +39,34 @@ pub enum ReplayError {
         what: String,
         /// Its result.
         code: sys::CUresult,
+    },
+    /// The replay would exceed the memory limit of its partition.
+    #[error(
+        "call #{seq}: the replay needs {needed} bytes of device memory, more than the partition's limit of {limit} \
+         bytes; choose a larger profile"
+    )]
+    MemoryLimit {
+        /// Sequence number of the allocating call.
+        seq: u64,
+        /// The limit.
+        limit: u64,
+        /// Bytes in use with this allocation.
+        needed: u64,
+    },
+    /// The GPU ran out of memory.
+    #[error(
+        "call #{seq}: this GPU has too little free memory for the trace: an allocation of {needed} bytes failed \
+         with {in_use} bytes already in use and {free} free; free the GPU or replay on a larger one"
+    )]
+    DeviceTooSmall {
+        /// Sequence number of the allocating call.
+        seq: u64,
+        /// Bytes asked for.
+        needed: u64,
+        /// Bytes the replay had allocated.
+        in_use: u64,
+        /// Free device memory reported by the driver.
+        free: u64,
     },
     /// The trace refers to something it never created or stored.
     #[error("call #{seq} {what}: {problem}")]
@@ -73,6 +103,12 @@ pub struct Report {
     pub allocations_exact: u64,
     /// Allocations that moved (pointers translated).
     pub allocations_translated: u64,
+    /// Of the exact ones, those inside the recorder's arena.
+    pub allocations_in_arena: u64,
+    /// Most device memory held by the replay at once, in bytes.
+    pub peak_memory: u64,
+    /// Things the user should know (an arena that could not be re-reserved, ...).
+    pub warnings: Vec<String>,
     /// Kernel parameter words rewritten by translation.
     pub params_translated: u64,
     /// Device-to-host results compared with the recording and equal.
@@ -87,6 +123,8 @@ pub struct Report {
     pub replay_s: f64,
     /// Seconds from process start to the end of the replay.
     pub total_s: f64,
+    /// Hot replay timing (`--iterations`).
+    pub hot: Option<hot::HotReport>,
     /// What the reader lost at the end of a damaged trace.
     pub trace_lost: Option<String>,
 }
@@ -111,6 +149,11 @@ pub fn since_process_start() -> f64 {
 pub struct Options {
     /// Skip comparing device-to-host results.
     pub no_verify: bool,
+    /// Replay the trace's body this many times after set-up and time each (0: replay once).
+    pub iterations: u32,
+    /// Most bytes of device memory the replay may allocate (e.g. an emulated MIG profile's
+    /// memory size); an allocation beyond it fails with a clear error. `None`: no limit.
+    pub memory_limit: Option<u64>,
 }
 
 /// Handle maps and device memory of a replay in progress.
@@ -124,8 +167,8 @@ pub(crate) struct State {
     pub events: HashMap<u64, sys::CUevent>,
     /// Recorded function/kernel handle → kernel name.
     pub names: HashMap<u64, String>,
-    /// Names of the last kernels launched, for mismatch reports.
-    pub recent: VecDeque<String>,
+    /// Recorded handles of the last kernels launched, for mismatch reports.
+    pub recent: VecDeque<u64>,
     pub opts: Options,
     pub start: Instant,
 }
@@ -163,7 +206,7 @@ pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<R
     // SAFETY: the context was retained by init_device and stays alive for the process.
     unsafe { check(sys::cuCtxSetCurrent(device.ctx as sys::CUcontext), 0, "cuCtxSetCurrent")? };
     let mut st = State {
-        mem: Memory::default(),
+        mem: Memory::with_limit(opts.memory_limit),
         modules: HashMap::new(),
         libraries: HashMap::new(),
         functions: HashMap::new(),
@@ -176,16 +219,84 @@ pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<R
         start: Instant::now(),
     };
     let mut report = Report { calls: trace.calls.len() as u64, trace_lost: trace.lost.clone(), ..Report::default() };
-    for rec in &trace.calls {
-        exec::call(&mut st, trace, rec, &mut report)?;
+    report.warnings.extend(st.mem.reserve_arena(trace.meta.arena_base, trace.meta.arena_size));
+    if opts.iterations == 0 {
+        for rec in &trace.calls {
+            exec::call(&mut st, trace, rec, &mut report)?;
+        }
+        // SAFETY: waits for all replayed work.
+        unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")? };
+    } else {
+        report.hot = Some(replay_hot(&mut st, trace, &mut report, opts.iterations)?);
     }
-    // SAFETY: waits for all replayed work.
-    unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")? };
     report.allocations_exact = st.mem.exact;
     report.allocations_translated = st.mem.translated;
+    report.allocations_in_arena = st.mem.in_arena;
+    report.peak_memory = st.mem.peak();
     report.replay_s = st.start.elapsed().as_secs_f64();
     report.total_s = since_process_start();
     Ok(report)
+}
+
+/// Set-up once, the body once to warm up (verified), then the body `iterations` times, timed.
+fn replay_hot(
+    st: &mut State,
+    trace: &LoadedTrace,
+    report: &mut Report,
+    iterations: u32,
+) -> Result<hot::HotReport, ReplayError> {
+    let split = hot::split(&trace.calls);
+    let t0 = Instant::now();
+    for &i in &split.setup {
+        exec::call(st, trace, &trace.calls[i], report)?;
+    }
+    // SAFETY: waits for the set-up's work.
+    unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")? };
+    let setup_s = t0.elapsed().as_secs_f64();
+    let launches_before = report.launches;
+    let run_body = |st: &mut State, report: &mut Report| -> Result<(), ReplayError> {
+        for &i in &split.body {
+            exec::call(st, trace, &trace.calls[i], report)?;
+        }
+        Ok(())
+    };
+    run_body(st, report)?;
+    // SAFETY: waits for the warm-up pass.
+    unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")? };
+    let body_launches = report.launches - launches_before;
+    let (mut wall, mut gpu) = (Vec::new(), Vec::new());
+    // SAFETY: events created, recorded on the default stream and destroyed here.
+    unsafe {
+        let (mut a, mut b) = (std::ptr::null_mut(), std::ptr::null_mut());
+        check(sys::cuEventCreate(&mut a, 0), u64::MAX, "cuEventCreate")?;
+        check(sys::cuEventCreate(&mut b, 0), u64::MAX, "cuEventCreate")?;
+        for _ in 0..iterations {
+            let t = Instant::now();
+            check(sys::cuEventRecord(a, std::ptr::null_mut()), u64::MAX, "cuEventRecord")?;
+            run_body(st, report)?;
+            check(sys::cuEventRecord(b, std::ptr::null_mut()), u64::MAX, "cuEventRecord")?;
+            check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")?;
+            wall.push(t.elapsed().as_secs_f64() * 1e3);
+            let mut ms = 0f32;
+            sys::cuEventElapsedTime_v2(&mut ms, a, b);
+            gpu.push(f64::from(ms));
+        }
+        sys::cuEventDestroy_v2(a);
+        sys::cuEventDestroy_v2(b);
+    }
+    let mean = wall.iter().sum::<f64>() / wall.len().max(1) as f64;
+    let min = wall.iter().copied().fold(f64::INFINITY, f64::min);
+    Ok(hot::HotReport {
+        iterations,
+        setup_calls: split.setup.len() as u64,
+        body_calls: split.body.len() as u64,
+        body_launches,
+        setup_s,
+        wall_ms_median: hot::median(&mut wall),
+        wall_ms_min: min,
+        wall_ms_mean: mean,
+        gpu_ms_median: hot::median(&mut gpu),
+    })
 }
 
 /// Reads and replays the trace at `path`.

@@ -37,6 +37,10 @@ pub struct MetaSummary {
     pub command_line: Vec<String>,
     /// Start time, ns since the Unix epoch.
     pub start_time_unix_ns: u64,
+    /// The recorder's device-memory arena base (0: allocations were not served from one).
+    pub arena_base: u64,
+    /// Its size.
+    pub arena_size: u64,
 }
 
 /// How complete the trace was.
@@ -91,8 +95,11 @@ pub fn analyze<R: Read>(
         sm: m.sm,
         command_line: m.command_line,
         start_time_unix_ns: m.start_time_unix_ns,
+        arena_base: m.arena_base,
+        arena_size: m.arena_size,
     };
     let mut stats = stats::StatsBuilder::default();
+    stats.arena = (meta.arena_base, meta.arena_size);
     let mut sync = SyncAnalyzer::default();
     let mut integrity = Integrity::default();
     let mut error = None;

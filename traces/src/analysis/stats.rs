@@ -57,6 +57,16 @@ pub struct Stats {
     pub unique_kernel_names: u64,
     /// Device allocations (bytes exclude VMM address reservations).
     pub allocations: CopyStats,
+    /// Of the successful allocations, those the recorder served from its arena (exact
+    /// addresses at replay) and those outside it (translated at replay unless the address
+    /// happens to be free).
+    pub allocations_in_arena: u64,
+    /// See `allocations_in_arena`.
+    pub allocations_outside_arena: u64,
+    /// Digest of the set of allocated (address, size) pairs: two recordings of the same program
+    /// that allocated at the same addresses have the same digest (hex), whatever the order in
+    /// which their threads' records reached the file.
+    pub allocation_digest: String,
     /// Device frees.
     pub frees: u64,
     /// Host-to-device copies.
@@ -97,6 +107,9 @@ pub(crate) struct StatsBuilder {
     threads: HashSet<u64>,
     first_ts: Option<u64>,
     last_ts: u64,
+    /// The recorder's arena: base and size (0 when none).
+    pub(crate) arena: (u64, u64),
+    allocated: Vec<(u64, u64)>,
 }
 
 fn handle(v: Option<&Value>) -> Option<u64> {
@@ -161,7 +174,7 @@ impl StatsBuilder {
         if f.name == "cuGraphLaunch" {
             s.graph_launches += 1;
         }
-        if kinds.contains(&ArgKind::Image) || f.name == "cuModuleLoad" || f.name == "cuLibraryLoadFromFile" {
+        if kinds.contains(&ArgKind::Image) || kinds.contains(&ArgKind::ImageFile) {
             s.module_loads += 1;
         }
         // Handle → kernel name, from the look-ups.
@@ -190,6 +203,19 @@ impl StatsBuilder {
             SyncClass::AllocatesDevice => {
                 let bytes = if f.name == "cuMemAddressReserve" { 0 } else { size_arg(r, &kinds) };
                 s.allocations.add(bytes);
+                if r.status == 0 && f.name != "cuMemAddressReserve" && f.name != "cuMemCreate" {
+                    let (base, size) = self.arena;
+                    if let Some(Value::DevPtr(p)) = r.results.first() {
+                        if self.allocated.len() < 1 << 22 {
+                            self.allocated.push((*p, bytes));
+                        }
+                    }
+                    match r.results.first() {
+                        Some(Value::DevPtr(p)) if *p >= base && *p - base < size => s.allocations_in_arena += 1,
+                        Some(Value::DevPtr(_)) => s.allocations_outside_arena += 1,
+                        _ => {}
+                    }
+                }
             }
             SyncClass::FreesDevice => s.frees += 1,
             SyncClass::HostToDevice => s.h2d.add(up),
@@ -211,6 +237,10 @@ impl StatsBuilder {
     }
 
     pub(crate) fn finish(mut self) -> Stats {
+        self.allocated.sort_unstable();
+        let flat: Vec<u8> =
+            self.allocated.iter().flat_map(|&(a, n)| [a.to_le_bytes(), n.to_le_bytes()]).flatten().collect();
+        self.s.allocation_digest = format!("{:016x}", xxhash_rust::xxh3::xxh3_64(&flat));
         let mut levels: Vec<_> = self.levels.into_iter().collect();
         levels.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         self.s.by_level = levels;

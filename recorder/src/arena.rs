@@ -1,0 +1,522 @@
+//! The device-memory arena (issue 7): every device allocation the program makes through the
+//! driver is served from one VMM range reserved at a fixed base, so recorded addresses are the
+//! same in every recording and can be re-created exactly at replay.
+//!
+//! Placement is [`gpuless_traces::arena::Layout`] (shared with the replayer); this module backs
+//! it with physical memory (`cuMemCreate` + `cuMemMap` + `cuMemSetAccess`, released on unmap),
+//! answers pointer queries about arena memory as the driver would for `cuMemAlloc` memory, and
+//! keeps the semantics of the calls it replaces:
+//! - `cuMemFree` synchronizes the context first (as the driver's does) before memory is reused;
+//! - `cuMemFreeAsync` keeps the memory until the stream has passed the free (an event), released
+//!   at the next context/stream synchronization or when the arena would otherwise grow (so the
+//!   addresses do not depend on timing);
+//! - allocations on a capturing stream, on another device than the arena's, or when the arena
+//!   could not be reserved pass through to the driver and land outside the arena.
+//!
+//! Differences from `cuMemAlloc` memory: no legacy IPC (`cuIpcGetMemHandle` fails), no peer
+//! access through `cuCtxEnablePeerAccess`, pool attributes do not apply to arena memory.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use cudarc::driver::sys;
+use gpuless_analyzer::api;
+use gpuless_traces::arena::{Layout, Placed, CHUNK, DEFAULT_BASES, DEFAULT_SIZE};
+
+use crate::real;
+
+/// Environment: `off` disables the arena; a hex address sets the base to try.
+pub const ENV_ARENA: &str = "GPULESS_ARENA";
+/// Environment: arena size in bytes (default 1 TiB).
+pub const ENV_ARENA_SIZE: &str = "GPULESS_ARENA_SIZE";
+
+const SUCCESS: u32 = 0;
+const INVALID_VALUE: u32 = 1;
+const OUT_OF_MEMORY: u32 = 2;
+const INVALID_CONTEXT: u32 = 201;
+const NOT_FOUND: u32 = 500;
+/// `CU_STREAM_PER_THREAD`.
+const STREAM_PER_THREAD: u64 = 2;
+/// Pitch alignment of `cuMemAllocPitch` allocations.
+const PITCH_ALIGN: u64 = 512;
+
+/// What the arena does with a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Alloc,
+    AllocPitch,
+    AllocAsync,
+    AllocFromPool,
+    Free,
+    FreeAsync,
+    AddressRange,
+    PointerAttribute,
+    PointerAttributes,
+    CtxSync,
+    StreamSync,
+}
+
+/// The arena operation of API function `id`, if any.
+pub fn op(id: api::ApiId) -> Option<Op> {
+    static OPS: OnceLock<Vec<Option<Op>>> = OnceLock::new();
+    let ops = OPS.get_or_init(|| {
+        api::functions()
+            .iter()
+            .map(|f| match f.name {
+                "cuMemAlloc" => Some(Op::Alloc),
+                "cuMemAllocPitch" => Some(Op::AllocPitch),
+                "cuMemAllocAsync" => Some(Op::AllocAsync),
+                "cuMemAllocFromPoolAsync" => Some(Op::AllocFromPool),
+                "cuMemFree" => Some(Op::Free),
+                "cuMemFreeAsync" => Some(Op::FreeAsync),
+                "cuMemGetAddressRange" => Some(Op::AddressRange),
+                "cuPointerGetAttribute" => Some(Op::PointerAttribute),
+                "cuPointerGetAttributes" => Some(Op::PointerAttributes),
+                "cuCtxSynchronize" => Some(Op::CtxSync),
+                "cuStreamSynchronize" => Some(Op::StreamSync),
+                _ => None,
+            })
+            .collect()
+    });
+    ops.get(usize::from(id.0)).copied().flatten()
+}
+
+struct Info {
+    ctx: u64,
+    id: u64,
+}
+
+struct Deferred {
+    addr: u64,
+    stream: u64,
+    event: Option<sys::CUevent>,
+}
+
+struct Arena {
+    layout: Layout,
+    device: Option<i32>,
+    info: HashMap<u64, Info>,
+    deferred: Vec<Deferred>,
+    events: Vec<sys::CUevent>,
+    next_id: u64,
+}
+
+// SAFETY: the raw event handles are only used under the mutex, and driver handles may be used
+// from any thread.
+unsafe impl Send for Arena {}
+
+static ARENA: Mutex<Option<Arena>> = Mutex::new(None);
+/// The reserved range, readable without the lock: base and size (0 when there is none).
+static BASE: AtomicU64 = AtomicU64::new(0);
+static SIZE: AtomicU64 = AtomicU64::new(0);
+
+fn in_arena(ptr: u64) -> bool {
+    let base = BASE.load(Ordering::Relaxed);
+    base != 0 && ptr >= base && ptr - base < SIZE.load(Ordering::Relaxed)
+}
+
+/// Reserves the arena (after `cuInit`; no context is needed). Returns the base and size, or
+/// `None` when disabled or no base could be had (allocations then pass through).
+pub fn reserve() -> Option<(u64, u64)> {
+    let setting = std::env::var(ENV_ARENA).unwrap_or_default();
+    if matches!(setting.as_str(), "off" | "0" | "no" | "false") {
+        return None;
+    }
+    let size = std::env::var(ENV_ARENA_SIZE)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map_or(DEFAULT_SIZE, |s| s.div_ceil(CHUNK) * CHUNK);
+    let configured = u64::from_str_radix(setting.trim_start_matches("0x"), 16).ok().filter(|b| b % CHUNK == 0);
+    let bases: Vec<u64> = configured.map_or_else(|| DEFAULT_BASES.to_vec(), |b| vec![b]);
+    let r = real::get()?;
+    let mut guard = ARENA.lock().ok()?;
+    if guard.is_some() {
+        return Some((BASE.load(Ordering::Relaxed), SIZE.load(Ordering::Relaxed)));
+    }
+    for base in bases {
+        let mut got: sys::CUdeviceptr = 0;
+        // SAFETY: valid out-pointer; a reservation has no other effect.
+        let st = unsafe { (r.address_reserve)(&mut got, size as usize, CHUNK as usize, base, 0) };
+        if st != sys::CUresult::CUDA_SUCCESS {
+            continue;
+        }
+        if got != base {
+            // SAFETY: releasing the range just reserved.
+            unsafe { (r.address_free)(got, size as usize) };
+            continue;
+        }
+        *guard = Some(Arena {
+            layout: Layout::new(base, size),
+            device: None,
+            info: HashMap::new(),
+            deferred: Vec::new(),
+            events: Vec::new(),
+            next_id: 1,
+        });
+        SIZE.store(size, Ordering::Relaxed);
+        BASE.store(base, Ordering::Release);
+        return Some((base, size));
+    }
+    eprintln!("gpuless: could not reserve the device-memory arena at any of its bases; allocations pass through and replay will translate pointers");
+    None
+}
+
+/// Serves `op` instead of the driver when it concerns the arena: `Some(status)` if served,
+/// `None` to call the driver.
+///
+/// # Safety
+/// `raw` are the program's arguments to the call, in the API table's order.
+pub unsafe fn before(op: Op, raw: &[u64], per_thread: bool) -> Option<u32> {
+    if BASE.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let arg = |i: usize| raw.get(i).copied().unwrap_or(0);
+    let stream = |i: usize| if arg(i) == 0 && per_thread { STREAM_PER_THREAD } else { arg(i) };
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match op {
+            Op::Alloc => alloc(arg(0), arg(1), None),
+            Op::AllocAsync => alloc(arg(0), arg(1), Some(stream(2))),
+            Op::AllocFromPool => alloc(arg(0), arg(1), Some(stream(3))),
+            Op::AllocPitch => alloc_pitch(arg(0), arg(1), arg(2), arg(3), arg(4)),
+            Op::Free => free(arg(0)),
+            Op::FreeAsync => free_async(arg(0), stream(1)),
+            Op::AddressRange => address_range(arg(0), arg(1), arg(2)),
+            Op::PointerAttribute => pointer_attribute(arg(0), arg(1), arg(2)),
+            Op::PointerAttributes | Op::CtxSync | Op::StreamSync => None,
+        }
+    }
+}
+
+/// Work after the driver's call: releasing async frees at synchronizations, correcting the
+/// driver's answers about arena memory.
+///
+/// # Safety
+/// As [`before`].
+pub unsafe fn after(op: Op, raw: &[u64], per_thread: bool, status: u32) {
+    if status != SUCCESS || BASE.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let arg = |i: usize| raw.get(i).copied().unwrap_or(0);
+    match op {
+        Op::CtxSync => release_deferred(None),
+        Op::StreamSync => {
+            let s = if arg(0) == 0 && per_thread { STREAM_PER_THREAD } else { arg(0) };
+            release_deferred(Some(s));
+        }
+        // SAFETY: forwarded from the caller; the driver succeeded.
+        Op::PointerAttributes => unsafe { pointer_attributes(arg(0), arg(1), arg(2), arg(3)) },
+        _ => {}
+    }
+}
+
+fn current() -> Option<(&'static real::Real, u64, i32)> {
+    let r = real::get()?;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: valid out-pointers.
+    unsafe {
+        if (r.ctx_get_current)(&mut ctx) != sys::CUresult::CUDA_SUCCESS || ctx.is_null() {
+            return Some((r, 0, -1));
+        }
+        if (r.ctx_get_device)(&mut dev) != sys::CUresult::CUDA_SUCCESS {
+            return Some((r, ctx as u64, -1));
+        }
+    }
+    Some((r, ctx as u64, dev))
+}
+
+unsafe fn alloc(out: u64, size: u64, stream: Option<u64>) -> Option<u32> {
+    if out == 0 || size == 0 {
+        return None; // the driver's own error
+    }
+    let (r, ctx, dev) = current()?;
+    if ctx == 0 {
+        return Some(INVALID_CONTEXT);
+    }
+    if let Some(s) = stream {
+        let mut cap = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: a stream handle from the program; valid out-pointer.
+        let st = unsafe { (r.stream_is_capturing)(s as sys::CUstream, &mut cap) };
+        if st != sys::CUresult::CUDA_SUCCESS || cap != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return None; // graph memory nodes belong to the driver
+        }
+    }
+    let mut guard = ARENA.lock().ok()?;
+    let a = guard.as_mut()?;
+    if *a.device.get_or_insert(dev) != dev {
+        return None;
+    }
+    match a.place(r, size) {
+        Ok(addr) => {
+            let id = a.next_id;
+            a.next_id += 1;
+            a.info.insert(addr, Info { ctx, id });
+            // SAFETY: the program's out-pointer for the address.
+            unsafe { *(out as *mut u64) = addr };
+            Some(SUCCESS)
+        }
+        Err(code) => Some(code),
+    }
+}
+
+unsafe fn alloc_pitch(out: u64, pitch_out: u64, width: u64, height: u64, elem: u64) -> Option<u32> {
+    if out == 0 || pitch_out == 0 || width == 0 || height == 0 || !matches!(elem, 4 | 8 | 16) {
+        return None;
+    }
+    let pitch = width.div_ceil(PITCH_ALIGN) * PITCH_ALIGN;
+    // SAFETY: forwarded.
+    let st = unsafe { alloc(out, pitch.checked_mul(height)?, None) }?;
+    if st == SUCCESS {
+        // SAFETY: the program's out-pointer for the pitch.
+        unsafe { *(pitch_out as *mut usize) = pitch as usize };
+    }
+    Some(st)
+}
+
+impl Arena {
+    /// Finds room for `size` bytes and maps what is new; OOM after giving back what it can.
+    fn place(&mut self, r: &real::Real, size: u64) -> Result<u64, u32> {
+        if !self.deferred.is_empty() && !self.layout.fits_mapped(size) {
+            self.release_all(r);
+        }
+        for attempt in 0..2 {
+            let p = self.layout.alloc(size).ok_or(OUT_OF_MEMORY)?;
+            let Some((addr, len)) = p.map else { return Ok(p.addr) };
+            match map(r, self.device.unwrap_or(0), addr, len) {
+                Ok(()) => return Ok(p.addr),
+                Err(code) => {
+                    let back = self.layout.undo(Placed { addr: p.addr, map: p.map });
+                    unmap_all(r, &back);
+                    if attempt == 1 || code != OUT_OF_MEMORY {
+                        return Err(code);
+                    }
+                    // Out of memory: give back kept chunks and pending async frees, then retry.
+                    self.release_all(r);
+                    let kept = self.layout.trim();
+                    unmap_all(r, &kept);
+                }
+            }
+        }
+        Err(OUT_OF_MEMORY)
+    }
+
+    fn release_all(&mut self, r: &real::Real) {
+        for d in std::mem::take(&mut self.deferred) {
+            if let Some(ev) = d.event {
+                // SAFETY: an event this module created and recorded.
+                unsafe { (r.event_synchronize)(ev) };
+                self.events.push(ev);
+            }
+            if let Some(rel) = self.layout.free(d.addr) {
+                self.info.remove(&d.addr);
+                unmap_all(r, &rel.unmap);
+            }
+        }
+    }
+}
+
+fn map(r: &real::Real, device: i32, addr: u64, len: u64) -> Result<(), u32> {
+    // SAFETY: all-zero is a valid starting value of these C structs.
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    // SAFETY: as above.
+    let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
+    access.location = prop.location;
+    access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    let code = |st: sys::CUresult| st as u32;
+    // SAFETY: the range lies in our reservation and is unmapped; valid pointers to structs.
+    unsafe {
+        let mut h: sys::CUmemGenericAllocationHandle = 0;
+        let st = (r.create)(&mut h, len as usize, &prop, 0);
+        if st != sys::CUresult::CUDA_SUCCESS {
+            return Err(code(st));
+        }
+        let st = (r.map)(addr, len as usize, 0, h, 0);
+        // The mapping keeps the memory alive; the handle is not needed any more.
+        (r.release)(h);
+        if st != sys::CUresult::CUDA_SUCCESS {
+            return Err(code(st));
+        }
+        let st = (r.set_access)(addr, len as usize, &access, 1);
+        if st != sys::CUresult::CUDA_SUCCESS {
+            (r.unmap)(addr, len as usize);
+            return Err(code(st));
+        }
+    }
+    Ok(())
+}
+
+fn unmap_all(r: &real::Real, ranges: &[(u64, u64)]) {
+    for &(a, l) in ranges {
+        // SAFETY: a range this module mapped; nothing uses it any more.
+        unsafe { (r.unmap)(a, l as usize) };
+    }
+}
+
+unsafe fn free(ptr: u64) -> Option<u32> {
+    if !in_arena(ptr) {
+        return None;
+    }
+    let r = real::get()?;
+    // `cuMemFree` waits for the work that may still use the memory.
+    // SAFETY: no arguments; an error (no context) changes nothing.
+    unsafe { (r.ctx_synchronize)() };
+    let mut guard = ARENA.lock().ok()?;
+    let a = guard.as_mut()?;
+    if a.deferred.iter().any(|d| d.addr == ptr) {
+        return Some(INVALID_VALUE);
+    }
+    match a.layout.free(ptr) {
+        Some(rel) => {
+            a.info.remove(&ptr);
+            unmap_all(r, &rel.unmap);
+            Some(SUCCESS)
+        }
+        None => Some(INVALID_VALUE),
+    }
+}
+
+unsafe fn free_async(ptr: u64, stream: u64) -> Option<u32> {
+    if !in_arena(ptr) {
+        return None;
+    }
+    let r = real::get()?;
+    let mut guard = ARENA.lock().ok()?;
+    let a = guard.as_mut()?;
+    if a.layout.find(ptr).is_none_or(|(base, _)| base != ptr) || a.deferred.iter().any(|d| d.addr == ptr) {
+        return Some(INVALID_VALUE);
+    }
+    let mut cap = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the program's stream; valid out-pointer.
+    let capturing = unsafe { (r.stream_is_capturing)(stream as sys::CUstream, &mut cap) };
+    if capturing != sys::CUresult::CUDA_SUCCESS {
+        return Some(capturing as u32);
+    }
+    let event = if cap == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        let ev = match a.events.pop() {
+            Some(ev) => ev,
+            None => {
+                let mut ev: sys::CUevent = std::ptr::null_mut();
+                // SAFETY: valid out-pointer; 2 = CU_EVENT_DISABLE_TIMING.
+                let st = unsafe { (r.event_create)(&mut ev, 2) };
+                if st != sys::CUresult::CUDA_SUCCESS {
+                    return Some(st as u32);
+                }
+                ev
+            }
+        };
+        // SAFETY: our event, the program's stream.
+        let st = unsafe { (r.event_record)(ev, stream as sys::CUstream) };
+        if st != sys::CUresult::CUDA_SUCCESS {
+            a.events.push(ev);
+            return Some(st as u32);
+        }
+        Some(ev)
+    } else {
+        // Freed inside a capture: released at the next context synchronization.
+        None
+    };
+    a.deferred.push(Deferred { addr: ptr, stream, event });
+    Some(SUCCESS)
+}
+
+/// Releases async frees that a synchronization has completed: all of them (`None`, a context
+/// synchronization, including frees made during a capture) or those of one stream.
+fn release_deferred(stream: Option<u64>) {
+    let Some(r) = real::get() else { return };
+    let Ok(mut guard) = ARENA.lock() else { return };
+    let Some(a) = guard.as_mut() else { return };
+    if a.deferred.is_empty() {
+        return;
+    }
+    let (now, later): (Vec<Deferred>, Vec<Deferred>) = std::mem::take(&mut a.deferred)
+        .into_iter()
+        .partition(|d| stream.is_none_or(|s| d.event.is_some() && d.stream == s));
+    a.deferred = later;
+    for d in now {
+        if let Some(ev) = d.event {
+            // SAFETY: our recorded event; already complete after the synchronization.
+            unsafe { (r.event_synchronize)(ev) };
+            a.events.push(ev);
+        }
+        if let Some(rel) = a.layout.free(d.addr) {
+            a.info.remove(&d.addr);
+            unmap_all(r, &rel.unmap);
+        }
+    }
+}
+
+/// The live arena allocation containing `ptr`: (base, size, context, id).
+fn lookup(ptr: u64) -> Option<Option<(u64, u64, u64, u64)>> {
+    let guard = ARENA.lock().ok()?;
+    let a = guard.as_ref()?;
+    Some(a.layout.find(ptr).map(|(base, size)| {
+        let (ctx, id) = a.info.get(&base).map_or((0, 0), |i| (i.ctx, i.id));
+        (base, size, ctx, id)
+    }))
+}
+
+unsafe fn address_range(pbase: u64, psize: u64, ptr: u64) -> Option<u32> {
+    if !in_arena(ptr) {
+        return None;
+    }
+    let Some((base, size, ..)) = lookup(ptr)? else { return Some(NOT_FOUND) };
+    // SAFETY: the program's (optional) out-pointers.
+    unsafe {
+        if pbase != 0 {
+            *(pbase as *mut u64) = base;
+        }
+        if psize != 0 {
+            *(psize as *mut usize) = size as usize;
+        }
+    }
+    Some(SUCCESS)
+}
+
+/// Writes our answer for `attr` about the allocation to `data`; false if the driver's stands.
+unsafe fn answer(attr: u64, data: u64, found: (u64, u64, u64, u64)) -> bool {
+    use sys::CUpointer_attribute as A;
+    let (base, size, ctx, id) = found;
+    // SAFETY: `data` points to a value of the attribute's type (the caller's contract).
+    unsafe {
+        match attr {
+            x if x == A::CU_POINTER_ATTRIBUTE_CONTEXT as u64 => *(data as *mut u64) = ctx,
+            x if x == A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR as u64 => *(data as *mut u64) = base,
+            x if x == A::CU_POINTER_ATTRIBUTE_RANGE_SIZE as u64 => *(data as *mut usize) = size as usize,
+            // Unique per allocation, as the driver's are (high bit: never equal to one of them).
+            x if x == A::CU_POINTER_ATTRIBUTE_BUFFER_ID as u64 => *(data as *mut u64) = (1 << 63) | id,
+            _ => return false,
+        }
+    }
+    true
+}
+
+unsafe fn pointer_attribute(data: u64, attr: u64, ptr: u64) -> Option<u32> {
+    if !in_arena(ptr) || data == 0 {
+        return None;
+    }
+    let Some(found) = lookup(ptr)? else { return Some(INVALID_VALUE) };
+    // SAFETY: forwarded.
+    unsafe { answer(attr, data, found) }.then_some(SUCCESS)
+}
+
+unsafe fn pointer_attributes(count: u64, attrs: u64, data: u64, ptr: u64) {
+    if !in_arena(ptr) || attrs == 0 || data == 0 {
+        return;
+    }
+    let Some(Some(found)) = lookup(ptr) else { return };
+    for i in 0..count.min(64) as usize {
+        // SAFETY: `count` attributes and as many result pointers (the call succeeded).
+        unsafe {
+            let attr = *(attrs as *const u32).add(i) as u64;
+            let slot = *(data as *const u64).add(i);
+            if slot != 0 {
+                answer(attr, slot, found);
+            }
+        }
+    }
+}

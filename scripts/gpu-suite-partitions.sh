@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Partition checks of the GPU suite (issue 6), on a GPU whose MIG mode is OFF:
+#
+#   scripts/gpu-suite-partitions.sh BIN_DIR TRACE [OUT_DIR]
+#
+# BIN_DIR holds the `gpuless` binary; TRACE is a ResNet-50 trace recorded on this machine.
+# Replays TRACE with `--json` on soft partitions (`--emulate --mig 1g.18gb`, `--emulate --mig
+# 3g.71gb`, and 3g.71gb with `--coscheduled-sms`) and on the full GPU, then captures the error
+# texts of `--mig 3g.20gb` (a profile of another GPU model) and `--mig 3g.71gb` without
+# `--emulate` (MIG off). Prints a table (profile, SMs requested/granted, replay latency,
+# verification) and one `SUITE-ROW label|PASS-or-FAIL|details` line per check for the main
+# suite; writes partitions.md and the JSON reports to OUT_DIR (default: a temporary folder).
+# Exit status 0 when every check passed.
+#
+# SAFETY: read-only for MIG. Nothing here uses `--create`, toggles MIG mode or creates instances.
+set -uo pipefail
+bin=${1:?usage: gpu-suite-partitions.sh BIN_DIR TRACE [OUT_DIR]}
+trace=${2:?usage: gpu-suite-partitions.sh BIN_DIR TRACE [OUT_DIR]}
+out=${3:-$(mktemp -d)}
+gl="$bin/gpuless"
+mkdir -p "$out"
+[[ -x $gl ]] || { echo "missing $gl" >&2; exit 2; }
+[[ -f $trace ]] || { echo "missing trace $trace" >&2; exit 2; }
+
+# name | expected SMs | gpuless arguments before the trace
+runs=(
+  "1g.18gb emulated|16|--mig 1g.18gb --emulate"
+  "3g.71gb emulated|60|--mig 3g.71gb --emulate"
+  "3g.71gb emulated, co-scheduled split|64|--mig 3g.71gb --emulate --coscheduled-sms"
+  "full GPU|132|"
+)
+for r in "${runs[@]}"; do
+  IFS='|' read -r label sms args <<<"$r"
+  name=$(echo "$label" | tr -c 'A-Za-z0-9.\n' '-')
+  # shellcheck disable=SC2086
+  "$gl" replay --json $args "$trace" >"$out/partition-$name.json" 2>"$out/partition-$name.err"
+  echo "$? $sms $label" >"$out/partition-$name.rc"
+done
+"$gl" replay --mig 3g.20gb "$trace" >"$out/error-missing-profile.out" 2>"$out/error-missing-profile.err"
+echo $? >"$out/error-missing-profile.rc"
+"$gl" replay --mig 3g.71gb "$trace" >"$out/error-mig-off.out" 2>"$out/error-mig-off.err"
+echo $? >"$out/error-mig-off.rc"
+
+python3 - "$out" <<'PY'
+import glob, json, os, sys
+out = sys.argv[1]
+rows, suite, ok_all = [], [], True
+for rc_file in sorted(glob.glob(os.path.join(out, "partition-*.rc"))):
+    base = rc_file[:-3]
+    rc, want, label = open(rc_file).read().strip().split(" ", 2)
+    rc, want = int(rc), int(want)
+    err = open(base + ".err").read().strip().splitlines()
+    try:
+        r = json.load(open(base + ".json"))
+    except Exception:
+        r = None
+    if r is None:
+        ok_all = False
+        rows.append((label, "-", "-", "-", "-", "-", "-", f"FAIL rc={rc}: {err[-1] if err else ''}"))
+        suite.append(f"partitions: {label}|FAIL|rc={rc} {err[-1] if err else ''}")
+        continue
+    p = r.get("partition", {})
+    granted = p.get("sms")
+    verified, mism = r.get("results_verified", 0), len(r.get("mismatches", []))
+    limit = p.get("memory_limit_bytes")
+    limit_s = f"{limit / 2**30:.2f} GiB" if limit else "-"
+    ok = rc == 0 and mism == 0 and verified > 0 and granted == want
+    ok_all &= ok
+    fr = r.get("first_result_s")
+    rows.append((label, p.get("sms_requested") or "-", granted, p.get("sm_split") or "-", limit_s,
+                 f"{r['replay_s'] * 1e3:.1f} ms", f"{verified} ok / {mism} differ",
+                 ("PASS" if ok else f"FAIL rc={rc}") + f" ({p.get('kind')})"))
+    suite.append(f"partitions: replay ResNet-50, {label}|{'PASS' if ok else 'FAIL'}|"
+                 f"{granted} SMs granted (want {want}, split {p.get('sm_split')}), memory limit {limit_s}, "
+                 f"replay {r['replay_s'] * 1e3:.1f} ms, first result {fr if fr is None else round(fr, 3)} s, "
+                 f"{verified} results verified, {mism} mismatches; isolation: {p.get('isolation')}")
+checks = [
+    ("error text: --mig 3g.20gb (another model's name)", "error-missing-profile",
+     ["`3g.20gb` is not offered by this GPU", "`3g.71gb`"]),
+    ("error text: --mig 3g.71gb with MIG off", "error-mig-off",
+     ["MIG mode is disabled", "nvidia-smi -i 0 -mig 1", "--emulate"]),
+]
+texts = []
+for label, base, needles in checks:
+    rc = int(open(os.path.join(out, base + ".rc")).read().strip())
+    err = open(os.path.join(out, base + ".err")).read().strip()
+    ok = rc == 2 and all(n in err for n in needles)
+    ok_all &= ok
+    texts.append((label, rc, err))
+    suite.append(f"partitions: {label}|{'PASS' if ok else 'FAIL'}|rc={rc}: {err[:300]}")
+hdr = ("run", "SMs asked", "SMs granted", "split", "memory limit", "replay", "verified", "result")
+md = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+md += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+md.append("")
+md.append("Emulated runs are soft partitions: a green context limits SMs only; memory capacity is "
+          "limited by the replayer, memory bandwidth and L2 are shared (no isolation).")
+for label, rc, err in texts:
+    md += ["", f"{label} (exit {rc}):", "", "    " + err.replace("\n", "\n    ")]
+text = "\n".join(md)
+open(os.path.join(out, "partitions.md"), "w").write(text + "\n")
+print(text)
+print()
+for s in suite:
+    print("SUITE-ROW " + s)
+sys.exit(0 if ok_all else 1)
+PY

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds the GPU-suite CUDA programs for sm_90 (no GPU needed to build):
+#
+#   testdata/cuda/suite/build.sh OUT_DIR [NVCC]      (NVCC: argument, else $NVCC, else `nvcc`)
+#
+# Outputs in OUT_DIR: driver_api (driver API only: -cudart none -lcuda) and driver_kernels.cubin
+# (its kernels, loaded at run time: `driver_api OUT_DIR/driver_kernels.cubin`), cublas_batched
+# (-lcublas), streams (shared cudart) and streams_static (static cudart), globals, ptr_struct,
+# texture, graph, alloc_bench (shared cudart). $EXTRA_NVCCFLAGS is added to every nvcc command
+# and $EXTRA_LDFLAGS to every link (both word-split).
+# Builds what it can, says what failed on stderr and exits 1 if anything did.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: build.sh OUT_DIR [NVCC]}
+NVCC=${2:-${NVCC:-nvcc}}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+command -v "$NVCC" >/dev/null || { echo "build.sh: nvcc not found: $NVCC" >&2; exit 2; }
+echo "using $("$NVCC" --version | tail -n 1)" >&2
+cuda=$(cd "$(dirname "$(readlink -f "$(command -v "$NVCC")")")/.." && pwd)
+
+# Library directories: the toolkit's lib64 (or lib, in the PyPI layout), and the driver stub
+# for linking -lcuda on machines whose libcuda.so is elsewhere or absent.
+link=()
+for d in "$cuda/lib64" "$cuda/lib" "$cuda/targets/x86_64-linux/lib"; do
+  [[ -d $d ]] && link+=(-L"$d" -Xlinker -rpath -Xlinker "$d")
+done
+for d in "$cuda/lib64/stubs" "$cuda/targets/x86_64-linux/lib/stubs"; do
+  [[ -f $d/libcuda.so ]] && { link+=(-L"$d"); break; }
+done
+# The PyPI layout ships libcudart.so.13 without the libcudart.so link name.
+if ! compgen -G "$cuda/lib*/libcudart.so" >/dev/null && [[ -f $cuda/lib/libcudart.so.13 ]]; then
+  mkdir -p "$out/.link" && ln -sf "$cuda/lib/libcudart.so.13" "$out/.link/libcudart.so"
+  link+=(-L"$out/.link")
+fi
+# shellcheck disable=SC2206
+flags=(${EXTRA_NVCCFLAGS:-})
+# shellcheck disable=SC2206
+extra=(${EXTRA_LDFLAGS:-})
+common=(-O2 -std=c++17 -gencode arch=compute_90,code=sm_90)
+
+failed=()
+build() { # output, nvcc arguments...
+  local name=$1; shift
+  if "$NVCC" ${flags[@]+"${flags[@]}"} "$@" -o "$out/$name" ${link[@]+"${link[@]}"} ${extra[@]+"${extra[@]}"}; then
+    echo "built $name" >&2
+  else
+    echo "build.sh: FAILED $name" >&2
+    failed+=("$name")
+  fi
+}
+
+# driver_api: host code only, compiled as C++ so that no cudart registration code is emitted.
+"$NVCC" ${flags[@]+"${flags[@]}"} -O2 -std=c++17 -cubin -arch=sm_90 "$here/driver_kernels.cu" -o "$out/driver_kernels.cubin" \
+  || failed+=(driver_kernels.cubin)
+build driver_api -O2 -std=c++17 -x c++ -cudart none "$here/driver_api.cu" -lcuda
+build cublas_batched "${common[@]}" -cudart shared "$here/cublas_batched.cu" -lcublas
+build streams "${common[@]}" -cudart shared "$here/streams.cu"
+build streams_static "${common[@]}" -cudart static "$here/streams.cu"
+for p in globals ptr_struct texture graph alloc_bench; do
+  build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
+done
+rm -rf "$out/.link"
+
+if ((${#failed[@]})); then
+  echo "build.sh: not built: ${failed[*]}" >&2
+  exit 1
+fi

@@ -1,0 +1,126 @@
+// CUDA graphs: (1) stream capture of a memset, kernels on two streams joined by events, a
+// device-to-device and a device-to-host memcpy; instantiated once, uploaded, launched 5 times.
+// (2) A graph built with the explicit API (cudaGraphAddKernelNode x2 + a memcpy node),
+// launched, then one kernel node's parameters changed in the executable graph and launched again.
+#include <vector>
+#include "check.h"
+
+__global__ void add(int* dst, const int* src, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] += src[i];
+}
+__global__ void scale(int* x, int n, int k) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= k;
+}
+__global__ void square_mod(int* z, const int* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) z[i] = (x[i] * x[i]) % 1000;
+}
+__global__ void accum(int* acc, const int* y, const int* z, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] += y[i] + z[i];
+}
+__global__ void fill(int* w, int n, int v) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) w[i] = v + i % 5;
+}
+
+int main() {
+    const int n = 100000, block = 256, grid = (n + block - 1) / block, launches = 5;
+    const size_t bytes = n * sizeof(int);
+    int errors = 0;
+    std::vector<int> hx(n);
+    for (int i = 0; i < n; ++i) hx[i] = i % 211 - 100;
+    int *x, *tmp, *y, *z, *acc, *h_acc;
+    for (int** p : {&x, &tmp, &y, &z, &acc}) CK(cudaMalloc(p, bytes));
+    CK(cudaMallocHost(&h_acc, bytes));
+    CK(cudaMemcpy(x, hx.data(), bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemset(acc, 0, bytes));
+    CK(cudaDeviceSynchronize());  // the streams below are non-blocking
+
+    // 1. Stream capture.
+    cudaStream_t s, s2;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    cudaEvent_t fork, join;
+    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    cudaGraph_t g1;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    CK(cudaMemsetAsync(tmp, 0, bytes, s));
+    add<<<grid, block, 0, s>>>(tmp, x, n);
+    CK(cudaEventRecord(fork, s));
+    CK(cudaStreamWaitEvent(s2, fork, 0));
+    square_mod<<<grid, block, 0, s2>>>(z, x, n);
+    CK(cudaEventRecord(join, s2));
+    scale<<<grid, block, 0, s>>>(tmp, n, 3);
+    CK(cudaMemcpyAsync(y, tmp, bytes, cudaMemcpyDeviceToDevice, s));
+    CK(cudaStreamWaitEvent(s, join, 0));
+    accum<<<grid, block, 0, s>>>(acc, y, z, n);
+    CK(cudaMemcpyAsync(h_acc, acc, bytes, cudaMemcpyDeviceToHost, s));
+    CK(cudaStreamEndCapture(s, &g1));
+    size_t nodes = 0;
+    CK(cudaGraphGetNodes(g1, nullptr, &nodes));
+    errors += nodes != 7;
+    cudaGraphExec_t e1;
+    CK(cudaGraphInstantiate(&e1, g1, 0));
+    CK(cudaGraphUpload(e1, s));
+    uint64_t sum = 1469598103934665603ull;
+    for (int l = 1; l <= launches; ++l) {
+        CK(cudaGraphLaunch(e1, s));
+        CK(cudaStreamSynchronize(s));
+        for (int i = 0; i < n; ++i) errors += h_acc[i] != l * (3 * hx[i] + (hx[i] * hx[i]) % 1000);
+        sum = fnv1a(h_acc, bytes, sum);
+    }
+
+    // 2. Explicit graph: fill -> scale -> memcpy(D2D).
+    int *w, *w2;
+    CK(cudaMalloc(&w, bytes));
+    CK(cudaMalloc(&w2, bytes));
+    cudaGraph_t g2;
+    CK(cudaGraphCreate(&g2, 0));
+    int nn = n, v = 7, k = 2;
+    void* fill_args[] = {&w, &nn, &v};
+    void* scale_args[] = {&w, &nn, &k};
+    cudaKernelNodeParams kp = {};
+    kp.func = (void*)fill;
+    kp.gridDim = dim3(grid);
+    kp.blockDim = dim3(block);
+    kp.sharedMemBytes = 0;
+    kp.kernelParams = fill_args;
+    cudaGraphNode_t n_fill, n_scale, n_copy;
+    CK(cudaGraphAddKernelNode(&n_fill, g2, nullptr, 0, &kp));
+    kp.func = (void*)scale;
+    kp.kernelParams = scale_args;
+    CK(cudaGraphAddKernelNode(&n_scale, g2, &n_fill, 1, &kp));
+    CK(cudaGraphAddMemcpyNode1D(&n_copy, g2, &n_scale, 1, w2, w, bytes, cudaMemcpyDeviceToDevice));
+    cudaGraphExec_t e2;
+    CK(cudaGraphInstantiate(&e2, g2, 0));
+    std::vector<int> hw(n);
+    for (int round = 0; round < 2; ++round) {
+        if (round == 1) {  // new value for the fill node, in the executable graph only
+            v = -40;
+            kp.func = (void*)fill;
+            kp.kernelParams = fill_args;
+            CK(cudaGraphExecKernelNodeSetParams(e2, n_fill, &kp));
+        }
+        CK(cudaGraphLaunch(e2, s));
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(hw.data(), w2, bytes, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < n; ++i) errors += hw[i] != 2 * (v + i % 5);
+        sum = fnv1a(hw.data(), bytes, sum);
+    }
+
+    CK(cudaGraphExecDestroy(e1));
+    CK(cudaGraphExecDestroy(e2));
+    CK(cudaGraphDestroy(g1));
+    CK(cudaGraphDestroy(g2));
+    CK(cudaEventDestroy(fork));
+    CK(cudaEventDestroy(join));
+    CK(cudaStreamDestroy(s));
+    CK(cudaStreamDestroy(s2));
+    for (int* p : {x, tmp, y, z, acc, w, w2}) CK(cudaFree(p));
+    CK(cudaFreeHost(h_acc));
+    return report("graph", "n=100000 captured=5 explicit=2", sum, errors);
+}

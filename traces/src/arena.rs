@@ -1,0 +1,306 @@
+//! The device-memory arena contract shared by the recorder and the replayer.
+//!
+//! The recorder serves every device allocation from one virtual range reserved with the VMM API
+//! at a fixed base (recorded in the trace header as `arena_base`/`arena_size`), so a replaying
+//! process that reserves the same range can put every allocation at its recorded address and
+//! every pointer, wherever it is stored, stays valid.
+//!
+//! This module is the pure part: where allocations go ([`Layout`], deterministic — the same
+//! sequence of allocations and frees gives the same addresses in every process) and which
+//! physical memory backs them ([`backing`]): allocations of at most [`SMALL_MAX`] bytes are
+//! packed into shared [`CHUNK`]-sized chunks, larger ones own a chunk-aligned range. The
+//! replayer needs only [`backing`] to know what to map for a recorded `(address, size)`.
+
+use std::collections::{BTreeMap, VecDeque};
+
+/// Physical granularity of the arena: 2 MiB, the VMM granularity of every current NVIDIA GPU.
+pub const CHUNK: u64 = 2 << 20;
+/// Alignment of every arena allocation (`cuMemAlloc` guarantees at least 256 bytes).
+pub const ALIGN: u64 = 512;
+/// Largest allocation packed into a shared chunk; larger ones own their chunks.
+pub const SMALL_MAX: u64 = 1 << 20;
+/// Size of the reserved range: 1 TiB of virtual addresses (no physical memory).
+pub const DEFAULT_SIZE: u64 = 1 << 40;
+/// Bases tried in order when none is configured (the first was granted in every process
+/// measured, REFERENCE.md §7).
+pub const DEFAULT_BASES: [u64; 4] = [0x7e00_0000_0000, 0x7c00_0000_0000, 0x7a00_0000_0000, 0x7800_0000_0000];
+/// Empty shared chunks kept mapped for reuse before they are returned to the driver
+/// (mapping a chunk costs about 50 µs, unmapping 30 µs on an H200).
+pub const KEEP_EMPTY_CHUNKS: usize = 8;
+
+/// Which physical memory backs an allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// Part of the shared chunk at this address.
+    Shared {
+        /// Chunk address (a multiple of [`CHUNK`]).
+        chunk: u64,
+    },
+    /// A range of its own.
+    Own {
+        /// Start (the allocation's address).
+        addr: u64,
+        /// Length, a multiple of [`CHUNK`].
+        len: u64,
+    },
+}
+
+/// The physical backing of an allocation of `size` bytes at `addr`, as the recorder chose it.
+pub fn backing(addr: u64, size: u64) -> Backing {
+    if size <= SMALL_MAX {
+        Backing::Shared { chunk: addr & !(CHUNK - 1) }
+    } else {
+        Backing::Own { addr, len: round_up(size, CHUNK) }
+    }
+}
+
+fn round_up(v: u64, to: u64) -> u64 {
+    v.div_ceil(to).saturating_mul(to)
+}
+
+/// Result of [`Layout::alloc`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    /// Address of the allocation.
+    pub addr: u64,
+    /// A range that must be backed by new physical memory first (address, length).
+    pub map: Option<(u64, u64)>,
+}
+
+/// Result of [`Layout::free`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Released {
+    /// Size the allocation was made with.
+    pub size: u64,
+    /// Ranges whose physical memory can now be returned to the driver.
+    pub unmap: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Chunk {
+    /// Free holes: offset → length.
+    holes: BTreeMap<u64, u64>,
+    /// Live allocations in the chunk.
+    used: u32,
+}
+
+impl Chunk {
+    fn empty() -> Self {
+        Chunk { holes: BTreeMap::from([(0, CHUNK)]), used: 0 }
+    }
+
+    /// First hole that fits `len` bytes: its offset.
+    fn fit(&self, len: u64) -> Option<u64> {
+        self.holes.iter().find(|&(_, &l)| l >= len).map(|(&o, _)| o)
+    }
+
+    fn take(&mut self, off: u64, len: u64) {
+        if let Some(hole) = self.holes.remove(&off) {
+            if hole > len {
+                self.holes.insert(off + len, hole - len);
+            }
+        }
+        self.used += 1;
+    }
+
+    fn give(&mut self, off: u64, len: u64) {
+        let (mut start, mut end) = (off, off + len);
+        if let Some((&o, &l)) = self.holes.range(..off).next_back() {
+            if o + l == off {
+                start = o;
+                self.holes.remove(&o);
+            }
+        }
+        if let Some(l) = self.holes.remove(&end) {
+            end += l;
+        }
+        self.holes.insert(start, end - start);
+        self.used = self.used.saturating_sub(1);
+    }
+}
+
+/// Address-space layout of an arena: which addresses are live and which chunks are mapped.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    base: u64,
+    size: u64,
+    /// Unused address ranges, chunk-aligned and coalesced: start → length.
+    free: BTreeMap<u64, u64>,
+    /// Shared chunks: address → holes.
+    chunks: BTreeMap<u64, Chunk>,
+    /// Live allocations: address → (requested size, rounded size).
+    live: BTreeMap<u64, (u64, u64)>,
+    /// Empty shared chunks still mapped, oldest first.
+    empty: VecDeque<u64>,
+    live_bytes: u64,
+}
+
+impl Layout {
+    /// An empty arena over `[base, base + size)`; both are rounded to [`CHUNK`].
+    pub fn new(base: u64, size: u64) -> Self {
+        let base = round_up(base, CHUNK);
+        let size = size & !(CHUNK - 1);
+        let mut free = BTreeMap::new();
+        if size > 0 {
+            free.insert(base, size);
+        }
+        Layout {
+            base,
+            size,
+            free,
+            chunks: BTreeMap::new(),
+            live: BTreeMap::new(),
+            empty: VecDeque::new(),
+            live_bytes: 0,
+        }
+    }
+
+    /// Start of the arena.
+    pub fn base(&self) -> u64 {
+        self.base
+    }
+
+    /// Size of the arena.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether `ptr` lies inside the arena's range.
+    pub fn contains(&self, ptr: u64) -> bool {
+        ptr >= self.base && ptr - self.base < self.size
+    }
+
+    /// Number of live allocations.
+    pub fn live_count(&self) -> usize {
+        self.live.len()
+    }
+
+    /// Bytes requested by the live allocations.
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    /// The live allocation containing `ptr`: its address and requested size.
+    pub fn find(&self, ptr: u64) -> Option<(u64, u64)> {
+        let (&a, &(size, _)) = self.live.range(..=ptr).next_back()?;
+        (ptr < a + size.max(1)).then_some((a, size))
+    }
+
+    /// Whether an allocation of `size` bytes fits without mapping new memory.
+    pub fn fits_mapped(&self, size: u64) -> bool {
+        size <= SMALL_MAX && self.chunks.values().any(|c| c.fit(round_up(size.max(1), ALIGN)).is_some())
+    }
+
+    fn take_range(&mut self, len: u64) -> Option<u64> {
+        let (&start, &l) = self.free.iter().find(|&(_, &l)| l >= len)?;
+        self.free.remove(&start);
+        if l > len {
+            self.free.insert(start + len, l - len);
+        }
+        Some(start)
+    }
+
+    fn give_range(&mut self, start: u64, len: u64) {
+        let (mut s, mut e) = (start, start + len);
+        if let Some((&o, &l)) = self.free.range(..start).next_back() {
+            if o + l == start {
+                s = o;
+                self.free.remove(&o);
+            }
+        }
+        if let Some(l) = self.free.remove(&e) {
+            e += l;
+        }
+        self.free.insert(s, e - s);
+    }
+
+    /// Places an allocation of `size` bytes (0 is treated as 1); `None` when the arena's
+    /// address range is exhausted.
+    pub fn alloc(&mut self, size: u64) -> Option<Placed> {
+        let placed = if size <= SMALL_MAX {
+            let len = round_up(size.max(1), ALIGN);
+            let found = self.chunks.iter().find_map(|(&a, c)| c.fit(len).map(|o| (a, o)));
+            let (chunk, off, map) = match found {
+                Some((a, o)) => (a, o, None),
+                None => {
+                    let a = self.take_range(CHUNK)?;
+                    self.chunks.insert(a, Chunk::empty());
+                    (a, 0, Some((a, CHUNK)))
+                }
+            };
+            let c = self.chunks.get_mut(&chunk)?;
+            if c.used == 0 {
+                self.empty.retain(|&e| e != chunk);
+            }
+            c.take(off, len);
+            self.live.insert(chunk + off, (size, len));
+            Placed { addr: chunk + off, map }
+        } else {
+            let len = round_up(size, CHUNK);
+            let a = self.take_range(len)?;
+            self.live.insert(a, (size, len));
+            Placed { addr: a, map: Some((a, len)) }
+        };
+        self.live_bytes += size;
+        Some(placed)
+    }
+
+    /// Frees the allocation at `addr` (its exact address); `None` if there is none.
+    pub fn free(&mut self, addr: u64) -> Option<Released> {
+        let (size, len) = self.live.remove(&addr)?;
+        self.live_bytes -= size;
+        let mut out = Released { size, unmap: Vec::new() };
+        match backing(addr, size) {
+            Backing::Own { addr, len } => {
+                self.give_range(addr, len);
+                out.unmap.push((addr, len));
+            }
+            Backing::Shared { chunk } => {
+                let Some(c) = self.chunks.get_mut(&chunk) else { return Some(out) };
+                c.give(addr - chunk, len);
+                if c.used == 0 {
+                    self.empty.push_back(chunk);
+                    while self.empty.len() > KEEP_EMPTY_CHUNKS {
+                        if let Some(old) = self.empty.pop_front() {
+                            out.unmap.push(self.drop_chunk(old));
+                        }
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
+
+    fn drop_chunk(&mut self, chunk: u64) -> (u64, u64) {
+        self.chunks.remove(&chunk);
+        self.give_range(chunk, CHUNK);
+        (chunk, CHUNK)
+    }
+
+    /// Takes back an allocation whose new memory (`Placed::map`) could not be mapped: like
+    /// [`Layout::free`], but that never-mapped range is dropped at once instead of kept, and is
+    /// not among the returned ranges (those are mapped ranges to return to the driver).
+    pub fn undo(&mut self, placed: Placed) -> Vec<(u64, u64)> {
+        let Some(r) = self.free(placed.addr) else { return Vec::new() };
+        let Some(never) = placed.map else { return r.unmap };
+        if self.empty.contains(&never.0) {
+            self.empty.retain(|&e| e != never.0);
+            self.drop_chunk(never.0);
+        }
+        r.unmap.into_iter().filter(|&u| u != never).collect()
+    }
+
+    /// Returns every empty chunk kept for reuse (to retry an allocation that ran out of memory).
+    pub fn trim(&mut self) -> Vec<(u64, u64)> {
+        let empty: Vec<u64> = self.empty.drain(..).collect();
+        empty.into_iter().map(|c| self.drop_chunk(c)).collect()
+    }
+
+    /// Live allocations in address order: (address, requested size).
+    pub fn allocations(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.live.iter().map(|(&a, &(s, _))| (a, s))
+    }
+}
+
+#[cfg(test)]
+mod tests;
