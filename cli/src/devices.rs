@@ -70,8 +70,9 @@ fn render_gpu(out: &mut impl Write, g: &GpuInfo) -> std::io::Result<()> {
             if !m.current {
                 writeln!(
                     out,
-                    "  (MIG is off: an administrator enables it with `nvidia-smi -i {} -mig 1` and a GPU reset; \
-                     gpuless never changes it. Without MIG, `--emulate` gives a soft SM partition.)",
+                    "  (MIG is off: an administrator enables it with `sudo nvidia-smi -i {} -mig 1`, with no process \
+                     on the GPU, sometimes followed by a GPU reset; gpuless never changes it. Without MIG, \
+                     `gpuless replay --mig PROFILE --emulate` runs on a soft SM partition.)",
                     g.index
                 )?;
             }

@@ -38,6 +38,22 @@ enum Command {
         /// Store device-to-host results in full (default: their hash).
         #[arg(long)]
         capture_outputs: bool,
+        /// GPU code stored for each loaded fatbin: `device` keeps what the recording GPU runs
+        /// (its SASS, else the PTX it JITs), `all` every architecture (for replay on other GPUs).
+        #[arg(long, value_name = "WHAT", default_value = "device", value_parser = ["device", "all"])]
+        code: String,
+        /// Device-memory arena: `on` (fixed base, exact addresses at replay), `off` (the driver
+        /// places allocations; replay translates pointers), or a hex base address.
+        #[arg(long, value_name = "on|off|BASE", default_value = "on")]
+        arena: String,
+        /// API levels counted besides the driver (always recorded): comma-separated from
+        /// runtime, cublas, cublaslt, cudnn, nvrtc, other; or `all`.
+        #[arg(long, value_name = "LEVELS", default_value = "all")]
+        levels: String,
+        /// Stop recording when the trace reaches this size (bytes, or with a K/M/G suffix); the
+        /// trace is finished normally and a message says at which call it stopped.
+        #[arg(long, value_name = "SIZE")]
+        max_size: Option<String>,
         /// The program and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -81,10 +97,11 @@ enum Command {
         /// isolation.
         #[arg(long, requires = "mig")]
         emulate: bool,
-        /// With --emulate: round the SM count up to the driver's co-scheduling alignment (60 -> 64
-        /// on an H200) instead of asking for the profile's exact count.
+        /// With --emulate: ask for the profile's exact SM count (60 for 3g.71gb) with a fine split
+        /// instead of the default co-scheduled one (60 -> 64 on an H200). Kernels that use
+        /// thread-block clusters (cuDNN on sm_90) may then fail.
         #[arg(long, requires = "emulate")]
-        coscheduled_sms: bool,
+        exact_sms: bool,
         /// Set by the parent process of a --create run.
         #[arg(long, hide = true, requires = "mig")]
         mig_created: bool,
@@ -144,7 +161,10 @@ fn is_trace_file(path: &std::path::Path) -> bool {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Record { output, capture_outputs, command } => record::run(&output, capture_outputs, &command),
+        Command::Record { output, capture_outputs, code, arena, levels, max_size, command } => {
+            let opts = record::RecordOptions { capture_outputs, code, arena, levels, max_size };
+            record::run(&output, &opts, &command)
+        }
         Command::Replay {
             trace,
             no_verify,
@@ -154,19 +174,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             mig,
             create,
             emulate,
-            coscheduled_sms,
+            exact_sms,
             mig_created,
         } => {
             if dry_run {
                 replay::dry_run(&trace, json)
             } else {
-                let part = partition::PartitionArgs {
-                    mig,
-                    create,
-                    emulate,
-                    coscheduled: coscheduled_sms,
-                    created: mig_created,
-                };
+                let part = partition::PartitionArgs { mig, create, emulate, exact_sms, created: mig_created };
                 replay::run(&trace, no_verify, iterations, json, &part)
             }
         }

@@ -38,9 +38,9 @@ pub struct PartitionArgs {
     pub create: bool,
     /// `--emulate`: a green context instead of a MIG instance.
     pub emulate: bool,
-    /// `--coscheduled-sms`: with `--emulate`, round the SM count up to the co-scheduling
-    /// alignment instead of asking for the exact count.
-    pub coscheduled: bool,
+    /// `--exact-sms`: with `--emulate`, ask for the profile's exact SM count (a fine split)
+    /// instead of rounding up to the co-scheduling alignment.
+    pub exact_sms: bool,
     /// Hidden `--mig-created`: set by the parent of a `--create` run.
     pub created: bool,
 }
@@ -130,8 +130,8 @@ impl PartitionLabel {
                     n(self.device_sms),
                     n(self.sms_requested),
                     match self.sm_split {
-                        Some(SplitMode::Fine) => "fine: SM pairs, no co-scheduling guarantee",
-                        Some(SplitMode::Coscheduled) => "co-scheduled",
+                        Some(SplitMode::Fine) => "fine (--exact-sms): SM pairs, thread-block clusters may fail",
+                        Some(SplitMode::Coscheduled) => "co-scheduled, rounded to the driver's alignment",
                         Some(SplitMode::WholeDevice) => "none: whole device",
                         None => "?",
                     }
@@ -167,7 +167,7 @@ pub fn prepare(args: &PartitionArgs) -> anyhow::Result<Prepared> {
     let gpus = query_gpus()?;
     if args.emulate {
         let target = select_emulation(gpu0(&gpus)?, mig)?;
-        let prefer = if args.coscheduled { SplitPreference::Coscheduled } else { SplitPreference::Exact };
+        let prefer = if args.exact_sms { SplitPreference::Exact } else { SplitPreference::Coscheduled };
         return Ok(Prepared::Emulate(Box::new(target), prefer));
     }
     let target = if is_mig_uuid(mig) { select_by_uuid(&gpus, mig)? } else { select_existing(gpu0(&gpus)?, mig)? };
@@ -253,9 +253,16 @@ pub fn init(prepared: &Prepared) -> anyhow::Result<(Device, PartitionLabel, Opti
 }
 
 /// `--mig PROFILE --create`: creates a GPU instance and a compute instance of the profile on GPU
-/// 0, replays in a child `gpuless replay --mig MIG-<uuid>`, destroys both instances, and returns
-/// the child's exit code (2 when the instances could not be destroyed).
-pub fn run_created(path: &Path, no_verify: bool, json: bool, args: &PartitionArgs) -> anyhow::Result<ExitCode> {
+/// 0, replays in a child `gpuless replay --mig MIG-<uuid>` (with the same `--json`, `--no-verify`
+/// and `--iterations`), destroys both instances, and returns the child's exit code (an error when
+/// the instances could not be destroyed).
+pub fn run_created(
+    path: &Path,
+    no_verify: bool,
+    iterations: u32,
+    json: bool,
+    args: &PartitionArgs,
+) -> anyhow::Result<ExitCode> {
     let mig = args.mig.as_deref().ok_or_else(|| anyhow!("--create needs --mig PROFILE"))?;
     if is_mig_uuid(mig) {
         return Err(anyhow!("--create needs a profile (like 3g.71gb), not a MIG device UUID"));
@@ -270,6 +277,9 @@ pub fn run_created(path: &Path, no_verify: bool, json: bool, args: &PartitionArg
         }
         if no_verify {
             cmd.arg("--no-verify");
+        }
+        if iterations > 0 {
+            cmd.arg("--iterations").arg(iterations.to_string());
         }
         cmd.arg(path).status()
     })?;

@@ -29,8 +29,54 @@ pub fn recorder_path() -> anyhow::Result<PathBuf> {
     )
 }
 
+/// What `gpuless record` was asked for besides the command.
+#[derive(Debug, Clone, Default)]
+pub struct RecordOptions {
+    /// Store device-to-host results in full.
+    pub capture_outputs: bool,
+    /// `device` or `all`.
+    pub code: String,
+    /// `on`, `off` or a hex base.
+    pub arena: String,
+    /// Levels counted besides the driver.
+    pub levels: String,
+    /// Trace size limit.
+    pub max_size: Option<String>,
+}
+
+/// `12345`, `64K`, `512M`, `2G` (powers of 1024) as bytes.
+pub fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => bail!("--max-size {s}: unknown suffix `{c}` (use K, M, G or T)"),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    let n: u64 = num.trim().parse().with_context(|| format!("--max-size {s}: expected a number of bytes like 512M"))?;
+    n.checked_mul(mult).filter(|&b| b > 0).ok_or_else(|| anyhow::anyhow!("--max-size {s}: out of range"))
+}
+
+/// Pid of the program being recorded, for forwarding SIGTERM.
+static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(std::sync::atomic::Ordering::Relaxed);
+    if pid > 0 && sig == libc::SIGTERM {
+        // SAFETY: kill(2) is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
 /// Runs `cmd` under the recorder, writing `out`; returns the program's own exit status.
-pub fn run(out: &Path, capture_outputs: bool, cmd: &[String]) -> anyhow::Result<ExitCode> {
+pub fn run(out: &Path, opts: &RecordOptions, cmd: &[String]) -> anyhow::Result<ExitCode> {
     let Some((program, args)) = cmd.split_first() else {
         bail!("no command given: gpuless record -o trace.gl -- CMD ARGS...")
     };
@@ -52,10 +98,49 @@ pub fn run(out: &Path, capture_outputs: bool, cmd: &[String]) -> anyhow::Result<
     };
     let mut child = Command::new(program);
     child.args(args).env("LD_PRELOAD", preload).env("GPULESS_TRACE", &out);
-    if capture_outputs {
+    if opts.capture_outputs {
         child.env("GPULESS_CAPTURE_OUTPUTS", "1");
     }
-    let status = child.status().with_context(|| format!("cannot start {program}"))?;
+    if opts.code == "all" {
+        child.env("GPULESS_CODE", "all");
+    }
+    match opts.arena.as_str() {
+        "" | "on" => {}
+        "off" => {
+            child.env("GPULESS_ARENA", "off");
+        }
+        base => {
+            let hex = base.trim_start_matches("0x");
+            let b = u64::from_str_radix(hex, 16)
+                .with_context(|| format!("--arena {base}: expected on, off or a hex base like 0x7e0000000000"))?;
+            if b % (2 << 20) != 0 {
+                bail!("--arena {base}: the base must be a multiple of 2 MiB");
+            }
+            child.env("GPULESS_ARENA", format!("{b:#x}"));
+        }
+    }
+    if !opts.levels.is_empty() && opts.levels != "all" {
+        const KNOWN: [&str; 6] = ["runtime", "cublas", "cublaslt", "cudnn", "nvrtc", "other"];
+        for l in opts.levels.split(',') {
+            if !KNOWN.contains(&l.trim()) {
+                bail!("--levels {}: unknown level `{l}` (choose from {})", opts.levels, KNOWN.join(", "));
+            }
+        }
+        child.env("GPULESS_LEVELS", &opts.levels);
+    }
+    if let Some(m) = &opts.max_size {
+        child.env("GPULESS_MAX_SIZE", parse_size(m)?.to_string());
+    }
+    let mut running = child.spawn().with_context(|| format!("cannot start {program}"))?;
+    // Ctrl-C reaches the program from the terminal; this process waits for it instead of
+    // dying first, and passes SIGTERM on.
+    CHILD.store(running.id() as i32, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: installing a plain extern "C" handler.
+    unsafe {
+        libc::signal(libc::SIGINT, forward as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, forward as extern "C" fn(libc::c_int) as libc::sighandler_t);
+    }
+    let status = running.wait().with_context(|| format!("waiting for {program}"))?;
     if out.is_file() {
         let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
         eprintln!("gpuless: recorded {} ({size} bytes)", out.display());
@@ -70,4 +155,20 @@ pub fn run(out: &Path, capture_outputs: bool, cmd: &[String]) -> anyhow::Result<
         }
     }
     Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64K").unwrap(), 64 << 10);
+        assert_eq!(parse_size("512m").unwrap(), 512 << 20);
+        assert_eq!(parse_size("2G").unwrap(), 2 << 30);
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("12Q").unwrap_err().to_string().contains("unknown suffix"));
+        assert!(parse_size("lots").is_err());
+    }
 }

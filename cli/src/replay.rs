@@ -20,7 +20,7 @@ pub fn run(
     part: &PartitionArgs,
 ) -> anyhow::Result<ExitCode> {
     if part.create {
-        return partition::run_created(path, no_verify, json, part);
+        return partition::run_created(path, no_verify, iterations, json, part);
     }
     // Before the driver starts: a MIG target sets CUDA_VISIBLE_DEVICES here.
     let prepared = partition::prepare(part)?;

@@ -21,7 +21,7 @@ fn trace() -> String {
 fn partition_flags_are_documented() {
     let (code, out, _) = gpuless(&["replay", "--help"]);
     assert_eq!(code, 0);
-    for flag in ["--mig <PROFILE>", "--create", "--emulate", "--coscheduled-sms", "soft partition"] {
+    for flag in ["--mig <PROFILE>", "--create", "--emulate", "--exact-sms", "soft partition"] {
         assert!(out.contains(flag), "{flag}: {out}");
     }
     assert!(!out.contains("--mig-created"), "hidden flag shown: {out}");
@@ -34,7 +34,7 @@ fn flag_combinations_are_checked_before_anything_runs() {
         (&["replay", "--create", &t], "--mig"),
         (&["replay", "--emulate", &t], "--mig"),
         (&["replay", "--mig", "3g.71gb", "--create", "--emulate", &t], "cannot be used with"),
-        (&["replay", "--mig", "3g.71gb", "--coscheduled-sms", &t], "--emulate"),
+        (&["replay", "--mig", "3g.71gb", "--exact-sms", &t], "--emulate"),
         (&["replay", "--mig", "3g.71gb", "--dry-run", &t], "cannot be used with"),
     ];
     for (args, needle) in cases {

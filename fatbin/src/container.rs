@@ -58,6 +58,24 @@ impl<'a> Container<'a> {
         self.bytes.len() <= self.header_size
     }
 
+    /// Size of the container header (16 in every container seen).
+    pub fn header_size(&self) -> usize {
+        self.header_size
+    }
+
+    /// Every entry with the byte range (in [`Container::bytes`]) of its header and padded
+    /// payload, in order.
+    pub fn entry_spans(&self) -> Result<Vec<(Entry<'a>, std::ops::Range<usize>)>> {
+        let mut out = Vec::new();
+        let mut pos = self.header_size;
+        while pos < self.bytes.len() {
+            let (e, next) = Entry::parse(self.bytes, pos, self.offset)?;
+            out.push((e, pos..next));
+            pos = next;
+        }
+        Ok(out)
+    }
+
     /// Iterates the entries; an error ends the iteration.
     pub fn entries(&self) -> Entries<'a> {
         Entries { bytes: self.bytes, base: self.offset, pos: self.header_size, failed: false }

@@ -14,6 +14,7 @@ pub mod entry;
 pub mod error;
 pub mod host_elf;
 pub mod image;
+pub mod retain;
 pub mod select;
 
 pub use arch::{parse_arch, Arch, Variant};
@@ -23,4 +24,5 @@ pub use entry::{Compression, Entry, EntryKind};
 pub use error::{Error, Part, Result};
 pub use host_elf::{fatbin_sections, is_elf, FatbinSection, MappedFile};
 pub use image::{cubin_len, Image, Wrapper, EM_CUDA, WRAPPER_MAGIC};
+pub use retain::retain_for_sm;
 pub use select::{select, Choice};

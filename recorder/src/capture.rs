@@ -6,6 +6,7 @@ use std::ffi::c_void;
 use std::sync::Mutex;
 
 use cudarc::driver::sys;
+use gpuless_analyzer::api::structs::{self, Dims, KernelNode};
 use gpuless_analyzer::api::{ApiArg, ApiFunction, ArgKind, BufLen, Direction, HandleKind, SyncClass};
 use gpuless_traces::{BlobKind, Dim3, KernelParams, LaunchAttr, LaunchConfig, Value};
 
@@ -21,7 +22,7 @@ const MAX_ELEMS: usize = 4096;
 /// What a C type is, as far as reading a value of it goes; computed once per argument so the
 /// hot path does no string work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Prim {
+pub(crate) enum Prim {
     /// Integers, handles, pointers: the raw word as is.
     Word,
     F32,
@@ -35,7 +36,7 @@ enum Prim {
     PtrPtr,
 }
 
-fn prim(c_type: &str) -> Prim {
+pub(crate) fn prim(c_type: &str) -> Prim {
     let t = c_type.trim();
     let Some(pointee) = t.strip_suffix('*') else {
         return match t {
@@ -73,6 +74,10 @@ fn plans(f: &ApiFunction) -> &'static [Prim] {
     all.get(usize::from(f.id.0)).map(Vec::as_slice).unwrap_or(&[])
 }
 
+fn prim_of(f: &ApiFunction, i: usize) -> Prim {
+    plans(f).get(i).copied().unwrap_or(Prim::PtrU64)
+}
+
 /// The values of every argument before the call (out-only pointers as their address).
 pub unsafe fn inputs(f: &ApiFunction, raw: &[u64]) -> Vec<Value> {
     let plans = plans(f);
@@ -100,7 +105,7 @@ pub unsafe fn outputs(f: &ApiFunction, raw: &[u64], status: u32) -> Vec<Value> {
                 return Value::Null;
             }
             // SAFETY: the driver succeeded, so it wrote a value of the argument's type there.
-            unsafe { output(a, plans.get(i).copied().unwrap_or(Prim::PtrU64), v, raw) }
+            unsafe { output(f, a, plans.get(i).copied().unwrap_or(Prim::PtrU64), v, raw) }
         })
         .collect()
 }
@@ -136,6 +141,10 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
         ArgKind::Image => unsafe { image(v) },
         ArgKind::ImageFile => unsafe { image_file(v) },
         ArgKind::Struct("CUlaunchConfig") => unsafe { launch_config(v) },
+        ArgKind::Struct(ty @ ("CUDA_KERNEL_NODE_PARAMS" | "CUDA_KERNEL_NODE_PARAMS_v1")) => unsafe {
+            kernel_node(ty, v)
+        },
+        ArgKind::Struct(ty) if Dims::of(ty).is_some() => unsafe { copy_nd(ty, v) },
         ArgKind::Struct(ty) => unsafe { struct_bytes(ty, v, 1) },
         ArgKind::Structs { ty, count_arg } => {
             let n = raw.get(count_arg as usize).copied().unwrap_or(0) as usize;
@@ -146,7 +155,7 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
     }
 }
 
-unsafe fn output(a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -> Value {
+unsafe fn output(f: &ApiFunction, a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -> Value {
     // SAFETY (all reads): the driver succeeded and wrote a value of the argument's type at `p`.
     let read_u32 = || unsafe { std::ptr::read_unaligned(p as *const u32) as u64 };
     let read_u64 = || unsafe { std::ptr::read_unaligned(p as *const u64) };
@@ -169,7 +178,21 @@ unsafe fn output(a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -> Value {
         ArgKind::Size => Value::Size(if prim == Prim::PtrU32 { read_u32() } else { read_u64() }),
         ArgKind::CStr if prim == Prim::PtrPtr => unsafe { cstr(read_u64()) },
         ArgKind::HostPtr if prim == Prim::PtrPtr => Value::HostPtr(read_u64()),
+        ArgKind::Struct(ty) if Dims::of(ty).is_some() => unsafe { copy_nd_result(ty, p) },
         ArgKind::Struct(ty) => unsafe { struct_bytes(ty, p, 1) },
+        ArgKind::Structs { ty, count_arg } => {
+            // The count after the call: how many elements the driver wrote.
+            let n = match (f.args.get(count_arg as usize), raw.get(count_arg as usize)) {
+                (Some(c), Some(&v)) if c.dir == Direction::In => v,
+                (Some(_), Some(&v)) if v != 0 => match prim_of(f, count_arg as usize) {
+                    // SAFETY: the driver wrote the count there.
+                    Prim::PtrU64 => unsafe { std::ptr::read_unaligned(v as *const u64) },
+                    _ => unsafe { std::ptr::read_unaligned(v as *const u32) as u64 },
+                },
+                _ => 0,
+            };
+            unsafe { struct_bytes(ty, p, (n as usize).min(MAX_ELEMS)) }
+        }
         ArgKind::Scalar | ArgKind::Flags | ArgKind::Enum | ArgKind::Count => match prim {
             Prim::PtrF32 => Value::F64(f32::from_bits(read_u32() as u32) as f64),
             Prim::PtrF64 => Value::F64(f64::from_bits(read_u64())),
@@ -225,13 +248,25 @@ unsafe fn image(p: u64) -> Value {
             let Some(end) = mapping_end(w.data) else { return Value::HostPtr(p) };
             // SAFETY: as above, for the wrapper's fatbin.
             match unsafe { Image::from_ptr(w.data as *const u8, (end - w.data) as usize) } {
-                Ok(Image::Fatbin(b)) => b,
+                Ok(Image::Fatbin(b)) => return fatbin_blob(b),
                 _ => return Value::HostPtr(p),
             }
         }
-        Ok(Image::Fatbin(b)) | Ok(Image::Cubin(b)) | Ok(Image::Ptx(b)) => b,
+        Ok(Image::Fatbin(b)) => return fatbin_blob(b),
+        Ok(Image::Cubin(b)) | Ok(Image::Ptx(b)) => b,
         Err(_) => return Value::HostPtr(p),
     };
+    state::blob(BlobKind::CodeImage, bytes)
+}
+
+/// A fatbin stored as the code the recording GPU runs (`GPULESS_CODE=all`: every entry).
+fn fatbin_blob(bytes: &[u8]) -> Value {
+    let sm = state::device_sm();
+    if sm != 0 && !state::keep_all_code() {
+        if let Ok(kept) = gpuless_fatbin::retain_for_sm(bytes, sm) {
+            return state::blob(BlobKind::CodeImage, &kept);
+        }
+    }
     state::blob(BlobKind::CodeImage, bytes)
 }
 
@@ -318,7 +353,14 @@ unsafe fn kernel_params(f: &ApiFunction, p: u64, raw: &[u64]) -> Value {
     let Some(fi) = f.args.iter().position(|a| a.kind == ArgKind::Handle(HandleKind::Function)) else {
         return Value::HostPtr(p);
     };
-    let layout = layout(raw.get(fi).copied().unwrap_or(0));
+    // SAFETY: forwarded from the caller.
+    unsafe { packed_params(raw.get(fi).copied().unwrap_or(0), p) }
+}
+
+/// The parameters behind a `void** kernelParams` of the function or kernel `handle`, packed
+/// at the offsets `cuFuncGetParamInfo` gives.
+unsafe fn packed_params(handle: u64, p: u64) -> Value {
+    let layout = layout(handle);
     let total = layout.iter().map(|&(o, s)| o + s).max().unwrap_or(0) as usize;
     let mut bytes = vec![0u8; total];
     for (i, &(off, size)) in layout.iter().enumerate() {
@@ -362,4 +404,97 @@ unsafe fn extra(p: u64) -> Value {
 /// Whether the function's results reach the host only once the stream has synchronized.
 pub fn deferred(f: &ApiFunction) -> bool {
     matches!(f.sync, SyncClass::DeviceToHostAsync)
+}
+
+/// A `CUDA_KERNEL_NODE_PARAMS` (v1 or v2): `[struct bytes, kernel parameters, extra]`, the
+/// parameters laid out like a launch's (the struct only holds pointers to them).
+unsafe fn kernel_node(ty: &str, p: u64) -> Value {
+    // SAFETY: the driver reads this struct.
+    let s = unsafe { struct_bytes(ty, p, 1) };
+    let Value::Bytes(b) = &s else { return s };
+    let Some(k) = KernelNode::parse(b) else { return s };
+    let params = if k.kernel_params == 0 {
+        Value::Null
+    } else {
+        // SAFETY: kernelParams holds one pointer per parameter of the kernel, as for a launch.
+        unsafe { packed_params(k.handle(), k.kernel_params) }
+    };
+    // SAFETY: as for a launch's `extra`.
+    let extra = unsafe { extra(k.extra) };
+    Value::List(vec![s, params, extra])
+}
+
+type PointerGetAttribute = unsafe extern "C" fn(*mut c_void, u32, u64) -> u32;
+
+/// Whether a unified address is host memory (pageable host memory is unknown to the driver).
+fn is_host(p: u64) -> bool {
+    const MEMORY_TYPE: u32 = 2; // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+    let f = libcuda_symbol("cuPointerGetAttribute\0");
+    if f.is_null() {
+        return false;
+    }
+    // SAFETY: the driver's function with this C signature; the real one, not our hook.
+    let f: PointerGetAttribute = unsafe { std::mem::transmute::<*mut c_void, PointerGetAttribute>(f) };
+    let mut t = 0u32;
+    // SAFETY: a valid out-pointer for a CUmemorytype.
+    let r = unsafe { f((&mut t as *mut u32).cast(), MEMORY_TYPE, p) };
+    r != 0 || t == structs::MEMORYTYPE_HOST
+}
+
+fn host_side(s: &structs::Side) -> bool {
+    s.memory_type == structs::MEMORYTYPE_HOST || (s.memory_type == structs::MEMORYTYPE_UNIFIED && is_host(s.device))
+}
+
+/// The host rows a 2D/3D copy reads or wrote, packed (see `gpuless_analyzer::api::structs`).
+unsafe fn gather(c: &structs::Copy, side: &structs::Side) -> Option<Vec<u8>> {
+    let n = c.packed_len()? as usize;
+    if side.pointer() == 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(n);
+    let w = c.width as usize;
+    for row in c.rows(side) {
+        // SAFETY: the driver reads (or wrote) these `WidthInBytes` bytes of every row.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(row as *const u8, w) });
+    }
+    Some(out)
+}
+
+/// A `CUDA_MEMCPY2D` / `CUDA_MEMCPY3D`: `[struct bytes, packed host source or Null]`.
+unsafe fn copy_nd(ty: &str, p: u64) -> Value {
+    // SAFETY: the driver reads this struct.
+    let s = unsafe { struct_bytes(ty, p, 1) };
+    let (Value::Bytes(b), Some(dims)) = (&s, Dims::of(ty)) else { return s };
+    let Some(c) = structs::Copy::parse(dims, b) else { return s };
+    let src = if host_side(&c.src) {
+        // SAFETY: the driver reads these rows for this copy.
+        match unsafe { gather(&c, &c.src) } {
+            Some(bytes) => state::blob(BlobKind::HostToDevice, &bytes),
+            None => Value::Null,
+        }
+    } else {
+        Value::Null
+    };
+    Value::List(vec![s, src])
+}
+
+/// What a synchronous 2D/3D copy brought to host memory: the packed rows' hash (or bytes with
+/// `--capture-outputs`); `Null` when the destination is not host memory.
+unsafe fn copy_nd_result(ty: &str, p: u64) -> Value {
+    let Some(dims) = Dims::of(ty) else { return Value::Null };
+    // SAFETY: the struct the driver just read.
+    let b = unsafe { std::slice::from_raw_parts(p as *const u8, dims.size()) };
+    let Some(c) = structs::Copy::parse(dims, b) else { return Value::Null };
+    if !host_side(&c.dst) {
+        return Value::Null;
+    }
+    // SAFETY: a synchronous copy has written these rows when it returns.
+    match unsafe { gather(&c, &c.dst) } {
+        Some(bytes) if state::capture_outputs() => state::blob(BlobKind::DeviceToHost, &bytes),
+        Some(bytes) => Value::Digest(gpuless_traces::BlobRef {
+            hash: gpuless_traces::Hash128::of(&bytes),
+            len: bytes.len() as u64,
+        }),
+        None => Value::Null,
+    }
 }

@@ -179,7 +179,7 @@ fn substitute(name: &str, p: *mut c_void, exact: bool) -> *mut c_void {
             }
         }
     }
-    if real.is_null() {
+    if real.is_null() || !state::level_enabled(unmodeled::level_of(name)) {
         return p;
     }
     unmodeled::wrap(name, real)

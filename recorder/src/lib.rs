@@ -14,11 +14,13 @@
 
 pub mod arena;
 mod capture;
+mod fold;
 mod hooks;
 mod intercept;
 mod pending;
 mod real;
 mod record;
+mod signals;
 mod state;
 mod unmodeled;
 

@@ -7,7 +7,7 @@ use gpuless_analyzer::api::{self, ArgKind, SyncClass};
 use gpuless_traces::{CallRecord, Function, Value};
 
 use crate::hooks::HOOKS;
-use crate::{arena, capture, pending, state};
+use crate::{arena, capture, fold, pending, state};
 
 thread_local! {
     /// Sequence number of the hooked call this thread is inside, if any.
@@ -39,6 +39,10 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
         return unsafe { with_arena(op, hook.variant.per_thread, raw, real) };
     }
     let Some(f) = api::get(hook.func) else { return real() };
+    if let Some(plan) = fold::plan(hook.func) {
+        // SAFETY: forwarded from the caller.
+        return unsafe { query(slot, f, plan, raw, real) };
+    }
     let seq = state::next_seq();
     let t0 = state::now_ns();
     // SAFETY: forwarded from the caller.
@@ -87,6 +91,7 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
         status: status as i32,
         args,
         results,
+        repeat: 0,
     };
     if status == 0 && capture::deferred(f) {
         pending::defer(f, raw, rec);
@@ -118,4 +123,52 @@ unsafe fn with_arena(op: Option<arena::Op>, per_thread: bool, raw: &[u64], real:
         arena::after(op, raw, per_thread, status);
         status
     }
+}
+
+/// A query whose arguments and answers are plain values: folded into the previous record of the
+/// same question when the answer repeats (`fold.rs`).
+///
+/// # Safety
+/// As [`call`].
+unsafe fn query(
+    slot: usize,
+    f: &'static api::ApiFunction,
+    plan: &fold::Plan,
+    raw: &[u64],
+    real: impl FnOnce() -> u32,
+) -> u32 {
+    // Queries call no other hooked function: no need to mark this call as the current parent.
+    let t0 = state::now_ns();
+    let status = real();
+    // SAFETY: forwarded; the driver has written the outputs when the status is 0.
+    let (key, answer) = unsafe { fold::observe(plan, slot, raw, status) };
+    if status == 0 {
+        pending::after(f, raw);
+    }
+    if state::fold(&key, &answer, t0) {
+        return status;
+    }
+    let t1 = state::now_ns();
+    // SAFETY: as above; inputs are plain values, read the same after the call.
+    let captured = std::panic::catch_unwind(|| unsafe { (capture::inputs(f, raw), capture::outputs(f, raw, status)) });
+    let Ok((args, results)) = captured else {
+        state::fail(&format!("capturing {} failed", f.name));
+        return status;
+    };
+    let rec = CallRecord {
+        seq: state::next_seq(),
+        thread: tid(),
+        timestamp_ns: t0,
+        duration_ns: t1.saturating_sub(t0),
+        level: f.level,
+        parent: CURRENT.with(Cell::get),
+        function: Function::Known(f.id),
+        variant: HOOKS[slot].variant,
+        status: status as i32,
+        args,
+        results,
+        repeat: 0,
+    };
+    state::emit_query(rec, key, answer);
+    status
 }

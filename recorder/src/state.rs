@@ -9,12 +9,48 @@ use std::time::Instant;
 
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, TraceMeta, TraceWriter, Value, WriterOptions};
 
+use crate::fold::{self, Folds};
 use crate::intercept::libcuda_symbol;
 
 /// Environment variable naming the trace file to write.
 pub const ENV_TRACE: &str = "GPULESS_TRACE";
 /// Set to 1 to store device-to-host results in full instead of their hash.
 pub const ENV_CAPTURE_OUTPUTS: &str = "GPULESS_CAPTURE_OUTPUTS";
+/// `all` stores every entry of a fatbin; by default only the code the recording GPU runs.
+pub const ENV_CODE: &str = "GPULESS_CODE";
+
+/// Comma-separated API levels whose calls are counted besides the driver's (`runtime`,
+/// `cublas`, `cublaslt`, `cudnn`, `nvrtc`, `other`); default all. The driver is always recorded.
+pub const ENV_LEVELS: &str = "GPULESS_LEVELS";
+/// Trace size limit in bytes; once reached the rest of the run is not recorded.
+pub const ENV_MAX_SIZE: &str = "GPULESS_MAX_SIZE";
+
+/// Whether calls of `level` are recorded (`GPULESS_LEVELS`).
+pub fn level_enabled(level: gpuless_analyzer::api::ApiLevel) -> bool {
+    use gpuless_analyzer::api::ApiLevel;
+    static LEVELS: OnceLock<Option<Vec<String>>> = OnceLock::new();
+    let chosen = LEVELS.get_or_init(|| {
+        std::env::var(ENV_LEVELS)
+            .ok()
+            .filter(|v| !v.trim().is_empty() && v.trim() != "all")
+            .map(|v| v.split(',').map(|s| s.trim().to_ascii_lowercase()).collect())
+    });
+    level == ApiLevel::Driver || chosen.as_ref().is_none_or(|l| l.iter().any(|n| n == level.name()))
+}
+
+/// SM of the recording GPU (10·major + minor), known once the driver is initialized.
+static DEVICE_SM: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// SM of the recording GPU, 0 before `cuInit`.
+pub fn device_sm() -> u32 {
+    DEVICE_SM.load(Ordering::Relaxed)
+}
+
+/// Whether fatbins are stored with every entry (`GPULESS_CODE=all`).
+pub fn keep_all_code() -> bool {
+    static ALL: OnceLock<bool> = OnceLock::new();
+    *ALL.get_or_init(|| std::env::var(ENV_CODE).is_ok_and(|v| v == "all"))
+}
 
 static DISABLED: AtomicBool = AtomicBool::new(false);
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -88,7 +124,11 @@ static OPENING: Mutex<()> = Mutex::new(());
 /// Records a thread has built and not yet handed to the writer. Handing them over in batches
 /// makes the per-record cost a push onto this (uncontended) vector instead of a queue
 /// operation shared with the writer thread.
-struct Batch(Mutex<Vec<CallRecord>>);
+struct Batch {
+    recs: Mutex<Vec<CallRecord>>,
+    /// Repeated queries folded since the last hand-over (`fold.rs`).
+    folds: Mutex<Folds>,
+}
 
 /// Records per hand-over.
 const BATCH: usize = 512;
@@ -110,7 +150,7 @@ impl Drop for Local {
 
 thread_local! {
     static LOCAL: Local = {
-        let b = Arc::new(Batch(Mutex::new(Vec::with_capacity(BATCH))));
+        let b = Arc::new(Batch { recs: Mutex::new(Vec::with_capacity(BATCH)), folds: Mutex::new(Folds::default()) });
         if let Ok(mut all) = BATCHES.lock() {
             all.push(b.clone());
         }
@@ -122,7 +162,7 @@ thread_local! {
 pub fn emit(rec: CallRecord) {
     let mut rec = Some(rec);
     let queued = LOCAL.try_with(|l| {
-        let mut v = l.0 .0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = l.0.recs.lock().unwrap_or_else(|e| e.into_inner());
         v.extend(rec.take());
         v.len() >= BATCH
     });
@@ -140,9 +180,25 @@ pub fn flush_thread() {
     let _ = LOCAL.try_with(|l| hand_over(&l.0));
 }
 
+/// Counts a query that repeats this thread's remembered answer; `true` when folded.
+pub fn fold(key: &fold::Key, answer: &fold::Answer, now_ns: u64) -> bool {
+    LOCAL.try_with(|l| l.0.folds.lock().is_ok_and(|mut f| f.fold(key, answer, now_ns))).unwrap_or(false)
+}
+
+/// Queues the record of a query not folded, remembering its answer for the next ones.
+pub fn emit_query(rec: CallRecord, key: fold::Key, answer: fold::Answer) {
+    let replaced = LOCAL.try_with(|l| l.0.folds.lock().ok().and_then(|mut f| f.remember(key, answer, &rec)));
+    if let Ok(Some(repeats)) = replaced {
+        emit(repeats);
+    }
+    emit(rec);
+}
+
 fn hand_over(b: &Batch) {
+    let folded = b.folds.lock().map(|mut f| f.drain()).unwrap_or_default();
     let recs = {
-        let mut v = b.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = b.recs.lock().unwrap_or_else(|e| e.into_inner());
+        v.extend(folded);
         if v.is_empty() {
             return;
         }
@@ -280,9 +336,15 @@ pub fn open(driver_ready: bool) {
         return;
     }
     let Some(path) = config().path.clone() else { return };
+    // Not inside `config()`: starting a thread calls dlsym, which asks `config()` again.
+    crate::signals::install();
     let mut meta = base_meta();
     if driver_ready {
         device_facts(&mut meta);
+        DEVICE_SM.store(meta.sm, Ordering::Relaxed);
+        if !keep_all_code() {
+            meta.extra.push(("code".into(), format!("sm_{} only", meta.sm)));
+        }
         if let Some((base, size)) = crate::arena::reserve() {
             meta.arena_base = base;
             meta.arena_size = size;
@@ -298,7 +360,8 @@ pub fn open(driver_ready: bool) {
             PathBuf::from(p)
         }
     };
-    let opts = WriterOptions { queue_capacity: 1 << 20, ..WriterOptions::default() };
+    let max_file_bytes = std::env::var(ENV_MAX_SIZE).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&m| m > 0);
+    let opts = WriterOptions { queue_capacity: 1 << 20, max_file_bytes, ..WriterOptions::default() };
     let writer = match TraceWriter::create(&path, &meta, opts) {
         Ok(w) => w,
         Err(e) => {
@@ -366,5 +429,12 @@ extern "C" fn at_exit() {
 
 extern "C" fn in_child() {
     // The writer thread does not exist in a forked child: record nothing there.
+    DISABLED.store(true, Ordering::Relaxed);
+    crate::signals::reset_in_child();
+}
+
+/// Finishes the trace now (a fatal signal is being handled); later calls pass through.
+pub fn finish_now() {
+    finish();
     DISABLED.store(true, Ordering::Relaxed);
 }

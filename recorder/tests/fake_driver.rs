@@ -218,3 +218,68 @@ fn rtld_next_is_resolved_relative_to_the_caller() {
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42", "preload {preload:?}");
     }
 }
+
+/// A query repeated with the same answer is folded into one record that counts the calls
+/// (trace format 1.1 `repeat`); launches are never folded.
+#[test]
+fn repeated_queries_are_folded_and_counted() {
+    let lib = recorder_lib();
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path());
+    let trace = dir.path().join("t.gl");
+    let out = Command::new(&prog)
+        .arg("1000")
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("LD_PRELOAD", &lib)
+        .env("GPULESS_TRACE", &trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let reader = TraceReader::open(&trace, ReaderOptions::default()).unwrap();
+    let calls: Vec<_> = reader
+        .flat_map(|c| match c.unwrap().body {
+            ChunkBody::Calls(c) => c,
+            _ => Vec::new(),
+        })
+        .collect();
+    let of = |name: &str| calls.iter().filter(|c| c.function.name() == name).collect::<Vec<_>>();
+    let queries = of("cuCtxGetCurrent");
+    let represented: u64 = queries.iter().map(|c| c.calls_represented()).sum();
+    assert_eq!(represented, 1000, "every query counted");
+    assert!(queries.len() <= 3, "{} records for 1000 identical queries", queries.len());
+    assert!(queries.iter().all(|q| q.results == queries[0].results), "same answer in every record");
+    let launches = of("cuLaunchKernel");
+    assert_eq!(launches.len(), 1001);
+    assert!(launches.iter().all(|l| l.repeat == 0));
+}
+
+/// SIGTERM (default action) ends the program as before, and the trace is finished first.
+#[test]
+fn sigterm_finishes_the_trace() {
+    use std::io::BufRead;
+    let lib = recorder_lib();
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path());
+    let trace = dir.path().join("t.gl");
+    let mut child = Command::new(&prog)
+        .arg("-1")
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("LD_PRELOAD", &lib)
+        .env("GPULESS_TRACE", &trace)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    while let Some(Ok(l)) = lines.next() {
+        if l == "ready" {
+            break;
+        }
+    }
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(st.signal(), Some(libc::SIGTERM), "the program still dies of SIGTERM: {st:?}");
+    let f = gpuless_traces::TraceFile::open(&trace).expect("a finished trace (index written)");
+    assert!(f.index().calls >= 10, "{:?}", f.index().calls);
+}

@@ -31,7 +31,7 @@ fn first(r: &DryRunReport) -> &str {
 
 #[test]
 fn real_traces_are_consistent() {
-    for name in ["vecadd.gl", "rdc_app.gl"] {
+    for name in ["vecadd.gl", "rdc_app.gl", "streams.gl"] {
         let r = dry_run(&load(&testdata(name)).unwrap());
         assert_eq!(r.violation_count, 0, "{name}: {:?}", r.violations);
         assert!(r.checked >= 5, "{name}: {r:?}");
@@ -75,4 +75,27 @@ fn broken_traces_are_caught() {
     let r = dry_run(&t);
     assert!(r.violation_count >= 2, "{r:?}");
     assert!(r.violations.iter().any(|v| v.contains("cuMemFree") && v.contains("not a live allocation")), "{r:?}");
+}
+
+/// A trace recorded on the H200 with the arena: its allocations lie inside the arena recorded in
+/// the header, so a replay re-creates them at their addresses without translation.
+#[test]
+fn arena_trace_allocations_lie_in_the_arena() {
+    let t = load(&testdata("streams.gl")).unwrap();
+    let (base, size) = (t.meta.arena_base, t.meta.arena_size);
+    assert_eq!((base, size), (0x7e00_0000_0000, 1 << 40));
+    let allocs: Vec<u64> = t
+        .calls
+        .iter()
+        .filter(|c| c.function.name().starts_with("cuMemAlloc") && c.status == 0)
+        .filter_map(|c| match c.results.first() {
+            Some(gpuless_traces::Value::DevPtr(p)) => Some(*p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(allocs.len(), 3);
+    assert!(
+        allocs.iter().all(|&p| p >= base && p - base < size && p % gpuless_traces::arena::ALIGN == 0),
+        "{allocs:x?}"
+    );
 }

@@ -291,10 +291,13 @@ fn create_use_destroy_in_order() {
     assert!(fake.gpu.gpu_instances.is_empty() && fake.gpu.mig_devices.is_empty() && fake.live_ci.is_empty());
 }
 
+/// Existing instances `(profile id, start)`, the profile to create, the start it must get.
+type Case = (&'static [(u32, u32)], u32, u32);
+
 #[test]
 fn placement_comes_from_the_placement_code() {
     // (existing instances, profile) → the create call must use choose_placement's answer.
-    let cases: [(&[(u32, u32)], u32, u32); 5] = [
+    let cases: [Case; 5] = [
         (&[], ID_1G, 6),
         (&[], ID_3G, 4),
         (&[(ID_3G, 4)], ID_3G, 0),

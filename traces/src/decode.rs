@@ -162,6 +162,7 @@ pub fn decode_calls(buf: &[u8], ctx: Ctx) -> Result<Vec<CallRecord>, TraceError>
             status: r.status(),
             args: r.args().map(|v| v.iter().map(value).collect()).unwrap_or_default(),
             results: r.results().map(|v| v.iter().map(value).collect()).unwrap_or_default(),
+            repeat: r.repeat(),
         });
     }
     Ok(out)

@@ -217,6 +217,7 @@ impl CallBatchEncoder {
                 status: r.status,
                 args,
                 results,
+                repeat: r.repeat,
             },
         );
         self.records.push(rec);

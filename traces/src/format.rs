@@ -9,7 +9,7 @@ pub const MAGIC: [u8; 8] = [0x89, b'G', b'L', b'T', b'R', b'\r', b'\n', 0x1a];
 /// Format major version written; readers refuse newer majors.
 pub const FORMAT_MAJOR: u16 = 1;
 /// Format minor version written; readers accept any minor of their major.
-pub const FORMAT_MINOR: u16 = 0;
+pub const FORMAT_MINOR: u16 = 1;
 /// Size of the fixed part of the file header.
 pub const FILE_HEADER_LEN: usize = 24;
 /// Size of a chunk header.

@@ -210,6 +210,9 @@ pub struct CallRecord {
     /// Values the callee wrote to the table's `out`/`inout` arguments, in argument order
     /// (device-to-host results as [`Value::Digest`] or [`Value::Blob`]).
     pub results: Vec<Value>,
+    /// Further identical calls (same thread, arguments, status and results) this record
+    /// stands for: the recorder folds repeated queries. 0 when the record is one call.
+    pub repeat: u32,
 }
 
 impl CallRecord {
@@ -227,16 +230,17 @@ impl CallRecord {
             status: 0,
             args: Vec::new(),
             results: Vec::new(),
+            repeat: 0,
         }
     }
 
     /// How many calls this record stands for. The recorder writes one summary record per
     /// unmodeled function at the end of a recording, with the call count as its only
-    /// argument (`[U64(n)]`); every other record is one call.
+    /// argument (`[U64(n)]`); a folded query stands for `1 + repeat` calls.
     pub fn calls_represented(&self) -> u64 {
         match (&self.function, self.args.as_slice()) {
             (Function::Other(_), [Value::U64(n)]) => *n,
-            _ => 1,
+            _ => 1 + u64::from(self.repeat),
         }
     }
 

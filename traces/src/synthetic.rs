@@ -128,6 +128,7 @@ impl<'w> Recorder<'w> {
             status: 0,
             args,
             results,
+            repeat: 0,
         };
         self.w.record(rec)?;
         Ok(seq)

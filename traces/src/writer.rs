@@ -42,6 +42,9 @@ pub struct WriterOptions {
     /// Blob bytes allowed in the queue; `blob()` waits while more are queued (the queue's
     /// capacity counts messages, this bounds its memory).
     pub max_queued_blob_bytes: u64,
+    /// Stop accepting records and blobs once the file is this large (the trace stays valid
+    /// and is finished normally; calls after the limit are not in it).
+    pub max_file_bytes: Option<u64>,
 }
 
 impl Default for WriterOptions {
@@ -54,6 +57,7 @@ impl Default for WriterOptions {
             flush_interval: Duration::from_millis(200),
             compression_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_queued_blob_bytes: 256 << 20,
+            max_file_bytes: None,
         }
     }
 }
@@ -88,6 +92,10 @@ enum Msg {
 struct Shared {
     failed: AtomicBool,
     error: Mutex<Option<String>>,
+    /// The size limit was reached: new records and blobs are refused, the file is still
+    /// finished normally.
+    limited: AtomicBool,
+    limit_message: Mutex<Option<String>>,
     duplicates: AtomicU64,
     queued_blob_bytes: AtomicU64,
 }
@@ -125,6 +133,8 @@ impl TraceWriter {
         let shared = Arc::new(Shared {
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
+            limited: AtomicBool::new(false),
+            limit_message: Mutex::new(None),
             duplicates: AtomicU64::new(0),
             queued_blob_bytes: AtomicU64::new(0),
         });
@@ -150,6 +160,15 @@ impl TraceWriter {
     }
 
     fn check(&self) -> Result<(), TraceError> {
+        self.check_failed()?;
+        if self.shared.limited.load(Ordering::Relaxed) {
+            let msg = self.shared.limit_message.lock().ok().and_then(|e| e.clone());
+            return Err(TraceError::WriterStopped(msg.unwrap_or_else(|| "size limit reached".into())));
+        }
+        Ok(())
+    }
+
+    fn check_failed(&self) -> Result<(), TraceError> {
         if self.shared.failed.load(Ordering::Relaxed) {
             let msg = self.shared.error.lock().ok().and_then(|e| e.clone());
             return Err(TraceError::WriterStopped(msg.unwrap_or_else(|| "failed".into())));
@@ -229,7 +248,7 @@ impl TraceWriter {
     /// Write the remaining records, the index and the trailer; return statistics.
     pub fn finish(mut self) -> Result<WriterStats, TraceError> {
         let stats = self.stop();
-        self.check()?;
+        self.check_failed()?;
         stats.ok_or_else(|| TraceError::WriterStopped("writer thread panicked".into()))
     }
 
@@ -398,6 +417,14 @@ impl<W: Write> WriterThread<W> {
                 }
                 Err(TryRecvError::Disconnected) => Msg::Finish,
             };
+            if self.shared.limited.load(Ordering::Relaxed)
+                && matches!(msg, Msg::Call(_) | Msg::Calls(_) | Msg::Blob { .. })
+            {
+                if let Msg::Blob { data, .. } = &msg {
+                    self.shared.queued_blob_bytes.fetch_sub(data.len() as u64, Ordering::AcqRel);
+                }
+                continue;
+            }
             match msg {
                 Msg::Call(r) => self.add_call(&r),
                 Msg::Calls(rs) => {
@@ -569,6 +596,16 @@ impl<W: Write> WriterThread<W> {
             records,
         });
         self.pos += done.framed.len() as u64;
+        if let Some(max) = self.opts.max_file_bytes.filter(|&m| self.pos >= m) {
+            if !self.shared.limited.swap(true, Ordering::Relaxed) {
+                if let Ok(mut m) = self.shared.limit_message.lock() {
+                    *m = Some(format!(
+                        "trace size limit of {max} bytes reached near call #{first_seq}; the rest of the run is not \
+                         recorded (raise it with --max-size)"
+                    ));
+                }
+            }
+        }
         self.stats.chunks += 1;
         self.stats.raw_bytes += u64::from(done.raw_len);
         self.stats.stored_bytes += u64::from(header.stored_len);

@@ -79,6 +79,7 @@ fn record() -> impl Strategy<Value = CallRecord> {
                     status,
                     args,
                     results,
+                    repeat: (seq % 3) as u32,
                 }
             },
         )

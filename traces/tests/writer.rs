@@ -60,3 +60,61 @@ fn drop_writes_the_index_and_flush_makes_chunks_visible() {
     let f = gpuless_traces::TraceFile::open(&p).expect("finished by drop");
     assert_eq!(f.index().calls, 2);
 }
+
+/// `max_file_bytes`: once the file reaches the limit, records and blobs are refused with a
+/// message naming the limit, and the trace is still finished (index, trailer) and readable.
+#[test]
+fn size_limit_stops_recording_and_keeps_the_trace_valid() {
+    use gpuless_analyzer::api::{self, ApiLevel};
+    use gpuless_traces::model::{BlobKind, Function};
+    use gpuless_traces::synthetic::{synthetic_meta, Rng};
+    use gpuless_traces::{
+        CallRecord, ChunkBody, ReaderOptions, TraceFile, TraceReader, TraceWriter, Value, WriterOptions,
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("limited.gl");
+    let opts = WriterOptions {
+        call_chunk_bytes: 8 << 10,
+        blob_chunk_bytes: 32 << 10,
+        max_file_bytes: Some(256 << 10),
+        ..WriterOptions::default()
+    };
+    let w = TraceWriter::create(&path, &synthetic_meta("limit"), opts).unwrap();
+    let f = api::by_name("cuMemcpyHtoD").map(|f| f.id).unwrap();
+    let mut rng = Rng::new(7);
+    let mut refused = None;
+    for seq in 0u64..20_000 {
+        let data = rng.tensor_bytes(4 << 10);
+        let b = match w.blob(BlobKind::HostToDevice, &data) {
+            Ok(b) => b,
+            Err(e) => {
+                refused = Some((seq, e.to_string()));
+                break;
+            }
+        };
+        let mut r = CallRecord::new(seq, ApiLevel::Driver, Function::Known(f));
+        r.args = vec![Value::DevPtr(0x7e00_0000_0000), Value::Blob(b), Value::Size(b.len)];
+        if let Err(e) = w.record(r) {
+            refused = Some((seq, e.to_string()));
+            break;
+        }
+        if seq % 64 == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    let (at, msg) = refused.expect("the limit was never reached");
+    assert!(msg.contains("size limit of 262144 bytes") && msg.contains("--max-size"), "{msg}");
+    w.finish().expect("a limited trace still finishes");
+    // Finished: the index is there, and every record that was written reads back.
+    assert!(TraceFile::open(&path).is_ok());
+    let n: usize = TraceReader::open(&path, ReaderOptions::default())
+        .unwrap()
+        .map(|c| match c.unwrap().body {
+            ChunkBody::Calls(c) => c.len(),
+            _ => 0,
+        })
+        .sum();
+    assert!(n > 0 && (n as u64) <= at, "{n} records, refused at {at}");
+    assert!(std::fs::metadata(&path).unwrap().len() < 4 << 20);
+}

@@ -9,6 +9,7 @@
 //! [`lookup`] (base name and [`Variant`]), [`by_name`] (base name, any variant) and [`get`].
 
 pub mod parse;
+pub mod structs;
 mod types;
 
 use std::collections::HashMap;

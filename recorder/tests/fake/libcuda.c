@@ -70,6 +70,34 @@ CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = &ctx_token; return 
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
 CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
 CUresult cuStreamIsCapturing(void *s, int *st) { (void)s; *st = 0; return 0; }
+/* 2D/3D copies between host memory and the heap, in the x86-64 layout of CUDA_MEMCPY2D_v2 and
+ * CUDA_MEMCPY3D_v2 (memory type 1 host, 2 device; arrays are not modelled). */
+typedef struct { size_t x, y; int type; const void *host; CUdeviceptr dev; void *array; size_t pitch; } side2d;
+typedef struct { side2d src, dst; size_t width, height; } copy2d;
+typedef struct { size_t x, y, z, lod; int type; const void *host; CUdeviceptr dev; void *array, *reserved;
+                 size_t pitch, height; } side3d;
+typedef struct { side3d src, dst; size_t width, height, depth; } copy3d;
+static unsigned char *at(int type, const void *h, CUdeviceptr d) { return type == 1 ? (unsigned char *)h : host(d); }
+CUresult cuMemcpy2D_v2(const copy2d *c) {
+  for (size_t r = 0; r < c->height; r++)
+    memcpy(at(c->dst.type, c->dst.host, c->dst.dev) + (c->dst.y + r) * c->dst.pitch + c->dst.x,
+           at(c->src.type, c->src.host, c->src.dev) + (c->src.y + r) * c->src.pitch + c->src.x, c->width);
+  return 0; }
+CUresult cuMemcpy3D_v2(const copy3d *c) {
+  for (size_t z = 0; z < c->depth; z++)
+    for (size_t r = 0; r < c->height; r++)
+      memcpy(at(c->dst.type, c->dst.host, c->dst.dev) + ((c->dst.z + z) * c->dst.height + c->dst.y + r) * c->dst.pitch + c->dst.x,
+             at(c->src.type, c->src.host, c->src.dev) + ((c->src.z + z) * c->src.height + c->src.y + r) * c->src.pitch + c->src.x,
+             c->width);
+  return 0; }
+/* Graphs: one graph, kernel nodes that must name the one kernel. */
+static int graph_token, node_token;
+CUresult cuGraphCreate(void **g, unsigned f) { (void)f; *g = &graph_token; return 0; }
+typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; void *kern, *ctx; } knode;
+CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd, const knode *p) {
+  (void)deps; (void)nd;
+  if (g != &graph_token || p->func != &kernel_token) return 400;
+  *n = &node_token; return 0; }
 /* How many chunks are mapped: the program prints it, so a test sees the arena at work. */
 CUresult cuFakeMapped(int *n) { *n = mapped; return 0; }
 CUresult cuDevicePrimaryCtxReset_v2(int dev) { (void)dev; return 0; } /* not called: unmodeled probe */
@@ -86,6 +114,8 @@ static const struct entry table[] = {
   {"cuCtxSynchronize", cuCtxSynchronize}, {"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2},
   {"cuStreamSynchronize", cuStreamSynchronize}, {"cuFakeUnmodeled", cuFakeUnmodeled},
   {"cuMemFree", cuMemFree_v2}, {"cuMemGetAddressRange", cuMemGetAddressRange_v2}, {"cuFakeMapped", cuFakeMapped},
+  {"cuMemcpy2D", cuMemcpy2D_v2}, {"cuMemcpy3D", cuMemcpy3D_v2}, {"cuGraphCreate", cuGraphCreate},
+  {"cuGraphAddKernelNode", cuGraphAddKernelNode_v2},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)ver; (void)flags;

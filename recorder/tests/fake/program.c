@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int (*gpa_t)(const char *, void **, int, uint64_t, int *);
 static gpa_t gpa;
@@ -51,6 +52,10 @@ int main(int argc, char **argv) {
   fake_mapped(&chunks);
   fprintf(stderr, "mapped_chunks=%d\n", chunks);
   if (release(d)) return 10;
+  if (iters < 0) { /* wait for a signal: the recorder must finish the trace on SIGTERM */
+    printf("ready\n"); fflush(stdout);
+    for (;;) pause();
+  }
   if (iters > 0) { /* per-call cost of a cheap query and of a launch */
     struct timespec a, b; void *c;
     clock_gettime(CLOCK_MONOTONIC, &a);

@@ -3,16 +3,31 @@
 //!
 //! The driver does not hand out arbitrary SM counts. It reports, in the device's SM resource
 //! (`CUdevSmResource`, from `cuDeviceGetDevResource`), a minimum partition size
-//! (`minSmPartitionSize`) and a co-scheduling alignment (`smCoscheduledAlignment`): a split rounds
-//! the requested minimum up to the alignment, and never goes below the minimum. The CUDA driver
-//! API documentation ("Green Contexts") gives as a guideline for compute capability 9.0 a minimum
-//! of 8 SMs in multiples of 8, and says to trust what `cuDeviceGetDevResource` reports.
-//! With `CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING` the driver splits at a finer granularity
-//! (pairs of SMs), at the cost of the guarantee that SMs of a group are co-scheduled on one GPU
-//! processing cluster (which thread-block clusters need).
+//! (`minSmPartitionSize`) and a co-scheduling alignment (`smCoscheduledAlignment`): a default
+//! split rounds the requested count up to the alignment and never goes below the minimum; a
+//! count whose rounding does not fit beside the rest gets every SM. The CUDA documentation
+//! ("Green Contexts") gives 8 and 8 as the guideline for compute capability 9.0, and the H200 of
+//! the test machine reports exactly that (132 SMs, minimum 8, alignment 8).
 //!
-//! This module is pure: [`plan_split`] predicts what the driver grants, so the choice can be
-//! tested without a GPU; `replay::green` makes the calls and reports what was actually granted.
+//! With `CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING` the driver splits in pairs of SMs, so
+//! 60 or 26 SMs are met exactly, but the SMs of the group are no longer guaranteed to share a GPU
+//! processing cluster, and thread-block clusters break: on the H200, cuDNN's sm90 convolution
+//! kernels fail with `CUDA_ERROR_INVALID_CLUSTER_SIZE` in a 60-SM fine group, and a kernel with
+//! clusters of 8 was seen to report success without running a single block. The default is
+//! therefore the co-scheduled split (60 → 64 SMs for 3g.71gb); the fine split is opt-in.
+//!
+//! Measured on the H200 (driver 580.159.04, `.device` probe, see docs/PARTITIONS.md):
+//!
+//! | asked | default split | fine split |
+//! |---|---|---|
+//! | 1, 2, 4, 8 | 8 | 2, 2, 4, 8 |
+//! | 14 / 16 | 16 / 16 | 14 / 16 |
+//! | 26 / 32 | 32 / 32 | 26 / 32 |
+//! | 60 / 64 | 64 / 64 | 60 / 64 |
+//! | 128 / 130 / 132 | 128 / 132 / 132 | 128 / 130 / 132 |
+//!
+//! This module is pure: [`plan_split`] predicts what the driver grants, so the choice is tested
+//! without a GPU; `replay::green` makes the calls and reports what was actually granted.
 
 use serde::Serialize;
 
@@ -51,16 +66,17 @@ pub enum SplitMode {
     Fine,
 }
 
-/// Which split to prefer when the profile's SM count is not a multiple of the alignment.
+/// Which split to ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SplitPreference {
-    /// The profile's exact SM count: a co-scheduled split when it gives the exact count, else a
-    /// fine one (what a MIG slice of that profile would have).
+    /// A co-scheduled split, rounding the count up to the alignment (60 → 64 on an H200):
+    /// thread-block clusters launch as on the full GPU.
     #[default]
-    Exact,
-    /// Always a co-scheduled split, rounding the count up to the alignment.
     Coscheduled,
+    /// The profile's exact SM count (what a MIG slice has): a co-scheduled split when it gives
+    /// the exact count, else a fine one, at the risk of kernels with thread-block clusters.
+    Exact,
 }
 
 /// What to ask the driver for, and what it should grant.
@@ -102,12 +118,13 @@ fn round_up(n: u32, m: u32) -> u32 {
     n.div_ceil(m).saturating_mul(m)
 }
 
-/// SMs a single-group split of `requested` SMs grants in `mode`, or `None` when the rounded
-/// count does not fit the device (the driver then creates no group).
+/// SMs a single-group split of `requested` SMs grants in `mode`, or `None` when it cannot be
+/// granted (no SMs, or a fine rounding beyond the device).
 pub fn granted(requested: u32, shape: SmShape, mode: SplitMode) -> Option<u32> {
     let n = match mode {
         SplitMode::WholeDevice => return Some(shape.sm_count),
-        SplitMode::Coscheduled => round_up(requested.max(shape.min_partition), shape.alignment),
+        // A rounding beyond the device gets every SM (asked 130 of 132: granted 132).
+        SplitMode::Coscheduled => round_up(requested.max(shape.min_partition), shape.alignment).min(shape.sm_count),
         SplitMode::Fine => round_up(requested.max(FINE_GRANULARITY), FINE_GRANULARITY),
     };
     (n > 0 && n <= shape.sm_count).then_some(n)
@@ -115,12 +132,11 @@ pub fn granted(requested: u32, shape: SmShape, mode: SplitMode) -> Option<u32> {
 
 /// Chooses the split for a partition of `requested` SMs on a device of `shape`.
 ///
-/// - `requested` ≥ the device's SMs (the 7g profile on a full H200): no split, every SM;
-/// - else, with [`SplitPreference::Exact`]: a co-scheduled split if it grants exactly
-///   `requested`, else a fine split if that does, else the co-scheduled rounding;
-/// - with [`SplitPreference::Coscheduled`]: the co-scheduled rounding;
-/// - a rounding that no longer fits the device falls back to a fine split, then to the whole
-///   device.
+/// - `requested` ≥ the device's SMs (the 7g profile on a full H200), or a rounding that takes
+///   every SM: no split, the whole device;
+/// - [`SplitPreference::Coscheduled`]: the co-scheduled rounding;
+/// - [`SplitPreference::Exact`]: a co-scheduled split if it grants exactly `requested`, else a
+///   fine split if that does, else the co-scheduled rounding.
 pub fn plan_split(requested: u32, shape: SmShape, prefer: SplitPreference) -> Result<SmPlan, SmSplitError> {
     if requested == 0 {
         return Err(SmSplitError::ZeroSms);
@@ -138,8 +154,7 @@ pub fn plan_split(requested: u32, shape: SmShape, prefer: SplitPreference) -> Re
         (_, Some(c), _) if c == requested => plan(SplitMode::Coscheduled, c),
         (SplitPreference::Exact, _, Some(f)) if f == requested => plan(SplitMode::Fine, f),
         (_, Some(c), _) => plan(SplitMode::Coscheduled, c),
-        (_, None, Some(f)) => plan(SplitMode::Fine, f),
-        (_, None, None) => plan(SplitMode::WholeDevice, shape.sm_count),
+        (_, None, _) => plan(SplitMode::WholeDevice, shape.sm_count),
     };
     // A "split" that takes every SM is no split.
     if chosen.expected >= shape.sm_count {
@@ -167,39 +182,80 @@ mod tests {
     }
 
     #[test]
-    fn h200_profiles_exact() {
+    fn h200_profiles_default_split() {
         use SplitMode::*;
         let expected = [
             ("1g.18gb", 16, 16, Coscheduled),
             ("1g.18gb+me", 16, 16, Coscheduled),
-            ("1g.35gb", 26, 26, Fine),
+            ("1g.35gb", 26, 32, Coscheduled),
             ("2g.35gb", 32, 32, Coscheduled),
-            ("3g.71gb", 60, 60, Fine),
+            ("3g.71gb", 60, 64, Coscheduled),
             ("4g.71gb", 64, 64, Coscheduled),
             ("7g.141gb", 132, 132, WholeDevice),
         ];
-        let got = row(SplitPreference::Exact);
         let want: Vec<_> = expected.iter().map(|(n, r, g, m)| (n.to_string(), *r, *g, *m)).collect();
-        assert_eq!(got, want);
+        assert_eq!(row(SplitPreference::default()), want);
     }
 
     #[test]
-    fn h200_profiles_coscheduled() {
+    fn h200_profiles_exact() {
         use SplitMode::*;
         let got: Vec<(u32, u32, SplitMode)> =
-            row(SplitPreference::Coscheduled).into_iter().map(|(_, r, g, m)| (r, g, m)).collect();
+            row(SplitPreference::Exact).into_iter().map(|(_, r, g, m)| (r, g, m)).collect();
         assert_eq!(
             got,
             [
                 (16, 16, Coscheduled),
                 (16, 16, Coscheduled),
-                (26, 32, Coscheduled),
+                (26, 26, Fine),
                 (32, 32, Coscheduled),
-                (60, 64, Coscheduled),
+                (60, 60, Fine),
                 (64, 64, Coscheduled),
                 (132, 132, WholeDevice)
             ]
         );
+    }
+
+    /// What the H200 granted, as measured by the device probe (module documentation's table).
+    #[test]
+    fn matches_the_h200_measurements() {
+        let default_split = [
+            (1, 8),
+            (2, 8),
+            (4, 8),
+            (8, 8),
+            (14, 16),
+            (16, 16),
+            (26, 32),
+            (32, 32),
+            (60, 64),
+            (64, 64),
+            (128, 128),
+            (130, 132),
+            (132, 132),
+        ];
+        for (asked, got) in default_split {
+            assert_eq!(granted(asked, H200, SplitMode::Coscheduled), Some(got), "default split of {asked}");
+            assert_eq!(plan_split(asked, H200, SplitPreference::Coscheduled).unwrap().expected, got, "plan {asked}");
+        }
+        let fine = [
+            (1, 2),
+            (2, 2),
+            (4, 4),
+            (8, 8),
+            (14, 14),
+            (16, 16),
+            (26, 26),
+            (32, 32),
+            (60, 60),
+            (64, 64),
+            (128, 128),
+            (130, 130),
+            (132, 132),
+        ];
+        for (asked, got) in fine {
+            assert_eq!(granted(asked, H200, SplitMode::Fine), Some(got), "fine split of {asked}");
+        }
     }
 
     #[test]
@@ -210,10 +266,13 @@ mod tests {
         assert_eq!(four, SmPlan { requested: 4, expected: 4, mode: SplitMode::Fine });
         // Neither split gives exactly 1 SM: the co-scheduled rounding wins.
         assert_eq!(plan_split(1, H200, SplitPreference::Exact).unwrap().expected, 8);
-        // 130 of 132: the co-scheduled rounding (136) does not fit, the fine split does.
+        // 130 of 132: the co-scheduled split takes every SM, so no split at all ...
         let p = plan_split(130, H200, SplitPreference::Coscheduled).unwrap();
+        assert_eq!((p.expected, p.mode), (132, SplitMode::WholeDevice));
+        // ... unless the exact count is asked for.
+        let p = plan_split(130, H200, SplitPreference::Exact).unwrap();
         assert_eq!((p.expected, p.mode), (130, SplitMode::Fine));
-        // 131: rounds to 136 (co-scheduled) or 132 (fine), which is the whole device.
+        // 131: 136 (co-scheduled) and 132 (fine) are the whole device.
         let p = plan_split(131, H200, SplitPreference::Exact).unwrap();
         assert_eq!((p.expected, p.mode), (132, SplitMode::WholeDevice));
         // More than the device: every SM.
@@ -221,20 +280,16 @@ mod tests {
         assert_eq!(plan_split(0, H200, SplitPreference::Exact), Err(SmSplitError::ZeroSms));
         let none = SmShape { sm_count: 0, min_partition: 8, alignment: 8 };
         assert_eq!(plan_split(8, none, SplitPreference::Exact), Err(SmSplitError::NoDeviceSms));
-        // A device whose alignment is bigger than the remaining room.
-        let odd = SmShape { sm_count: 12, min_partition: 8, alignment: 8 };
-        let p = plan_split(9, odd, SplitPreference::Coscheduled).unwrap();
-        assert_eq!((p.expected, p.mode), (10, SplitMode::Fine));
-        assert_eq!(granted(9, odd, SplitMode::Coscheduled), None);
-        // ... and when even the fine rounding takes every SM, no split at all.
-        let tiny = SmShape { sm_count: 10, ..odd };
-        assert_eq!(plan_split(9, tiny, SplitPreference::Coscheduled).unwrap().mode, SplitMode::WholeDevice);
+        assert_eq!(granted(9, none, SplitMode::Coscheduled), None);
+        // A driver reporting alignment 0: treated as 1.
+        let odd = SmShape { sm_count: 12, min_partition: 0, alignment: 0 };
+        assert_eq!(plan_split(9, odd, SplitPreference::Coscheduled).unwrap().expected, 9);
     }
 
     #[test]
     fn flags() {
-        let fine = plan_split(60, H200, SplitPreference::Exact).unwrap();
-        assert_eq!(fine.split_flags(), 1);
+        assert_eq!(plan_split(60, H200, SplitPreference::Exact).unwrap().split_flags(), 1);
+        assert_eq!(plan_split(60, H200, SplitPreference::Coscheduled).unwrap().split_flags(), 0);
         assert_eq!(plan_split(16, H200, SplitPreference::Exact).unwrap().split_flags(), 0);
     }
 
@@ -244,9 +299,8 @@ mod tests {
         // profile (14/28/42/56 SMs) is met exactly by a co-scheduled split; 98 of 108 too.
         let a100 = SmShape { sm_count: 108, min_partition: 4, alignment: 2 };
         for p in GpuModel::A100_40GB.profiles() {
-            let plan = plan_split(p.sms, a100, SplitPreference::Exact).unwrap();
-            assert_eq!(plan.expected, p.sms, "{}", p.name);
-            assert_eq!(plan.mode, SplitMode::Coscheduled, "{}", p.name);
+            let plan = plan_split(p.sms, a100, SplitPreference::Coscheduled).unwrap();
+            assert_eq!((plan.expected, plan.mode), (p.sms, SplitMode::Coscheduled), "{}", p.name);
         }
     }
 }

@@ -3,13 +3,14 @@
 //! set outside every live allocation, a free of unknown memory, a launch of a kernel never
 //! loaded, an unknown stream or event, a missing blob. CI tests replay logic with it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use gpuless_traces::Value;
+use gpuless_analyzer::api::HandleKind;
+use gpuless_traces::{Hash128, Value};
 use serde::Serialize;
 
 use super::args::{word, Call};
-use super::LoadedTrace;
+use super::{exec_array, exec_graph, LoadedTrace};
 
 /// Violations reported in full (the count covers all).
 const MAX_REPORTED: usize = 50;
@@ -27,28 +28,69 @@ pub struct DryRunReport {
     pub violations: Vec<String>,
 }
 
+/// What the dry run knows of the replay's state, in recorded handles and addresses.
 #[derive(Default)]
-struct Model {
+pub(crate) struct Model {
     /// Live allocations and module globals: base → size (recorded addresses).
     ranges: BTreeMap<u64, u64>,
-    modules: HashSet<u64>,
-    libraries: HashSet<u64>,
+    /// Modules and libraries → the code image they were loaded from (if stored).
+    modules: HashMap<u64, Option<Hash128>>,
+    libraries: HashMap<u64, Option<Hash128>>,
+    /// Module-scope variables of each code image: name → size (from the cubins).
+    globals: HashMap<Hash128, HashMap<String, u64>>,
     functions: HashSet<u64>,
     kernels: HashSet<u64>,
     streams: HashSet<u64>,
     events: HashSet<u64>,
+    /// Graphs, nodes, executable graphs, arrays, texture and surface objects.
+    objects: HashSet<(HandleKind, u64)>,
 }
 
 impl Model {
-    fn inside(&self, p: u64, n: u64) -> bool {
+    pub(crate) fn inside(&self, p: u64, n: u64) -> bool {
         self.ranges
             .range(..=p)
             .next_back()
             .is_some_and(|(&base, &size)| p.checked_add(n).is_some_and(|end| end <= base.saturating_add(size.max(1))))
     }
 
-    fn stream_ok(&self, s: u64) -> bool {
+    pub(crate) fn stream_ok(&self, s: u64) -> bool {
         s <= 2 || self.streams.contains(&s)
+    }
+
+    pub(crate) fn kernel_loaded(&self, h: u64) -> bool {
+        self.functions.contains(&h) || self.kernels.contains(&h)
+    }
+
+    pub(crate) fn has(&self, k: HandleKind, h: u64) -> bool {
+        self.objects.contains(&(k, h))
+    }
+
+    pub(crate) fn add(&mut self, k: HandleKind, h: u64) {
+        self.objects.insert((k, h));
+    }
+
+    pub(crate) fn remove(&mut self, k: HandleKind, h: u64) {
+        self.objects.remove(&(k, h));
+    }
+
+    /// Size of the global `name` of a code image, read from its cubins (the driver returns it;
+    /// a recording that did not ask for it has none).
+    fn global_size(&mut self, trace: &LoadedTrace, image: Option<Hash128>, name: &str) -> Option<u64> {
+        let image = image?;
+        let globals = self.globals.entry(image).or_insert_with(|| {
+            let Some(bytes) = trace.blobs.get(&image) else { return HashMap::new() };
+            let opts = gpuless_analyzer::Options::default();
+            let mut sizes = HashMap::new();
+            if let Ok(r) = gpuless_analyzer::analyze(bytes, &opts, &gpuless_analyzer::NoProgress) {
+                for g in r.globals {
+                    let n = sizes.entry(g.name).or_insert(0);
+                    *n = g.size.max(*n);
+                }
+            }
+            sizes
+        });
+        globals.get(name).copied()
     }
 }
 
@@ -85,7 +127,7 @@ fn ow(c: &Call<'_>, name: &str) -> Result<u64, String> {
     c.out_word(name).map_err(|e| e.to_string())
 }
 
-fn blob_ok(trace: &LoadedTrace, v: Option<&Value>, what: &str) -> Result<(), String> {
+pub(crate) fn blob_ok(trace: &LoadedTrace, v: Option<&Value>, what: &str) -> Result<(), String> {
     match v {
         Some(Value::Blob(b)) => match trace.blobs.get(&b.hash) {
             Some(d) if d.len() as u64 == b.len => Ok(()),
@@ -128,46 +170,60 @@ fn check(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Result<bool, Strin
         "cuMemcpyHtoD" | "cuMemcpyHtoDAsync" => {
             blob_ok(trace, c.arg("srcHost"), "host-to-device payload")?;
             range(m, w(c, "dstDevice")?, w(c, "ByteCount")?, "destination")?;
+            stream(m, c)?;
         }
-        "cuMemcpyDtoH" | "cuMemcpyDtoHAsync" => range(m, w(c, "srcDevice")?, w(c, "ByteCount")?, "source")?,
+        "cuMemcpyDtoH" | "cuMemcpyDtoHAsync" => {
+            range(m, w(c, "srcDevice")?, w(c, "ByteCount")?, "source")?;
+            stream(m, c)?;
+        }
         "cuMemcpyDtoD" | "cuMemcpyDtoDAsync" => {
             let n = w(c, "ByteCount")?;
             range(m, w(c, "dstDevice")?, n, "destination")?;
             range(m, w(c, "srcDevice")?, n, "source")?;
+            stream(m, c)?;
         }
         "cuMemcpy" | "cuMemcpyAsync" => {
             let n = w(c, "ByteCount")?;
             range(m, w(c, "dst")?, n, "destination (host memory is not replayable)")?;
             range(m, w(c, "src")?, n, "source (host memory is not replayable)")?;
+            stream(m, c)?;
         }
-        "cuMemsetD8" | "cuMemsetD8Async" => range(m, w(c, "dstDevice")?, w(c, "N")?, "destination")?,
-        "cuMemsetD16" | "cuMemsetD16Async" => range(m, w(c, "dstDevice")?, w(c, "N")? * 2, "destination")?,
-        "cuMemsetD32" | "cuMemsetD32Async" => range(m, w(c, "dstDevice")?, w(c, "N")? * 4, "destination")?,
+        "cuMemsetD8" | "cuMemsetD8Async" | "cuMemsetD16" | "cuMemsetD16Async" | "cuMemsetD32" | "cuMemsetD32Async" => {
+            let elem = if c.f.name.starts_with("cuMemsetD8") {
+                1
+            } else if c.f.name.starts_with("cuMemsetD16") {
+                2
+            } else {
+                4
+            };
+            range(m, w(c, "dstDevice")?, w(c, "N")?.saturating_mul(elem), "destination")?;
+            stream(m, c)?;
+        }
         "cuModuleLoadData" | "cuModuleLoadFatBinary" => {
             let name = if c.f.name == "cuModuleLoadData" { "image" } else { "fatCubin" };
             blob_ok(trace, c.arg(name), "code image")?;
-            m.modules.insert(ow(c, "module")?);
+            m.modules.insert(ow(c, "module")?, image_of(c.arg(name)));
         }
         "cuModuleLoad" => {
             blob_ok(trace, file_blob(c.arg("fname")), "code image read from a file")?;
-            m.modules.insert(ow(c, "module")?);
+            m.modules.insert(ow(c, "module")?, image_of(file_blob(c.arg("fname"))));
         }
         "cuLibraryLoadData" => {
             blob_ok(trace, c.arg("code"), "code image")?;
-            m.libraries.insert(ow(c, "library")?);
+            m.libraries.insert(ow(c, "library")?, image_of(c.arg("code")));
         }
         "cuLibraryLoadFromFile" => {
             blob_ok(trace, file_blob(c.arg("fileName")), "code image read from a file")?;
-            m.libraries.insert(ow(c, "library")?);
+            m.libraries.insert(ow(c, "library")?, image_of(file_blob(c.arg("fileName"))));
         }
         "cuModuleGetFunction" => {
-            if !m.modules.contains(&w(c, "hmod")?) {
+            if !m.modules.contains_key(&w(c, "hmod")?) {
                 return Err("looks up a function in a module that was never loaded".into());
             }
             m.functions.insert(ow(c, "hfunc")?);
         }
         "cuLibraryGetKernel" => {
-            if !m.libraries.contains(&w(c, "library")?) {
+            if !m.libraries.contains_key(&w(c, "library")?) {
                 return Err("looks up a kernel in a library that was never loaded".into());
             }
             m.kernels.insert(ow(c, "pKernel")?);
@@ -179,13 +235,29 @@ fn check(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Result<bool, Strin
             m.functions.insert(ow(c, "pFunc")?);
         }
         "cuLibraryGetModule" => {
-            if !m.libraries.contains(&w(c, "library")?) {
+            let Some(&image) = m.libraries.get(&w(c, "library")?) else {
                 return Err("unknown library handle".into());
-            }
-            m.modules.insert(ow(c, "pMod")?);
+            };
+            m.modules.insert(ow(c, "pMod")?, image);
         }
         "cuModuleGetGlobal" | "cuLibraryGetGlobal" => {
-            m.ranges.insert(ow(c, "dptr")?, ow(c, "bytes")?);
+            let image = *if c.f.name == "cuModuleGetGlobal" {
+                m.modules.get(&w(c, "hmod")?).ok_or("looks up a global in a module that was never loaded")?
+            } else {
+                m.libraries.get(&w(c, "library")?).ok_or("looks up a global in a library that was never loaded")?
+            };
+            // The program may not have asked for the size: the image's cubins know it.
+            let size = match c.result("bytes") {
+                Some(Value::Size(n)) => *n,
+                _ => match c.arg("name") {
+                    Some(Value::Str(name)) => m.global_size(trace, image, name).unwrap_or(0),
+                    _ => 0,
+                },
+            };
+            let p = ow(c, "dptr")?;
+            if p != 0 {
+                m.ranges.insert(p, size);
+            }
         }
         "cuLaunchKernel" | "cuLaunchCooperativeKernel" | "cuLaunchKernelEx" => {
             let f = w(c, "f")?;
@@ -222,7 +294,18 @@ fn check(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Result<bool, Strin
         "cuEventCreate" => {
             m.events.insert(ow(c, "phEvent")?);
         }
-        "cuEventRecord" | "cuEventSynchronize" | "cuStreamWaitEvent" | "cuEventDestroy" => {
+        "cuStreamQuery" => {
+            let s = w(c, "hStream")?;
+            if !m.stream_ok(s) {
+                return Err(format!("queries unknown stream {s:#x}"));
+            }
+        }
+        "cuEventRecord"
+        | "cuEventRecordWithFlags"
+        | "cuEventSynchronize"
+        | "cuEventQuery"
+        | "cuStreamWaitEvent"
+        | "cuEventDestroy" => {
             let e = w(c, "hEvent")?;
             if !m.events.contains(&e) {
                 return Err(format!("uses unknown event {e:#x}"));
@@ -244,9 +327,27 @@ fn check(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Result<bool, Strin
         | "cuKernelSetCacheConfig"
         | "cuCtxSetLimit"
         | "cuCtxSetCacheConfig" => {}
-        _ => return Ok(false),
+        _ => match exec_graph::check_dry(m, trace, c).or_else(|| exec_array::check_dry(m, trace, c)) {
+            Some(r) => r?,
+            None => return Ok(false),
+        },
     }
     Ok(true)
+}
+
+/// The stream of a stream-ordered call must exist.
+fn stream(m: &Model, c: &Call<'_>) -> Result<(), String> {
+    match c.arg("hStream").and_then(word) {
+        Some(s) if !m.stream_ok(s) => Err(format!("uses unknown stream {s:#x}")),
+        _ => Ok(()),
+    }
+}
+
+fn image_of(v: Option<&Value>) -> Option<Hash128> {
+    match v {
+        Some(Value::Blob(b)) => Some(b.hash),
+        _ => None,
+    }
 }
 
 /// The stored bytes of a code image loaded from a file (the recorder keeps `[path, blob]`).

@@ -7,13 +7,14 @@ use cudarc::driver::sys;
 use gpuless_traces::{CallRecord, Hash128, Value};
 
 use super::args::{word, Call};
-use super::{check, LoadedTrace, ReplayError, Report, State};
+use super::objects::{capturing, Pending, SyncPoint};
+use super::{check, exec_array, exec_graph, LoadedTrace, ReplayError, Report, State};
 
 /// Kernels remembered for mismatch reports.
 const RECENT_KERNELS: usize = 4;
 
 impl State {
-    fn stream(&self, recorded: u64) -> sys::CUstream {
+    pub(crate) fn stream(&self, recorded: u64) -> sys::CUstream {
         // 0, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) mean the same at replay.
         match recorded {
             0..=2 => recorded as sys::CUstream,
@@ -21,16 +22,16 @@ impl State {
         }
     }
 
-    fn kernel_name(&self, recorded: u64) -> String {
+    pub(crate) fn kernel_name(&self, recorded: u64) -> String {
         self.names.get(&recorded).cloned().unwrap_or_else(|| format!("{recorded:#x}"))
     }
 
-    fn function(&self, recorded: u64) -> Option<sys::CUfunction> {
+    pub(crate) fn function(&self, recorded: u64) -> Option<sys::CUfunction> {
         self.functions.get(&recorded).copied().or_else(|| self.kernels.get(&recorded).map(|&k| k as sys::CUfunction))
     }
 }
 
-fn blob<'t>(trace: &'t LoadedTrace, c: &Call<'_>, v: Option<&Value>) -> Result<&'t [u8], ReplayError> {
+pub(crate) fn blob<'t>(trace: &'t LoadedTrace, c: &Call<'_>, v: Option<&Value>) -> Result<&'t [u8], ReplayError> {
     match v {
         Some(Value::Blob(b)) => trace
             .blobs
@@ -53,6 +54,17 @@ fn file_image<'t>(trace: &'t LoadedTrace, c: &Call<'_>, arg: &str) -> Result<&'t
     }
 }
 
+/// Counts a record not re-executed (without allocating when the name is known already: hot
+/// replay passes here for every query of every iteration).
+fn count_skipped(report: &mut Report, name: &str, calls: u64) {
+    match report.not_replayed.get_mut(name) {
+        Some(n) => *n += calls,
+        None => {
+            report.not_replayed.insert(name.to_string(), calls);
+        }
+    }
+}
+
 /// Executes one record.
 pub(crate) fn call(
     st: &mut State,
@@ -61,7 +73,7 @@ pub(crate) fn call(
     report: &mut Report,
 ) -> Result<(), ReplayError> {
     let Some(f) = rec.function.api() else {
-        *report.not_replayed.entry(rec.function.name().to_string()).or_insert(0) += rec.calls_represented();
+        count_skipped(report, rec.function.name(), rec.calls_represented());
         return Ok(());
     };
     if rec.status != 0 {
@@ -85,39 +97,63 @@ pub(crate) fn call(
                 st.mem.alloc(recorded, size, seq)?;
             }
             "cuMemFree" | "cuMemFreeAsync" => st.mem.free(c.word("dptr")?),
-            "cuMemcpyHtoD" | "cuMemcpyHtoDAsync" => {
+            "cuMemcpyHtoD" => {
                 let data = blob(trace, &c, c.arg("srcHost"))?;
                 let dst = st.mem.translate(c.word("dstDevice")?);
                 check(sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len()), seq, f.name)?;
             }
-            "cuMemcpyDtoH" | "cuMemcpyDtoHAsync" => {
+            // Stream-ordered copies and sets run on their recorded stream, ordered with the
+            // kernels and events there. Host sources are blob bytes, alive for the whole replay
+            // (staged in pinned memory when a graph captures them).
+            "cuMemcpyHtoDAsync" => {
+                let data = blob(trace, &c, c.arg("srcHost"))?;
+                let dst = st.mem.translate(c.word("dstDevice")?);
+                let stream = st.stream(c.word("hStream")?);
+                let src = if capturing(stream) {
+                    let p = st.objects.pinned(data.len(), seq)?;
+                    std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len());
+                    p.cast_const()
+                } else {
+                    data.as_ptr()
+                };
+                check(sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), data.len(), stream), seq, f.name)?;
+            }
+            "cuMemcpyDtoH" => {
                 let n = c.word("ByteCount")? as usize;
                 let mut host = vec![0u8; n];
                 let src = st.mem.translate(c.word("srcDevice")?);
                 check(sys::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), src, n), seq, f.name)?;
-                if report.first_result_s.is_none() {
-                    report.first_result_s = Some(super::since_process_start());
-                }
+                first_result(report);
                 verify(st, &c, &host, trace, report);
             }
-            "cuMemcpyDtoD" | "cuMemcpyDtoDAsync" | "cuMemcpy" | "cuMemcpyAsync" => {
-                let (dn, sn) =
-                    if f.name.starts_with("cuMemcpyDtoD") { ("dstDevice", "srcDevice") } else { ("dst", "src") };
+            "cuMemcpyDtoHAsync" => dtoh_async(st, &c, trace, report)?,
+            "cuMemcpyDtoD" | "cuMemcpy" => {
+                let (dn, sn) = if f.name == "cuMemcpyDtoD" { ("dstDevice", "srcDevice") } else { ("dst", "src") };
                 let dst = st.mem.translate(c.word(dn)?);
                 let src = st.mem.translate(c.word(sn)?);
                 check(sys::cuMemcpyDtoD_v2(dst, src, c.word("ByteCount")? as usize), seq, f.name)?;
             }
-            "cuMemsetD8" | "cuMemsetD8Async" => {
-                let dst = st.mem.translate(c.word("dstDevice")?);
-                check(sys::cuMemsetD8_v2(dst, c.word("uc")? as u8, c.word("N")? as usize), seq, f.name)?;
+            "cuMemcpyDtoDAsync" | "cuMemcpyAsync" => {
+                let (dn, sn) = if f.name == "cuMemcpyDtoDAsync" { ("dstDevice", "srcDevice") } else { ("dst", "src") };
+                let dst = st.mem.translate(c.word(dn)?);
+                let src = st.mem.translate(c.word(sn)?);
+                let (n, stream) = (c.word("ByteCount")? as usize, st.stream(c.word("hStream")?));
+                check(sys::cuMemcpyDtoDAsync_v2(dst, src, n, stream), seq, f.name)?;
             }
-            "cuMemsetD16" | "cuMemsetD16Async" => {
+            "cuMemsetD8" | "cuMemsetD8Async" | "cuMemsetD16" | "cuMemsetD16Async" | "cuMemsetD32"
+            | "cuMemsetD32Async" => {
                 let dst = st.mem.translate(c.word("dstDevice")?);
-                check(sys::cuMemsetD16_v2(dst, c.word("us")? as u16, c.word("N")? as usize), seq, f.name)?;
-            }
-            "cuMemsetD32" | "cuMemsetD32Async" => {
-                let dst = st.mem.translate(c.word("dstDevice")?);
-                check(sys::cuMemsetD32_v2(dst, c.word("ui")? as u32, c.word("N")? as usize), seq, f.name)?;
+                let n = c.word("N")? as usize;
+                let r = match (f.name, c.arg("hStream").and_then(word).map(|s| st.stream(s))) {
+                    ("cuMemsetD8", _) => sys::cuMemsetD8_v2(dst, c.word("uc")? as u8, n),
+                    ("cuMemsetD16", _) => sys::cuMemsetD16_v2(dst, c.word("us")? as u16, n),
+                    ("cuMemsetD32", _) => sys::cuMemsetD32_v2(dst, c.word("ui")? as u32, n),
+                    ("cuMemsetD8Async", Some(s)) => sys::cuMemsetD8Async(dst, c.word("uc")? as u8, n, s),
+                    ("cuMemsetD16Async", Some(s)) => sys::cuMemsetD16Async(dst, c.word("us")? as u16, n, s),
+                    (_, Some(s)) => sys::cuMemsetD32Async(dst, c.word("ui")? as u32, n, s),
+                    (_, None) => return Err(c.missing("hStream")),
+                };
+                check(r, seq, f.name)?;
             }
             "cuModuleLoadData" | "cuModuleLoadFatBinary" | "cuModuleLoad" => {
                 let image = match f.name {
@@ -254,20 +290,37 @@ pub(crate) fn call(
                     sys::cuStreamDestroy_v2(s);
                 }
             }
-            "cuStreamSynchronize" => check(sys::cuStreamSynchronize(st.stream(c.word("hStream")?)), seq, f.name)?,
-            "cuCtxSynchronize" => check(sys::cuCtxSynchronize(), seq, f.name)?,
+            "cuStreamSynchronize" => {
+                let s = c.word("hStream")?;
+                check(sys::cuStreamSynchronize(st.stream(s)), seq, f.name)?;
+                complete(st, SyncPoint::Stream(s), trace, report)?;
+            }
+            "cuCtxSynchronize" => {
+                check(sys::cuCtxSynchronize(), seq, f.name)?;
+                complete(st, SyncPoint::All, trace, report)?;
+            }
+            // A query that found the work done was a synchronization for the recorder: results
+            // it covers are compared here (their streams are waited for first).
+            "cuStreamQuery" => complete(st, SyncPoint::Stream(c.word("hStream")?), trace, report)?,
+            "cuEventQuery" => complete(st, SyncPoint::Event(c.word("hEvent")?), trace, report)?,
             "cuEventCreate" => {
                 let mut e = std::ptr::null_mut();
                 check(sys::cuEventCreate(&mut e, c.word("Flags")? as u32), seq, f.name)?;
                 st.events.insert(c.out_word("phEvent")?, e);
             }
-            "cuEventRecord" => {
-                let e = *st.events.get(&c.word("hEvent")?).ok_or_else(|| c.inconsistent("unknown event".into()))?;
-                check(sys::cuEventRecord(e, st.stream(c.word("hStream")?)), seq, f.name)?;
+            "cuEventRecord" | "cuEventRecordWithFlags" => {
+                let rec_e = c.word("hEvent")?;
+                let e = *st.events.get(&rec_e).ok_or_else(|| c.inconsistent("unknown event".into()))?;
+                let rec_s = c.word("hStream")?;
+                let flags = c.arg("flags").and_then(word).unwrap_or(0) as u32;
+                check(sys::cuEventRecordWithFlags(e, st.stream(rec_s), flags), seq, f.name)?;
+                st.objects.event_stream.insert(rec_e, rec_s);
             }
             "cuEventSynchronize" => {
-                let e = *st.events.get(&c.word("hEvent")?).ok_or_else(|| c.inconsistent("unknown event".into()))?;
+                let rec_e = c.word("hEvent")?;
+                let e = *st.events.get(&rec_e).ok_or_else(|| c.inconsistent("unknown event".into()))?;
                 check(sys::cuEventSynchronize(e), seq, f.name)?;
+                complete(st, SyncPoint::Event(rec_e), trace, report)?;
             }
             "cuStreamWaitEvent" => {
                 let e = *st.events.get(&c.word("hEvent")?).ok_or_else(|| c.inconsistent("unknown event".into()))?;
@@ -279,8 +332,10 @@ pub(crate) fn call(
                 }
             }
             _ => {
-                *report.not_replayed.entry(f.name.to_string()).or_insert(0) += 1;
-                return Ok(());
+                if !exec_graph::call(st, trace, &c, report)? && !exec_array::call(st, trace, &c, report)? {
+                    count_skipped(report, f.name, rec.calls_represented());
+                    return Ok(());
+                }
             }
         }
     }
@@ -299,7 +354,7 @@ type CtxSetEnum = unsafe extern "C" fn(u32) -> sys::CUresult;
 ///
 /// # Safety
 /// `T` must be the function's C signature with enums as `u32`.
-unsafe fn raw_fn<T: Copy>(name: &[u8], seq: u64) -> Result<T, ReplayError> {
+pub(crate) unsafe fn raw_fn<T: Copy>(name: &[u8], seq: u64) -> Result<T, ReplayError> {
     // SAFETY: libcuda is loaded (cuInit succeeded); the caller names the right signature.
     unsafe {
         sys::culib().get::<T>(name).map(|s| *s).map_err(|e| ReplayError::Inconsistent {
@@ -325,11 +380,78 @@ fn cname(c: &Call<'_>, arg: &str) -> Result<CString, ReplayError> {
     }
 }
 
+fn first_result(report: &mut Report) {
+    if report.first_result_s.is_none() {
+        report.first_result_s = Some(super::since_process_start());
+    }
+}
+
+/// An async device-to-host copy on its recorded stream. Outside a capture it is waited for and
+/// compared at once (the host buffer is pageable, so the copy completes before the call
+/// returns anyway); inside one it becomes a graph node writing a pinned buffer, compared at the
+/// synchronization that covers the stream, as the recorder hashed it.
+unsafe fn dtoh_async(
+    st: &mut State,
+    c: &Call<'_>,
+    trace: &LoadedTrace,
+    report: &mut Report,
+) -> Result<(), ReplayError> {
+    let (seq, name) = (c.rec.seq, c.f.name);
+    let n = c.word("ByteCount")? as usize;
+    let src = st.mem.translate(c.word("srcDevice")?);
+    let rec_s = c.word("hStream")?;
+    let stream = st.stream(rec_s);
+    // SAFETY (block): copies into buffers that outlive them, on a live stream.
+    unsafe {
+        if capturing(stream) {
+            let host = st.objects.pinned(n, seq)?;
+            check(sys::cuMemcpyDtoHAsync_v2(host.cast(), src, n, stream), seq, name)?;
+            let want = c.result("dstHost").cloned();
+            st.objects.defer(Pending { seq, what: name, stream: rec_s, live_stream: stream, host, len: n, want });
+            return Ok(());
+        }
+        let mut host = vec![0u8; n];
+        check(sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), src, n, stream), seq, name)?;
+        check(sys::cuStreamSynchronize(stream), seq, name)?;
+        first_result(report);
+        verify(st, c, &host, trace, report);
+    }
+    Ok(())
+}
+
+/// Compares the deferred results a recorded synchronization covers.
+unsafe fn complete(st: &mut State, at: SyncPoint, trace: &LoadedTrace, report: &mut Report) -> Result<(), ReplayError> {
+    for p in st.objects.complete(at) {
+        // SAFETY: the buffer is pinned memory owned by the replay; the stream is waited for.
+        let host = unsafe {
+            check(sys::cuStreamSynchronize(p.live_stream), p.seq, p.what)?;
+            std::slice::from_raw_parts(p.host, p.len)
+        };
+        first_result(report);
+        verify_value(st, p.seq, p.what, p.want.as_ref(), host, trace, report);
+    }
+    Ok(())
+}
+
 fn verify(st: &State, c: &Call<'_>, host: &[u8], trace: &LoadedTrace, report: &mut Report) {
+    verify_value(st, c.rec.seq, c.f.name, c.result("dstHost"), host, trace, report);
+}
+
+/// Compares bytes that reached the host at replay with the recorded result `recorded` (a
+/// digest, or the bytes with `--capture-outputs`).
+pub(crate) fn verify_value(
+    st: &State,
+    seq: u64,
+    what: &str,
+    recorded: Option<&Value>,
+    host: &[u8],
+    trace: &LoadedTrace,
+    report: &mut Report,
+) {
     if st.opts.no_verify {
         return;
     }
-    let want = match c.result("dstHost") {
+    let want = match recorded {
         Some(Value::Digest(d)) => Some((d.hash, d.len)),
         Some(Value::Blob(b)) => Some((b.hash, b.len)),
         _ => None,
@@ -344,7 +466,7 @@ fn verify(st: &State, c: &Call<'_>, host: &[u8], trace: &LoadedTrace, report: &m
         return;
     }
     let recent: Vec<String> = st.recent.iter().map(|&h| st.kernel_name(h)).collect();
-    let detail = match c.result("dstHost") {
+    let detail = match recorded {
         Some(Value::Blob(b)) => trace.blobs.get(&b.hash).and_then(|want| {
             want.iter().zip(host).position(|(a, b)| a != b).map(|i| format!(", first differing byte at {i}"))
         }),
@@ -352,21 +474,28 @@ fn verify(st: &State, c: &Call<'_>, host: &[u8], trace: &LoadedTrace, report: &m
     };
     report.mismatches.push(format!(
         "call #{} {}: {} bytes differ from the recording{} (last kernels: {})",
-        c.rec.seq,
-        c.f.name,
+        seq,
+        what,
         host.len(),
         detail.unwrap_or_default(),
         if recent.is_empty() { "none".into() } else { recent.join(", ") }
     ));
 }
 
-/// Parameter bytes as recorded, or a translated copy when a pointer in them may have moved.
-fn translated<'b>(mem: &super::Memory, b: &'b [u8], report: &mut Report) -> std::borrow::Cow<'b, [u8]> {
-    if !mem.may_translate() {
+/// Parameter bytes as recorded, or a translated copy when a pointer or a texture/surface object
+/// in them may live elsewhere now. `layout` is empty for a packed `extra` buffer.
+pub(crate) fn translated<'b>(
+    st: &State,
+    b: &'b [u8],
+    layout: &[(u32, u32)],
+    report: &mut Report,
+) -> std::borrow::Cow<'b, [u8]> {
+    if !st.mem.may_translate() && !st.objects.handles_moved() {
         return std::borrow::Cow::Borrowed(b);
     }
     let mut owned = b.to_vec();
-    report.params_translated += mem.translate_params(&mut owned) as u64;
+    report.params_translated += st.mem.translate_params(&mut owned) as u64;
+    report.params_translated += st.objects.translate_handles(&mut owned, layout) as u64;
     std::borrow::Cow::Owned(owned)
 }
 
@@ -382,13 +511,13 @@ unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<()
     };
     // Parameter bytes are used in place unless a pointer in them must be translated (the
     // driver only reads them).
-    let bytes = translated(&st.mem, bytes, report);
+    let bytes = translated(st, bytes, layout, report);
     let mut ptrs: Vec<*mut c_void> =
         layout.iter().map(|&(off, _)| bytes.as_ptr().wrapping_add(off as usize).cast_mut().cast()).collect();
     let params = if ptrs.is_empty() { std::ptr::null_mut() } else { ptrs.as_mut_ptr() };
     // Parameters passed as one packed buffer through `extra` (cuDNN and cuBLAS do this).
     let packed = match c.arg("extra") {
-        Some(Value::Bytes(b)) => translated(&st.mem, b, report),
+        Some(Value::Bytes(b)) => translated(st, b, &[], report),
         _ => std::borrow::Cow::Borrowed(&[][..]),
     };
     let mut packed_len = packed.len();
@@ -454,10 +583,15 @@ unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<()
         );
         check(r, seq, &what)?;
     }
+    launched(st, rec_f, report);
+    Ok(())
+}
+
+/// Counts a kernel launch and remembers it for mismatch reports.
+pub(crate) fn launched(st: &mut State, rec_f: u64, report: &mut Report) {
     report.launches += 1;
     st.recent.push_back(rec_f);
     if st.recent.len() > RECENT_KERNELS {
         st.recent.pop_front();
     }
-    Ok(())
 }

@@ -16,6 +16,8 @@ pub struct Split {
     pub body: Vec<usize>,
     /// Frees and destroys: not replayed (the process ends after the iterations).
     pub teardown: Vec<usize>,
+    /// Queries after the first launch: they change no device state and are left out.
+    pub skipped: Vec<usize>,
 }
 
 fn is_launch(name: &str) -> bool {
@@ -31,6 +33,10 @@ pub fn split(calls: &[CallRecord]) -> Split {
         let before = first_launch.is_none_or(|l| i < l);
         match f.sync {
             SyncClass::FreesDevice | SyncClass::DestroysHandle => s.teardown.push(i),
+            // Queries change nothing on the device: replay skips them, the hot loop leaves them out.
+            SyncClass::DeviceQuery | SyncClass::StateQuery | SyncClass::Local | SyncClass::AddressLookup if !before => {
+                s.skipped.push(i)
+            }
             SyncClass::AllocatesDevice | SyncClass::CreatesHandle | SyncClass::HostMemory => s.setup.push(i),
             _ if before || f.name.contains("SetAttribute") || f.name.contains("SetCacheConfig") => s.setup.push(i),
             _ => s.body.push(i),

@@ -5,10 +5,13 @@
 mod args;
 pub mod dryrun;
 mod exec;
+mod exec_array;
+mod exec_graph;
 pub mod green;
 pub mod hot;
 mod load;
 mod memory;
+mod objects;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::c_int;
@@ -165,6 +168,8 @@ pub(crate) struct State {
     pub kernels: HashMap<u64, sys::CUkernel>,
     pub streams: HashMap<u64, sys::CUstream>,
     pub events: HashMap<u64, sys::CUevent>,
+    /// Graphs, arrays, texture objects, pinned buffers, deferred results.
+    pub objects: objects::Objects,
     /// Recorded function/kernel handle → kernel name.
     pub names: HashMap<u64, String>,
     /// Recorded handles of the last kernels launched, for mismatch reports.
@@ -213,6 +218,7 @@ pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<R
         kernels: HashMap::new(),
         streams: HashMap::new(),
         events: HashMap::new(),
+        objects: Default::default(),
         names: HashMap::new(),
         recent: VecDeque::new(),
         opts,

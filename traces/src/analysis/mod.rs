@@ -114,7 +114,11 @@ pub fn analyze<R: Read>(
                             // The driver level is what crosses the wire; calls at other
                             // levels reach it through nested driver calls.
                             if r.level == ApiLevel::Driver {
-                                sync.push(&call_event(r));
+                                // A folded record stands for 1 + repeat calls.
+                                let e = call_event(r);
+                                for _ in 0..=r.repeat {
+                                    sync.push(&e);
+                                }
                             }
                         }
                     }

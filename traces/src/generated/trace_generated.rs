@@ -3274,6 +3274,7 @@ impl<'a> CallRecord<'a> {
   pub const VT_STATUS: ::flatbuffers::VOffsetT = 22;
   pub const VT_ARGS: ::flatbuffers::VOffsetT = 24;
   pub const VT_RESULTS: ::flatbuffers::VOffsetT = 26;
+  pub const VT_REPEAT: ::flatbuffers::VOffsetT = 28;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3290,6 +3291,7 @@ impl<'a> CallRecord<'a> {
     builder.add_timestamp_ns(args.timestamp_ns);
     builder.add_thread(args.thread);
     builder.add_seq(args.seq);
+    builder.add_repeat(args.repeat);
     if let Some(x) = args.results { builder.add_results(x); }
     if let Some(x) = args.args { builder.add_args(x); }
     builder.add_status(args.status);
@@ -3389,6 +3391,13 @@ impl<'a> CallRecord<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Value>>>>(CallRecord::VT_RESULTS, None)}
   }
+  #[inline]
+  pub fn repeat(&self) -> u32 {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<u32>(CallRecord::VT_REPEAT, Some(0)).unwrap()}
+  }
 }
 
 impl ::flatbuffers::Verifiable for CallRecord<'_> {
@@ -3409,6 +3418,7 @@ impl ::flatbuffers::Verifiable for CallRecord<'_> {
      .visit_field::<i32>("status", Self::VT_STATUS, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Value>>>>("args", Self::VT_ARGS, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Value>>>>("results", Self::VT_RESULTS, false)?
+     .visit_field::<u32>("repeat", Self::VT_REPEAT, false)?
      .finish();
     Ok(())
   }
@@ -3426,6 +3436,7 @@ pub struct CallRecordArgs<'a> {
     pub status: i32,
     pub args: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Value<'a>>>>>,
     pub results: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Value<'a>>>>>,
+    pub repeat: u32,
 }
 impl<'a> Default for CallRecordArgs<'a> {
   #[inline]
@@ -3443,6 +3454,7 @@ impl<'a> Default for CallRecordArgs<'a> {
       status: 0,
       args: None,
       results: None,
+      repeat: 0,
     }
   }
 }
@@ -3501,6 +3513,10 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> CallRecordBuilder<'a, 'b, A> 
     self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(CallRecord::VT_RESULTS, results);
   }
   #[inline]
+  pub fn add_repeat(&mut self, repeat: u32) {
+    self.fbb_.push_slot::<u32>(CallRecord::VT_REPEAT, repeat, 0);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> CallRecordBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     CallRecordBuilder {
@@ -3530,6 +3546,7 @@ impl ::core::fmt::Debug for CallRecord<'_> {
       ds.field("status", &self.status());
       ds.field("args", &self.args());
       ds.field("results", &self.results());
+      ds.field("repeat", &self.repeat());
       ds.finish()
   }
 }

@@ -1,0 +1,413 @@
+//! Byte layouts of the driver structs whose fields the recorder and the replayer must read or
+//! rewrite: the geometry and the host, device and array sides of `CUDA_MEMCPY2D` /
+//! `CUDA_MEMCPY3D`, the resource of a `CUDA_RESOURCE_DESC`, and the launch of a
+//! `CUDA_KERNEL_NODE_PARAMS`. Traces store these structs as their raw bytes (x86-64 C layout,
+//! little-endian); both sides agree on what the fields mean only through this module.
+//!
+//! **Host memory in 2D/3D copies.** When a copy's source is host memory the recorder stores the
+//! bytes the driver reads, *packed*: `Depth` slices of `Height` rows of `WidthInBytes` bytes, in
+//! that order, without the pitch padding (whose bytes may be uninitialized). When the
+//! destination is host memory it hashes what arrived in the same packed order. The replayer
+//! points the host side at a packed buffer ([`Copy::packed_side`]).
+
+/// `CUmemorytype`: host memory.
+pub const MEMORYTYPE_HOST: u32 = 1;
+/// `CUmemorytype`: device memory.
+pub const MEMORYTYPE_DEVICE: u32 = 2;
+/// `CUmemorytype`: a CUDA array.
+pub const MEMORYTYPE_ARRAY: u32 = 3;
+/// `CUmemorytype`: a unified address (host or device, known only to the driver).
+pub const MEMORYTYPE_UNIFIED: u32 = 4;
+
+/// Most bytes of host memory a 2D/3D copy may move for its bytes to be stored (16 GiB).
+pub const MAX_PACKED: u64 = 16 << 30;
+
+fn get_u64(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8).map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+}
+
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4).map_or(0, |s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
+}
+
+fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    if let Some(s) = b.get_mut(at..at + 8) {
+        s.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    if let Some(s) = b.get_mut(at..at + 4) {
+        s.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Which struct a copy's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dims {
+    /// `CUDA_MEMCPY2D` (128 bytes).
+    Two,
+    /// `CUDA_MEMCPY3D` (200 bytes).
+    Three,
+}
+
+impl Dims {
+    /// The dimensionality of a struct named in the API table, if it is a copy struct.
+    pub fn of(c_struct: &str) -> Option<Dims> {
+        match c_struct {
+            "CUDA_MEMCPY2D" => Some(Dims::Two),
+            "CUDA_MEMCPY3D" => Some(Dims::Three),
+            _ => None,
+        }
+    }
+
+    /// Size of the struct in bytes.
+    pub fn size(self) -> usize {
+        match self {
+            Dims::Two => 128,
+            Dims::Three => 200,
+        }
+    }
+
+    /// Field offsets of one side: (x, y, z, memory type, host, device, array, pitch, height).
+    /// `z` and `height` are `None` in 2D.
+    fn side(self, dst: bool) -> SideOffsets {
+        match (self, dst) {
+            (Dims::Two, false) => {
+                SideOffsets { x: 0, y: 8, z: None, ty: 16, host: 24, dev: 32, arr: 40, pitch: 48, h: None }
+            }
+            (Dims::Two, true) => {
+                SideOffsets { x: 56, y: 64, z: None, ty: 72, host: 80, dev: 88, arr: 96, pitch: 104, h: None }
+            }
+            (Dims::Three, false) => {
+                SideOffsets { x: 0, y: 8, z: Some(16), ty: 32, host: 40, dev: 48, arr: 56, pitch: 72, h: Some(80) }
+            }
+            (Dims::Three, true) => SideOffsets {
+                x: 88,
+                y: 96,
+                z: Some(104),
+                ty: 120,
+                host: 128,
+                dev: 136,
+                arr: 144,
+                pitch: 160,
+                h: Some(168),
+            },
+        }
+    }
+
+    /// Offsets of `WidthInBytes`, `Height` and (3D) `Depth`.
+    fn extent(self) -> (usize, usize, Option<usize>) {
+        match self {
+            Dims::Two => (112, 120, None),
+            Dims::Three => (176, 184, Some(192)),
+        }
+    }
+}
+
+struct SideOffsets {
+    x: usize,
+    y: usize,
+    z: Option<usize>,
+    ty: usize,
+    host: usize,
+    dev: usize,
+    arr: usize,
+    pitch: usize,
+    h: Option<usize>,
+}
+
+/// One side (source or destination) of a 2D/3D copy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Side {
+    /// `CUmemorytype` as stored.
+    pub memory_type: u32,
+    /// `srcHost` / `dstHost`.
+    pub host: u64,
+    /// `srcDevice` / `dstDevice` (also the address of a unified side).
+    pub device: u64,
+    /// `srcArray` / `dstArray`.
+    pub array: u64,
+    /// Offsets of the first byte: bytes, rows, slices.
+    pub x: u64,
+    /// See `x`.
+    pub y: u64,
+    /// See `x` (0 in 2D).
+    pub z: u64,
+    /// Bytes per row.
+    pub pitch: u64,
+    /// Rows per slice (3D; 0 in 2D).
+    pub height: u64,
+}
+
+impl Side {
+    /// The address host memory is read from or written to (host or unified pointer).
+    pub fn pointer(&self) -> u64 {
+        if self.memory_type == MEMORYTYPE_HOST {
+            self.host
+        } else {
+            self.device
+        }
+    }
+}
+
+/// A parsed `CUDA_MEMCPY2D` / `CUDA_MEMCPY3D`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Copy {
+    /// Which struct.
+    pub dims: Dims,
+    /// Source.
+    pub src: Side,
+    /// Destination.
+    pub dst: Side,
+    /// `WidthInBytes`.
+    pub width: u64,
+    /// `Height` (rows).
+    pub height: u64,
+    /// `Depth` (slices; 1 in 2D).
+    pub depth: u64,
+}
+
+impl Copy {
+    /// Reads a copy struct from its bytes (`None` if too short).
+    pub fn parse(dims: Dims, b: &[u8]) -> Option<Copy> {
+        if b.len() < dims.size() {
+            return None;
+        }
+        let side = |dst| {
+            let o = dims.side(dst);
+            Side {
+                memory_type: get_u32(b, o.ty),
+                host: get_u64(b, o.host),
+                device: get_u64(b, o.dev),
+                array: get_u64(b, o.arr),
+                x: get_u64(b, o.x),
+                y: get_u64(b, o.y),
+                z: o.z.map_or(0, |z| get_u64(b, z)),
+                pitch: get_u64(b, o.pitch),
+                height: o.h.map_or(0, |h| get_u64(b, h)),
+            }
+        };
+        let (w, h, d) = dims.extent();
+        Some(Copy {
+            dims,
+            src: side(false),
+            dst: side(true),
+            width: get_u64(b, w),
+            height: get_u64(b, h),
+            depth: d.map_or(1, |d| get_u64(b, d)),
+        })
+    }
+
+    /// Writes one side back into the struct's bytes.
+    pub fn write_side(dims: Dims, b: &mut [u8], dst: bool, s: &Side) {
+        let o = dims.side(dst);
+        put_u32(b, o.ty, s.memory_type);
+        put_u64(b, o.host, s.host);
+        put_u64(b, o.dev, s.device);
+        put_u64(b, o.arr, s.array);
+        put_u64(b, o.x, s.x);
+        put_u64(b, o.y, s.y);
+        if let Some(z) = o.z {
+            put_u64(b, z, s.z);
+        }
+        put_u64(b, o.pitch, s.pitch);
+        if let Some(h) = o.h {
+            put_u64(b, h, s.height);
+        }
+    }
+
+    /// Bytes of the packed host layout: width × height × depth (`None` on overflow or beyond
+    /// [`MAX_PACKED`]).
+    pub fn packed_len(&self) -> Option<u64> {
+        let n = self.width.checked_mul(self.height)?.checked_mul(self.depth.max(1))?;
+        (n <= MAX_PACKED).then_some(n)
+    }
+
+    /// Address of each row a side covers, in packed order (slice by slice, row by row); each
+    /// row is `width` bytes. `base` is the side's host or unified pointer.
+    pub fn rows(&self, s: &Side) -> impl Iterator<Item = u64> + '_ {
+        let slice = s.pitch.wrapping_mul(s.height);
+        let start =
+            s.pointer().wrapping_add(s.z.wrapping_mul(slice)).wrapping_add(s.y.wrapping_mul(s.pitch)).wrapping_add(s.x);
+        let (rows, pitch) = (self.height, s.pitch);
+        (0..self.depth.max(1)).flat_map(move |k| {
+            (0..rows).map(move |r| start.wrapping_add(k.wrapping_mul(slice)).wrapping_add(r.wrapping_mul(pitch)))
+        })
+    }
+
+    /// A host side reading or writing a packed buffer at `addr` (what the replayer substitutes).
+    pub fn packed_side(&self, addr: u64) -> Side {
+        Side {
+            memory_type: MEMORYTYPE_HOST,
+            host: addr,
+            device: 0,
+            array: 0,
+            x: 0,
+            y: 0,
+            z: 0,
+            pitch: self.width.max(1),
+            height: self.height,
+        }
+    }
+}
+
+/// `CUDA_RESOURCE_DESC`: offset of `resType` (u32) and of the union's first field (an array
+/// handle or a device pointer).
+pub const RESOURCE_TYPE_AT: usize = 0;
+/// See [`RESOURCE_TYPE_AT`].
+pub const RESOURCE_HANDLE_AT: usize = 8;
+/// `CUresourcetype` values.
+pub const RESOURCE_ARRAY: u32 = 0;
+/// See [`RESOURCE_ARRAY`].
+pub const RESOURCE_MIPMAPPED_ARRAY: u32 = 1;
+/// See [`RESOURCE_ARRAY`].
+pub const RESOURCE_LINEAR: u32 = 2;
+/// See [`RESOURCE_ARRAY`].
+pub const RESOURCE_PITCH2D: u32 = 3;
+
+/// What a `CUDA_RESOURCE_DESC` refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    /// A CUDA array handle.
+    Array(u64),
+    /// A mipmapped array handle.
+    Mipmapped(u64),
+    /// Linear or pitched device memory at this address.
+    Memory(u64),
+    /// A resource type this module does not know.
+    Other(u32),
+}
+
+/// Reads the resource of a `CUDA_RESOURCE_DESC`.
+pub fn resource(b: &[u8]) -> Resource {
+    let h = get_u64(b, RESOURCE_HANDLE_AT);
+    match get_u32(b, RESOURCE_TYPE_AT) {
+        RESOURCE_ARRAY => Resource::Array(h),
+        RESOURCE_MIPMAPPED_ARRAY => Resource::Mipmapped(h),
+        RESOURCE_LINEAR | RESOURCE_PITCH2D => Resource::Memory(h),
+        t => Resource::Other(t),
+    }
+}
+
+/// Rewrites the handle or device pointer of a `CUDA_RESOURCE_DESC`.
+pub fn set_resource(b: &mut [u8], v: u64) {
+    put_u64(b, RESOURCE_HANDLE_AT, v);
+}
+
+/// The launch described by a `CUDA_KERNEL_NODE_PARAMS` (v1: 56 bytes, v2: 72 bytes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelNode {
+    /// `func` (a `CUfunction`, or a `CUkernel` passed as one).
+    pub func: u64,
+    /// Grid, block, dynamic shared memory.
+    pub grid: [u32; 3],
+    /// See `grid`.
+    pub block: [u32; 3],
+    /// See `grid`.
+    pub shared_mem: u32,
+    /// `kernelParams` and `extra` pointers as recorded (host addresses).
+    pub kernel_params: u64,
+    /// See `kernel_params`.
+    pub extra: u64,
+    /// `kern` (v2: used when `func` is null).
+    pub kern: u64,
+}
+
+/// Size of `CUDA_KERNEL_NODE_PARAMS_v1`.
+pub const KERNEL_NODE_V1: usize = 56;
+/// Offsets of `kernelParams`, `extra` and `kern` in `CUDA_KERNEL_NODE_PARAMS`.
+pub const KERNEL_NODE_PARAMS_AT: usize = 40;
+/// See [`KERNEL_NODE_PARAMS_AT`].
+pub const KERNEL_NODE_EXTRA_AT: usize = 48;
+/// See [`KERNEL_NODE_PARAMS_AT`].
+pub const KERNEL_NODE_KERN_AT: usize = 56;
+
+impl KernelNode {
+    /// Reads v1 or v2 bytes (`kern` is 0 for v1).
+    pub fn parse(b: &[u8]) -> Option<KernelNode> {
+        if b.len() < KERNEL_NODE_V1 {
+            return None;
+        }
+        let u = |i: usize| get_u32(b, 8 + 4 * i);
+        Some(KernelNode {
+            func: get_u64(b, 0),
+            grid: [u(0), u(1), u(2)],
+            block: [u(3), u(4), u(5)],
+            shared_mem: u(6),
+            kernel_params: get_u64(b, KERNEL_NODE_PARAMS_AT),
+            extra: get_u64(b, KERNEL_NODE_EXTRA_AT),
+            kern: if b.len() >= KERNEL_NODE_KERN_AT + 8 { get_u64(b, KERNEL_NODE_KERN_AT) } else { 0 },
+        })
+    }
+
+    /// The function or kernel handle to launch.
+    pub fn handle(&self) -> u64 {
+        if self.func != 0 {
+            self.func
+        } else {
+            self.kern
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy3d() -> Vec<u8> {
+        let mut b = vec![0u8; Dims::Three.size()];
+        let src = Side {
+            memory_type: MEMORYTYPE_HOST,
+            host: 0x1000,
+            x: 4,
+            y: 1,
+            z: 1,
+            pitch: 100,
+            height: 3,
+            ..Side::default()
+        };
+        let dst = Side { memory_type: MEMORYTYPE_ARRAY, array: 0xabc, ..Side::default() };
+        Copy::write_side(Dims::Three, &mut b, false, &src);
+        Copy::write_side(Dims::Three, &mut b, true, &dst);
+        b[176..184].copy_from_slice(&8u64.to_le_bytes());
+        b[184..192].copy_from_slice(&2u64.to_le_bytes());
+        b[192..200].copy_from_slice(&2u64.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn copy_sides_round_trip_and_rows_follow_the_pitch() {
+        let b = copy3d();
+        let c = Copy::parse(Dims::Three, &b).unwrap();
+        assert_eq!((c.width, c.height, c.depth), (8, 2, 2));
+        assert_eq!(c.src.memory_type, MEMORYTYPE_HOST);
+        assert_eq!(c.dst.array, 0xabc);
+        assert_eq!(c.packed_len(), Some(32));
+        // start = 0x1000 + z·pitch·height + y·pitch + x = 0x1000 + 300 + 100 + 4
+        let rows: Vec<u64> = c.rows(&c.src).collect();
+        assert_eq!(rows, [0x1000 + 404, 0x1000 + 504, 0x1000 + 704, 0x1000 + 804]);
+        let p = c.packed_side(0x5000);
+        let mut b2 = b.clone();
+        Copy::write_side(Dims::Three, &mut b2, false, &p);
+        let c2 = Copy::parse(Dims::Three, &b2).unwrap();
+        assert_eq!(c2.rows(&c2.src).collect::<Vec<_>>(), [0x5000, 0x5008, 0x5010, 0x5018]);
+        assert!(Copy::parse(Dims::Two, &b[..100]).is_none());
+    }
+
+    #[test]
+    fn resource_and_kernel_node() {
+        let mut r = vec![0u8; 144];
+        r[0] = RESOURCE_PITCH2D as u8;
+        set_resource(&mut r, 0x7e00_0000_0000);
+        assert_eq!(resource(&r), Resource::Memory(0x7e00_0000_0000));
+        r[0] = 0;
+        assert_eq!(resource(&r), Resource::Array(0x7e00_0000_0000));
+        let mut k = vec![0u8; 72];
+        k[56..64].copy_from_slice(&0x55u64.to_le_bytes());
+        k[8..12].copy_from_slice(&7u32.to_le_bytes());
+        let n = KernelNode::parse(&k).unwrap();
+        assert_eq!((n.handle(), n.grid[0]), (0x55, 7));
+        assert_eq!(KernelNode::parse(&k[..56]).unwrap().handle(), 0);
+    }
+}

@@ -1,0 +1,208 @@
+//! Folding repeated queries. PyTorch asks the driver the same questions about a thousand times
+//! per ResNet-50 inference (`cuDevicePrimaryCtxGetState`, `cuKernelGetAttribute`, ...); building
+//! and writing a record for each costs more than the rest of the recording. A query whose
+//! arguments are plain values and whose answers are plain values is remembered per thread: the
+//! same question with the same answer (and status) only increments a counter, and the first
+//! record is written again with `repeat = n` when the thread hands its records to the writer
+//! (trace format 1.1). Nothing is lost: every call is counted, with its arguments and answer.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use gpuless_analyzer::api::{self, ApiFunction, ArgKind, Direction, SyncClass};
+use gpuless_traces::CallRecord;
+
+use crate::capture::{prim, Prim};
+
+/// Most arguments a foldable query has in each direction.
+const MAX: usize = 4;
+
+/// How to read a foldable function's arguments from its raw words.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    ins: [u8; MAX],
+    n_in: u8,
+    /// Out arguments: index and width in bytes (4 or 8).
+    outs: [(u8, u8); MAX],
+    n_out: u8,
+}
+
+fn make_plan(f: &ApiFunction) -> Option<Plan> {
+    // cuKernelGetFunction creates nothing: it looks up the same function for the same kernel.
+    let lookup = f.name == "cuKernelGetFunction";
+    if !(lookup || matches!(f.sync, SyncClass::DeviceQuery | SyncClass::StateQuery)) || crate::arena::op(f.id).is_some()
+    {
+        return None;
+    }
+    let mut p = Plan { ins: [0; MAX], n_in: 0, outs: [(0, 0); MAX], n_out: 0 };
+    for (i, a) in f.args.iter().enumerate() {
+        match a.dir {
+            Direction::In => {
+                let plain = matches!(
+                    a.kind,
+                    ArgKind::Scalar
+                        | ArgKind::Flags
+                        | ArgKind::Enum
+                        | ArgKind::Count
+                        | ArgKind::Size
+                        | ArgKind::Handle(_)
+                ) && !a.c_type.contains('*');
+                if !plain || usize::from(p.n_in) == MAX {
+                    return None;
+                }
+                p.ins[usize::from(p.n_in)] = i as u8;
+                p.n_in += 1;
+            }
+            Direction::Out => {
+                let width = match (a.kind, prim(a.c_type)) {
+                    (ArgKind::HostBuf(_) | ArgKind::Struct(_) | ArgKind::Structs { .. }, _) => return None,
+                    (_, Prim::PtrI32 | Prim::PtrU32 | Prim::PtrF32) => 4,
+                    (_, Prim::PtrU64 | Prim::PtrF64 | Prim::PtrPtr) => 8,
+                    _ => return None,
+                };
+                if usize::from(p.n_out) == MAX {
+                    return None;
+                }
+                p.outs[usize::from(p.n_out)] = (i as u8, width);
+                p.n_out += 1;
+            }
+            Direction::InOut => return None,
+        }
+    }
+    Some(p)
+}
+
+/// The folding plan of API function `id`, if its calls can be folded.
+pub fn plan(id: api::ApiId) -> Option<&'static Plan> {
+    static PLANS: OnceLock<Vec<Option<Plan>>> = OnceLock::new();
+    PLANS.get_or_init(|| api::functions().iter().map(make_plan).collect()).get(usize::from(id.0))?.as_ref()
+}
+
+/// A question: the hook slot and the input words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key {
+    slot: u32,
+    ins: [u64; MAX],
+}
+
+/// An answer: status and output words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer {
+    status: u32,
+    outs: [u64; MAX],
+}
+
+/// Reads the question and the driver's answer of a call that just returned.
+///
+/// # Safety
+/// `raw` are the call's arguments; out pointers were written by the driver when `status` is 0.
+pub unsafe fn observe(plan: &Plan, slot: usize, raw: &[u64], status: u32) -> (Key, Answer) {
+    let mut key = Key { slot: slot as u32, ins: [0; MAX] };
+    for (k, &i) in plan.ins[..usize::from(plan.n_in)].iter().enumerate() {
+        key.ins[k] = raw.get(usize::from(i)).copied().unwrap_or(0);
+    }
+    let mut ans = Answer { status, outs: [0; MAX] };
+    if status == 0 {
+        for (k, &(i, width)) in plan.outs[..usize::from(plan.n_out)].iter().enumerate() {
+            let p = raw.get(usize::from(i)).copied().unwrap_or(0);
+            if p != 0 {
+                // SAFETY: the driver wrote a value of this width there (the caller's contract).
+                ans.outs[k] = unsafe {
+                    if width == 4 {
+                        u64::from(std::ptr::read_unaligned(p as *const u32))
+                    } else {
+                        std::ptr::read_unaligned(p as *const u64)
+                    }
+                };
+            }
+        }
+    }
+    (key, ans)
+}
+
+struct Folded {
+    answer: Answer,
+    template: CallRecord,
+    repeats: u32,
+    last_ns: u64,
+}
+
+/// A multiply-rotate hasher for [`Key`]s (a few machine words, hashed on every query).
+#[derive(Default)]
+struct WordHasher(u64);
+
+impl std::hash::Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u64(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(23) ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_u32(&mut self, w: u32) {
+        self.write_u64(u64::from(w));
+    }
+    fn write_usize(&mut self, w: usize) {
+        self.write_u64(w as u64);
+    }
+}
+
+/// One thread's remembered questions.
+#[derive(Default)]
+pub struct Folds {
+    map: HashMap<Key, Folded, std::hash::BuildHasherDefault<WordHasher>>,
+}
+
+impl Folds {
+    /// Counts the call if it repeats the remembered answer; `true` when it was folded.
+    pub fn fold(&mut self, key: &Key, answer: &Answer, now_ns: u64) -> bool {
+        match self.map.get_mut(key) {
+            Some(f) if f.answer == *answer && f.repeats < u32::MAX => {
+                f.repeats += 1;
+                f.last_ns = now_ns;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Remembers a recorded call's question and answer; returns the record standing for the
+    /// repeats of the answer it replaces, if any.
+    pub fn remember(&mut self, key: Key, answer: Answer, rec: &CallRecord) -> Option<CallRecord> {
+        let old = self.map.insert(key, Folded { answer, template: rec.clone(), repeats: 0, last_ns: rec.timestamp_ns });
+        old.and_then(repeat_record)
+    }
+
+    /// Records standing for every repeat counted since the last call; counters restart.
+    pub fn drain(&mut self) -> Vec<CallRecord> {
+        let mut out = Vec::new();
+        for f in self.map.values_mut() {
+            if f.repeats > 0 {
+                let mut r = f.template.clone();
+                // The record stands for the `repeats` calls since: itself and `repeat` more.
+                r.repeat = std::mem::take(&mut f.repeats) - 1;
+                r.seq = crate::state::next_seq();
+                r.timestamp_ns = f.last_ns;
+                r.duration_ns = 0;
+                out.push(r);
+            }
+        }
+        out.sort_by_key(|r| r.timestamp_ns);
+        out
+    }
+}
+
+fn repeat_record(f: Folded) -> Option<CallRecord> {
+    (f.repeats > 0).then(|| {
+        let mut r = f.template;
+        r.repeat = f.repeats - 1;
+        r.seq = crate::state::next_seq();
+        r.timestamp_ns = f.last_ns;
+        r.duration_ns = 0;
+        r
+    })
+}

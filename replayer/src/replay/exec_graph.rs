@@ -1,0 +1,400 @@
+//! CUDA graphs and stream capture at replay. Explicitly built graphs are rebuilt node by node
+//! with translated handles (kernel nodes get their recorded parameter bytes, laid out like a
+//! launch's); captured graphs are rebuilt by replaying the captured calls while the live
+//! stream captures, so `cuStreamEndCapture` hands out the equivalent graph. Recorded graph,
+//! node and executable-graph handles map to live ones.
+
+use std::ffi::c_void;
+
+use cudarc::driver::sys;
+use gpuless_analyzer::api::structs::{Dims, KernelNode};
+use gpuless_analyzer::api::HandleKind;
+use gpuless_traces::Value;
+
+use super::args::{word, Call};
+use super::dryrun::Model;
+use super::exec::{launched, translated};
+use super::exec_array;
+use super::{check, LoadedTrace, ReplayError, Report, State};
+
+/// `CUDA_MEMSET_NODE_PARAMS`: offset of `dst` and size.
+const MEMSET_NODE_DST_AT: usize = 0;
+
+/// A kernel node's recorded parameters: the struct, the packed parameters and their layout,
+/// the packed `extra` buffer.
+struct NodeArgs<'a> {
+    node: KernelNode,
+    params: &'a [u8],
+    layout: &'a [(u32, u32)],
+    extra: Option<&'a [u8]>,
+}
+
+fn node_args<'a>(c: &Call<'a>) -> Result<NodeArgs<'a>, String> {
+    let items = match c.arg("nodeParams") {
+        Some(Value::List(items)) => items.as_slice(),
+        Some(Value::Bytes(_)) => {
+            return Err("kernel node parameters were not recorded (trace from a recorder before graph support)".into())
+        }
+        other => return Err(format!("kernel node parameters not recorded ({other:?})")),
+    };
+    let node = match items.first() {
+        Some(Value::Bytes(b)) => KernelNode::parse(b).ok_or("kernel node struct too short")?,
+        _ => return Err("kernel node struct not recorded".into()),
+    };
+    let (params, layout): (&[u8], &[(u32, u32)]) = match items.get(1) {
+        Some(Value::KernelParams(kp)) => (&kp.bytes, &kp.layout),
+        Some(Value::Null) | None => (&[], &[]),
+        Some(other) => return Err(format!("kernel node parameters not recorded ({other:?})")),
+    };
+    let extra = match items.get(2) {
+        Some(Value::Bytes(b)) => Some(b.as_slice()),
+        _ => None,
+    };
+    if node.kernel_params != 0 && layout.is_empty() && params.is_empty() && extra.is_none() {
+        return Err("kernel node parameters were not recorded".into());
+    }
+    Ok(NodeArgs { node, params, layout, extra })
+}
+
+fn recorded_nodes(v: Option<&Value>) -> Vec<u64> {
+    match v {
+        Some(Value::Bytes(b)) => {
+            b.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))).collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+impl State {
+    fn graph(&self, c: &Call<'_>, arg: &str) -> Result<sys::CUgraph, ReplayError> {
+        let h = c.word(arg)?;
+        self.objects.graphs.get(&h).copied().ok_or_else(|| c.inconsistent(format!("unknown graph {h:#x}")))
+    }
+
+    fn exec(&self, c: &Call<'_>) -> Result<sys::CUgraphExec, ReplayError> {
+        let h = c.word("hGraphExec")?;
+        self.objects.execs.get(&h).copied().ok_or_else(|| c.inconsistent(format!("unknown executable graph {h:#x}")))
+    }
+
+    fn node(&self, c: &Call<'_>, h: u64) -> Result<sys::CUgraphNode, ReplayError> {
+        self.objects.nodes.get(&h).copied().ok_or_else(|| c.inconsistent(format!("unknown graph node {h:#x}")))
+    }
+
+    /// The live nodes of a recorded dependency list.
+    fn dependencies(&self, c: &Call<'_>) -> Result<Vec<sys::CUgraphNode>, ReplayError> {
+        let n = c.arg("numDependencies").and_then(word).unwrap_or(0) as usize;
+        let deps = recorded_nodes(c.arg("dependencies"));
+        if deps.len() < n {
+            return Err(c.inconsistent(format!("{n} dependencies, {} recorded", deps.len())));
+        }
+        deps[..n].iter().map(|&h| self.node(c, h)).collect()
+    }
+}
+
+/// Calls `f` with a live `CUDA_KERNEL_NODE_PARAMS` (v2) for the recorded one.
+unsafe fn with_kernel_node(
+    st: &State,
+    c: &Call<'_>,
+    report: &mut Report,
+    f: impl FnOnce(*const sys::CUDA_KERNEL_NODE_PARAMS) -> sys::CUresult,
+) -> Result<sys::CUresult, ReplayError> {
+    let a = node_args(c).map_err(|p| c.inconsistent(p))?;
+    let h = a.node.handle();
+    // A library kernel goes in `kern`, a module function in `func` (cudart passes either).
+    let (func, kern) = match (st.kernels.get(&h), st.functions.get(&h)) {
+        (Some(&k), _) => (std::ptr::null_mut(), k),
+        (None, Some(&f)) => (f, std::ptr::null_mut()),
+        _ => return Err(c.inconsistent(format!("kernel handle {h:#x} was never loaded"))),
+    };
+    let bytes = translated(st, a.params, a.layout, report);
+    let mut ptrs: Vec<*mut c_void> =
+        a.layout.iter().map(|&(off, _)| bytes.as_ptr().wrapping_add(off as usize).cast_mut().cast()).collect();
+    let packed = a.extra.map(|e| translated(st, e, &[], report));
+    let mut packed_len = packed.as_ref().map_or(0, |p| p.len());
+    // CU_LAUNCH_PARAM_BUFFER_POINTER (1), CU_LAUNCH_PARAM_BUFFER_SIZE (2), CU_LAUNCH_PARAM_END (0)
+    let mut extra_list: [*mut c_void; 5] = [
+        std::ptr::without_provenance_mut(1),
+        packed.as_ref().map_or(std::ptr::null_mut(), |p| p.as_ptr().cast_mut().cast()),
+        std::ptr::without_provenance_mut(2),
+        (&mut packed_len as *mut usize).cast(),
+        std::ptr::null_mut(),
+    ];
+    let k = a.node;
+    let p = sys::CUDA_KERNEL_NODE_PARAMS {
+        func,
+        gridDimX: k.grid[0],
+        gridDimY: k.grid[1],
+        gridDimZ: k.grid[2],
+        blockDimX: k.block[0],
+        blockDimY: k.block[1],
+        blockDimZ: k.block[2],
+        sharedMemBytes: k.shared_mem,
+        kernelParams: if ptrs.is_empty() { std::ptr::null_mut() } else { ptrs.as_mut_ptr() },
+        extra: if packed.is_some() { extra_list.as_mut_ptr() } else { std::ptr::null_mut() },
+        kern,
+        ctx: std::ptr::null_mut(),
+    };
+    // The driver copies the parameters before returning.
+    Ok(f(&p))
+}
+
+/// Executes a graph or capture record; `Ok(false)` when `c` is none of them.
+pub(crate) fn call(
+    st: &mut State,
+    trace: &LoadedTrace,
+    c: &Call<'_>,
+    report: &mut Report,
+) -> Result<bool, ReplayError> {
+    let (seq, name) = (c.rec.seq, c.f.name);
+    // SAFETY (whole match): driver calls with live handles translated from recorded ones and
+    // structs built here, alive for the call.
+    unsafe {
+        match name {
+            "cuGraphCreate" => {
+                let mut g = std::ptr::null_mut();
+                check(sys::cuGraphCreate(&mut g, c.word("flags")? as u32), seq, name)?;
+                st.objects.graphs.insert(c.out_word("phGraph")?, g);
+            }
+            "cuGraphClone" => {
+                let mut g = std::ptr::null_mut();
+                check(sys::cuGraphClone(&mut g, st.graph(c, "originalGraph")?), seq, name)?;
+                st.objects.graphs.insert(c.out_word("phGraphClone")?, g);
+            }
+            "cuGraphDestroy" => {
+                if let Some(g) = st.objects.graphs.remove(&c.word("hGraph")?) {
+                    sys::cuGraphDestroy(g);
+                }
+            }
+            "cuGraphAddKernelNode" => {
+                let (g, deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
+                let mut n = std::ptr::null_mut();
+                let r = with_kernel_node(st, c, report, |p| {
+                    sys::cuGraphAddKernelNode_v2(&mut n, g, deps.as_ptr(), deps.len(), p)
+                })?;
+                check(r, seq, name)?;
+                st.objects.nodes.insert(c.out_word("phGraphNode")?, n);
+            }
+            "cuGraphKernelNodeSetParams" => {
+                let n = st.node(c, c.word("hNode")?)?;
+                let r = with_kernel_node(st, c, report, |p| sys::cuGraphKernelNodeSetParams_v2(n, p))?;
+                check(r, seq, name)?;
+            }
+            "cuGraphExecKernelNodeSetParams" => {
+                let (e, n) = (st.exec(c)?, st.node(c, c.word("hNode")?)?);
+                let r = with_kernel_node(st, c, report, |p| sys::cuGraphExecKernelNodeSetParams_v2(e, n, p))?;
+                check(r, seq, name)?;
+            }
+            "cuGraphAddMemcpyNode" => {
+                let (g, deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
+                let copy = exec_array::prepare(st, trace, c, "copyParams", Dims::Three, true)?;
+                let mut ctx = std::ptr::null_mut();
+                check(sys::cuCtxGetCurrent(&mut ctx), seq, "cuCtxGetCurrent")?;
+                let mut n = std::ptr::null_mut();
+                let r = sys::cuGraphAddMemcpyNode(&mut n, g, deps.as_ptr(), deps.len(), copy.ptr().cast(), ctx);
+                check(r, seq, name)?;
+                report.results_unverified += u64::from(copy.host_destination());
+                st.objects.nodes.insert(c.out_word("phGraphNode")?, n);
+            }
+            "cuGraphAddMemsetNode" => {
+                let (g, deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
+                let Some(Value::Bytes(b)) = c.arg("memsetParams") else { return Err(c.missing("memsetParams")) };
+                let mut params = exec_array::aligned_struct(b, std::mem::size_of::<sys::CUDA_MEMSET_NODE_PARAMS>());
+                let bytes = exec_array::as_bytes(&mut params);
+                let dst =
+                    u64::from_le_bytes(bytes[MEMSET_NODE_DST_AT..MEMSET_NODE_DST_AT + 8].try_into().unwrap_or([0; 8]));
+                bytes[MEMSET_NODE_DST_AT..MEMSET_NODE_DST_AT + 8].copy_from_slice(&st.mem.translate(dst).to_le_bytes());
+                let mut ctx = std::ptr::null_mut();
+                check(sys::cuCtxGetCurrent(&mut ctx), seq, "cuCtxGetCurrent")?;
+                let mut n = std::ptr::null_mut();
+                let r = sys::cuGraphAddMemsetNode(&mut n, g, deps.as_ptr(), deps.len(), params.as_ptr().cast(), ctx);
+                check(r, seq, name)?;
+                st.objects.nodes.insert(c.out_word("phGraphNode")?, n);
+            }
+            "cuGraphAddEmptyNode" => {
+                let (g, deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
+                let mut n = std::ptr::null_mut();
+                check(sys::cuGraphAddEmptyNode(&mut n, g, deps.as_ptr(), deps.len()), seq, name)?;
+                st.objects.nodes.insert(c.out_word("phGraphNode")?, n);
+            }
+            "cuGraphGetNodes" => {
+                // Nodes come back in creation order, the same in the rebuilt graph.
+                let recorded = recorded_nodes(c.result("nodes"));
+                if recorded.is_empty() {
+                    return Ok(false); // only the count was asked for
+                }
+                let g = st.graph(c, "hGraph")?;
+                let mut live = vec![std::ptr::null_mut(); recorded.len()];
+                let mut n = live.len();
+                check(sys::cuGraphGetNodes(g, live.as_mut_ptr(), &mut n), seq, name)?;
+                for (r, l) in recorded.into_iter().zip(live).take(n) {
+                    if r != 0 {
+                        st.objects.nodes.insert(r, l);
+                    }
+                }
+            }
+            "cuGraphInstantiate" | "cuGraphInstantiateWithFlags" | "cuGraphInstantiateWithParams" => {
+                let g = st.graph(c, "hGraph")?;
+                let mut e = std::ptr::null_mut();
+                let r = if name == "cuGraphInstantiateWithParams" {
+                    let Some(Value::Bytes(b)) = c.arg("instantiateParams") else {
+                        return Err(c.missing("instantiateParams"));
+                    };
+                    let word_at =
+                        |i: usize| b.get(i..i + 8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+                    let mut p: sys::CUDA_GRAPH_INSTANTIATE_PARAMS = std::mem::zeroed();
+                    p.flags = word_at(0);
+                    p.hUploadStream = st.stream(word_at(8));
+                    sys::cuGraphInstantiateWithParams(&mut e, g, &mut p)
+                } else {
+                    let flags = c.arg("flags").and_then(word).unwrap_or(0);
+                    sys::cuGraphInstantiateWithFlags(&mut e, g, flags)
+                };
+                check(r, seq, name)?;
+                st.objects.execs.insert(c.out_word("phGraphExec")?, e);
+            }
+            "cuGraphExecDestroy" => {
+                if let Some(e) = st.objects.execs.remove(&c.word("hGraphExec")?) {
+                    sys::cuGraphExecDestroy(e);
+                }
+            }
+            "cuGraphUpload" => check(sys::cuGraphUpload(st.exec(c)?, st.stream(c.word("hStream")?)), seq, name)?,
+            "cuGraphLaunch" => {
+                check(sys::cuGraphLaunch(st.exec(c)?, st.stream(c.word("hStream")?)), seq, name)?;
+                launched(st, c.word("hGraphExec")?, report);
+            }
+            "cuStreamBeginCapture" => {
+                let mode = match c.word("mode")? {
+                    1 => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                    2 => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+                    _ => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+                };
+                check(sys::cuStreamBeginCapture_v2(st.stream(c.word("hStream")?), mode), seq, name)?;
+            }
+            "cuStreamEndCapture" => {
+                let mut g = std::ptr::null_mut();
+                check(sys::cuStreamEndCapture(st.stream(c.word("hStream")?), &mut g), seq, name)?;
+                st.objects.graphs.insert(c.out_word("phGraph")?, g);
+            }
+            "cuStreamGetCaptureInfo" if c.result("graph_out").and_then(word).is_some_and(|g| g != 0) => {
+                // The graph being captured, when the program asked for it: later calls may
+                // add nodes to it.
+                let rec_g = c.result("graph_out").and_then(word).unwrap_or(0);
+                if !st.objects.graphs.contains_key(&rec_g) {
+                    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+                    let (mut id, mut g, mut n) = (0u64, std::ptr::null_mut(), 0usize);
+                    let (mut deps, mut edges) = (std::ptr::null(), std::ptr::null());
+                    let s = st.stream(c.word("hStream")?);
+                    let r =
+                        sys::cuStreamGetCaptureInfo_v3(s, &mut status, &mut id, &mut g, &mut deps, &mut edges, &mut n);
+                    check(r, seq, name)?;
+                    st.objects.graphs.insert(rec_g, g);
+                }
+            }
+            _ => return Ok(false),
+        }
+    }
+    report.executed += 1;
+    Ok(true)
+}
+
+/// The dry-run model of the calls above; `None` when `c` is none of them.
+pub(crate) fn check_dry(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Option<Result<(), String>> {
+    use HandleKind::{Graph, GraphExec, GraphNode};
+    let w = |n: &str| c.word(n).map_err(|e| e.to_string());
+    let ow = |n: &str| c.out_word(n).map_err(|e| e.to_string());
+    let deps = |m: &Model| -> Result<(), String> {
+        let n = c.arg("numDependencies").and_then(word).unwrap_or(0) as usize;
+        let d = recorded_nodes(c.arg("dependencies"));
+        if d.len() < n {
+            return Err(format!("{n} dependencies, {} recorded", d.len()));
+        }
+        match d[..n].iter().find(|&&h| !m.has(GraphNode, h)) {
+            Some(h) => Err(format!("depends on unknown graph node {h:#x}")),
+            None => Ok(()),
+        }
+    };
+    let need = |m: &Model, k: HandleKind, arg: &str, what: &str| -> Result<(), String> {
+        let h = w(arg)?;
+        if m.has(k, h) {
+            Ok(())
+        } else {
+            Err(format!("uses unknown {what} {h:#x}"))
+        }
+    };
+    let r = (|| -> Option<Result<(), String>> {
+        Some(match c.f.name {
+            "cuGraphCreate" => ow("phGraph").map(|g| m.add(Graph, g)),
+            "cuGraphClone" => {
+                need(m, Graph, "originalGraph", "graph").and_then(|_| ow("phGraphClone")).map(|g| m.add(Graph, g))
+            }
+            "cuGraphDestroy" => {
+                need(m, Graph, "hGraph", "graph").map(|_| m.remove(Graph, c.word("hGraph").unwrap_or(0)))
+            }
+            "cuGraphAddKernelNode" => need(m, Graph, "hGraph", "graph")
+                .and_then(|_| deps(m))
+                .and_then(|_| kernel_node_ok(m, c))
+                .and_then(|_| ow("phGraphNode"))
+                .map(|n| m.add(GraphNode, n)),
+            "cuGraphKernelNodeSetParams" => {
+                need(m, GraphNode, "hNode", "graph node").and_then(|_| kernel_node_ok(m, c))
+            }
+            "cuGraphExecKernelNodeSetParams" => need(m, GraphExec, "hGraphExec", "executable graph")
+                .and_then(|_| need(m, GraphNode, "hNode", "graph node"))
+                .and_then(|_| kernel_node_ok(m, c)),
+            "cuGraphAddMemcpyNode" => need(m, Graph, "hGraph", "graph")
+                .and_then(|_| deps(m))
+                .and_then(|_| exec_array::copy_ok(m, trace, c, "copyParams", Dims::Three))
+                .and_then(|_| ow("phGraphNode"))
+                .map(|n| m.add(GraphNode, n)),
+            "cuGraphAddMemsetNode" | "cuGraphAddEmptyNode" => need(m, Graph, "hGraph", "graph")
+                .and_then(|_| deps(m))
+                .and_then(|_| ow("phGraphNode"))
+                .map(|n| m.add(GraphNode, n)),
+            "cuGraphGetNodes" => need(m, Graph, "hGraph", "graph").map(|_| {
+                for n in recorded_nodes(c.result("nodes")) {
+                    m.add(GraphNode, n);
+                }
+            }),
+            "cuGraphInstantiate" | "cuGraphInstantiateWithFlags" | "cuGraphInstantiateWithParams" => {
+                need(m, Graph, "hGraph", "graph").and_then(|_| ow("phGraphExec")).map(|e| m.add(GraphExec, e))
+            }
+            "cuGraphExecDestroy" => need(m, GraphExec, "hGraphExec", "executable graph")
+                .map(|_| m.remove(GraphExec, c.word("hGraphExec").unwrap_or(0))),
+            "cuGraphUpload" | "cuGraphLaunch" => need(m, GraphExec, "hGraphExec", "executable graph").and_then(|_| {
+                let s = w("hStream")?;
+                if m.stream_ok(s) {
+                    Ok(())
+                } else {
+                    Err(format!("uses unknown stream {s:#x}"))
+                }
+            }),
+            "cuStreamBeginCapture" => {
+                let s = w("hStream").ok()?;
+                if m.stream_ok(s) {
+                    Ok(())
+                } else {
+                    Err(format!("captures unknown stream {s:#x}"))
+                }
+            }
+            "cuStreamEndCapture" => ow("phGraph").map(|g| m.add(Graph, g)),
+            "cuStreamGetCaptureInfo" => match c.result("graph_out").and_then(word) {
+                Some(g) if g != 0 => {
+                    m.add(Graph, g);
+                    Ok(())
+                }
+                _ => return None,
+            },
+            _ => return None,
+        })
+    })();
+    r
+}
+
+fn kernel_node_ok(m: &Model, c: &Call<'_>) -> Result<(), String> {
+    let a = node_args(c)?;
+    let h = a.node.handle();
+    if !m.kernel_loaded(h) {
+        return Err(format!("kernel node launches kernel handle {h:#x}, which was never loaded"));
+    }
+    Ok(())
+}

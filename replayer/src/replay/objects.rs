@@ -1,0 +1,212 @@
+//! Replay state beyond modules, kernels, streams and events: graphs, graph nodes, executable
+//! graphs, arrays, texture and surface objects (recorded handle → live handle); pinned host
+//! buffers that must outlive the graphs that copy into or out of them; and device-to-host
+//! copies captured into graphs, whose results are verified at the synchronization that covers
+//! them — the same rule by which the recorder hashed them (`recorder/src/pending.rs`).
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use cudarc::driver::sys;
+use gpuless_traces::Value;
+
+use super::{check, ReplayError};
+
+/// Handles and buffers of a replay in progress (a field of `State`).
+#[derive(Default)]
+pub(crate) struct Objects {
+    pub graphs: HashMap<u64, sys::CUgraph>,
+    pub nodes: HashMap<u64, sys::CUgraphNode>,
+    pub execs: HashMap<u64, sys::CUgraphExec>,
+    pub arrays: HashMap<u64, sys::CUarray>,
+    pub mipmapped: HashMap<u64, sys::CUmipmappedArray>,
+    /// Texture and surface objects: recorded → live.
+    pub textures: HashMap<u64, u64>,
+    /// Recorded texture/surface handles that live under another value now (kernel parameters
+    /// holding them are rewritten).
+    moved: HashMap<u64, u64>,
+    /// Stream each event was last recorded on (recorded handles), as the recorder tracks it.
+    pub event_stream: HashMap<u64, u64>,
+    pinned: Vec<Pinned>,
+    pending: Vec<Pending>,
+}
+
+/// Page-locked host memory owned by the replay.
+struct Pinned {
+    ptr: *mut c_void,
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAllocHost; the replay's work has completed (the replay
+        // synchronizes the context before its state is dropped).
+        unsafe { sys::cuMemFreeHost(self.ptr) };
+    }
+}
+
+/// A device-to-host copy whose bytes are compared once a synchronization covers its stream.
+pub(crate) struct Pending {
+    pub seq: u64,
+    pub what: &'static str,
+    /// Recorded stream (for matching synchronizations) and live stream (to wait for).
+    pub stream: u64,
+    pub live_stream: sys::CUstream,
+    pub host: *const u8,
+    pub len: usize,
+    pub want: Option<Value>,
+}
+
+/// A synchronization the trace recorded.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SyncPoint {
+    Stream(u64),
+    Event(u64),
+    All,
+}
+
+impl Objects {
+    /// Records that the texture or surface object recorded as `recorded` is `live` now.
+    pub fn add_texture(&mut self, recorded: u64, live: u64) {
+        self.textures.insert(recorded, live);
+        if recorded != live {
+            self.moved.insert(recorded, live);
+        } else {
+            self.moved.remove(&recorded);
+        }
+    }
+
+    /// Forgets a destroyed texture or surface object; returns its live handle.
+    pub fn remove_texture(&mut self, recorded: u64) -> Option<u64> {
+        self.moved.remove(&recorded);
+        self.textures.remove(&recorded)
+    }
+
+    /// Whether kernel parameters may hold texture/surface handles that must be rewritten.
+    pub fn handles_moved(&self) -> bool {
+        !self.moved.is_empty()
+    }
+
+    /// Rewrites every 8-byte parameter that holds a recorded texture or surface object whose
+    /// live handle differs. With no layout (a packed `extra` buffer), every aligned word.
+    pub fn translate_handles(&self, bytes: &mut [u8], layout: &[(u32, u32)]) -> usize {
+        if self.moved.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        let mut fix = |w: &mut [u8]| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            if let Some(&live) = self.moved.get(&u64::from_le_bytes(a)) {
+                w.copy_from_slice(&live.to_le_bytes());
+                n += 1;
+            }
+        };
+        if layout.is_empty() {
+            bytes.chunks_exact_mut(8).for_each(&mut fix);
+        } else {
+            for &(off, size) in layout {
+                if size == 8 {
+                    if let Some(w) = bytes.get_mut(off as usize..off as usize + 8) {
+                        fix(w);
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    /// `len` bytes of page-locked host memory that live until the replay ends (graphs may copy
+    /// into or out of them at every launch). Allowed while a stream captures in global mode.
+    pub fn pinned(&mut self, len: usize, seq: u64) -> Result<*mut u8, ReplayError> {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: the thread's capture mode is relaxed around the allocation and restored.
+        unsafe {
+            let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+            sys::cuThreadExchangeStreamCaptureMode(&mut mode);
+            let r = sys::cuMemAllocHost_v2(&mut p, len.max(1));
+            sys::cuThreadExchangeStreamCaptureMode(&mut mode);
+            check(r, seq, "cuMemAllocHost (replay buffer)")?;
+        }
+        self.pinned.push(Pinned { ptr: p });
+        Ok(p.cast())
+    }
+
+    /// Queues a device-to-host result for comparison at the next synchronization covering
+    /// its stream.
+    pub fn defer(&mut self, p: Pending) {
+        self.pending.push(p);
+    }
+
+    /// The queued results a synchronization completes (the recorder's rule: a stream
+    /// synchronization covers copies on that stream, or all of them for the legacy stream; an
+    /// event synchronization covers the stream the event was last recorded on).
+    pub fn complete(&mut self, at: SyncPoint) -> Vec<Pending> {
+        if self.pending.is_empty() {
+            return Vec::new();
+        }
+        let stream = match at {
+            SyncPoint::Event(e) => match self.event_stream.get(&e) {
+                Some(&s) => Some(s),
+                None => return Vec::new(),
+            },
+            SyncPoint::Stream(s) if s > 1 => Some(s),
+            _ => None,
+        };
+        let (done, keep) =
+            std::mem::take(&mut self.pending).into_iter().partition(|p| stream.is_none_or(|s| p.stream == s));
+        self.pending = keep;
+        done
+    }
+}
+
+/// Whether `stream` is capturing into a graph now.
+pub(crate) fn capturing(stream: sys::CUstream) -> bool {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: a query with a valid out-pointer.
+    let r = unsafe { sys::cuStreamIsCapturing(stream, &mut status) };
+    r == sys::CUresult::CUDA_SUCCESS && status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn moved_texture_handles_are_rewritten_in_8_byte_parameters_only() {
+        let mut o = Objects::default();
+        o.add_texture(1, 1);
+        o.add_texture(2, 7);
+        assert!(o.handles_moved());
+        let mut b = [0u8; 24];
+        b[0] = 2; // a texture object parameter
+        b[8] = 2; // an int and another int
+        b[16] = 1; // a handle that did not move
+        assert_eq!(o.translate_handles(&mut b, &[(0, 8), (8, 4), (12, 4), (16, 8)]), 1);
+        assert_eq!((b[0], b[8], b[16]), (7, 2, 1));
+        assert_eq!(o.remove_texture(2), Some(7));
+        assert!(!o.handles_moved());
+    }
+
+    #[test]
+    fn synchronizations_complete_what_the_recorder_completed() {
+        let mut o = Objects::default();
+        let p = |seq, stream| Pending {
+            seq,
+            what: "cuMemcpyDtoHAsync",
+            stream,
+            live_stream: std::ptr::null_mut(),
+            host: std::ptr::null(),
+            len: 0,
+            want: None,
+        };
+        o.defer(p(1, 10));
+        o.defer(p(2, 20));
+        o.defer(p(3, 20));
+        o.event_stream.insert(99, 20);
+        assert!(o.complete(SyncPoint::Event(98)).is_empty(), "an event never recorded covers nothing");
+        assert_eq!(o.complete(SyncPoint::Stream(10)).iter().map(|p| p.seq).collect::<Vec<_>>(), [1]);
+        assert_eq!(o.complete(SyncPoint::Event(99)).iter().map(|p| p.seq).collect::<Vec<_>>(), [2, 3]);
+        o.defer(p(4, 30));
+        assert_eq!(o.complete(SyncPoint::Stream(1)).len(), 1, "the legacy stream covers every stream");
+    }
+}
