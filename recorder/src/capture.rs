@@ -315,6 +315,21 @@ type ParamInfo = unsafe extern "C" fn(*mut c_void, usize, *mut usize, *mut usize
 
 /// Parameter layout of a function or kernel handle, asked of the driver once per handle.
 fn layout(handle: u64) -> Vec<(u32, u32)> {
+    type Local = HashMap<u64, Vec<(u32, u32)>, std::hash::BuildHasherDefault<crate::fold::WordHasher>>;
+    thread_local! {
+        /// This thread's copy of the layouts: a launch looks its kernel up without a lock.
+        static MINE: std::cell::RefCell<Local> = std::cell::RefCell::new(Local::default());
+    }
+    if let Ok(Some(l)) = MINE.try_with(|m| m.borrow().get(&handle).cloned()) {
+        return l;
+    }
+    let l = shared_layout(handle);
+    let _ = MINE.try_with(|m| m.borrow_mut().insert(handle, l.clone()));
+    l
+}
+
+/// The process-wide layout cache, filled from the driver on a miss.
+fn shared_layout(handle: u64) -> Vec<(u32, u32)> {
     type Layouts = HashMap<u64, Vec<(u32, u32)>>;
     static CACHE: Mutex<Option<Layouts>> = Mutex::new(None);
     if let Some(l) = CACHE.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(&handle).cloned())) {

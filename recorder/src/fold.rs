@@ -129,7 +129,7 @@ struct Folded {
 
 /// A multiply-rotate hasher for [`Key`]s (a few machine words, hashed on every query).
 #[derive(Default)]
-struct WordHasher(u64);
+pub(crate) struct WordHasher(u64);
 
 impl std::hash::Hasher for WordHasher {
     fn finish(&self) -> u64 {

@@ -39,6 +39,10 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
         return unsafe { with_arena(op, hook.variant.per_thread, raw, real) };
     }
     let Some(f) = api::get(hook.func) else { return real() };
+    if state::diag() == state::Diag::HooksOnly && f.name != "cuInit" {
+        // SAFETY: forwarded from the caller.
+        return unsafe { with_arena(op, hook.variant.per_thread, raw, real) };
+    }
     if let Some(plan) = fold::plan(hook.func) {
         // SAFETY: forwarded from the caller.
         return unsafe { query(slot, f, plan, raw, real) };

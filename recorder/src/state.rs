@@ -25,6 +25,32 @@ pub const ENV_LEVELS: &str = "GPULESS_LEVELS";
 /// Trace size limit in bytes; once reached the rest of the run is not recorded.
 pub const ENV_MAX_SIZE: &str = "GPULESS_MAX_SIZE";
 
+/// Diagnostics of the recorder's own cost (`GPULESS_DIAG`): `hooks` passes every hooked call
+/// straight through (interposition cost only), `nowrite` builds records and drops them (no
+/// writer). The trace is then incomplete; for measurements only.
+pub const ENV_DIAG: &str = "GPULESS_DIAG";
+
+/// What `GPULESS_DIAG` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Diag {
+    /// Normal recording.
+    Off,
+    /// Hooks pass calls through unrecorded.
+    HooksOnly,
+    /// Records are built and dropped.
+    NoWrite,
+}
+
+/// The diagnostics mode.
+pub fn diag() -> Diag {
+    static D: OnceLock<Diag> = OnceLock::new();
+    *D.get_or_init(|| match std::env::var(ENV_DIAG).as_deref() {
+        Ok("hooks") => Diag::HooksOnly,
+        Ok("nowrite") => Diag::NoWrite,
+        _ => Diag::Off,
+    })
+}
+
 /// Whether calls of `level` are recorded (`GPULESS_LEVELS`).
 pub fn level_enabled(level: gpuless_analyzer::api::ApiLevel) -> bool {
     use gpuless_analyzer::api::ApiLevel;
@@ -208,6 +234,9 @@ fn hand_over(b: &Batch) {
 }
 
 fn send(recs: Vec<CallRecord>) {
+    if diag() == Diag::NoWrite {
+        return;
+    }
     if let Ok(s) = SINK.read() {
         match &*s {
             Sink::Open(w) => {

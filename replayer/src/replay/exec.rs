@@ -312,8 +312,11 @@ pub(crate) fn call(
                 let rec_e = c.word("hEvent")?;
                 let e = *st.events.get(&rec_e).ok_or_else(|| c.inconsistent("unknown event".into()))?;
                 let rec_s = c.word("hStream")?;
-                let flags = c.arg("flags").and_then(word).unwrap_or(0) as u32;
-                check(sys::cuEventRecordWithFlags(e, st.stream(rec_s), flags), seq, f.name)?;
+                let r = match c.arg("flags").and_then(word).unwrap_or(0) as u32 {
+                    0 => sys::cuEventRecord(e, st.stream(rec_s)),
+                    flags => sys::cuEventRecordWithFlags(e, st.stream(rec_s), flags),
+                };
+                check(r, seq, f.name)?;
                 st.objects.event_stream.insert(rec_e, rec_s);
             }
             "cuEventSynchronize" => {

@@ -100,12 +100,11 @@ unsafe fn with_kernel_node(
 ) -> Result<sys::CUresult, ReplayError> {
     let a = node_args(c).map_err(|p| c.inconsistent(p))?;
     let h = a.node.handle();
-    // A library kernel goes in `kern`, a module function in `func` (cudart passes either).
-    let (func, kern) = match (st.kernels.get(&h), st.functions.get(&h)) {
-        (Some(&k), _) => (std::ptr::null_mut(), k),
-        (None, Some(&f)) => (f, std::ptr::null_mut()),
-        _ => return Err(c.inconsistent(format!("kernel handle {h:#x} was never loaded"))),
-    };
+    // The live handle goes where the program put the recorded one (cudart passes a library
+    // kernel as `func`, as it does to cuLaunchKernel; `kern` is read only when `func` is null).
+    let live = st.function(h).ok_or_else(|| c.inconsistent(format!("kernel handle {h:#x} was never loaded")))?;
+    let (func, kern) =
+        if a.node.func != 0 { (live, std::ptr::null_mut()) } else { (std::ptr::null_mut(), live.cast()) };
     let bytes = translated(st, a.params, a.layout, report);
     let mut ptrs: Vec<*mut c_void> =
         a.layout.iter().map(|&(off, _)| bytes.as_ptr().wrapping_add(off as usize).cast_mut().cast()).collect();

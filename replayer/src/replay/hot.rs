@@ -24,21 +24,69 @@ fn is_launch(name: &str) -> bool {
     name.starts_with("cuLaunch") || name == "cuGraphLaunch"
 }
 
-/// Splits `calls` into set-up, body and teardown.
+/// The device address an allocation returned or a free released.
+fn address(r: &CallRecord, sync: SyncClass) -> Option<u64> {
+    let v = match sync {
+        SyncClass::AllocatesDevice => r.results.first(),
+        SyncClass::FreesDevice => r.args.first(),
+        _ => None,
+    }?;
+    match v {
+        gpuless_traces::Value::DevPtr(p) | gpuless_traces::Value::U64(p) => Some(*p),
+        _ => None,
+    }
+}
+
+/// Whether a handle creation depends on what the body does (graphs built by capture or node by
+/// node, capture itself) and must stay in place instead of moving to the set-up.
+fn body_bound(name: &str) -> bool {
+    name.contains("Graph") || name.contains("Capture")
+}
+
+/// Splits `calls` into set-up, body and teardown. Everything before the first launch is
+/// set-up, in order. After it: allocations, code loading and handle look-ups move to the set-up
+/// (their addresses and handles stay valid for every iteration) and frees and destroys to the
+/// teardown — except for addresses the body frees and allocates again, whose allocations and
+/// frees stay in the body so each iteration balances; graph construction and stream capture
+/// stay in the body in order.
 pub fn split(calls: &[CallRecord]) -> Split {
     let first_launch = calls.iter().position(|r| r.function.api().is_some_and(|f| is_launch(f.name)));
+    let start = first_launch.unwrap_or(calls.len());
+    // Addresses the body frees and then allocates again.
+    let mut freed = std::collections::HashSet::new();
+    let mut cycled = std::collections::HashSet::new();
+    for r in &calls[start..] {
+        let Some(f) = r.function.api() else { continue };
+        match (f.sync, address(r, f.sync)) {
+            (SyncClass::FreesDevice, Some(a)) => {
+                freed.insert(a);
+            }
+            (SyncClass::AllocatesDevice, Some(a)) if freed.contains(&a) => {
+                cycled.insert(a);
+            }
+            _ => {}
+        }
+    }
     let mut s = Split::default();
     for (i, r) in calls.iter().enumerate() {
         let Some(f) = r.function.api() else { continue };
-        let before = first_launch.is_none_or(|l| i < l);
+        if i < start {
+            s.setup.push(i);
+            continue;
+        }
+        let addr = address(r, f.sync);
         match f.sync {
+            SyncClass::FreesDevice | SyncClass::AllocatesDevice if addr.is_some_and(|a| cycled.contains(&a)) => {
+                s.body.push(i)
+            }
             SyncClass::FreesDevice | SyncClass::DestroysHandle => s.teardown.push(i),
             // Queries change nothing on the device: replay skips them, the hot loop leaves them out.
-            SyncClass::DeviceQuery | SyncClass::StateQuery | SyncClass::Local | SyncClass::AddressLookup if !before => {
+            SyncClass::DeviceQuery | SyncClass::StateQuery | SyncClass::Local | SyncClass::AddressLookup => {
                 s.skipped.push(i)
             }
+            SyncClass::CreatesHandle if body_bound(f.name) => s.body.push(i),
             SyncClass::AllocatesDevice | SyncClass::CreatesHandle | SyncClass::HostMemory => s.setup.push(i),
-            _ if before || f.name.contains("SetAttribute") || f.name.contains("SetCacheConfig") => s.setup.push(i),
+            _ if f.name.contains("SetAttribute") || f.name.contains("SetCacheConfig") => s.setup.push(i),
             _ => s.body.push(i),
         }
     }
@@ -66,6 +114,9 @@ pub struct HotReport {
     pub wall_ms_mean: f64,
     /// GPU milliseconds per iteration (CUDA events on the default stream), median.
     pub gpu_ms_median: f64,
+    /// Milliseconds spent in an iteration's calls on the host before the final wait, median
+    /// (includes waits inside the body: synchronous copies, synchronizations).
+    pub submit_ms_median: f64,
 }
 
 /// Median of `v` (sorted in place).
@@ -76,7 +127,7 @@ pub fn median(v: &mut [f64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use gpuless_traces::{CallRecord, Function};
+    use gpuless_traces::{CallRecord, Function, Value};
 
     use super::*;
 
@@ -105,5 +156,40 @@ mod tests {
         assert_eq!(s.setup, [0, 1, 3]);
         assert_eq!(s.body, [2, 4, 5, 6]);
         assert_eq!(s.teardown, [7]);
+    }
+
+    fn with_ptr(mut r: CallRecord, p: u64) -> CallRecord {
+        if r.function.name().starts_with("cuMemAlloc") {
+            r.results = vec![Value::DevPtr(p)];
+        } else {
+            r.args = vec![Value::DevPtr(p)];
+        }
+        r
+    }
+
+    /// An address the body frees and allocates again keeps its allocation and free in the body
+    /// (each iteration balances); before the first launch everything stays in order.
+    #[test]
+    fn recycled_addresses_and_capture_stay_in_the_body() {
+        let names = [
+            ("cuMemAlloc", 0xa),
+            ("cuMemFree", 0xa),
+            ("cuMemAlloc", 0xa),
+            ("cuLaunchKernel", 0),
+            ("cuMemFree", 0xa),
+            ("cuMemAlloc", 0xa),
+            ("cuStreamBeginCapture", 0),
+            ("cuStreamEndCapture", 0),
+            ("cuGraphInstantiateWithFlags", 0),
+            ("cuGraphLaunch", 0),
+            ("cuMemAlloc", 0xb),
+            ("cuMemFree", 0xb),
+        ];
+        let calls: Vec<CallRecord> =
+            names.iter().enumerate().map(|(i, &(n, p))| with_ptr(rec(i as u64, n), p)).collect();
+        let s = split(&calls);
+        assert_eq!(s.setup, [0, 1, 2, 10]);
+        assert_eq!(s.body, [3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(s.teardown, [11]);
     }
 }

@@ -270,7 +270,7 @@ fn replay_hot(
     // SAFETY: waits for the warm-up pass.
     unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")? };
     let body_launches = report.launches - launches_before;
-    let (mut wall, mut gpu) = (Vec::new(), Vec::new());
+    let (mut wall, mut gpu, mut submit) = (Vec::new(), Vec::new(), Vec::new());
     // SAFETY: events created, recorded on the default stream and destroyed here.
     unsafe {
         let (mut a, mut b) = (std::ptr::null_mut(), std::ptr::null_mut());
@@ -280,6 +280,7 @@ fn replay_hot(
             let t = Instant::now();
             check(sys::cuEventRecord(a, std::ptr::null_mut()), u64::MAX, "cuEventRecord")?;
             run_body(st, report)?;
+            submit.push(t.elapsed().as_secs_f64() * 1e3);
             check(sys::cuEventRecord(b, std::ptr::null_mut()), u64::MAX, "cuEventRecord")?;
             check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")?;
             wall.push(t.elapsed().as_secs_f64() * 1e3);
@@ -302,6 +303,7 @@ fn replay_hot(
         wall_ms_min: min,
         wall_ms_mean: mean,
         gpu_ms_median: hot::median(&mut gpu),
+        submit_ms_median: hot::median(&mut submit),
     })
 }
 
