@@ -29,6 +29,9 @@ use crate::model::{BlobKind, BlobLocation, BlobPart, BlobRef, CallRecord, ChunkE
 pub struct WriterOptions {
     /// zstd level (default 1).
     pub zstd_level: i32,
+    /// zstd level of blob chunks holding GPU code (default 9: a third smaller than level 1 on
+    /// cuDNN's sm_90 code, compressed by the background threads).
+    pub code_zstd_level: i32,
     /// Capacity of the queue between recording threads and the writer thread.
     pub queue_capacity: usize,
     /// Encoded call bytes per call chunk before it is cut.
@@ -51,6 +54,7 @@ impl Default for WriterOptions {
     fn default() -> Self {
         WriterOptions {
             zstd_level: 1,
+            code_zstd_level: 9,
             queue_capacity: 16 * 1024,
             call_chunk_bytes: 1 << 20,
             blob_chunk_bytes: 4 << 20,
@@ -293,7 +297,10 @@ struct Done {
     framed: Vec<u8>,
 }
 
-fn compress(job: Job, cctx: &mut Option<zstd::bulk::Compressor<'static>>) {
+/// A compressor and the level it is set to.
+type Cctx = Option<(i32, zstd::bulk::Compressor<'static>)>;
+
+fn compress(job: Job, cctx: &mut Cctx) {
     let (buf, head) = match job.payload {
         Payload::Encoded(b) => (b, 0),
         Payload::Blobs(parts) => {
@@ -309,13 +316,19 @@ fn compress(job: Job, cctx: &mut Option<zstd::bulk::Compressor<'static>>) {
         }
     };
     let raw = buf.get(head..).unwrap_or_default();
-    if cctx.is_none() {
-        *cctx = zstd::bulk::Compressor::new(job.level).ok();
+    match cctx {
+        Some((level, c)) if *level != job.level => {
+            if c.set_compression_level(job.level).is_ok() {
+                *level = job.level;
+            }
+        }
+        Some(_) => {}
+        None => *cctx = zstd::bulk::Compressor::new(job.level).ok().map(|c| (job.level, c)),
     }
     // Compress straight behind room for the chunk header: the chunk is written with one
     // `write` and without another copy.
     let mut framed = vec![0u8; CHUNK_HEADER_LEN + zstd::zstd_safe::compress_bound(raw.len())];
-    let compressed = match (cctx.as_mut(), framed.get_mut(CHUNK_HEADER_LEN..)) {
+    let compressed = match (cctx.as_mut().map(|(_, c)| c), framed.get_mut(CHUNK_HEADER_LEN..)) {
         (Some(c), Some(dst)) => c.compress_to_buffer(raw, dst).ok(),
         _ => None,
     };
@@ -351,7 +364,7 @@ struct WriterThread<W: Write> {
     pending_since: Option<Instant>,
     jobs: Option<Sender<Job>>,
     workers: Vec<JoinHandle<()>>,
-    inline_cctx: Option<zstd::bulk::Compressor<'static>>,
+    inline_cctx: Cctx,
     in_flight: VecDeque<InFlight>,
     index: TraceIndex,
     stats: WriterStats,
@@ -517,7 +530,13 @@ impl<W: Write> WriterThread<W> {
         self.blob_bytes = 0;
         let blobs = parts.iter().filter(|p| p.part.offset == 0).map(|p| (p.part.hash, p.part.total_len)).collect();
         let n = parts.len() as u32;
-        self.submit(ChunkKind::Blobs, Payload::Blobs(parts), 0, n, blobs);
+        // GPU code is most of a trace's bytes and compresses far better at a higher level.
+        let level = if parts.iter().any(|p| p.part.kind == BlobKind::CodeImage) {
+            self.opts.zstd_level.max(self.opts.code_zstd_level)
+        } else {
+            self.opts.zstd_level
+        };
+        self.submit_at(ChunkKind::Blobs, Payload::Blobs(parts), 0, n, blobs, level);
     }
 
     /// Blobs first: a call chunk never precedes the blobs its records reference.
@@ -533,8 +552,21 @@ impl<W: Write> WriterThread<W> {
     }
 
     fn submit(&mut self, kind: ChunkKind, payload: Payload, first_seq: u64, records: u32, blobs: Vec<(Hash128, u64)>) {
+        let level = self.opts.zstd_level;
+        self.submit_at(kind, payload, first_seq, records, blobs, level);
+    }
+
+    fn submit_at(
+        &mut self,
+        kind: ChunkKind,
+        payload: Payload,
+        first_seq: u64,
+        records: u32,
+        blobs: Vec<(Hash128, u64)>,
+        level: i32,
+    ) {
         let (reply, rx) = bounded(1);
-        let job = Job { kind, payload, level: self.opts.zstd_level, reply };
+        let job = Job { kind, payload, level, reply };
         match &self.jobs {
             Some(tx) => {
                 if let Err(e) = tx.send(job) {

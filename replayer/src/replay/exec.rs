@@ -15,6 +15,9 @@ const RECENT_KERNELS: usize = 4;
 
 impl State {
     pub(crate) fn stream(&self, recorded: u64) -> sys::CUstream {
+        if let Some(s) = self.stream_override {
+            return s;
+        }
         // 0, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) mean the same at replay.
         match recorded {
             0..=2 => recorded as sys::CUstream,

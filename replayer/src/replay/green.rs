@@ -95,6 +95,7 @@ fn init_driver() -> Result<sys::CUdevice, GreenError> {
             }
         }
         call(sys::cuInit(0), "cuInit").map_err(|e| GreenError::NoGpu(e.to_string()))?;
+        super::memory::reserve_early();
         let mut dev: c_int = 0;
         call(sys::cuDeviceGet(&mut dev, 0), "cuDeviceGet")?;
         Ok(dev)

@@ -114,6 +114,10 @@ pub struct HotReport {
     pub wall_ms_mean: f64,
     /// GPU milliseconds per iteration (CUDA events on the default stream), median.
     pub gpu_ms_median: f64,
+    /// The body lowered to one CUDA graph per iteration, when it could be.
+    pub graph: Option<super::lower::GraphTiming>,
+    /// Why the body could not become a graph.
+    pub graph_refused: Option<String>,
     /// Milliseconds spent in an iteration's calls on the host before the final wait, median
     /// (includes waits inside the body: synchronous copies, synchronizations).
     pub submit_ms_median: f64,

@@ -101,6 +101,73 @@ unsafe fn map(addr: u64, len: u64) -> Result<(), sys::CUresult> {
     Ok(())
 }
 
+/// The default arena range held with an inaccessible mapping until the driver reserves it.
+static HELD: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
+/// Holds the recorder's default arena range with an inaccessible, unbacked mapping, so that
+/// nothing the process maps before the driver is initialized (the driver's own heaps, the trace
+/// being read) lands there. Call it first thing, before other threads start; [`reserve_early`]
+/// releases it right before reserving the range for the device.
+pub fn hold_arena_range() {
+    let (base, size) = (gpuless_traces::arena::DEFAULT_BASES[0], gpuless_traces::arena::DEFAULT_SIZE);
+    let Ok(mut held) = HELD.lock() else { return };
+    if *held {
+        return;
+    }
+    // SAFETY: an anonymous PROT_NONE mapping at a fixed address that must not replace anything.
+    let p = unsafe {
+        libc::mmap(
+            base as *mut libc::c_void,
+            size as usize,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p as u64 == base {
+        *held = true;
+    } else if p != libc::MAP_FAILED {
+        // SAFETY: an old kernel placed it elsewhere: give it back.
+        unsafe { libc::munmap(p, size as usize) };
+    }
+}
+
+fn release_hold() {
+    let (base, size) = (gpuless_traces::arena::DEFAULT_BASES[0], gpuless_traces::arena::DEFAULT_SIZE);
+    if let Ok(mut held) = HELD.lock() {
+        if std::mem::take(&mut *held) {
+            // SAFETY: the mapping `hold_arena_range` made.
+            unsafe { libc::munmap(base as *mut libc::c_void, size as usize) };
+        }
+    }
+}
+
+/// The default arena range, reserved right after `cuInit` (see [`reserve_early`]).
+static EARLY: std::sync::Mutex<Option<(u64, u64)>> = std::sync::Mutex::new(None);
+
+/// Reserves the recorder's default arena range right after `cuInit`, before any context
+/// exists: once a context is up, the driver's own heaps may already sit in that range (seen on
+/// the H200: one replay in about twenty). [`Memory::reserve_arena`] takes it over when the
+/// trace's header names the same range, and releases it otherwise.
+pub fn reserve_early() {
+    let (base, size) = (gpuless_traces::arena::DEFAULT_BASES[0], gpuless_traces::arena::DEFAULT_SIZE);
+    release_hold();
+    let mut got = 0u64;
+    // SAFETY: a reservation with a valid out-pointer; the driver is initialized.
+    let r = unsafe { sys::cuMemAddressReserve(&mut got, size as usize, CHUNK as usize, base, 0) };
+    if r == sys::CUresult::CUDA_SUCCESS {
+        if got == base {
+            if let Ok(mut e) = EARLY.lock() {
+                *e = Some((base, size));
+            }
+        } else {
+            // SAFETY: releasing what was just reserved.
+            unsafe { sys::cuMemAddressFree(got, size as usize) };
+        }
+    }
+}
+
 impl Memory {
     /// Memory that refuses to hold more than `limit` bytes at once (`--emulate` partitions).
     pub fn with_limit(limit: Option<u64>) -> Self {
@@ -110,6 +177,15 @@ impl Memory {
     /// Reserves the recorder's arena `[base, base + size)` at exactly that address. Returns a
     /// warning (allocations will then be translated) when the range cannot be had.
     pub fn reserve_arena(&mut self, base: u64, size: u64) -> Option<String> {
+        let early = EARLY.lock().ok().and_then(|mut e| e.take());
+        if let Some((b, n)) = early {
+            if (b, n) == (base, size) {
+                self.arena = Some(Arena { base, size });
+                return None;
+            }
+            // SAFETY: the early reservation is not the trace's arena: give it back.
+            unsafe { sys::cuMemAddressFree(b, n as usize) };
+        }
         if base == 0 || size == 0 {
             return None;
         }

@@ -10,6 +10,7 @@ mod exec_graph;
 pub mod green;
 pub mod hot;
 mod load;
+pub mod lower;
 mod memory;
 mod objects;
 
@@ -22,7 +23,7 @@ use cudarc::driver::sys;
 use serde::Serialize;
 
 pub use load::{load, LoadedTrace};
-pub use memory::Memory;
+pub use memory::{hold_arena_range, Memory};
 
 /// Errors of a replay. Verification mismatches are not errors: they are in the [`Report`].
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +177,8 @@ pub(crate) struct State {
     pub recent: VecDeque<u64>,
     pub opts: Options,
     pub start: Instant,
+    /// While a hot body is captured into a graph: the stream every recorded stream maps to.
+    pub stream_override: Option<sys::CUstream>,
 }
 
 /// A device ready to replay on: the primary context of device 0.
@@ -189,10 +192,12 @@ pub struct Device {
 pub fn init_device() -> Result<Device, ReplayError> {
     // SAFETY: plain driver calls with valid out-pointers.
     unsafe {
+        memory::hold_arena_range();
         if !sys::is_culib_present() {
             return Err(ReplayError::NoGpu("libcuda.so.1 not found (is the NVIDIA driver installed?)".into()));
         }
         check(sys::cuInit(0), 0, "cuInit").map_err(|e| ReplayError::NoGpu(e.to_string()))?;
+        memory::reserve_early();
         let mut dev: c_int = 0;
         check(sys::cuDeviceGet(&mut dev, 0), 0, "cuDeviceGet")?;
         let mut ctx = std::ptr::null_mut();
@@ -223,6 +228,7 @@ pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<R
         recent: VecDeque::new(),
         opts,
         start: Instant::now(),
+        stream_override: None,
     };
     let mut report = Report { calls: trace.calls.len() as u64, trace_lost: trace.lost.clone(), ..Report::default() };
     report.warnings.extend(st.mem.reserve_arena(trace.meta.arena_base, trace.meta.arena_size));
@@ -291,6 +297,8 @@ fn replay_hot(
         sys::cuEventDestroy_v2(a);
         sys::cuEventDestroy_v2(b);
     }
+    // The same body as one CUDA graph per iteration.
+    let graph = lower::run(st, trace, report, &split.body, iterations);
     let mean = wall.iter().sum::<f64>() / wall.len().max(1) as f64;
     let min = wall.iter().copied().fold(f64::INFINITY, f64::min);
     Ok(hot::HotReport {
@@ -304,6 +312,8 @@ fn replay_hot(
         wall_ms_mean: mean,
         gpu_ms_median: hot::median(&mut gpu),
         submit_ms_median: hot::median(&mut submit),
+        graph: graph.as_ref().ok().cloned(),
+        graph_refused: graph.err(),
     })
 }
 
