@@ -235,9 +235,15 @@ gl, a, b = sys.argv[1:]
 st = [json.loads(subprocess.run([gl, "analyze", "--json", "--no-progress", t], capture_output=True, text=True).stdout)["stats"]
       for t in (a, b)]
 same = st[0]["allocation_digest"] == st[1]["allocation_digest"]
+extra = ""
+if not same:  # name the first allocation that differs (seq, thread, address, bytes)
+    la, lb = (sorted(x["allocation_list"], key=lambda t: t[0]) for x in st)
+    diff = next(((a, b) for a, b in zip(la, lb) if a[2:] != b[2:]), None)
+    extra = f"; first difference (seq, thread, address, bytes): {diff}; threads {sorted({t[1] for t in la})}"
+    extra += f"; sizes a {[t[3] for t in la][:24]} b {[t[3] for t in lb][:24]}"
 print(("PASS" if same and st[0]["allocations_outside_arena"] == 0 else "FAIL") +
       f"|digests {st[0]['allocation_digest']} / {st[1]['allocation_digest']}; allocations in arena "
-      f"{st[0]['allocations_in_arena']} / {st[1]['allocations_in_arena']}, outside {st[0]['allocations_outside_arena']}")
+      f"{st[0]['allocations_in_arena']} / {st[1]['allocations_in_arena']}, outside {st[0]['allocations_outside_arena']}" + extra)
 PY2
     )
     row "$1" "${d%%|*}" "${d#*|}"

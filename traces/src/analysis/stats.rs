@@ -67,6 +67,8 @@ pub struct Stats {
     /// that allocated at the same addresses have the same digest (hex), whatever the order in
     /// which their threads' records reached the file.
     pub allocation_digest: String,
+    /// The first 4,096 successful allocations in file order: (seq, thread, address, bytes).
+    pub allocation_list: Vec<(u64, u64, u64, u64)>,
     /// Device frees.
     pub frees: u64,
     /// Host-to-device copies.
@@ -208,6 +210,9 @@ impl StatsBuilder {
                     if let Some(Value::DevPtr(p)) = r.results.first() {
                         if self.allocated.len() < 1 << 22 {
                             self.allocated.push((*p, bytes));
+                        }
+                        if s.allocation_list.len() < 4096 {
+                            s.allocation_list.push((r.seq, r.thread, *p, bytes));
                         }
                     }
                     match r.results.first() {
