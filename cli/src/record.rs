@@ -112,7 +112,7 @@ pub fn run(out: &Path, opts: &RecordOptions, cmd: &[String]) -> anyhow::Result<E
         base => {
             let hex = base.trim_start_matches("0x");
             let b = u64::from_str_radix(hex, 16)
-                .with_context(|| format!("--arena {base}: expected on, off or a hex base like 0x7e0000000000"))?;
+                .with_context(|| format!("--arena {base}: expected on, off or a hex base like 0x640000000000"))?;
             if b % (2 << 20) != 0 {
                 bail!("--arena {base}: the base must be a multiple of 2 MiB");
             }

@@ -67,7 +67,7 @@ fn records_a_driver_api_program() {
     let reader = TraceReader::open(&trace, ReaderOptions { blob_data: true, check_blob_refs: true }).unwrap();
     assert_eq!(reader.meta().gpu_name, "Fake GPU");
     assert_eq!(reader.meta().sm, 90);
-    assert_eq!((reader.meta().arena_base, reader.meta().arena_size), (0x7e00_0000_0000, 1 << 40));
+    assert_eq!((reader.meta().arena_base, reader.meta().arena_size), (0x6400_0000_0000, 1 << 40));
     let mut calls = Vec::new();
     let mut blobs = Vec::new();
     for chunk in reader {
@@ -98,7 +98,7 @@ fn records_a_driver_api_program() {
     assert_eq!(alloc.variant.version, 2, "cuMemAlloc through cuGetProcAddress is cuMemAlloc_v2");
     let Value::DevPtr(ptr) = alloc.results[0] else { panic!("{:?}", alloc.results) };
     // Served by the recorder's arena at its default base, not by the driver's cuMemAlloc.
-    assert_eq!(ptr, 0x7e00_0000_0000);
+    assert_eq!(ptr, 0x6400_0000_0000);
     assert_eq!(String::from_utf8_lossy(&recorded.stderr).trim(), "mapped_chunks=1", "one arena chunk mapped");
     assert_eq!(String::from_utf8_lossy(&native.stderr).trim(), "mapped_chunks=0");
     // The arena's own driver calls are not the program's: they are not in the trace.

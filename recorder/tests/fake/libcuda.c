@@ -8,7 +8,7 @@
 
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
-static unsigned char heap[4 << 20]; /* device memory at 0x7e0000000000 */
+static unsigned char heap[4 << 20]; /* device memory: the driver's at 0x7e0000000000, the arena's at 0x640000000000 */
 static size_t heap_top = 256;
 static int kernel_token, module_token, ctx_token;
 
@@ -23,7 +23,7 @@ CUresult cuCtxGetCurrent(void **c) { *c = &ctx_token; return 0; }
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
   if (heap_top + n > sizeof heap) return 2;
   *p = 0x7e0000000000ull + heap_top; heap_top += (n + 255) & ~(size_t)255; return 0; }
-static unsigned char *host(CUdeviceptr p) { return heap + (p - 0x7e0000000000ull); }
+static unsigned char *host(CUdeviceptr p) { return heap + (p - (p >= 0x7e0000000000ull ? 0x7e0000000000ull : 0x640000000000ull)); }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { memcpy(host(dst), src, n); return 0; }
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, host(src), n); return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream) {
@@ -55,14 +55,14 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *b, size_t *s, CUdeviceptr p) { *b 
 static int reserved, mapped;
 CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long f) {
   (void)n; (void)align; (void)f;
-  *p = (addr == 0x7e0000000000ull && !reserved) ? addr : 0x100000000000ull; reserved = 1; return 0; }
+  *p = (addr == 0x640000000000ull && !reserved) ? addr : 0x100000000000ull; reserved = 1; return 0; }
 CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { (void)p; (void)n; return 0; }
 CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f) {
   (void)prop; (void)f; *h = n; return 0; }
 CUresult cuMemRelease(unsigned long long h) { (void)h; return 0; }
 CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, unsigned long long h, unsigned long long f) {
   (void)off; (void)h; (void)f;
-  if (p < 0x7e0000000000ull || p + n > 0x7e0000000000ull + sizeof heap) return 2;
+  if (p < 0x640000000000ull || p + n > 0x640000000000ull + sizeof heap) return 2;
   mapped++; return 0; }
 CUresult cuMemUnmap(CUdeviceptr p, size_t n) { (void)p; (void)n; mapped--; return 0; }
 CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *d, size_t c) { (void)p; (void)n; (void)d; (void)c; return 0; }
