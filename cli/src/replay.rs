@@ -22,8 +22,6 @@ pub fn run(
     if part.create {
         return partition::run_created(path, no_verify, iterations, json, part);
     }
-    // Before any thread starts: keep the recorder's arena range free for the device.
-    gpuless_replayer::replay::hold_arena_range();
     // Before the driver starts: a MIG target sets CUDA_VISIBLE_DEVICES here.
     let prepared = partition::prepare(part)?;
     // Driver initialization and trace reading are independent: do them at the same time.

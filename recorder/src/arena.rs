@@ -116,50 +116,6 @@ fn in_arena(ptr: u64) -> bool {
     base != 0 && ptr >= base && ptr - base < SIZE.load(Ordering::Relaxed)
 }
 
-/// Whether the default base is held by [`hold_at_load`]'s mapping.
-static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Runs when the loader maps this library, before the program's own code: holds the default
-/// arena range with an inaccessible, unbacked mapping so that nothing mapped before `cuInit`
-/// (libraries, the driver's heaps) lands there; [`reserve`] releases it right before asking the
-/// driver for the range. Only when recording with the default arena.
-extern "C" fn hold_at_load() {
-    // SAFETY: getenv with constant names at load time (no other thread runs yet).
-    let (trace, arena) = unsafe { (libc::getenv(c"GPULESS_TRACE".as_ptr()), libc::getenv(c"GPULESS_ARENA".as_ptr())) };
-    if trace.is_null() || !arena.is_null() {
-        return;
-    }
-    let (base, size) = (DEFAULT_BASES[0], DEFAULT_SIZE);
-    // SAFETY: an anonymous PROT_NONE mapping at a fixed address that must not replace anything.
-    let p = unsafe {
-        libc::mmap(
-            base as *mut libc::c_void,
-            size as usize,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
-            -1,
-            0,
-        )
-    };
-    if p as u64 == base {
-        HELD.store(true, Ordering::Release);
-    } else if p != libc::MAP_FAILED {
-        // SAFETY: placed elsewhere by an old kernel: give it back.
-        unsafe { libc::munmap(p, size as usize) };
-    }
-}
-
-#[used]
-#[unsafe(link_section = ".init_array")]
-static HOLD_AT_LOAD: extern "C" fn() = hold_at_load;
-
-fn release_hold() {
-    if HELD.swap(false, Ordering::AcqRel) {
-        // SAFETY: the mapping `hold_at_load` made.
-        unsafe { libc::munmap(DEFAULT_BASES[0] as *mut libc::c_void, DEFAULT_SIZE as usize) };
-    }
-}
-
 /// Reserves the arena (after `cuInit`; no context is needed). Returns the base and size, or
 /// `None` when disabled or no base could be had (allocations then pass through).
 pub fn reserve() -> Option<(u64, u64)> {
@@ -178,7 +134,6 @@ pub fn reserve() -> Option<(u64, u64)> {
     if guard.is_some() {
         return Some((BASE.load(Ordering::Relaxed), SIZE.load(Ordering::Relaxed)));
     }
-    release_hold();
     for base in bases {
         let mut got: sys::CUdeviceptr = 0;
         // SAFETY: valid out-pointer; a reservation has no other effect.

@@ -24,9 +24,10 @@ pub const DEFAULT_SIZE: u64 = 1 << 40;
 /// Bases tried in order when none is configured. Below the region where the kernel places
 /// `mmap`s (libraries, the driver's own heaps: randomized over the 1 TiB below
 /// 0x7fff_ffff_ffff with 28 bits of ASLR, growing down) and far above the program's heap. On the
-/// H200: 0x7e00_0000_0000 (REFERENCE.md §7) was refused in about one process in four once
-/// PyTorch's mappings had grown into it; 0x6000_0000_0000 was refused by the driver in every
-/// process (12 of 12); 0x6400_0000_0000 was granted in every process (12 of 12).
+/// H200, 0x7e00_0000_0000 (REFERENCE.md §7) was refused in about one process in four once
+/// PyTorch's mappings had grown into it. (Holding the range with a `PROT_NONE` mapping until
+/// after `cuInit` made the driver refuse it in every process: the driver keeps its own view of
+/// the address space from `cuInit` on.)
 pub const DEFAULT_BASES: [u64; 4] = [0x6400_0000_0000, 0x6800_0000_0000, 0x6c00_0000_0000, 0x7e00_0000_0000];
 /// Empty shared chunks kept mapped for reuse before they are returned to the driver
 /// (mapping a chunk costs about 50 µs, unmapping 30 µs on an H200).

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <stddef.h>
+#include <sys/mman.h>
 
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
@@ -55,6 +56,9 @@ CUresult cuMemGetAddressRange_v2(CUdeviceptr *b, size_t *s, CUdeviceptr p) { *b 
 static int reserved, mapped;
 CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long f) {
   (void)n; (void)align; (void)f;
+  /* Like the real driver, take the range with mmap: it fails when something holds it. */
+  void *m = mmap((void *)addr, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (m == MAP_FAILED || (CUdeviceptr)m != addr) { if (m != MAP_FAILED) munmap(m, n); *p = 0x100000000000ull; return 0; }
   *p = (addr == 0x640000000000ull && !reserved) ? addr : 0x100000000000ull; reserved = 1; return 0; }
 CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { (void)p; (void)n; return 0; }
 CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f) {

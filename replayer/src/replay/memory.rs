@@ -101,48 +101,6 @@ unsafe fn map(addr: u64, len: u64) -> Result<(), sys::CUresult> {
     Ok(())
 }
 
-/// The default arena range held with an inaccessible mapping until the driver reserves it.
-static HELD: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
-
-/// Holds the recorder's default arena range with an inaccessible, unbacked mapping, so that
-/// nothing the process maps before the driver is initialized (the driver's own heaps, the trace
-/// being read) lands there. Call it first thing, before other threads start; [`reserve_early`]
-/// releases it right before reserving the range for the device.
-pub fn hold_arena_range() {
-    let (base, size) = (gpuless_traces::arena::DEFAULT_BASES[0], gpuless_traces::arena::DEFAULT_SIZE);
-    let Ok(mut held) = HELD.lock() else { return };
-    if *held {
-        return;
-    }
-    // SAFETY: an anonymous PROT_NONE mapping at a fixed address that must not replace anything.
-    let p = unsafe {
-        libc::mmap(
-            base as *mut libc::c_void,
-            size as usize,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
-            -1,
-            0,
-        )
-    };
-    if p as u64 == base {
-        *held = true;
-    } else if p != libc::MAP_FAILED {
-        // SAFETY: an old kernel placed it elsewhere: give it back.
-        unsafe { libc::munmap(p, size as usize) };
-    }
-}
-
-fn release_hold() {
-    let (base, size) = (gpuless_traces::arena::DEFAULT_BASES[0], gpuless_traces::arena::DEFAULT_SIZE);
-    if let Ok(mut held) = HELD.lock() {
-        if std::mem::take(&mut *held) {
-            // SAFETY: the mapping `hold_arena_range` made.
-            unsafe { libc::munmap(base as *mut libc::c_void, size as usize) };
-        }
-    }
-}
-
 /// The default arena range, reserved right after `cuInit` (see [`reserve_early`]).
 static EARLY: std::sync::Mutex<Option<(u64, u64)>> = std::sync::Mutex::new(None);
 
@@ -152,7 +110,6 @@ static EARLY: std::sync::Mutex<Option<(u64, u64)>> = std::sync::Mutex::new(None)
 /// trace's header names the same range, and releases it otherwise.
 pub fn reserve_early() {
     let (base, size) = (gpuless_traces::arena::DEFAULT_BASES[0], gpuless_traces::arena::DEFAULT_SIZE);
-    release_hold();
     let mut got = 0u64;
     // SAFETY: a reservation with a valid out-pointer; the driver is initialized.
     let r = unsafe { sys::cuMemAddressReserve(&mut got, size as usize, CHUNK as usize, base, 0) };

@@ -23,7 +23,7 @@ use cudarc::driver::sys;
 use serde::Serialize;
 
 pub use load::{load, LoadedTrace};
-pub use memory::{hold_arena_range, Memory};
+pub use memory::Memory;
 
 /// Errors of a replay. Verification mismatches are not errors: they are in the [`Report`].
 #[derive(Debug, thiserror::Error)]
@@ -192,7 +192,6 @@ pub struct Device {
 pub fn init_device() -> Result<Device, ReplayError> {
     // SAFETY: plain driver calls with valid out-pointers.
     unsafe {
-        memory::hold_arena_range();
         if !sys::is_culib_present() {
             return Err(ReplayError::NoGpu("libcuda.so.1 not found (is the NVIDIA driver installed?)".into()));
         }
