@@ -3,6 +3,7 @@
 //! VMM API allows, and every device-to-host result is compared with the recording.
 
 mod args;
+pub mod compat;
 pub mod dryrun;
 mod exec;
 mod exec_array;
@@ -71,6 +72,21 @@ pub enum ReplayError {
         in_use: u64,
         /// Free device memory reported by the driver.
         free: u64,
+    },
+    /// The trace's GPU code cannot run on this GPU.
+    #[error(
+        "this GPU (sm_{device_sm}) cannot run the trace's code, recorded on sm_{recorded_sm}:\n  {}\nreplay on a GPU \
+         of the recording's architecture, or record again with `gpuless record --code all` from a program whose \
+         binaries carry PTX or SASS for this GPU",
+        problems.join("\n  ")
+    )]
+    IncompatibleCode {
+        /// SM of this GPU.
+        device_sm: u32,
+        /// SM of the recording GPU (trace header).
+        recorded_sm: u32,
+        /// One line per code image that has nothing for this GPU.
+        problems: Vec<String>,
     },
     /// The trace refers to something it never created or stored.
     #[error("call #{seq} {what}: {problem}")]
@@ -205,6 +221,24 @@ pub fn init_device() -> Result<Device, ReplayError> {
     }
 }
 
+/// SM of the current context's device (10·major + minor), 0 if unknown.
+fn device_sm() -> u32 {
+    use sys::CUdevice_attribute as A;
+    // SAFETY: plain queries with valid out-pointers; a context is current.
+    unsafe {
+        let (mut dev, mut ma, mut mi) = (0, 0, 0);
+        if sys::cuCtxGetDevice(&mut dev) != sys::CUresult::CUDA_SUCCESS
+            || sys::cuDeviceGetAttribute(&mut ma, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+                != sys::CUresult::CUDA_SUCCESS
+            || sys::cuDeviceGetAttribute(&mut mi, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+                != sys::CUresult::CUDA_SUCCESS
+        {
+            return 0;
+        }
+        (ma * 10 + mi) as u32
+    }
+}
+
 /// Replays `trace` on device 0.
 pub fn replay(trace: &LoadedTrace, opts: Options) -> Result<Report, ReplayError> {
     replay_on(init_device()?, trace, opts)
@@ -229,6 +263,13 @@ pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<R
         start: Instant::now(),
         stream_override: None,
     };
+    let device_sm = device_sm();
+    if device_sm != 0 {
+        let problems = compat::incompatible_code(trace, device_sm);
+        if !problems.is_empty() {
+            return Err(ReplayError::IncompatibleCode { device_sm, recorded_sm: trace.meta.sm, problems });
+        }
+    }
     let mut report = Report { calls: trace.calls.len() as u64, trace_lost: trace.lost.clone(), ..Report::default() };
     report.warnings.extend(st.mem.reserve_arena(trace.meta.arena_base, trace.meta.arena_size));
     if opts.iterations == 0 {
