@@ -5,37 +5,14 @@
 //! rows' hash as its result; a kernel node must carry its parameters laid out by
 //! cuFuncGetParamInfo (the struct itself only holds pointers to them).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use gpuless_analyzer::api::structs::{self, Copy, Dims};
 use gpuless_traces::{ChunkBody, Hash128, ReaderOptions, TraceReader, Value};
 
-/// The preload library, built now: `cargo test` builds this package's rlib, not its cdylib.
-fn recorder_lib() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-            let target_dir = profile_dir.parent().unwrap();
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "-p", "gpuless-recorder", "--lib", "--target-dir"]).arg(target_dir);
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                cmd.arg("--release");
-            }
-            let st = cmd.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("run cargo");
-            assert!(st.success(), "building the recorder cdylib failed");
-            profile_dir.join("libgpuless_recorder.so")
-        })
-        .clone()
-}
-
-fn cc(args: &[&str]) {
-    let st = Command::new("cc").args(args).status().expect("a C compiler (cc) is needed for this test");
-    assert!(st.success(), "cc {args:?}");
-}
+mod common;
+use common::{cc, recorder_lib};
 
 #[test]
 fn host_rows_of_2d_3d_copies_and_kernel_node_parameters_are_recorded() {

@@ -81,6 +81,22 @@ pub struct Released {
     pub unmap: Vec<(u64, u64)>,
 }
 
+/// Returns `[start, start + len)` to a map of free ranges (start → length), merged with the
+/// free ranges it touches.
+fn give_back(free: &mut BTreeMap<u64, u64>, start: u64, len: u64) {
+    let (mut s, mut e) = (start, start + len);
+    if let Some((&o, &l)) = free.range(..start).next_back() {
+        if o + l == start {
+            s = o;
+            free.remove(&o);
+        }
+    }
+    if let Some(l) = free.remove(&e) {
+        e += l;
+    }
+    free.insert(s, e - s);
+}
+
 #[derive(Debug, Clone, Default)]
 struct Chunk {
     /// Free holes: offset → length.
@@ -109,17 +125,7 @@ impl Chunk {
     }
 
     fn give(&mut self, off: u64, len: u64) {
-        let (mut start, mut end) = (off, off + len);
-        if let Some((&o, &l)) = self.holes.range(..off).next_back() {
-            if o + l == off {
-                start = o;
-                self.holes.remove(&o);
-            }
-        }
-        if let Some(l) = self.holes.remove(&end) {
-            end += l;
-        }
-        self.holes.insert(start, end - start);
+        give_back(&mut self.holes, off, len);
         self.used = self.used.saturating_sub(1);
     }
 }
@@ -206,17 +212,7 @@ impl Layout {
     }
 
     fn give_range(&mut self, start: u64, len: u64) {
-        let (mut s, mut e) = (start, start + len);
-        if let Some((&o, &l)) = self.free.range(..start).next_back() {
-            if o + l == start {
-                s = o;
-                self.free.remove(&o);
-            }
-        }
-        if let Some(l) = self.free.remove(&e) {
-            e += l;
-        }
-        self.free.insert(s, e - s);
+        give_back(&mut self.free, start, len);
     }
 
     /// Places an allocation of `size` bytes (0 is treated as 1); `None` when the arena's
