@@ -120,10 +120,11 @@ pub fn run(out: &Path, opts: &RecordOptions, cmd: &[String]) -> anyhow::Result<E
         }
     }
     if !opts.levels.is_empty() && opts.levels != "all" {
-        const KNOWN: [&str; 6] = ["runtime", "cublas", "cublaslt", "cudnn", "nvrtc", "other"];
+        use gpuless_analyzer::api::ApiLevel;
+        let known: Vec<&str> = ApiLevel::ALL.iter().filter(|&&l| l != ApiLevel::Driver).map(|l| l.name()).collect();
         for l in opts.levels.split(',') {
-            if !KNOWN.contains(&l.trim()) {
-                bail!("--levels {}: unknown level `{l}` (choose from {})", opts.levels, KNOWN.join(", "));
+            if !known.contains(&l.trim()) {
+                bail!("--levels {}: unknown level `{l}` (choose from {})", opts.levels, known.join(", "));
             }
         }
         child.env("GPULESS_LEVELS", &opts.levels);
