@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 use gpuless_analyzer::api::structs::{self, Dims, KernelNode};
@@ -66,7 +66,7 @@ pub(crate) fn prim(c_type: &str) -> Prim {
 }
 
 /// The argument plans of a function, indexed like its arguments.
-fn plans(f: &ApiFunction) -> &'static [Prim] {
+pub(crate) fn plans(f: &ApiFunction) -> &'static [Prim] {
     static PLANS: std::sync::OnceLock<Vec<Vec<Prim>>> = std::sync::OnceLock::new();
     let all = PLANS.get_or_init(|| {
         gpuless_analyzer::api::functions().iter().map(|f| f.args.iter().map(|a| prim(a.c_type)).collect()).collect()
@@ -117,8 +117,10 @@ fn buf_len(len: BufLen, raw: &[u64]) -> u64 {
     }
 }
 
-unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Value {
-    match a.kind {
+/// The value of an argument whose word is all there is to it (no memory behind it is read);
+/// `None` for the kinds that read memory.
+pub(crate) fn word_value(kind: ArgKind, p: Prim, v: u64) -> Option<Value> {
+    Some(match kind {
         ArgKind::Scalar | ArgKind::Flags | ArgKind::Enum | ArgKind::Count | ArgKind::Grid | ArgKind::Block => match p {
             Prim::F32 => Value::F64(f32::from_bits(v as u32) as f64),
             Prim::F64 => Value::F64(f64::from_bits(v)),
@@ -128,6 +130,15 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
         ArgKind::DevPtr => Value::DevPtr(v),
         ArgKind::HostPtr | ArgKind::FnPtr | ArgKind::UserData => Value::HostPtr(v),
         ArgKind::Handle(k) => Value::Handle(k, v),
+        _ => return None,
+    })
+}
+
+unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Value {
+    if let Some(w) = word_value(a.kind, p, v) {
+        return w;
+    }
+    match a.kind {
         ArgKind::CStr => unsafe { cstr(v) },
         ArgKind::HostBuf(len) => {
             let n = buf_len(len, raw);
@@ -152,6 +163,7 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
         }
         ArgKind::KernelParams => unsafe { kernel_params(f, v, raw) },
         ArgKind::Extra => unsafe { extra(v) },
+        _ => Value::U64(v),
     }
 }
 
@@ -313,9 +325,12 @@ unsafe fn launch_config(p: u64) -> Value {
 
 type ParamInfo = unsafe extern "C" fn(*mut c_void, usize, *mut usize, *mut usize) -> u32;
 
+/// A kernel's parameter layout: (offset, size) of each parameter.
+pub(crate) type Layout = Arc<[(u32, u32)]>;
+
 /// Parameter layout of a function or kernel handle, asked of the driver once per handle.
-fn layout(handle: u64) -> Vec<(u32, u32)> {
-    type Local = HashMap<u64, Vec<(u32, u32)>, std::hash::BuildHasherDefault<crate::fold::WordHasher>>;
+fn layout(handle: u64) -> Layout {
+    type Local = HashMap<u64, Layout, std::hash::BuildHasherDefault<crate::fold::WordHasher>>;
     thread_local! {
         /// This thread's copy of the layouts: a launch looks its kernel up without a lock.
         static MINE: std::cell::RefCell<Local> = std::cell::RefCell::new(Local::default());
@@ -329,8 +344,8 @@ fn layout(handle: u64) -> Vec<(u32, u32)> {
 }
 
 /// The process-wide layout cache, filled from the driver on a miss.
-fn shared_layout(handle: u64) -> Vec<(u32, u32)> {
-    type Layouts = HashMap<u64, Vec<(u32, u32)>>;
+fn shared_layout(handle: u64) -> Layout {
+    type Layouts = HashMap<u64, Layout>;
     static CACHE: Mutex<Option<Layouts>> = Mutex::new(None);
     if let Some(l) = CACHE.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(&handle).cloned())) {
         return l;
@@ -355,6 +370,7 @@ fn shared_layout(handle: u64) -> Vec<(u32, u32)> {
             break;
         }
     }
+    let out: Layout = out.into();
     if let Ok(mut c) = CACHE.lock() {
         c.get_or_insert_with(HashMap::new).insert(handle, out.clone());
     }
@@ -375,6 +391,17 @@ unsafe fn kernel_params(f: &ApiFunction, p: u64, raw: &[u64]) -> Value {
 /// The parameters behind a `void** kernelParams` of the function or kernel `handle`, packed
 /// at the offsets `cuFuncGetParamInfo` gives.
 unsafe fn packed_params(handle: u64, p: u64) -> Value {
+    // SAFETY: forwarded from the caller.
+    let (bytes, layout) = unsafe { pack(handle, p) };
+    Value::KernelParams(KernelParams { bytes, layout: layout.to_vec() })
+}
+
+/// The packed parameter bytes of a launch of `handle` with `void** kernelParams` at `p`
+/// (not null), and their layout.
+///
+/// # Safety
+/// `p` holds one pointer per parameter of the kernel, each to the parameter's bytes.
+pub(crate) unsafe fn pack(handle: u64, p: u64) -> (Vec<u8>, Layout) {
     let layout = layout(handle);
     let total = layout.iter().map(|&(o, s)| o + s).max().unwrap_or(0) as usize;
     let mut bytes = vec![0u8; total];
@@ -387,7 +414,7 @@ unsafe fn packed_params(handle: u64, p: u64) -> Value {
             }
         }
     }
-    Value::KernelParams(KernelParams { bytes, layout })
+    (bytes, layout)
 }
 
 /// `void** extra`: the `CU_LAUNCH_PARAM_BUFFER_POINTER` / `_SIZE` pairs.

@@ -5,6 +5,8 @@
 //! same question with the same answer (and status) only increments a counter, and the first
 //! record is written again with `repeat = n` when the thread hands its records to the writer
 //! (trace format 1.1). Nothing is lost: every call is counted, with its arguments and answer.
+//! Queries are not timed (`duration_ns` 0); a folded record's timestamp is the last time its
+//! thread read the clock before the last repeat (at most one recorded call earlier).
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -79,10 +81,20 @@ pub fn plan(id: api::ApiId) -> Option<&'static Plan> {
 }
 
 /// A question: the hook slot and the input words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Key {
     slot: u32,
     ins: [u64; MAX],
+}
+
+impl std::hash::Hash for Key {
+    // Word by word: the derived hash feeds the array to the hasher as bytes.
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        h.write_u64(u64::from(self.slot));
+        for w in self.ins {
+            h.write_u64(w);
+        }
+    }
 }
 
 /// An answer: status and output words.

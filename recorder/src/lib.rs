@@ -14,10 +14,12 @@
 
 pub mod arena;
 mod capture;
+mod clock;
 mod fold;
 mod hooks;
 mod intercept;
 mod pending;
+mod raw;
 mod real;
 mod record;
 mod signals;

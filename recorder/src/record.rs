@@ -7,12 +7,21 @@ use gpuless_analyzer::api::{self, ArgKind, SyncClass};
 use gpuless_traces::{CallRecord, Function, Value};
 
 use crate::hooks::HOOKS;
-use crate::{arena, capture, fold, pending, state};
+use crate::{arena, capture, fold, pending, raw, state};
 
 thread_local! {
     /// Sequence number of the hooked call this thread is inside, if any.
     static CURRENT: Cell<Option<u64>> = const { Cell::new(None) };
     static TID: Cell<u64> = const { Cell::new(0) };
+    /// The last time this thread read the clock.
+    static LAST_NS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The time now, remembered as this thread's last.
+fn stamp() -> u64 {
+    let t = state::now_ns();
+    LAST_NS.with(|l| l.set(t));
+    t
 }
 
 fn tid() -> u64 {
@@ -47,6 +56,10 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
         // SAFETY: forwarded from the caller.
         return unsafe { query(slot, f, plan, raw, real) };
     }
+    if let Some(plan) = raw::plan(hook.func).filter(|p| p.fits(raw)) {
+        // SAFETY: forwarded from the caller.
+        return unsafe { raw_call(slot, f, plan, raw, real) };
+    }
     let seq = state::next_seq();
     let t0 = state::now_ns();
     // SAFETY: forwarded from the caller.
@@ -55,7 +68,7 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
     // SAFETY: forwarded from the caller.
     let status = unsafe { with_arena(op, hook.variant.per_thread, raw, real) };
     CURRENT.with(|c| c.set(parent));
-    let t1 = state::now_ns();
+    let t1 = stamp();
     if f.name == "cuInit" && status == 0 {
         state::open(true);
     }
@@ -112,6 +125,53 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
     status
 }
 
+/// A call whose arguments are plain words (and a launch's parameters): kept raw, its record
+/// built by the writer (`raw.rs`).
+///
+/// # Safety
+/// As [`call`].
+unsafe fn raw_call(
+    slot: usize,
+    f: &'static api::ApiFunction,
+    plan: &raw::Plan,
+    raw: &[u64],
+    real: impl FnOnce() -> u32,
+) -> u32 {
+    let seq = state::next_seq();
+    let t0 = state::now_ns();
+    // SAFETY: forwarded from the caller.
+    let params = std::panic::catch_unwind(|| unsafe { plan.params(raw) });
+    let parent = CURRENT.with(|c| c.replace(Some(seq)));
+    let status = real();
+    CURRENT.with(|c| c.set(parent));
+    let t1 = stamp();
+    let Ok(params) = params else {
+        state::fail(&format!("capturing the arguments of {} failed", f.name));
+        return status;
+    };
+    let mut words = [0u64; raw::MAX_WORDS];
+    let n = raw.len().min(raw::MAX_WORDS);
+    words[..n].copy_from_slice(&raw[..n]);
+    state::emit_raw(raw::RawCall {
+        seq,
+        thread: tid(),
+        timestamp_ns: t0,
+        duration_ns: t1.saturating_sub(t0),
+        parent,
+        slot: slot as u16,
+        status: status as i32,
+        words,
+        params,
+    });
+    if status == 0 {
+        pending::after(f, raw);
+    }
+    if matches!(f.sync, SyncClass::CtxSync | SyncClass::StreamSync | SyncClass::EventSync) {
+        state::flush_thread();
+    }
+    status
+}
+
 /// The driver call, or the arena's answer for calls about arena memory.
 ///
 /// # Safety
@@ -142,17 +202,18 @@ unsafe fn query(
     real: impl FnOnce() -> u32,
 ) -> u32 {
     // Queries call no other hooked function: no need to mark this call as the current parent.
-    let t0 = state::now_ns();
+    // Nor are they timed: a repeat is stamped with the time this thread last took (reading
+    // the clock would be a third of a folded query's cost), a first answer when it returns.
     let status = real();
     // SAFETY: forwarded; the driver has written the outputs when the status is 0.
     let (key, answer) = unsafe { fold::observe(plan, slot, raw, status) };
     if status == 0 {
         pending::after(f, raw);
     }
-    if state::fold(&key, &answer, t0) {
+    if state::fold(&key, &answer, LAST_NS.with(Cell::get)) {
         return status;
     }
-    let t1 = state::now_ns();
+    let t0 = stamp();
     // SAFETY: as above; inputs are plain values, read the same after the call.
     let captured = std::panic::catch_unwind(|| unsafe { (capture::inputs(f, raw), capture::outputs(f, raw, status)) });
     let Ok((args, results)) = captured else {
@@ -163,7 +224,7 @@ unsafe fn query(
         seq: state::next_seq(),
         thread: tid(),
         timestamp_ns: t0,
-        duration_ns: t1.saturating_sub(t0),
+        duration_ns: 0,
         level: f.level,
         parent: CURRENT.with(Cell::get),
         function: Function::Known(f.id),

@@ -5,12 +5,12 @@ use std::ffi::{c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::Instant;
 
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, TraceMeta, TraceWriter, Value, WriterOptions};
 
 use crate::fold::{self, Folds};
 use crate::intercept::libcuda_symbol;
+use crate::raw::{RawCall, Rec};
 
 /// Environment variable naming the trace file to write.
 pub const ENV_TRACE: &str = "GPULESS_TRACE";
@@ -84,7 +84,6 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 struct Config {
     path: Option<PathBuf>,
     capture_outputs: bool,
-    start: Instant,
     start_unix_ns: u64,
 }
 
@@ -101,12 +100,8 @@ fn config() -> &'static Config {
                 libc::pthread_atfork(None, None, Some(in_child));
             }
         }
-        Config {
-            path,
-            capture_outputs: std::env::var(ENV_CAPTURE_OUTPUTS).is_ok_and(|v| v == "1"),
-            start: Instant::now(),
-            start_unix_ns,
-        }
+        crate::clock::start();
+        Config { path, capture_outputs: std::env::var(ENV_CAPTURE_OUTPUTS).is_ok_and(|v| v == "1"), start_unix_ns }
     })
 }
 
@@ -122,7 +117,7 @@ pub fn capture_outputs() -> bool {
 
 /// Nanoseconds since the recorder started.
 pub fn now_ns() -> u64 {
-    config().start.elapsed().as_nanos() as u64
+    crate::clock::now_ns()
 }
 
 /// The next sequence number.
@@ -151,7 +146,7 @@ static OPENING: Mutex<()> = Mutex::new(());
 /// makes the per-record cost a push onto this (uncontended) vector instead of a queue
 /// operation shared with the writer thread.
 struct Batch {
-    recs: Mutex<Vec<CallRecord>>,
+    recs: Mutex<Vec<Rec>>,
     /// Repeated queries folded since the last hand-over (`fold.rs`).
     folds: Mutex<Folds>,
 }
@@ -186,6 +181,15 @@ thread_local! {
 
 /// Queues a record.
 pub fn emit(rec: CallRecord) {
+    push(Rec::Full(rec));
+}
+
+/// Queues a raw call; the writer builds its record.
+pub fn emit_raw(rec: RawCall) {
+    push(Rec::Raw(rec));
+}
+
+fn push(rec: Rec) {
     let mut rec = Some(rec);
     let queued = LOCAL.try_with(|l| {
         let mut v = l.0.recs.lock().unwrap_or_else(|e| e.into_inner());
@@ -224,7 +228,7 @@ fn hand_over(b: &Batch) {
     let folded = b.folds.lock().map(|mut f| f.drain()).unwrap_or_default();
     let recs = {
         let mut v = b.recs.lock().unwrap_or_else(|e| e.into_inner());
-        v.extend(folded);
+        v.extend(folded.into_iter().map(Rec::Full));
         if v.is_empty() {
             return;
         }
@@ -233,14 +237,14 @@ fn hand_over(b: &Batch) {
     send(recs);
 }
 
-fn send(recs: Vec<CallRecord>) {
+fn send(recs: Vec<Rec>) {
     if diag() == Diag::NoWrite {
         return;
     }
     if let Ok(s) = SINK.read() {
         match &*s {
             Sink::Open(w) => {
-                if let Err(e) = w.records(recs) {
+                if let Err(e) = w.records_with(move || recs.into_iter().map(Rec::into_record).collect()) {
                     drop(s);
                     fail(&format!("trace writer: {e}"));
                 }
@@ -252,9 +256,9 @@ fn send(recs: Vec<CallRecord>) {
     }
     if let Ok(mut s) = SINK.write() {
         match &mut *s {
-            Sink::Pending(pending, _) => pending.extend(recs),
+            Sink::Pending(pending, _) => pending.extend(recs.into_iter().map(Rec::into_record)),
             Sink::Open(w) => {
-                let _ = w.records(recs);
+                let _ = w.records_with(move || recs.into_iter().map(Rec::into_record).collect());
             }
             Sink::Closed => {}
         }

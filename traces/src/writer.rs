@@ -88,7 +88,13 @@ pub struct WriterStats {
 enum Msg {
     Call(Box<CallRecord>),
     Calls(Vec<CallRecord>),
-    Blob { hash: Hash128, kind: BlobKind, data: Vec<u8> },
+    /// Records built on the writer thread (the recording thread only gathered raw values).
+    Deferred(Box<dyn FnOnce() -> Vec<CallRecord> + Send>),
+    Blob {
+        hash: Hash128,
+        kind: BlobKind,
+        data: Vec<u8>,
+    },
     Flush(Sender<()>),
     Finish,
 }
@@ -194,6 +200,16 @@ impl TraceWriter {
             return Ok(());
         }
         self.tx.send(Msg::Calls(recs)).map_err(|_| TraceError::WriterStopped("writer thread exited".into()))
+    }
+
+    /// Queue records that `build` makes on the writer thread, in queue order: a recording
+    /// thread hands over what it gathered cheaply and leaves building the records, and freeing
+    /// what they hold, to the writer.
+    pub fn records_with(&self, build: impl FnOnce() -> Vec<CallRecord> + Send + 'static) -> Result<(), TraceError> {
+        self.check()?;
+        self.tx
+            .send(Msg::Deferred(Box::new(build)))
+            .map_err(|_| TraceError::WriterStopped("writer thread exited".into()))
     }
 
     /// Store bytes as a blob (once per content) and return the reference to put in records.
@@ -431,7 +447,7 @@ impl<W: Write> WriterThread<W> {
                 Err(TryRecvError::Disconnected) => Msg::Finish,
             };
             if self.shared.limited.load(Ordering::Relaxed)
-                && matches!(msg, Msg::Call(_) | Msg::Calls(_) | Msg::Blob { .. })
+                && matches!(msg, Msg::Call(_) | Msg::Calls(_) | Msg::Deferred(_) | Msg::Blob { .. })
             {
                 if let Msg::Blob { data, .. } = &msg {
                     self.shared.queued_blob_bytes.fetch_sub(data.len() as u64, Ordering::AcqRel);
@@ -442,6 +458,11 @@ impl<W: Write> WriterThread<W> {
                 Msg::Call(r) => self.add_call(&r),
                 Msg::Calls(rs) => {
                     for r in &rs {
+                        self.add_call(r);
+                    }
+                }
+                Msg::Deferred(build) => {
+                    for r in &build() {
                         self.add_call(r);
                     }
                 }

@@ -1,0 +1,167 @@
+//! Raw calls: the cheap form of a record, for the calls a program makes most.
+//!
+//! A launch, a memset, an event record or a device-to-device copy has arguments that are all
+//! plain words, plus the kernel's parameter bytes for a launch. The recording thread keeps only
+//! those words, the parameter bytes and the call's facts ([`RawCall`]); the trace writer's thread
+//! turns them into a [`CallRecord`] with the API table ([`RawCall::into_record`]). Building the
+//! typed record on the program's thread cost about two thirds of a recorded launch.
+
+use std::sync::OnceLock;
+
+use gpuless_analyzer::api::{self, ApiFunction, ArgKind, Direction, HandleKind, SyncClass};
+use gpuless_traces::{CallRecord, Function, KernelParams, Value};
+
+use crate::capture::{self, Layout};
+use crate::hooks::HOOKS;
+
+/// Most arguments a raw call keeps (`cuLaunchKernel` has 11).
+pub const MAX_WORDS: usize = 12;
+
+/// How a function's calls are kept raw.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// `void** kernelParams` argument and the function-handle argument it belongs to.
+    params: Option<(u8, u8)>,
+    /// `void** extra` argument: a call passing one is recorded the full way.
+    extra: Option<u8>,
+}
+
+fn make_plan(f: &ApiFunction) -> Option<Plan> {
+    // cuInit opens the trace: it takes the full path in `record::call`.
+    if f.args.len() > MAX_WORDS
+        || f.name == "cuInit"
+        || crate::arena::op(f.id).is_some()
+        || matches!(f.sync, SyncClass::DeviceToHostAsync | SyncClass::DeviceToHost)
+    {
+        return None;
+    }
+    let prims = capture::plans(f);
+    let mut plan = Plan { params: None, extra: None };
+    for (i, a) in f.args.iter().enumerate() {
+        if a.dir != Direction::In {
+            return None;
+        }
+        match a.kind {
+            ArgKind::KernelParams => {
+                let func = f.args.iter().position(|a| a.kind == ArgKind::Handle(HandleKind::Function))?;
+                plan.params = Some((i as u8, func as u8));
+            }
+            ArgKind::Extra => plan.extra = Some(i as u8),
+            k => {
+                capture::word_value(k, prims.get(i).copied()?, 0)?;
+            }
+        }
+    }
+    Some(plan)
+}
+
+/// The raw plan of API function `id`, if its calls can be kept raw.
+pub fn plan(id: api::ApiId) -> Option<&'static Plan> {
+    static PLANS: OnceLock<Vec<Option<Plan>>> = OnceLock::new();
+    PLANS.get_or_init(|| api::functions().iter().map(make_plan).collect()).get(usize::from(id.0))?.as_ref()
+}
+
+impl Plan {
+    /// Whether this call (its raw arguments) can be kept raw.
+    pub fn fits(&self, raw: &[u64]) -> bool {
+        self.extra.is_none_or(|i| raw.get(usize::from(i)).copied().unwrap_or(0) == 0)
+    }
+
+    /// The kernel parameters of a launch, read now.
+    ///
+    /// # Safety
+    /// `raw` are the arguments the program passed, in the API table's order.
+    pub unsafe fn params(&self, raw: &[u64]) -> Option<(Vec<u8>, Layout)> {
+        let (p, func) = self.params?;
+        let p = raw.get(usize::from(p)).copied().unwrap_or(0);
+        if p == 0 {
+            return None;
+        }
+        let handle = raw.get(usize::from(func)).copied().unwrap_or(0);
+        // SAFETY: forwarded: `p` is the launch's kernelParams, read by the driver too.
+        Some(unsafe { capture::pack(handle, p) })
+    }
+}
+
+/// One call's facts, kept until the writer thread builds its record.
+pub struct RawCall {
+    /// Sequence number.
+    pub seq: u64,
+    /// OS thread id.
+    pub thread: u64,
+    /// Nanoseconds since the start, at entry.
+    pub timestamp_ns: u64,
+    /// Nanoseconds in the call.
+    pub duration_ns: u64,
+    /// Enclosing hooked call.
+    pub parent: Option<u64>,
+    /// Hook slot (function and variant).
+    pub slot: u16,
+    /// The driver's answer.
+    pub status: i32,
+    /// The argument words, `args.len()` of them.
+    pub words: [u64; MAX_WORDS],
+    /// Packed kernel parameters and their layout.
+    pub params: Option<(Vec<u8>, Layout)>,
+}
+
+impl RawCall {
+    /// The record this call stands for.
+    pub fn into_record(self) -> CallRecord {
+        let hook = &HOOKS[usize::from(self.slot)];
+        let f = api::get(hook.func);
+        let prims = f.map(capture::plans).unwrap_or(&[]);
+        let mut params = self.params;
+        let args = f
+            .map(|f| f.args)
+            .unwrap_or(&[])
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                let w = self.words.get(i).copied().unwrap_or(0);
+                match a.kind {
+                    ArgKind::KernelParams => match params.take() {
+                        Some((bytes, layout)) => Value::KernelParams(KernelParams { bytes, layout: layout.to_vec() }),
+                        None if w == 0 => Value::Null,
+                        None => Value::HostPtr(w),
+                    },
+                    ArgKind::Extra => Value::Null,
+                    k => capture::word_value(k, prims.get(i).copied().unwrap_or(capture::Prim::Word), w)
+                        .unwrap_or(Value::U64(w)),
+                }
+            })
+            .collect();
+        CallRecord {
+            seq: self.seq,
+            thread: self.thread,
+            timestamp_ns: self.timestamp_ns,
+            duration_ns: self.duration_ns,
+            level: f.map_or(api::ApiLevel::Driver, |f| f.level),
+            parent: self.parent,
+            function: Function::Known(hook.func),
+            variant: hook.variant,
+            status: self.status,
+            args,
+            results: Vec::new(),
+            repeat: 0,
+        }
+    }
+}
+
+/// A record as a thread keeps it until the writer has it.
+pub enum Rec {
+    /// Built on the recording thread.
+    Full(CallRecord),
+    /// Built by the writer.
+    Raw(RawCall),
+}
+
+impl Rec {
+    /// The record.
+    pub fn into_record(self) -> CallRecord {
+        match self {
+            Rec::Full(r) => r,
+            Rec::Raw(r) => r.into_record(),
+        }
+    }
+}
