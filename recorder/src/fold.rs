@@ -9,7 +9,7 @@
 //! thread read the clock before the last repeat (at most one recorded call earlier).
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use gpuless_analyzer::api::{self, ApiFunction, ArgKind, Direction, SyncClass};
 use gpuless_traces::CallRecord;
@@ -134,9 +134,30 @@ pub unsafe fn observe(plan: &Plan, slot: usize, raw: &[u64], status: u32) -> (Ke
 
 struct Folded {
     answer: Answer,
-    template: CallRecord,
+    template: Arc<CallRecord>,
     repeats: u32,
     last_ns: u64,
+}
+
+/// The record standing for a question's repeats, built on the writer thread from the first
+/// record of the question (cloning it here cost more than the queries it counts).
+pub struct Repeats {
+    template: Arc<CallRecord>,
+    repeat: u32,
+    seq: u64,
+    timestamp_ns: u64,
+}
+
+impl Repeats {
+    /// The record: the template's call, standing for `1 + repeat` calls.
+    pub fn into_record(self) -> CallRecord {
+        let mut r = Arc::unwrap_or_clone(self.template);
+        r.repeat = self.repeat;
+        r.seq = self.seq;
+        r.timestamp_ns = self.timestamp_ns;
+        r.duration_ns = 0;
+        r
+    }
 }
 
 /// A multiply-rotate hasher for [`Key`]s (a few machine words, hashed on every query).
@@ -184,37 +205,27 @@ impl Folds {
 
     /// Remembers a recorded call's question and answer; returns the record standing for the
     /// repeats of the answer it replaces, if any.
-    pub fn remember(&mut self, key: Key, answer: Answer, rec: &CallRecord) -> Option<CallRecord> {
-        let old = self.map.insert(key, Folded { answer, template: rec.clone(), repeats: 0, last_ns: rec.timestamp_ns });
-        old.and_then(repeat_record)
+    pub fn remember(&mut self, key: Key, answer: Answer, rec: &CallRecord) -> Option<Repeats> {
+        let folded = Folded { answer, template: Arc::new(rec.clone()), repeats: 0, last_ns: rec.timestamp_ns };
+        self.map.insert(key, folded).and_then(|mut f| take(&mut f))
     }
 
     /// Records standing for every repeat counted since the last call; counters restart.
-    pub fn drain(&mut self) -> Vec<CallRecord> {
-        let mut out = Vec::new();
-        for f in self.map.values_mut() {
-            if f.repeats > 0 {
-                let mut r = f.template.clone();
-                // The record stands for the `repeats` calls since: itself and `repeat` more.
-                r.repeat = std::mem::take(&mut f.repeats) - 1;
-                r.seq = crate::state::next_seq();
-                r.timestamp_ns = f.last_ns;
-                r.duration_ns = 0;
-                out.push(r);
-            }
-        }
+    pub fn drain(&mut self) -> Vec<Repeats> {
+        let mut out: Vec<Repeats> = self.map.values_mut().filter_map(take).collect();
         out.sort_by_key(|r| r.timestamp_ns);
         out
     }
 }
 
-fn repeat_record(f: Folded) -> Option<CallRecord> {
-    (f.repeats > 0).then(|| {
-        let mut r = f.template;
-        r.repeat = f.repeats - 1;
-        r.seq = crate::state::next_seq();
-        r.timestamp_ns = f.last_ns;
-        r.duration_ns = 0;
-        r
+/// The repeats counted for one question, if any; its counter restarts.
+fn take(f: &mut Folded) -> Option<Repeats> {
+    // The record stands for the `repeats` calls since: itself and `repeat` more.
+    let n = std::mem::take(&mut f.repeats);
+    (n > 0).then(|| Repeats {
+        template: f.template.clone(),
+        repeat: n - 1,
+        seq: crate::state::next_seq(),
+        timestamp_ns: f.last_ns,
     })
 }

@@ -154,6 +154,8 @@ pub enum Rec {
     Full(CallRecord),
     /// Built by the writer.
     Raw(RawCall),
+    /// A folded query's repeats (`fold.rs`), built by the writer.
+    Repeats(crate::fold::Repeats),
 }
 
 impl Rec {
@@ -162,6 +164,7 @@ impl Rec {
         match self {
             Rec::Full(r) => r,
             Rec::Raw(r) => r.into_record(),
+            Rec::Repeats(r) => r.into_record(),
         }
     }
 }

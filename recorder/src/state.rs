@@ -219,7 +219,7 @@ pub fn fold(key: &fold::Key, answer: &fold::Answer, now_ns: u64) -> bool {
 pub fn emit_query(rec: CallRecord, key: fold::Key, answer: fold::Answer) {
     let replaced = LOCAL.try_with(|l| l.0.folds.lock().ok().and_then(|mut f| f.remember(key, answer, &rec)));
     if let Ok(Some(repeats)) = replaced {
-        emit(repeats);
+        push(Rec::Repeats(repeats));
     }
     emit(rec);
 }
@@ -228,7 +228,7 @@ fn hand_over(b: &Batch) {
     let folded = b.folds.lock().map(|mut f| f.drain()).unwrap_or_default();
     let recs = {
         let mut v = b.recs.lock().unwrap_or_else(|e| e.into_inner());
-        v.extend(folded.into_iter().map(Rec::Full));
+        v.extend(folded.into_iter().map(Rec::Repeats));
         if v.is_empty() {
             return;
         }

@@ -128,6 +128,37 @@ fn value(v: fb::Value<'_>) -> Value {
     .unwrap_or(Value::Null)
 }
 
+type Tables<'a> = flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<fb::Value<'a>>>;
+
+/// An argument or result list: words (format 2) with the other values in `tables`, or only
+/// tables (format 1). `Err(index)` for a word naming a value `tables` does not have.
+fn values(words: Option<flatbuffers::Vector<'_, fb::Word>>, tables: Option<Tables<'_>>) -> Result<Vec<Value>, u64> {
+    let Some(words) = words else {
+        return Ok(tables.map(|v| v.iter().map(value).collect()).unwrap_or_default());
+    };
+    words
+        .iter()
+        .map(|w| {
+            let x = w.v();
+            Ok(match w.tag() {
+                1 => Value::U64(x),
+                2 => Value::I64(x as i64),
+                3 => Value::F64(f64::from_bits(x)),
+                4 => Value::DevPtr(x),
+                5 => Value::HostPtr(x),
+                6 => Value::Size(x),
+                7 => Value::Handle(HandleKind::from_u8(w.kind()), x),
+                crate::encode::WORD_OTHER => match tables {
+                    Some(t) if x < t.len() as u64 => value(t.get(x as usize)),
+                    _ => return Err(x),
+                },
+                // Null, and tags a newer minor version may add.
+                _ => Value::Null,
+            })
+        })
+        .collect()
+}
+
 /// Decode a call batch.
 pub fn decode_calls(buf: &[u8], ctx: Ctx) -> Result<Vec<CallRecord>, TraceError> {
     let batch = verify::<fb::CallBatch>(buf, ctx)?;
@@ -160,8 +191,10 @@ pub fn decode_calls(buf: &[u8], ctx: Ctx) -> Result<Vec<CallRecord>, TraceError>
             function,
             variant,
             status: r.status(),
-            args: r.args().map(|v| v.iter().map(value).collect()).unwrap_or_default(),
-            results: r.results().map(|v| v.iter().map(value).collect()).unwrap_or_default(),
+            args: values(r.arg_words(), r.args())
+                .map_err(|i| ctx.corrupt(format!("call {}: argument word names value #{i}", r.seq())))?,
+            results: values(r.result_words(), r.results())
+                .map_err(|i| ctx.corrupt(format!("call {}: result word names value #{i}", r.seq())))?,
             repeat: r.repeat(),
         });
     }

@@ -56,6 +56,60 @@ pub fn encode_meta(meta: &TraceMeta) -> Vec<u8> {
     b.finished_data().to_vec()
 }
 
+/// Tag of a [`fb::Word`] that stands for the value at index `v` of the table vector.
+pub(crate) const WORD_OTHER: u8 = 255;
+
+/// A value as an inline word, if it is one.
+fn word(v: &Value) -> Option<fb::Word> {
+    let (tag, kind, x) = match v {
+        Value::Null => (0, 0, 0),
+        Value::U64(x) => (1, 0, *x),
+        Value::I64(x) => (2, 0, *x as u64),
+        Value::F64(x) => (3, 0, x.to_bits()),
+        Value::DevPtr(x) => (4, 0, *x),
+        Value::HostPtr(x) => (5, 0, *x),
+        Value::Size(x) => (6, 0, *x),
+        Value::Handle(k, x) => (7, *k as u8, *x),
+        _ => return None,
+    };
+    Some(fb::Word::new(tag, kind, x))
+}
+
+type Words<'a> = Option<WIPOffset<flatbuffers::Vector<'a, fb::Word>>>;
+type Others<'a> = Option<WIPOffset<flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<fb::Value<'a>>>>>;
+
+/// A record's argument (or result) list as words, the values that are not words as tables.
+fn values<'a>(
+    b: &mut Fbb<'a>,
+    vals: &[Value],
+    words: &mut Vec<fb::Word>,
+    others: &mut Vec<WIPOffset<fb::Value<'static>>>,
+) -> (Words<'a>, Others<'a>) {
+    if vals.is_empty() {
+        return (None, None);
+    }
+    words.clear();
+    others.clear();
+    for v in vals {
+        match word(v) {
+            Some(w) => words.push(w),
+            None => {
+                words.push(fb::Word::new(WORD_OTHER, 0, others.len() as u64));
+                // The scratch vector outlives one record only; offsets are plain integers.
+                others.push(WIPOffset::new(value(b, v).value()));
+            }
+        }
+    }
+    let w = Some(b.create_vector(words));
+    let o = if others.is_empty() {
+        None
+    } else {
+        let offs: Vec<WIPOffset<fb::Value<'a>>> = others.iter().map(|o| WIPOffset::new(o.value())).collect();
+        Some(b.create_vector(&offs))
+    };
+    (w, o)
+}
+
 fn value<'a>(b: &mut Fbb<'a>, v: &Value) -> WIPOffset<fb::Value<'a>> {
     let (t, off): (fb::Val, WIPOffset<UnionWIPOffset>) = match v {
         Value::U64(x) => (fb::Val::U64, fb::U64::create(b, &fb::U64Args { v: *x }).as_union_value()),
@@ -136,6 +190,9 @@ pub struct CallBatchEncoder {
     name_ids: std::collections::HashMap<String, u32>,
     records: Vec<WIPOffset<fb::CallRecord<'static>>>,
     first_seq: Option<u64>,
+    /// Scratch for one record's words and other values.
+    words: Vec<fb::Word>,
+    others: Vec<WIPOffset<fb::Value<'static>>>,
 }
 
 impl Default for CallBatchEncoder {
@@ -153,6 +210,8 @@ impl CallBatchEncoder {
             name_ids: std::collections::HashMap::new(),
             records: Vec::new(),
             first_seq: None,
+            words: Vec::new(),
+            others: Vec::new(),
         }
     }
 
@@ -190,18 +249,8 @@ impl CallBatchEncoder {
         };
         self.first_seq.get_or_insert(r.seq);
         let b = &mut self.builder;
-        let args = if r.args.is_empty() {
-            None
-        } else {
-            let v: Vec<_> = r.args.iter().map(|v| value(b, v)).collect();
-            Some(b.create_vector(&v))
-        };
-        let results = if r.results.is_empty() {
-            None
-        } else {
-            let v: Vec<_> = r.results.iter().map(|v| value(b, v)).collect();
-            Some(b.create_vector(&v))
-        };
+        let (arg_words, args) = values(b, &r.args, &mut self.words, &mut self.others);
+        let (result_words, results) = values(b, &r.results, &mut self.words, &mut self.others);
         let rec = fb::CallRecord::create(
             b,
             &fb::CallRecordArgs {
@@ -218,6 +267,8 @@ impl CallBatchEncoder {
                 args,
                 results,
                 repeat: r.repeat,
+                arg_words,
+                result_words,
             },
         );
         self.records.push(rec);

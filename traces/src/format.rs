@@ -6,10 +6,11 @@ use xxhash_rust::xxh3::xxh3_64;
 
 /// The first 8 bytes of every trace file.
 pub const MAGIC: [u8; 8] = [0x89, b'G', b'L', b'T', b'R', b'\r', b'\n', 0x1a];
-/// Format major version written; readers refuse newer majors.
-pub const FORMAT_MAJOR: u16 = 1;
+/// Format major version written; readers refuse newer majors and read every older one (1.x:
+/// arguments only as tables).
+pub const FORMAT_MAJOR: u16 = 2;
 /// Format minor version written; readers accept any minor of their major.
-pub const FORMAT_MINOR: u16 = 1;
+pub const FORMAT_MINOR: u16 = 0;
 /// Size of the fixed part of the file header.
 pub const FILE_HEADER_LEN: usize = 24;
 /// Size of a chunk header.

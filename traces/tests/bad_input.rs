@@ -61,7 +61,7 @@ fn versions() {
     let mut b = vector_add_trace();
     set_version(&mut b, format::FORMAT_MAJOR + 1, 0);
     let e = read_all(&b).1.expect("error");
-    assert!(matches!(e, TraceError::UnsupportedMajor { major: 2, .. }), "{e}");
+    assert!(matches!(e, TraceError::UnsupportedMajor { major: 3, .. }), "{e}");
     assert!(e.to_string().contains("newer than this reader"));
     // Other minors of the same major are read (fields added later are ignored).
     let mut b = vector_add_trace();
@@ -232,4 +232,25 @@ fn flipping_bytes_never_panics() {
         }
         let _ = read_all(&c);
     }
+}
+
+/// Traces of format 1.x (arguments as tables only) are still read: the committed real traces
+/// were written by the 1.1 recorder.
+#[test]
+fn format_1_traces_are_read() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/traces/streams.gl");
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(u16::from_le_bytes([b[8], b[9]]), 1, "streams.gl is a format 1 trace");
+    let (ok, err) = read_all(&b);
+    assert!(err.is_none(), "{err:?}");
+    let launches: Vec<_> = ok
+        .iter()
+        .flat_map(|c| match c {
+            gpuless_traces::ChunkBody::Calls(c) => c.clone(),
+            _ => Vec::new(),
+        })
+        .filter(|c| c.function.name() == "cuLaunchKernel")
+        .collect();
+    assert!(!launches.is_empty());
+    assert!(launches.iter().all(|l| l.args.len() == 11 && matches!(l.args[9], gpuless_traces::Value::KernelParams(_))));
 }

@@ -572,6 +572,169 @@ impl<'a> ParamSlot {
 
 }
 
+/// An argument or result stored inline, without a table (format 2.0): most values are one
+/// word. tag: 0 Null, 1 U64, 2 I64, 3 F64 (bits), 4 DevPtr, 5 HostPtr, 6 Size, 7 Handle (kind:
+/// analyzer::api::HandleKind as u8); 255: any other value, `v` indexes the record's `args`
+/// (or `results`) vector.
+// struct Word, aligned to 8
+#[repr(transparent)]
+#[derive(Clone, Copy, PartialEq)]
+pub struct Word(pub [u8; 16]);
+impl Default for Word { 
+  fn default() -> Self { 
+    Self([0; 16])
+  }
+}
+impl ::core::fmt::Debug for Word {
+  fn fmt(&self, f: &mut ::core::fmt::Formatter) -> ::core::fmt::Result {
+    f.debug_struct("Word")
+      .field("tag", &self.tag())
+      .field("kind", &self.kind())
+      .field("v", &self.v())
+      .finish()
+  }
+}
+
+impl ::flatbuffers::SimpleToVerifyInSlice for Word {}
+impl<'a> ::flatbuffers::Follow<'a> for Word {
+  type Inner = &'a Word;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    unsafe { <&'a Word>::follow(buf, loc) }
+  }
+}
+impl<'a> ::flatbuffers::Follow<'a> for &'a Word {
+  type Inner = &'a Word;
+  #[inline]
+  unsafe fn follow(buf: &'a [u8], loc: usize) -> Self::Inner {
+    unsafe { ::flatbuffers::follow_cast_ref::<Word>(buf, loc) }
+  }
+}
+impl<'b> ::flatbuffers::Push for Word {
+    type Output = Word;
+    #[inline]
+    unsafe fn push(&self, dst: &mut [u8], _written_len: usize) {
+        let src = unsafe { ::core::slice::from_raw_parts(self as *const Word as *const u8, <Self as ::flatbuffers::Push>::size()) };
+        dst.copy_from_slice(src);
+    }
+    #[inline]
+    fn alignment() -> ::flatbuffers::PushAlignment {
+        ::flatbuffers::PushAlignment::new(8)
+    }
+}
+
+impl<'a> ::flatbuffers::Verifiable for Word {
+  #[inline]
+  fn run_verifier(
+    v: &mut ::flatbuffers::Verifier, pos: usize
+  ) -> Result<(), ::flatbuffers::InvalidFlatbuffer> {
+    v.in_buffer::<Self>(pos)
+  }
+}
+
+impl<'a> Word {
+  #[allow(clippy::too_many_arguments)]
+  pub fn new(
+    tag: u8,
+    kind: u8,
+    v: u64,
+  ) -> Self {
+    let mut s = Self([0; 16]);
+    s.set_tag(tag);
+    s.set_kind(kind);
+    s.set_v(v);
+    s
+  }
+
+  pub fn tag(&self) -> u8 {
+    let mut mem = ::core::mem::MaybeUninit::<<u8 as ::flatbuffers::EndianScalar>::Scalar>::uninit();
+    // Safety:
+    // Created from a valid Table for this object
+    // Which contains a valid value in this slot
+    ::flatbuffers::EndianScalar::from_little_endian(unsafe {
+      ::core::ptr::copy_nonoverlapping(
+        self.0[0..].as_ptr(),
+        mem.as_mut_ptr() as *mut u8,
+        ::core::mem::size_of::<<u8 as ::flatbuffers::EndianScalar>::Scalar>(),
+      );
+      mem.assume_init()
+    })
+  }
+
+  pub fn set_tag(&mut self, x: u8) {
+    let x_le = ::flatbuffers::EndianScalar::to_little_endian(x);
+    // Safety:
+    // Created from a valid Table for this object
+    // Which contains a valid value in this slot
+    unsafe {
+      ::core::ptr::copy_nonoverlapping(
+        &x_le as *const _ as *const u8,
+        self.0[0..].as_mut_ptr(),
+        ::core::mem::size_of::<<u8 as ::flatbuffers::EndianScalar>::Scalar>(),
+      );
+    }
+  }
+
+  pub fn kind(&self) -> u8 {
+    let mut mem = ::core::mem::MaybeUninit::<<u8 as ::flatbuffers::EndianScalar>::Scalar>::uninit();
+    // Safety:
+    // Created from a valid Table for this object
+    // Which contains a valid value in this slot
+    ::flatbuffers::EndianScalar::from_little_endian(unsafe {
+      ::core::ptr::copy_nonoverlapping(
+        self.0[1..].as_ptr(),
+        mem.as_mut_ptr() as *mut u8,
+        ::core::mem::size_of::<<u8 as ::flatbuffers::EndianScalar>::Scalar>(),
+      );
+      mem.assume_init()
+    })
+  }
+
+  pub fn set_kind(&mut self, x: u8) {
+    let x_le = ::flatbuffers::EndianScalar::to_little_endian(x);
+    // Safety:
+    // Created from a valid Table for this object
+    // Which contains a valid value in this slot
+    unsafe {
+      ::core::ptr::copy_nonoverlapping(
+        &x_le as *const _ as *const u8,
+        self.0[1..].as_mut_ptr(),
+        ::core::mem::size_of::<<u8 as ::flatbuffers::EndianScalar>::Scalar>(),
+      );
+    }
+  }
+
+  pub fn v(&self) -> u64 {
+    let mut mem = ::core::mem::MaybeUninit::<<u64 as ::flatbuffers::EndianScalar>::Scalar>::uninit();
+    // Safety:
+    // Created from a valid Table for this object
+    // Which contains a valid value in this slot
+    ::flatbuffers::EndianScalar::from_little_endian(unsafe {
+      ::core::ptr::copy_nonoverlapping(
+        self.0[8..].as_ptr(),
+        mem.as_mut_ptr() as *mut u8,
+        ::core::mem::size_of::<<u64 as ::flatbuffers::EndianScalar>::Scalar>(),
+      );
+      mem.assume_init()
+    })
+  }
+
+  pub fn set_v(&mut self, x: u64) {
+    let x_le = ::flatbuffers::EndianScalar::to_little_endian(x);
+    // Safety:
+    // Created from a valid Table for this object
+    // Which contains a valid value in this slot
+    unsafe {
+      ::core::ptr::copy_nonoverlapping(
+        &x_le as *const _ as *const u8,
+        self.0[8..].as_mut_ptr(),
+        ::core::mem::size_of::<<u64 as ::flatbuffers::EndianScalar>::Scalar>(),
+      );
+    }
+  }
+
+}
+
 pub enum KeyValueOffset {}
 #[derive(Copy, Clone, PartialEq)]
 
@@ -3275,6 +3438,8 @@ impl<'a> CallRecord<'a> {
   pub const VT_ARGS: ::flatbuffers::VOffsetT = 24;
   pub const VT_RESULTS: ::flatbuffers::VOffsetT = 26;
   pub const VT_REPEAT: ::flatbuffers::VOffsetT = 28;
+  pub const VT_ARG_WORDS: ::flatbuffers::VOffsetT = 30;
+  pub const VT_RESULT_WORDS: ::flatbuffers::VOffsetT = 32;
 
   #[inline]
   pub unsafe fn init_from_table(table: ::flatbuffers::Table<'a>) -> Self {
@@ -3291,6 +3456,8 @@ impl<'a> CallRecord<'a> {
     builder.add_timestamp_ns(args.timestamp_ns);
     builder.add_thread(args.thread);
     builder.add_seq(args.seq);
+    if let Some(x) = args.result_words { builder.add_result_words(x); }
+    if let Some(x) = args.arg_words { builder.add_arg_words(x); }
     builder.add_repeat(args.repeat);
     if let Some(x) = args.results { builder.add_results(x); }
     if let Some(x) = args.args { builder.add_args(x); }
@@ -3398,6 +3565,23 @@ impl<'a> CallRecord<'a> {
     // which contains a valid value in this slot
     unsafe { self._tab.get::<u32>(CallRecord::VT_REPEAT, Some(0)).unwrap()}
   }
+  /// Format 2.0: the arguments, in order, when present (`args` then holds only the values
+  /// that are not words, indexed by their tag-255 words).
+  #[inline]
+  pub fn arg_words(&self) -> Option<::flatbuffers::Vector<'a, Word>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, Word>>>(CallRecord::VT_ARG_WORDS, None)}
+  }
+  /// Format 2.0: the results, as `arg_words`.
+  #[inline]
+  pub fn result_words(&self) -> Option<::flatbuffers::Vector<'a, Word>> {
+    // Safety:
+    // Created from valid Table for this object
+    // which contains a valid value in this slot
+    unsafe { self._tab.get::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'a, Word>>>(CallRecord::VT_RESULT_WORDS, None)}
+  }
 }
 
 impl ::flatbuffers::Verifiable for CallRecord<'_> {
@@ -3419,6 +3603,8 @@ impl ::flatbuffers::Verifiable for CallRecord<'_> {
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Value>>>>("args", Self::VT_ARGS, false)?
      .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, ::flatbuffers::ForwardsUOffset<Value>>>>("results", Self::VT_RESULTS, false)?
      .visit_field::<u32>("repeat", Self::VT_REPEAT, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, Word>>>("arg_words", Self::VT_ARG_WORDS, false)?
+     .visit_field::<::flatbuffers::ForwardsUOffset<::flatbuffers::Vector<'_, Word>>>("result_words", Self::VT_RESULT_WORDS, false)?
      .finish();
     Ok(())
   }
@@ -3437,6 +3623,8 @@ pub struct CallRecordArgs<'a> {
     pub args: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Value<'a>>>>>,
     pub results: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, ::flatbuffers::ForwardsUOffset<Value<'a>>>>>,
     pub repeat: u32,
+    pub arg_words: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, Word>>>,
+    pub result_words: Option<::flatbuffers::WIPOffset<::flatbuffers::Vector<'a, Word>>>,
 }
 impl<'a> Default for CallRecordArgs<'a> {
   #[inline]
@@ -3455,6 +3643,8 @@ impl<'a> Default for CallRecordArgs<'a> {
       args: None,
       results: None,
       repeat: 0,
+      arg_words: None,
+      result_words: None,
     }
   }
 }
@@ -3517,6 +3707,14 @@ impl<'a: 'b, 'b, A: ::flatbuffers::Allocator + 'a> CallRecordBuilder<'a, 'b, A> 
     self.fbb_.push_slot::<u32>(CallRecord::VT_REPEAT, repeat, 0);
   }
   #[inline]
+  pub fn add_arg_words(&mut self, arg_words: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , Word>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(CallRecord::VT_ARG_WORDS, arg_words);
+  }
+  #[inline]
+  pub fn add_result_words(&mut self, result_words: ::flatbuffers::WIPOffset<::flatbuffers::Vector<'b , Word>>) {
+    self.fbb_.push_slot_always::<::flatbuffers::WIPOffset<_>>(CallRecord::VT_RESULT_WORDS, result_words);
+  }
+  #[inline]
   pub fn new(_fbb: &'b mut ::flatbuffers::FlatBufferBuilder<'a, A>) -> CallRecordBuilder<'a, 'b, A> {
     let start = _fbb.start_table();
     CallRecordBuilder {
@@ -3547,6 +3745,8 @@ impl ::core::fmt::Debug for CallRecord<'_> {
       ds.field("args", &self.args());
       ds.field("results", &self.results());
       ds.field("repeat", &self.repeat());
+      ds.field("arg_words", &self.arg_words());
+      ds.field("result_words", &self.result_words());
       ds.finish()
   }
 }

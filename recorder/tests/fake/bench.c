@@ -1,0 +1,49 @@
+/* Recorder cost per "inference" on the fake driver: the call mix PyTorch's ResNet-50 makes per
+ * inference (measured: ~1,250 repeated queries over a few hundred distinct questions, ~220
+ * launches, one synchronization). Prints ns per inference, per launch and per query.
+ *   bench [INFERENCES]   (LD_LIBRARY_PATH must find the fake libcuda.so.1) */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef int (*gpa_t)(const char *, void **, int, uint64_t, int *);
+static gpa_t gpa;
+static void *get(const char *name) {
+  void *p = 0; int st = 0;
+  if (gpa(name, &p, 13000, 0, &st) || !p) { fprintf(stderr, "no %s\n", name); exit(3); }
+  return p; }
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e9 + t.tv_nsec; }
+
+int main(int argc, char **argv) {
+  int n = argc > 1 ? atoi(argv[1]) : 2000;
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 2; }
+  gpa = (gpa_t)dlsym(lib, "cuGetProcAddress_v2");
+  int (*init)(unsigned) = get("cuInit");
+  int (*alloc)(uint64_t *, size_t) = get("cuMemAlloc");
+  int (*load)(void **, const void *) = get("cuModuleLoadData");
+  int (*getf)(void **, void *, const char *) = get("cuModuleGetFunction");
+  int (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                void **, void **) = get("cuLaunchKernel");
+  int (*attr)(int *, int, int) = get("cuDeviceGetAttribute");
+  int (*cur)(void **) = get("cuCtxGetCurrent");
+  int (*sync)(void *) = get("cuStreamSynchronize");
+  static const char ptx[] = ".version 9.0\n.target sm_90\n.address_size 64\n";
+  uint64_t d; void *mod, *fn, *c;
+  if (init(0) || alloc(&d, 256) || load(&mod, ptx) || getf(&fn, mod, "scale")) return 4;
+  float k = 2.5f; int cnt = 64; void *params[] = {&d, &k, &cnt};
+  double t0 = now();
+  for (int it = 0; it < n; it++) {
+    for (int l = 0; l < 220; l++) {
+      for (int q = 0; q < 5; q++) { int v; attr(&v, (l * 5 + q) % 300, 0); }
+      cur(&c);
+      launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0);
+    }
+    sync(0);
+  }
+  double t = (now() - t0) / n;
+  printf("ns_per_inference=%.0f (220 launches, 1320 queries, 1 sync)\n", t);
+  return 0;
+}
