@@ -14,7 +14,8 @@
 #   3. recorder: each test program (testdata/cuda, testdata/cuda/suite, built here) and workload
 #      (ResNet-50, testdata/workloads/bert.py and tiny.py) natively and under `gpuless record`:
 #      same output (JSON-printing ones: same checksum); recorded/native ratios in report.md.
-#   4. replayer: every trace of section 3 (and the committed ones) replayed and verified.
+#   4. replayer: every trace of section 3 (and the committed ones) replayed and verified; bad
+#      input (scripts/gpu-suite-bad-input.sh): arena range taken, a 200 GiB trace, sm_100 code.
 #   5. devices: `gpuless devices` against `nvidia-smi mig -lgip` (read-only).
 # Every run of sections 3 and 4 is limited to $GPULESS_CHECK_TIMEOUT seconds (default 300).
 # The small traces of streams and tiny travel back inside details.tgz (traces/NAME.trace).
@@ -332,6 +333,13 @@ if [[ -f scripts/gpu-suite-partitions.sh && -f $out/resnet50_once.gl ]]; then
   while IFS='|' read -r a b c; do row "partitions: ${a#SUITE-ROW }" "$b" "$c"; done < <(grep '^SUITE-ROW ' "$out/partitions.txt")
   grep -q '^SUITE-ROW ' "$out/partitions.txt" || row "partitions" FAIL "rc=$prc $(tail -n 2 "$out/partitions.txt" | tr '\n' ' ')"
   cp "$out/partitions.txt" "$final/"
+fi
+# Issue 5: bad input on the GPU: the arena's range taken, a trace larger than the GPU, code for
+# another GPU (scripts/gpu-suite-bad-input.sh; the suite programs include libblock_arena.so).
+if [[ -f scripts/gpu-suite-bad-input.sh ]]; then
+  bash scripts/gpu-suite-bad-input.sh "$bin" "$suite_bin" "$out" "$out/bad-input" >"$out/bad-input.txt" 2>&1
+  while IFS='|' read -r a b c; do row "${a#SUITE-ROW }" "$b" "$c"; done < <(grep '^SUITE-ROW ' "$out/bad-input.txt")
+  grep -q '^SUITE-ROW ' "$out/bad-input.txt" || row "bad input" FAIL "$(tail -n 2 "$out/bad-input.txt" | tr '\n' ' ')"
 fi
 for f in replay-resnet50.json replay-resnet50.err; do [[ -f $out/$f ]] && cp "$out/$f" "$final/"; done
 

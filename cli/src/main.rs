@@ -4,8 +4,8 @@
 //! and exit codes. The work itself lives in the library crates (`gpuless-fatbin`,
 //! `gpuless-analyzer`, `gpuless-traces`).
 //!
-//! Exit codes: 0 success, 2 bad input or failure (the message names the file and offset),
-//! 3 verification mismatch.
+//! Exit codes: 0 success, 2 bad input or failure (the message names the file and offset, or the
+//! call), 3 verification mismatch.
 
 mod analyze_binary;
 mod analyze_trace;
@@ -79,6 +79,10 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// Replay a damaged or truncated trace up to its first damaged chunk (a recording killed
+        /// while writing) instead of refusing it; what was lost is reported.
+        #[arg(long)]
+        partial: bool,
         /// Hot replay: set-up once (code, allocations, uploads before the first launch), then
         /// the rest of the trace once to warm up and N more times, each timed.
         #[arg(long, value_name = "N", default_value_t = 0, conflicts_with = "dry_run")]
@@ -170,6 +174,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             no_verify,
             dry_run,
             json,
+            partial,
             iterations,
             mig,
             create,
@@ -178,10 +183,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             mig_created,
         } => {
             if dry_run {
-                replay::dry_run(&trace, json)
+                replay::dry_run(&trace, json, partial)
             } else {
                 let part = partition::PartitionArgs { mig, create, emulate, exact_sms, created: mig_created };
-                replay::run(&trace, no_verify, iterations, json, &part)
+                let opts = replay::RunOptions { no_verify, iterations, json, partial };
+                replay::run(&trace, &opts, &part)
             }
         }
         Command::Devices { json } => devices::run(json).map(|()| ExitCode::SUCCESS),

@@ -256,13 +256,8 @@ pub fn init(prepared: &Prepared) -> anyhow::Result<(Device, PartitionLabel, Opti
 /// 0, replays in a child `gpuless replay --mig MIG-<uuid>` (with the same `--json`, `--no-verify`
 /// and `--iterations`), destroys both instances, and returns the child's exit code (an error when
 /// the instances could not be destroyed).
-pub fn run_created(
-    path: &Path,
-    no_verify: bool,
-    iterations: u32,
-    json: bool,
-    args: &PartitionArgs,
-) -> anyhow::Result<ExitCode> {
+pub fn run_created(path: &Path, opts: &crate::replay::RunOptions, args: &PartitionArgs) -> anyhow::Result<ExitCode> {
+    let crate::replay::RunOptions { no_verify, iterations, json, partial } = *opts;
     let mig = args.mig.as_deref().ok_or_else(|| anyhow!("--create needs --mig PROFILE"))?;
     if is_mig_uuid(mig) {
         return Err(anyhow!("--create needs a profile (like 3g.71gb), not a MIG device UUID"));
@@ -277,6 +272,9 @@ pub fn run_created(
         }
         if no_verify {
             cmd.arg("--no-verify");
+        }
+        if partial {
+            cmd.arg("--partial");
         }
         if iterations > 0 {
             cmd.arg("--iterations").arg(iterations.to_string());

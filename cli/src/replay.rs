@@ -6,27 +6,40 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use gpuless_replayer::replay::dryrun::dry_run as check_trace;
-use gpuless_replayer::replay::{load, replay_on, Options};
+use gpuless_replayer::replay::{load, load_partial, replay_on, LoadedTrace, Options};
 
 use crate::partition::{self, PartitionArgs};
 
+/// What `gpuless replay` was asked for, besides the trace and the partition.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// Skip comparing device-to-host results.
+    pub no_verify: bool,
+    /// Hot replay iterations (0: replay once).
+    pub iterations: u32,
+    /// Print JSON.
+    pub json: bool,
+    /// Replay a damaged trace up to the damage.
+    pub partial: bool,
+}
+
+/// Reads the trace: whole, or up to its first damage with `partial`.
+fn read(path: &Path, partial: bool) -> anyhow::Result<LoadedTrace> {
+    Ok(if partial { load_partial(path)? } else { load(path)? })
+}
+
 /// Replays `path` on the whole GPU or the partition `part` asks for; exit code 3 when a
 /// device-to-host result differs from the recording.
-pub fn run(
-    path: &Path,
-    no_verify: bool,
-    iterations: u32,
-    json: bool,
-    part: &PartitionArgs,
-) -> anyhow::Result<ExitCode> {
+pub fn run(path: &Path, opts: &RunOptions, part: &PartitionArgs) -> anyhow::Result<ExitCode> {
+    let RunOptions { no_verify, iterations, json, partial } = *opts;
     if part.create {
-        return partition::run_created(path, no_verify, iterations, json, part);
+        return partition::run_created(path, opts, part);
     }
     // Before the driver starts: a MIG target sets CUDA_VISIBLE_DEVICES here.
     let prepared = partition::prepare(part)?;
     // Driver initialization and trace reading are independent: do them at the same time.
     let device = std::thread::spawn(move || partition::init(&prepared));
-    let trace = load(path)?;
+    let trace = read(path, partial)?;
     let (device, label, memory_limit) =
         device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))??;
     let r = replay_on(device, &trace, Options { no_verify, memory_limit, iterations })
@@ -94,8 +107,8 @@ pub fn run(
 }
 
 /// `--dry-run`: checks `path` without a GPU; exit code 2 when a call could not be replayed.
-pub fn dry_run(path: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let trace = load(path)?;
+pub fn dry_run(path: &Path, json: bool, partial: bool) -> anyhow::Result<ExitCode> {
+    let trace = read(path, partial)?;
     let r = check_trace(&trace);
     if json {
         println!("{}", serde_json::to_string_pretty(&r)?);

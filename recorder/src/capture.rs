@@ -156,6 +156,7 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
             kernel_node(ty, v)
         },
         ArgKind::Struct(ty) if Dims::of(ty).is_some() => unsafe { copy_nd(ty, v) },
+        ArgKind::Struct(ty) if structs::is_tagged(ty) => unsafe { tagged(f, a, ty, v, raw) },
         ArgKind::Struct(ty) => unsafe { struct_bytes(ty, v, 1) },
         ArgKind::Structs { ty, count_arg } => {
             let n = raw.get(count_arg as usize).copied().unwrap_or(0) as usize;
@@ -205,7 +206,9 @@ unsafe fn output(f: &ApiFunction, a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -
             };
             unsafe { struct_bytes(ty, p, (n as usize).min(MAX_ELEMS)) }
         }
-        ArgKind::Scalar | ArgKind::Flags | ArgKind::Enum | ArgKind::Count => match prim {
+        // C enums are int-sized, whatever their type name suggests to `prim`.
+        ArgKind::Enum => Value::U64(read_u32()),
+        ArgKind::Scalar | ArgKind::Flags | ArgKind::Count => match prim {
             Prim::PtrF32 => Value::F64(f32::from_bits(read_u32() as u32) as f64),
             Prim::PtrF64 => Value::F64(f64::from_bits(read_u64())),
             Prim::PtrI32 => Value::I64(read_i32()),
@@ -464,6 +467,20 @@ unsafe fn kernel_node(ty: &str, p: u64) -> Value {
     // SAFETY: as for a launch's `extra`.
     let extra = unsafe { extra(k.extra) };
     Value::List(vec![s, params, extra])
+}
+
+/// A tagged union (`CUgraphNodeParams`): `[union bytes, member]` when the member its tag selects
+/// leads to more bytes (a kernel node's parameters, a copy's host rows), the member captured as
+/// that struct is when it is an argument of its own (`structs::embedded`); else the bytes alone.
+unsafe fn tagged(f: &ApiFunction, a: &ApiArg, ty: &'static str, p: u64, raw: &[u64]) -> Value {
+    // SAFETY: the driver reads this struct.
+    let s = unsafe { struct_bytes(ty, p, 1) };
+    let Value::Bytes(b) = &s else { return s };
+    let Some(m) = structs::embedded(ty, b) else { return s };
+    let member = ApiArg { kind: ArgKind::Struct(m.c_struct), ..*a };
+    // SAFETY: the member lies inside the struct the driver reads.
+    let v = unsafe { input(f, &member, Prim::Word, p + m.at as u64, raw) };
+    Value::List(vec![s, v])
 }
 
 type PointerGetAttribute = unsafe extern "C" fn(*mut c_void, u32, u64) -> u32;

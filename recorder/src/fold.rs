@@ -58,6 +58,7 @@ fn make_plan(f: &ApiFunction) -> Option<Plan> {
             Direction::Out => {
                 let width = match (a.kind, prim(a.c_type)) {
                     (ArgKind::HostBuf(_) | ArgKind::Struct(_) | ArgKind::Structs { .. }, _) => return None,
+                    (ArgKind::Enum, _) => 4,
                     (_, Prim::PtrI32 | Prim::PtrU32 | Prim::PtrF32) => 4,
                     (_, Prim::PtrU64 | Prim::PtrF64 | Prim::PtrPtr) => 8,
                     _ => return None,

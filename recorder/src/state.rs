@@ -47,6 +47,7 @@ pub fn diag() -> Diag {
     *D.get_or_init(|| match std::env::var(ENV_DIAG).as_deref() {
         Ok("hooks") => Diag::HooksOnly,
         Ok("nowrite") => Diag::NoWrite,
+
         _ => Diag::Off,
     })
 }
@@ -154,6 +155,26 @@ struct Batch {
 /// Records per hand-over.
 const BATCH: usize = 512;
 
+/// Emptied batch vectors the writer gave back: a thread refills warm memory instead of fresh.
+static SPARE: Mutex<Vec<Vec<Rec>>> = Mutex::new(Vec::new());
+/// Most spare vectors kept.
+const SPARE_MAX: usize = 16;
+
+fn spare() -> Vec<Rec> {
+    SPARE.lock().ok().and_then(|mut s| s.pop()).unwrap_or_else(|| Vec::with_capacity(BATCH))
+}
+
+/// Builds the records of a batch (on the writer thread) and keeps the emptied vector.
+fn build(mut recs: Vec<Rec>) -> Vec<CallRecord> {
+    let out = recs.drain(..).map(Rec::into_record).collect();
+    if let Ok(mut s) = SPARE.lock() {
+        if s.len() < SPARE_MAX {
+            s.push(recs);
+        }
+    }
+    out
+}
+
 /// Every thread's batch, so the end of the recording can collect them all.
 static BATCHES: Mutex<Vec<Arc<Batch>>> = Mutex::new(Vec::new());
 
@@ -232,7 +253,7 @@ fn hand_over(b: &Batch) {
         if v.is_empty() {
             return;
         }
-        std::mem::replace(&mut *v, Vec::with_capacity(BATCH))
+        std::mem::replace(&mut *v, spare())
     };
     send(recs);
 }
@@ -244,7 +265,7 @@ fn send(recs: Vec<Rec>) {
     if let Ok(s) = SINK.read() {
         match &*s {
             Sink::Open(w) => {
-                if let Err(e) = w.records_with(move || recs.into_iter().map(Rec::into_record).collect()) {
+                if let Err(e) = w.records_with(move || build(recs)) {
                     drop(s);
                     fail(&format!("trace writer: {e}"));
                 }
@@ -258,7 +279,7 @@ fn send(recs: Vec<Rec>) {
         match &mut *s {
             Sink::Pending(pending, _) => pending.extend(recs.into_iter().map(Rec::into_record)),
             Sink::Open(w) => {
-                let _ = w.records_with(move || recs.into_iter().map(Rec::into_record).collect());
+                let _ = w.records_with(move || build(recs));
             }
             Sink::Closed => {}
         }

@@ -458,6 +458,31 @@ fn h200_graph_texture_and_globals_traces_are_consistent() {
     }
     let captured = of(&g, "cuMemcpyDtoHAsync");
     assert!(matches!(captured[0].results[0], Value::Digest(_)), "hashed at the first synchronization after launch 1");
+    // cudaGraphAddNode (twice: memcpy, memset, kernel): the tagged union's bytes, followed by the
+    // member the recorder follows (kernel parameters; the copy struct and its host source).
+    let generic = of(&g, "cuGraphAddNode");
+    assert_eq!(generic.len(), 6);
+    let types: Vec<u32> = generic
+        .iter()
+        .map(|n| match arg_of(n, "nodeParams") {
+            Value::List(items) => match &items[0] {
+                Value::Bytes(b) => u32::from_le_bytes(b[0..4].try_into().unwrap()),
+                other => panic!("{other:?}"),
+            },
+            Value::Bytes(b) => u32::from_le_bytes(b[0..4].try_into().unwrap()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(types, [1, 2, 0, 1, 2, 0], "memcpy, memset, kernel; twice");
+    let Value::List(kernel) = arg_of(&generic[2], "nodeParams") else { panic!() };
+    let Value::List(member) = &kernel[1] else { panic!("{kernel:?}") };
+    assert!(matches!(&member[1], Value::KernelParams(kp) if kp.layout.len() == 3), "{member:?}");
+    let Value::List(memcpy) = arg_of(&generic[0], "nodeParams") else { panic!() };
+    assert!(matches!(&memcpy[1], Value::List(c) if matches!(&c[0], Value::Bytes(b) if b.len() == 200)), "{memcpy:?}");
+    assert!(matches!(arg_of(&generic[1], "nodeParams"), Value::Bytes(b) if b.len() == 256));
+    for name in ["cuStreamBeginCaptureToGraph", "cuGraphExecUpdate", "cuGraphExecKernelNodeSetParams"] {
+        assert!(!of(&g, name).is_empty(), "{name}");
+    }
     let t = real("texture.gl");
     let copies = of(&t, "cuMemcpy3D");
     assert!(matches!(arg_of(&copies[0], "pCopy"), Value::List(items) if matches!(items[1], Value::Blob(_))));
@@ -479,6 +504,14 @@ fn h200_traces_broken_are_caught() {
     g.calls[i].args[a] = items[0].clone();
     let r = dry_run(&g);
     assert!(first(&r).contains("cuGraphAddKernelNode") && first(&r).contains("not recorded"), "{r:?}");
+    // A generic kernel node with the union's bytes alone.
+    let mut g = real("graph.gl");
+    let i = g.calls.iter().position(|c| c.function.name() == "cuGraphAddNode" && matches!(arg_of(c, "nodeParams"), Value::List(l) if matches!(&l[1], Value::List(m) if matches!(m.get(1), Some(Value::KernelParams(_)))))).unwrap();
+    let a = g.calls[i].function.api().unwrap().args.iter().position(|a| a.name == "nodeParams").unwrap();
+    let Value::List(items) = g.calls[i].args[a].clone() else { panic!() };
+    g.calls[i].args[a] = items[0].clone();
+    let r = dry_run(&g);
+    assert!(first(&r).contains("cuGraphAddNode") && first(&r).contains("not recorded"), "{r:?}");
     // The capture's stream never created.
     let mut g = real("graph.gl");
     let i = pos(&g, "cuStreamCreate");
@@ -500,4 +533,143 @@ fn h200_traces_broken_are_caught() {
     gl.blobs.get_mut(&b.hash).unwrap().fill(0);
     let r = dry_run(&gl);
     assert!(r.violations.iter().any(|v| v.contains("outside every live allocation")), "{r:?}");
+}
+
+/// `CUgraphNodeParams` bytes of node type `ty`, with `member` written at the union (offset 16).
+fn node_union(ty: u32, member: &[u8]) -> Vec<u8> {
+    let mut b = vec![0u8; structs::NODE_PARAMS_SIZE];
+    b[0..4].copy_from_slice(&ty.to_le_bytes());
+    b[16..16 + member.len()].copy_from_slice(member);
+    b
+}
+
+/// A memset node of `width` 4-byte elements at `dst`.
+fn memset_union(dst: u64, width: u64) -> Value {
+    let mut m = vec![0u8; 48];
+    m[0..8].copy_from_slice(&dst.to_le_bytes());
+    m[8..16].copy_from_slice(&(width * 4).to_le_bytes()); // pitch
+    m[20..24].copy_from_slice(&4u32.to_le_bytes()); // elementSize
+    m[24..32].copy_from_slice(&width.to_le_bytes());
+    m[32..40].copy_from_slice(&1u64.to_le_bytes()); // height
+    Value::Bytes(node_union(2, &m))
+}
+
+/// graph.cu's second part: nodes added with cuGraphAddNode (kernel, memset, memcpy, empty, event
+/// record), a kernel captured into the same graph with cuStreamBeginCaptureToGraph, the graph
+/// instantiated, updated with cuGraphExecUpdate and launched.
+fn generic_node_trace() -> Builder {
+    use HandleKind::{Event, Graph, GraphExec, GraphNode, Stream};
+    let mut b = graph_trace();
+    let s = h(Stream, STREAM);
+    let g = h(Graph, 0x102);
+    let add = |b: &mut Builder, version: u8, deps: &[u64], params: Value, node: u64| {
+        let mut args = vec![("hGraph", g.clone()), ("numDependencies", Value::U64(deps.len() as u64))];
+        if !deps.is_empty() {
+            args.push(("dependencies", nodes(deps)));
+        }
+        args.push(("nodeParams", params));
+        b.call("cuGraphAddNode", version, &args, &[("phGraphNode", h(GraphNode, node))]);
+    };
+    let kernel = Value::List(vec![Value::Bytes(node_union(0, &node_struct(KERNEL))), node_params(KERNEL, BUF)]);
+    let Value::List(copy) = copy3d_d2d(OUT, BUF, 4096) else { unreachable!() };
+    let Value::Bytes(copy_struct) = &copy[0] else { unreachable!() };
+    let mut memcpy_member = vec![0u8; 16];
+    memcpy_member.extend_from_slice(copy_struct);
+    let memcpy = Value::List(vec![Value::Bytes(node_union(1, &memcpy_member)), Value::List(copy.clone())]);
+    b.call("cuEventCreate", 1, &[("Flags", Value::U64(0))], &[("phEvent", h(Event, 0x600))]).call(
+        "cuGraphCreate",
+        1,
+        &[("flags", Value::U64(0))],
+        &[("phGraph", g.clone())],
+    );
+    add(&mut b, 2, &[], kernel, 0x310);
+    add(&mut b, 2, &[0x310], memset_union(BUF, 1024), 0x311);
+    add(&mut b, 1, &[0x311], memcpy, 0x312);
+    add(&mut b, 2, &[0x312], Value::Bytes(node_union(5, &[])), 0x313);
+    add(&mut b, 2, &[0x313], Value::Bytes(node_union(7, &0x600u64.to_le_bytes())), 0x314);
+    b.call(
+        "cuStreamBeginCaptureToGraph",
+        1,
+        &[
+            ("hStream", s.clone()),
+            ("hGraph", g.clone()),
+            ("dependencies", nodes(&[0x314])),
+            ("dependencyData", Value::Bytes(vec![0; 8])),
+            ("numDependencies", Value::U64(1)),
+            ("mode", Value::U64(0)),
+        ],
+        &[],
+    )
+    .call(
+        "cuLaunchKernel",
+        1,
+        &[("f", h(HandleKind::Function, KERNEL)), ("hStream", s.clone()), ("kernelParams", params(OUT))],
+        &[],
+    )
+    .call("cuStreamEndCapture", 1, &[("hStream", s.clone())], &[("phGraph", g.clone())])
+    .call("cuGraphInstantiateWithFlags", 1, &[("hGraph", g.clone())], &[("phGraphExec", h(GraphExec, 0x202))])
+    .call("cuGraphExecUpdate", 2, &[("hGraphExec", h(GraphExec, 0x202)), ("hGraph", g.clone())], &[])
+    .call("cuGraphExecUpdate", 1, &[("hGraphExec", h(GraphExec, 0x202)), ("hGraph", g)], &[])
+    .call("cuGraphLaunch", 1, &[("hGraphExec", h(GraphExec, 0x202)), ("hStream", s)], &[]);
+    b
+}
+
+#[test]
+fn generic_nodes_capture_into_a_graph_and_exec_updates_are_modelled() {
+    let base = generic_node_trace();
+    let r = dry_run(&base.trace());
+    assert_eq!(r.violation_count, 0, "{:?}", r.violations);
+    assert!(r.checked >= dry_run(&graph_trace().trace()).checked + 12, "{r:?}");
+
+    let nth = |b: &Builder, name: &str, n: usize| {
+        b.calls.iter().enumerate().filter(|(_, c)| c.function.name() == name).nth(n).map(|(i, _)| i).unwrap()
+    };
+    let set = |b: &mut Builder, i: usize, arg: &str, v: Value| {
+        let a = b.calls[i].function.api().unwrap().args.iter().position(|a| a.name == arg).unwrap();
+        b.calls[i].args[a] = v;
+    };
+    let broken = |n: usize, arg: &str, v: Value| {
+        let mut t = generic_node_trace();
+        let i = nth(&t, "cuGraphAddNode", n);
+        set(&mut t, i, arg, v);
+        dry_run(&t.trace())
+    };
+
+    // Node types a replay cannot execute are named.
+    let r = broken(1, "nodeParams", Value::Bytes(node_union(3, &[])));
+    assert!(first(&r).contains("cuGraphAddNode") && first(&r).contains("host node"), "{r:?}");
+    let r = broken(1, "nodeParams", Value::Bytes(node_union(10, &[])));
+    assert!(first(&r).contains("memory allocation node"), "{r:?}");
+    // A memset node past its allocation (4 MiB into 1 MiB).
+    let r = broken(1, "nodeParams", memset_union(BUF, 1 << 20));
+    assert!(first(&r).contains("memset node") && first(&r).contains("outside every live allocation"), "{r:?}");
+    // A kernel node whose parameters were not followed (the union's bytes alone).
+    let r = broken(0, "nodeParams", Value::Bytes(node_union(0, &node_struct(KERNEL))));
+    assert!(first(&r).contains("cuGraphAddNode") && first(&r).contains("not recorded"), "{r:?}");
+    // A kernel node of a kernel never loaded.
+    let k = Value::List(vec![Value::Bytes(node_union(0, &node_struct(0x9999))), node_params(0x9999, BUF)]);
+    assert!(first(&broken(0, "nodeParams", k)).contains("never loaded"));
+    // A memcpy node whose member reaches past the allocation.
+    let Value::List(copy) = copy3d_d2d(OUT, BUF, 2 << 20) else { unreachable!() };
+    let m = Value::List(vec![Value::Bytes(node_union(1, &[])), Value::List(copy)]);
+    assert!(first(&broken(2, "nodeParams", m)).contains("outside every live allocation"));
+    // An event record node of an unknown event; a dependency on an unknown node.
+    let r = broken(4, "nodeParams", Value::Bytes(node_union(7, &0x601u64.to_le_bytes())));
+    assert!(first(&r).contains("event record node uses unknown event"), "{r:?}");
+    let r = broken(3, "dependencies", nodes(&[0x3ff]));
+    assert!(first(&r).contains("unknown graph node"), "{r:?}");
+
+    // Capture into a graph that does not exist.
+    let mut t = generic_node_trace();
+    let i = nth(&t, "cuStreamBeginCaptureToGraph", 0);
+    set(&mut t, i, "hGraph", h(HandleKind::Graph, 0x1ff));
+    let r = dry_run(&t.trace());
+    assert!(first(&r).contains("cuStreamBeginCaptureToGraph") && first(&r).contains("unknown graph"), "{r:?}");
+
+    // Updating an executable graph that was never instantiated.
+    let mut t = generic_node_trace();
+    let i = nth(&t, "cuGraphExecUpdate", 1);
+    set(&mut t, i, "hGraphExec", h(HandleKind::GraphExec, 0x2ff));
+    let r = dry_run(&t.trace());
+    assert!(first(&r).contains("cuGraphExecUpdate") && first(&r).contains("unknown executable graph"), "{r:?}");
 }

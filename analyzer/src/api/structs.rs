@@ -1,7 +1,8 @@
 //! Byte layouts of the driver structs whose fields the recorder and the replayer must read or
 //! rewrite: the geometry and the host, device and array sides of `CUDA_MEMCPY2D` /
-//! `CUDA_MEMCPY3D`, the resource of a `CUDA_RESOURCE_DESC`, and the launch of a
-//! `CUDA_KERNEL_NODE_PARAMS`. Traces store these structs as their raw bytes (x86-64 C layout,
+//! `CUDA_MEMCPY3D`, the resource of a `CUDA_RESOURCE_DESC`, the launch of a
+//! `CUDA_KERNEL_NODE_PARAMS`, and the tagged union `CUgraphNodeParams` (which member its type
+//! selects, and where the fields the replayer rewrites lie). Traces store these structs as their raw bytes (x86-64 C layout,
 //! little-endian); both sides agree on what the fields mean only through this module.
 //!
 //! **Host memory in 2D/3D copies.** When a copy's source is host memory the recorder stores the
@@ -351,6 +352,185 @@ impl KernelNode {
     }
 }
 
+/// `CUgraphNodeType`: what a `CUgraphNodeParams` describes (its tag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeType {
+    /// A kernel launch (`CUDA_KERNEL_NODE_PARAMS_v3` at [`NODE_MEMBER_AT`]).
+    Kernel,
+    /// A copy (`CUDA_MEMCPY_NODE_PARAMS`).
+    Memcpy,
+    /// A memset (`CUDA_MEMSET_NODE_PARAMS_v2`).
+    Memset,
+    /// A host function call.
+    Host,
+    /// A child graph.
+    ChildGraph,
+    /// No operation.
+    Empty,
+    /// Waits for an event.
+    WaitEvent,
+    /// Records an event.
+    EventRecord,
+    /// Signals external semaphores.
+    ExtSemSignal,
+    /// Waits on external semaphores.
+    ExtSemWait,
+    /// Allocates memory.
+    MemAlloc,
+    /// Frees memory.
+    MemFree,
+    /// A batch of memory operations.
+    BatchMemOp,
+    /// A conditional node.
+    Conditional,
+    /// A type this module does not know.
+    Other(u32),
+}
+
+impl NodeType {
+    /// The type of a `CUgraphNodeType` value.
+    pub fn from_u32(v: u32) -> NodeType {
+        const ALL: [NodeType; 14] = [
+            NodeType::Kernel,
+            NodeType::Memcpy,
+            NodeType::Memset,
+            NodeType::Host,
+            NodeType::ChildGraph,
+            NodeType::Empty,
+            NodeType::WaitEvent,
+            NodeType::EventRecord,
+            NodeType::ExtSemSignal,
+            NodeType::ExtSemWait,
+            NodeType::MemAlloc,
+            NodeType::MemFree,
+            NodeType::BatchMemOp,
+            NodeType::Conditional,
+        ];
+        ALL.get(v as usize).copied().unwrap_or(NodeType::Other(v))
+    }
+
+    /// The type of the `CUgraphNodeParams` whose bytes are `b` (`type` is its first field).
+    pub fn of_params(b: &[u8]) -> NodeType {
+        NodeType::from_u32(get_u32(b, 0))
+    }
+
+    /// Name for messages, as in `CUgraphNodeType` (`CU_GRAPH_NODE_TYPE_KERNEL` → `kernel`).
+    pub fn name(self) -> String {
+        let s = match self {
+            NodeType::Kernel => "kernel",
+            NodeType::Memcpy => "memcpy",
+            NodeType::Memset => "memset",
+            NodeType::Host => "host",
+            NodeType::ChildGraph => "child graph",
+            NodeType::Empty => "empty",
+            NodeType::WaitEvent => "event wait",
+            NodeType::EventRecord => "event record",
+            NodeType::ExtSemSignal => "external semaphore signal",
+            NodeType::ExtSemWait => "external semaphore wait",
+            NodeType::MemAlloc => "memory allocation",
+            NodeType::MemFree => "memory free",
+            NodeType::BatchMemOp => "batch memory operation",
+            NodeType::Conditional => "conditional",
+            NodeType::Other(v) => return format!("unknown type {v}"),
+        };
+        s.to_string()
+    }
+}
+
+/// Size of `CUgraphNodeParams`: `type` (u32), 12 reserved bytes, a 232-byte union of the node
+/// types' parameter structs, 8 reserved bytes.
+pub const NODE_PARAMS_SIZE: usize = 256;
+/// Offset of the union's member in `CUgraphNodeParams`.
+pub const NODE_MEMBER_AT: usize = 16;
+/// Memcpy member (`CUDA_MEMCPY_NODE_PARAMS`): `copyCtx` and the `CUDA_MEMCPY3D` (offsets in
+/// `CUgraphNodeParams`).
+pub const NODE_MEMCPY_CTX_AT: usize = NODE_MEMBER_AT + 8;
+/// See [`NODE_MEMCPY_CTX_AT`].
+pub const NODE_MEMCPY_COPY_AT: usize = NODE_MEMBER_AT + 16;
+/// Memset member (`CUDA_MEMSET_NODE_PARAMS_v2`): `dst`, `pitch`, `value`, `elementSize`,
+/// `width`, `height`, `ctx` (offsets in `CUgraphNodeParams`).
+pub const NODE_MEMSET_DST_AT: usize = NODE_MEMBER_AT;
+/// See [`NODE_MEMSET_DST_AT`].
+pub const NODE_MEMSET_PITCH_AT: usize = NODE_MEMBER_AT + 8;
+/// See [`NODE_MEMSET_DST_AT`].
+pub const NODE_MEMSET_ELEMENT_SIZE_AT: usize = NODE_MEMBER_AT + 20;
+/// See [`NODE_MEMSET_DST_AT`].
+pub const NODE_MEMSET_WIDTH_AT: usize = NODE_MEMBER_AT + 24;
+/// See [`NODE_MEMSET_DST_AT`].
+pub const NODE_MEMSET_HEIGHT_AT: usize = NODE_MEMBER_AT + 32;
+/// See [`NODE_MEMSET_DST_AT`].
+pub const NODE_MEMSET_CTX_AT: usize = NODE_MEMBER_AT + 40;
+/// Event wait and event record members: the `CUevent` (offset in `CUgraphNodeParams`).
+pub const NODE_EVENT_AT: usize = NODE_MEMBER_AT;
+
+/// The memset a `CUgraphNodeParams` of type [`NodeType::Memset`] describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemsetNode {
+    /// Destination (device address).
+    pub dst: u64,
+    /// Bytes between rows.
+    pub pitch: u64,
+    /// Bytes per element (1, 2 or 4).
+    pub element_size: u32,
+    /// Elements per row and rows.
+    pub width: u64,
+    /// See `width`.
+    pub height: u64,
+}
+
+impl MemsetNode {
+    /// Reads the memset member of `CUgraphNodeParams` bytes (`None` if too short).
+    pub fn parse(b: &[u8]) -> Option<MemsetNode> {
+        if b.len() < NODE_MEMSET_CTX_AT + 8 {
+            return None;
+        }
+        Some(MemsetNode {
+            dst: get_u64(b, NODE_MEMSET_DST_AT),
+            pitch: get_u64(b, NODE_MEMSET_PITCH_AT),
+            element_size: get_u32(b, NODE_MEMSET_ELEMENT_SIZE_AT),
+            width: get_u64(b, NODE_MEMSET_WIDTH_AT),
+            height: get_u64(b, NODE_MEMSET_HEIGHT_AT),
+        })
+    }
+
+    /// Bytes from `dst` to the end of the last row (`None` on overflow).
+    pub fn extent(&self) -> Option<u64> {
+        let row = self.width.checked_mul(u64::from(self.element_size))?;
+        self.height.max(1).checked_sub(1)?.checked_mul(self.pitch)?.checked_add(row)
+    }
+}
+
+/// A struct inside a tagged union that the recorder captures as it captures that struct when it
+/// is an argument of its own: its pointers lead to bytes the trace must hold (kernel
+/// parameters, the host side of a copy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Embedded {
+    /// Offset of the member in the union struct.
+    pub at: usize,
+    /// C type of the member, as the API table names it.
+    pub c_struct: &'static str,
+}
+
+/// For a tagged union struct named in the API table (`CUgraphNodeParams`): the member its tag
+/// selects, when that member must be captured beyond its bytes. A trace stores such an
+/// argument as `[union bytes, member as captured]`; other members are plain data, stored in the
+/// union's bytes alone. `None` for every other struct.
+pub fn embedded(c_struct: &str, bytes: &[u8]) -> Option<Embedded> {
+    if c_struct != "CUgraphNodeParams" {
+        return None;
+    }
+    match NodeType::of_params(bytes) {
+        NodeType::Kernel => Some(Embedded { at: NODE_MEMBER_AT, c_struct: "CUDA_KERNEL_NODE_PARAMS" }),
+        NodeType::Memcpy => Some(Embedded { at: NODE_MEMCPY_COPY_AT, c_struct: "CUDA_MEMCPY3D" }),
+        _ => None,
+    }
+}
+
+/// Whether a struct named in the API table is a tagged union that [`embedded`] describes.
+pub fn is_tagged(c_struct: &str) -> bool {
+    c_struct == "CUgraphNodeParams"
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -409,5 +589,32 @@ mod tests {
         let n = KernelNode::parse(&k).unwrap();
         assert_eq!((n.handle(), n.grid[0]), (0x55, 7));
         assert_eq!(KernelNode::parse(&k[..56]).unwrap().handle(), 0);
+    }
+
+    #[test]
+    fn node_params_tag_selects_the_member() {
+        let mut b = vec![0u8; NODE_PARAMS_SIZE];
+        assert_eq!(NodeType::of_params(&b), NodeType::Kernel);
+        let k = embedded("CUgraphNodeParams", &b).unwrap();
+        assert_eq!((k.at, k.c_struct), (16, "CUDA_KERNEL_NODE_PARAMS"));
+        b[0] = 1;
+        let m = embedded("CUgraphNodeParams", &b).unwrap();
+        assert_eq!((m.at, m.c_struct), (32, "CUDA_MEMCPY3D"));
+        assert!(embedded("CUDA_MEMCPY3D", &b).is_none(), "not a tagged union");
+        b[0] = 2;
+        assert!(embedded("CUgraphNodeParams", &b).is_none(), "a memset is plain data");
+        put_u64(&mut b, NODE_MEMSET_DST_AT, 0x7e00_0000_1000);
+        put_u64(&mut b, NODE_MEMSET_PITCH_AT, 4096);
+        put_u32(&mut b, NODE_MEMSET_ELEMENT_SIZE_AT, 4);
+        put_u64(&mut b, NODE_MEMSET_WIDTH_AT, 100);
+        put_u64(&mut b, NODE_MEMSET_HEIGHT_AT, 3);
+        let ms = MemsetNode::parse(&b).unwrap();
+        assert_eq!((ms.dst, ms.extent()), (0x7e00_0000_1000, Some(2 * 4096 + 400)));
+        assert!(MemsetNode::parse(&b[..60]).is_none());
+        b[0] = 3;
+        assert_eq!(NodeType::of_params(&b).name(), "host");
+        b[0] = 99;
+        assert_eq!(NodeType::of_params(&b), NodeType::Other(99));
+        assert_eq!(NodeType::of_params(&b).name(), "unknown type 99");
     }
 }

@@ -37,6 +37,14 @@ fn symbol_lookup() {
         Some(7)
     );
     assert!(resolve("cuMemAlloc", Variant { version: 7, per_thread: false }).is_some());
+    // Variants whose C signatures differ have lines of their own (the hooks' ABI follows them).
+    let args = |name: &str, version: u8| -> Vec<&str> {
+        lookup(name, Variant { version, per_thread: false }).map(|f| f.args.iter().map(|a| a.name).collect()).unwrap()
+    };
+    assert!(!args("cuGraphAddNode", 1).contains(&"dependencyData"));
+    assert_eq!(args("cuGraphAddNode", 2)[3], "dependencyData");
+    assert_eq!(args("cuGraphExecUpdate", 1)[2..], ["hErrorNode_out", "updateResult_out"]);
+    assert_eq!(args("cuGraphExecUpdate", 2)[2..], ["resultInfo"]);
 }
 
 #[test]

@@ -3,36 +3,34 @@
 //! older one of the same major, else PTX it can JIT), and the kernels of the images that have
 //! nothing for it are named in the error, with what to do.
 
+use gpuless_analyzer::api::{ArgKind, Direction};
 use gpuless_fatbin::{select, Arch, Image, Limits};
 use gpuless_traces::Value;
 
 use super::LoadedTrace;
 
 /// Images that cannot run on SM `device_sm`: one line per image (call, what it holds, kernels).
+/// Code images are the arguments the API table marks `image` (stored as a blob) or `imagefile`
+/// (stored as `[path, blob]`) of the calls that succeeded when recorded (a replay skips the
+/// others).
 pub fn incompatible_code(trace: &LoadedTrace, device_sm: u32) -> Vec<String> {
     let mut out = Vec::new();
-    for rec in &trace.calls {
+    for rec in trace.calls.iter().filter(|r| r.status == 0) {
         let Some(f) = rec.function.api() else { continue };
-        let arg = match f.name {
-            "cuModuleLoadData" | "cuModuleLoadDataEx" => "image",
-            "cuModuleLoadFatBinary" => "fatCubin",
-            "cuLibraryLoadData" => "code",
-            "cuModuleLoad" => "fname",
-            "cuLibraryLoadFromFile" => "fileName",
-            _ => continue,
-        };
-        let Some(i) = f.args.iter().position(|a| a.name == arg) else { continue };
-        let blob = match rec.args.get(i) {
-            Some(Value::Blob(b)) => b,
-            Some(Value::List(items)) => match items.get(1) {
-                Some(Value::Blob(b)) => b,
+        for (a, v) in f.args.iter().zip(&rec.args) {
+            let blob = match (a.kind, a.dir, v) {
+                (_, Direction::Out, _) => continue,
+                (ArgKind::Image, _, Value::Blob(b)) => b,
+                (ArgKind::ImageFile, _, Value::List(items)) => match items.get(1) {
+                    Some(Value::Blob(b)) => b,
+                    _ => continue,
+                },
                 _ => continue,
-            },
-            _ => continue,
-        };
-        let Some(bytes) = trace.blobs.get(&blob.hash) else { continue };
-        if let Some(problem) = image_problem(bytes, device_sm) {
-            out.push(format!("call #{} {}: {problem}", rec.seq, f.name));
+            };
+            let Some(bytes) = trace.blobs.get(&blob.hash) else { continue };
+            if let Some(problem) = image_problem(bytes, device_sm) {
+                out.push(format!("call #{} {} ({}): {problem}", rec.seq, f.name, a.name));
+            }
         }
     }
     out
@@ -99,5 +97,31 @@ mod tests {
         let problems = incompatible_code(&t, 80);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("sm_90") && problems[0].contains("vector_add"), "{problems:?}");
+        assert!(problems[0].contains("cuLibraryLoadData (code)"), "{problems:?}");
+        // A load that failed when recorded is not replayed, so its code does not matter.
+        let mut t = t;
+        for r in t.calls.iter_mut().filter(|r| r.function.name() == "cuLibraryLoadData") {
+            r.status = 209; // CUDA_ERROR_NO_BINARY_FOR_GPU
+        }
+        assert!(incompatible_code(&t, 80).is_empty());
+    }
+
+    /// Images are found by the table's argument kinds: a load from a file (`imagefile`) is
+    /// stored as `[path, blob]`.
+    #[test]
+    fn image_files_are_checked_too() {
+        use gpuless_traces::{CallRecord, Function};
+        let mut t = trace("vecadd.gl");
+        let i = t.calls.iter().position(|r| r.function.name() == "cuLibraryLoadData").unwrap();
+        let Some(Value::Blob(code)) = t.calls[i].args.get(1).cloned() else { panic!("{:?}", t.calls[i].args) };
+        let f = gpuless_analyzer::api::by_name("cuLibraryLoadFromFile").unwrap();
+        let mut r = CallRecord::new(t.calls[i].seq, f.level, Function::Known(f.id));
+        r.args = f.args.iter().map(|_| Value::Null).collect();
+        r.args[1] = Value::List(vec![Value::Str("/tmp/k.cubin".into()), Value::Blob(code)]);
+        t.calls[i] = r;
+        assert!(incompatible_code(&t, 90).is_empty());
+        let problems = incompatible_code(&t, 80);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("cuLibraryLoadFromFile (fileName)"), "{problems:?}");
     }
 }

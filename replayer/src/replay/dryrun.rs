@@ -58,6 +58,10 @@ impl Model {
         s <= 2 || self.streams.contains(&s)
     }
 
+    pub(crate) fn event_ok(&self, e: u64) -> bool {
+        self.events.contains(&e)
+    }
+
     pub(crate) fn kernel_loaded(&self, h: u64) -> bool {
         self.functions.contains(&h) || self.kernels.contains(&h)
     }
@@ -199,8 +203,8 @@ fn check(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Result<bool, Strin
             range(m, w(c, "dstDevice")?, w(c, "N")?.saturating_mul(elem), "destination")?;
             stream(m, c)?;
         }
-        "cuModuleLoadData" | "cuModuleLoadFatBinary" => {
-            let name = if c.f.name == "cuModuleLoadData" { "image" } else { "fatCubin" };
+        "cuModuleLoadData" | "cuModuleLoadDataEx" | "cuModuleLoadFatBinary" => {
+            let name = if c.f.name == "cuModuleLoadFatBinary" { "fatCubin" } else { "image" };
             blob_ok(trace, c.arg(name), "code image")?;
             m.modules.insert(ow(c, "module")?, image_of(c.arg(name)));
         }

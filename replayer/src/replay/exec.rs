@@ -158,9 +158,10 @@ pub(crate) fn call(
                 };
                 check(r, seq, f.name)?;
             }
-            "cuModuleLoadData" | "cuModuleLoadFatBinary" | "cuModuleLoad" => {
+            // JIT options of cuModuleLoadDataEx are left out: they tune PTX compilation only.
+            "cuModuleLoadData" | "cuModuleLoadDataEx" | "cuModuleLoadFatBinary" | "cuModuleLoad" => {
                 let image = match f.name {
-                    "cuModuleLoadData" => aligned(blob(trace, &c, c.arg("image"))?),
+                    "cuModuleLoadData" | "cuModuleLoadDataEx" => aligned(blob(trace, &c, c.arg("image"))?),
                     "cuModuleLoadFatBinary" => aligned(blob(trace, &c, c.arg("fatCubin"))?),
                     _ => aligned(file_image(trace, &c, "fname")?),
                 };

@@ -65,14 +65,15 @@ impl Prepared {
     }
 }
 
-fn copy_value<'a>(c: &Call<'a>, arg: &str) -> Result<(&'a [u8], Option<&'a Value>), ReplayError> {
-    match c.arg(arg) {
+/// A recorded copy struct: its bytes and the stored host source, if any.
+pub(crate) fn copy_value(v: Option<&Value>) -> Option<(&[u8], Option<&Value>)> {
+    match v {
         Some(Value::List(items)) => match items.first() {
-            Some(Value::Bytes(b)) => Ok((b, items.get(1).filter(|v| !matches!(v, Value::Null)))),
-            _ => Err(c.missing(arg)),
+            Some(Value::Bytes(b)) => Some((b, items.get(1).filter(|v| !matches!(v, Value::Null)))),
+            _ => None,
         },
-        Some(Value::Bytes(b)) => Ok((b, None)),
-        _ => Err(c.missing(arg)),
+        Some(Value::Bytes(b)) => Some((b, None)),
+        _ => None,
     }
 }
 
@@ -108,8 +109,22 @@ pub(crate) fn prepare(
     dims: Dims,
     keep: bool,
 ) -> Result<Prepared, ReplayError> {
+    let v = copy_value(c.arg(arg)).ok_or_else(|| c.missing(arg))?;
+    prepare_value(st, trace, c, v, c.result(arg), dims, keep)
+}
+
+/// [`prepare`] for a copy struct recorded as `(bytes, host source)` (an argument, or a member
+/// of a tagged union), with the call's recorded result for it.
+pub(crate) fn prepare_value(
+    st: &mut State,
+    trace: &LoadedTrace,
+    c: &Call<'_>,
+    (bytes, src_blob): (&[u8], Option<&Value>),
+    result: Option<&Value>,
+    dims: Dims,
+    keep: bool,
+) -> Result<Prepared, ReplayError> {
     let seq = c.rec.seq;
-    let (bytes, src_blob) = copy_value(c, arg)?;
     let mut buf = aligned_struct(bytes, dims.size());
     let copy = Copy::parse(dims, as_bytes(&mut buf)).ok_or_else(|| c.inconsistent("copy struct too short".into()))?;
     let src = match src_blob {
@@ -129,7 +144,7 @@ pub(crate) fn prepare(
     };
     // A synchronous copy into host memory has its hash as the result; a stream-ordered one or a
     // graph node has none: host memory is then known by its memory type alone.
-    let host_dst = recorded_host_result(c.result(arg)) || copy.dst.memory_type == structs::MEMORYTYPE_HOST;
+    let host_dst = recorded_host_result(result) || copy.dst.memory_type == structs::MEMORYTYPE_HOST;
     let (dst, dst_buf) = if host_dst {
         let n = copy.packed_len().ok_or_else(|| c.inconsistent("copy extent too large".into()))? as usize;
         if keep {
@@ -370,7 +385,18 @@ fn resource_desc(st: &State, c: &Call<'_>) -> Result<Vec<u64>, ReplayError> {
 
 /// Dry run: a 2D/3D copy's sides are live (device ranges, arrays) or recorded (host source).
 pub(crate) fn copy_ok(m: &Model, trace: &LoadedTrace, c: &Call<'_>, arg: &str, dims: Dims) -> Result<(), String> {
-    let (bytes, src_blob) = copy_value(c, arg).map_err(|e| e.to_string())?;
+    let v = copy_value(c.arg(arg)).ok_or_else(|| c.missing(arg).to_string())?;
+    copy_value_ok(m, trace, v, c.result(arg), dims)
+}
+
+/// [`copy_ok`] for a copy struct recorded as `(bytes, host source)` with its recorded result.
+pub(crate) fn copy_value_ok(
+    m: &Model,
+    trace: &LoadedTrace,
+    (bytes, src_blob): (&[u8], Option<&Value>),
+    result: Option<&Value>,
+    dims: Dims,
+) -> Result<(), String> {
     let copy = Copy::parse(dims, bytes).ok_or("copy struct too short")?;
     let side_ok = |s: &Side, what: &str| -> Result<(), String> {
         match s.memory_type {
@@ -399,7 +425,7 @@ pub(crate) fn copy_ok(m: &Model, trace: &LoadedTrace, c: &Call<'_>, arg: &str, d
         Some(v) => super::dryrun::blob_ok(trace, Some(v), "host source of a 2D/3D copy")?,
         None => side_ok(&copy.src, "source")?,
     }
-    if !(recorded_host_result(c.result(arg)) || copy.dst.memory_type == structs::MEMORYTYPE_HOST) {
+    if !(recorded_host_result(result) || copy.dst.memory_type == structs::MEMORYTYPE_HOST) {
         side_ok(&copy.dst, "destination")?;
     }
     Ok(())

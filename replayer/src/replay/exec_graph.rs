@@ -1,8 +1,9 @@
 //! CUDA graphs and stream capture at replay. Explicitly built graphs are rebuilt node by node
 //! with translated handles (kernel nodes get their recorded parameter bytes, laid out like a
 //! launch's); captured graphs are rebuilt by replaying the captured calls while the live
-//! stream captures, so `cuStreamEndCapture` hands out the equivalent graph. Recorded graph,
-//! node and executable-graph handles map to live ones.
+//! stream captures, so `cuStreamEndCapture` hands out the equivalent graph (into an existing
+//! graph for `cuStreamBeginCaptureToGraph`). Recorded graph, node and executable-graph handles
+//! map to live ones; `cuGraphAddNode`'s generic node parameters are in `exec_node.rs`.
 
 use std::ffi::c_void;
 
@@ -29,8 +30,9 @@ struct NodeArgs<'a> {
     extra: Option<&'a [u8]>,
 }
 
-fn node_args<'a>(c: &Call<'a>) -> Result<NodeArgs<'a>, String> {
-    let items = match c.arg("nodeParams") {
+/// The parts of a recorded `CUDA_KERNEL_NODE_PARAMS` argument (`[struct, parameters, extra]`).
+fn node_args(v: Option<&Value>) -> Result<NodeArgs<'_>, String> {
+    let items = match v {
         Some(Value::List(items)) => items.as_slice(),
         Some(Value::Bytes(_)) => {
             return Err("kernel node parameters were not recorded (trace from a recorder before graph support)".into())
@@ -66,12 +68,12 @@ fn recorded_nodes(v: Option<&Value>) -> Vec<u64> {
 }
 
 impl State {
-    fn graph(&self, c: &Call<'_>, arg: &str) -> Result<sys::CUgraph, ReplayError> {
+    pub(super) fn graph(&self, c: &Call<'_>, arg: &str) -> Result<sys::CUgraph, ReplayError> {
         let h = c.word(arg)?;
         self.objects.graphs.get(&h).copied().ok_or_else(|| c.inconsistent(format!("unknown graph {h:#x}")))
     }
 
-    fn exec(&self, c: &Call<'_>) -> Result<sys::CUgraphExec, ReplayError> {
+    pub(super) fn exec(&self, c: &Call<'_>) -> Result<sys::CUgraphExec, ReplayError> {
         let h = c.word("hGraphExec")?;
         self.objects.execs.get(&h).copied().ok_or_else(|| c.inconsistent(format!("unknown executable graph {h:#x}")))
     }
@@ -81,7 +83,7 @@ impl State {
     }
 
     /// The live nodes of a recorded dependency list.
-    fn dependencies(&self, c: &Call<'_>) -> Result<Vec<sys::CUgraphNode>, ReplayError> {
+    pub(super) fn dependencies(&self, c: &Call<'_>) -> Result<Vec<sys::CUgraphNode>, ReplayError> {
         let n = c.arg("numDependencies").and_then(word).unwrap_or(0) as usize;
         let deps = recorded_nodes(c.arg("dependencies"));
         if deps.len() < n {
@@ -91,14 +93,15 @@ impl State {
     }
 }
 
-/// Calls `f` with a live `CUDA_KERNEL_NODE_PARAMS` (v2) for the recorded one.
-unsafe fn with_kernel_node(
+/// Calls `f` with a live `CUDA_KERNEL_NODE_PARAMS` (v2) for the recorded one, `v`.
+pub(super) unsafe fn with_kernel_node(
     st: &State,
     c: &Call<'_>,
+    v: Option<&Value>,
     report: &mut Report,
     f: impl FnOnce(*const sys::CUDA_KERNEL_NODE_PARAMS) -> sys::CUresult,
 ) -> Result<sys::CUresult, ReplayError> {
-    let a = node_args(c).map_err(|p| c.inconsistent(p))?;
+    let a = node_args(v).map_err(|p| c.inconsistent(p))?;
     let h = a.node.handle();
     // The live handle goes where the program put the recorded one (cudart passes a library
     // kernel as `func`, as it does to cuLaunchKernel; `kern` is read only when `func` is null).
@@ -137,6 +140,38 @@ unsafe fn with_kernel_node(
     Ok(f(&p))
 }
 
+fn capture_mode(mode: u64) -> sys::CUstreamCaptureMode {
+    match mode {
+        1 => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        2 => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        _ => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    }
+}
+
+/// The recorded `dependencyData` of `n` dependencies (`CUgraphEdgeData`: 8 plain bytes each),
+/// or null when the program passed none.
+pub(super) fn edge_data(c: &Call<'_>, n: usize) -> Result<*const sys::CUgraphEdgeData, ReplayError> {
+    const EDGE: usize = std::mem::size_of::<sys::CUgraphEdgeData>();
+    match c.arg("dependencyData") {
+        Some(Value::Bytes(b)) if b.len() >= n * EDGE => Ok(b.as_ptr().cast()),
+        Some(Value::Bytes(b)) => Err(c.inconsistent(format!("{n} dependencies, edge data for {}", b.len() / EDGE))),
+        _ => Ok(std::ptr::null()),
+    }
+}
+
+/// The dry-run check of a recorded dependency list: every node known.
+pub(super) fn deps_ok(m: &Model, c: &Call<'_>) -> Result<(), String> {
+    let n = c.arg("numDependencies").and_then(word).unwrap_or(0) as usize;
+    let d = recorded_nodes(c.arg("dependencies"));
+    if d.len() < n {
+        return Err(format!("{n} dependencies, {} recorded", d.len()));
+    }
+    match d[..n].iter().find(|&&h| !m.has(HandleKind::GraphNode, h)) {
+        Some(h) => Err(format!("depends on unknown graph node {h:#x}")),
+        None => Ok(()),
+    }
+}
+
 /// Executes a graph or capture record; `Ok(false)` when `c` is none of them.
 pub(crate) fn call(
     st: &mut State,
@@ -167,7 +202,7 @@ pub(crate) fn call(
             "cuGraphAddKernelNode" => {
                 let (g, deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
                 let mut n = std::ptr::null_mut();
-                let r = with_kernel_node(st, c, report, |p| {
+                let r = with_kernel_node(st, c, c.arg("nodeParams"), report, |p| {
                     sys::cuGraphAddKernelNode_v2(&mut n, g, deps.as_ptr(), deps.len(), p)
                 })?;
                 check(r, seq, name)?;
@@ -175,12 +210,15 @@ pub(crate) fn call(
             }
             "cuGraphKernelNodeSetParams" => {
                 let n = st.node(c, c.word("hNode")?)?;
-                let r = with_kernel_node(st, c, report, |p| sys::cuGraphKernelNodeSetParams_v2(n, p))?;
+                let r =
+                    with_kernel_node(st, c, c.arg("nodeParams"), report, |p| sys::cuGraphKernelNodeSetParams_v2(n, p))?;
                 check(r, seq, name)?;
             }
             "cuGraphExecKernelNodeSetParams" => {
                 let (e, n) = (st.exec(c)?, st.node(c, c.word("hNode")?)?);
-                let r = with_kernel_node(st, c, report, |p| sys::cuGraphExecKernelNodeSetParams_v2(e, n, p))?;
+                let r = with_kernel_node(st, c, c.arg("nodeParams"), report, |p| {
+                    sys::cuGraphExecKernelNodeSetParams_v2(e, n, p)
+                })?;
                 check(r, seq, name)?;
             }
             "cuGraphAddMemcpyNode" => {
@@ -261,13 +299,27 @@ pub(crate) fn call(
                 check(sys::cuGraphLaunch(st.exec(c)?, st.stream(c.word("hStream")?)), seq, name)?;
                 launched(st, c.word("hGraphExec")?, report);
             }
+            "cuGraphAddNode" => super::exec_node::add(st, trace, c, report)?,
+            "cuGraphExecUpdate" => {
+                let (e, g) = (st.exec(c)?, st.graph(c, "hGraph")?);
+                // Both variants update the same way; the bare one only reports less.
+                let mut info: sys::CUgraphExecUpdateResultInfo = std::mem::zeroed();
+                let r = sys::cuGraphExecUpdate_v2(e, g, &mut info);
+                if r != sys::CUresult::CUDA_SUCCESS {
+                    let what = format!("{name} (update result {:?}; it succeeded when recorded)", info.result);
+                    return Err(ReplayError::Driver { seq, what, code: r });
+                }
+            }
             "cuStreamBeginCapture" => {
-                let mode = match c.word("mode")? {
-                    1 => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-                    2 => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-                    _ => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-                };
+                let mode = capture_mode(c.word("mode")?);
                 check(sys::cuStreamBeginCapture_v2(st.stream(c.word("hStream")?), mode), seq, name)?;
+            }
+            "cuStreamBeginCaptureToGraph" => {
+                let (g, deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
+                let edges = edge_data(c, deps.len())?;
+                let mode = capture_mode(c.word("mode")?);
+                let s = st.stream(c.word("hStream")?);
+                check(sys::cuStreamBeginCaptureToGraph(s, g, deps.as_ptr(), edges, deps.len(), mode), seq, name)?;
             }
             "cuStreamEndCapture" => {
                 let mut g = std::ptr::null_mut();
@@ -301,17 +353,7 @@ pub(crate) fn check_dry(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Opt
     use HandleKind::{Graph, GraphExec, GraphNode};
     let w = |n: &str| c.word(n).map_err(|e| e.to_string());
     let ow = |n: &str| c.out_word(n).map_err(|e| e.to_string());
-    let deps = |m: &Model| -> Result<(), String> {
-        let n = c.arg("numDependencies").and_then(word).unwrap_or(0) as usize;
-        let d = recorded_nodes(c.arg("dependencies"));
-        if d.len() < n {
-            return Err(format!("{n} dependencies, {} recorded", d.len()));
-        }
-        match d[..n].iter().find(|&&h| !m.has(GraphNode, h)) {
-            Some(h) => Err(format!("depends on unknown graph node {h:#x}")),
-            None => Ok(()),
-        }
-    };
+    let deps = |m: &Model| deps_ok(m, c);
     let need = |m: &Model, k: HandleKind, arg: &str, what: &str| -> Result<(), String> {
         let h = w(arg)?;
         if m.has(k, h) {
@@ -331,15 +373,15 @@ pub(crate) fn check_dry(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Opt
             }
             "cuGraphAddKernelNode" => need(m, Graph, "hGraph", "graph")
                 .and_then(|_| deps(m))
-                .and_then(|_| kernel_node_ok(m, c))
+                .and_then(|_| kernel_node_ok(m, c.arg("nodeParams")))
                 .and_then(|_| ow("phGraphNode"))
                 .map(|n| m.add(GraphNode, n)),
             "cuGraphKernelNodeSetParams" => {
-                need(m, GraphNode, "hNode", "graph node").and_then(|_| kernel_node_ok(m, c))
+                need(m, GraphNode, "hNode", "graph node").and_then(|_| kernel_node_ok(m, c.arg("nodeParams")))
             }
             "cuGraphExecKernelNodeSetParams" => need(m, GraphExec, "hGraphExec", "executable graph")
                 .and_then(|_| need(m, GraphNode, "hNode", "graph node"))
-                .and_then(|_| kernel_node_ok(m, c)),
+                .and_then(|_| kernel_node_ok(m, c.arg("nodeParams"))),
             "cuGraphAddMemcpyNode" => need(m, Graph, "hGraph", "graph")
                 .and_then(|_| deps(m))
                 .and_then(|_| exec_array::copy_ok(m, trace, c, "copyParams", Dims::Three))
@@ -367,12 +409,22 @@ pub(crate) fn check_dry(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Opt
                     Err(format!("uses unknown stream {s:#x}"))
                 }
             }),
-            "cuStreamBeginCapture" => {
+            "cuGraphAddNode" => need(m, Graph, "hGraph", "graph")
+                .and_then(|_| deps(m))
+                .and_then(|_| super::exec_node::check_dry(m, trace, c))
+                .and_then(|_| ow("phGraphNode"))
+                .map(|n| m.add(GraphNode, n)),
+            "cuGraphExecUpdate" => {
+                need(m, GraphExec, "hGraphExec", "executable graph").and_then(|_| need(m, Graph, "hGraph", "graph"))
+            }
+            "cuStreamBeginCapture" | "cuStreamBeginCaptureToGraph" => {
                 let s = w("hStream").ok()?;
-                if m.stream_ok(s) {
-                    Ok(())
-                } else {
+                if !m.stream_ok(s) {
                     Err(format!("captures unknown stream {s:#x}"))
+                } else if c.f.name == "cuStreamBeginCaptureToGraph" {
+                    need(m, Graph, "hGraph", "graph").and_then(|_| deps(m))
+                } else {
+                    Ok(())
                 }
             }
             "cuStreamEndCapture" => ow("phGraph").map(|g| m.add(Graph, g)),
@@ -389,8 +441,9 @@ pub(crate) fn check_dry(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Opt
     r
 }
 
-fn kernel_node_ok(m: &Model, c: &Call<'_>) -> Result<(), String> {
-    let a = node_args(c)?;
+/// The dry-run check of a kernel node's recorded parameters `v`.
+pub(super) fn kernel_node_ok(m: &Model, v: Option<&Value>) -> Result<(), String> {
+    let a = node_args(v)?;
     let h = a.node.handle();
     if !m.kernel_loaded(h) {
         return Err(format!("kernel node launches kernel handle {h:#x}, which was never loaded"));

@@ -118,9 +118,6 @@ pub struct HotReport {
     pub graph: Option<super::lower::GraphTiming>,
     /// Why the body could not become a graph.
     pub graph_refused: Option<String>,
-    /// Milliseconds spent in an iteration's calls on the host before the final wait, median
-    /// (includes waits inside the body: synchronous copies, synchronizations).
-    pub submit_ms_median: f64,
 }
 
 /// Median of `v` (sorted in place).

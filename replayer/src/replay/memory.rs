@@ -150,14 +150,17 @@ impl Memory {
         // SAFETY: a reservation with a valid out-pointer.
         let r = unsafe { sys::cuMemAddressReserve(&mut got, size as usize, CHUNK as usize, base, 0) };
         if r != sys::CUresult::CUDA_SUCCESS || got != base {
-            if r == sys::CUresult::CUDA_SUCCESS {
+            let how = if r == sys::CUresult::CUDA_SUCCESS {
                 // SAFETY: releasing what was just reserved.
                 unsafe { sys::cuMemAddressFree(got, size as usize) };
-            }
+                format!("the driver could only reserve it at {got:#x}")
+            } else {
+                format!("reserving it failed with {r:?}")
+            };
             return Some(format!(
-                "the recorder's arena {base:#x}..{:#x} is taken in this process ({r:?}); allocations are \
+                "the recorder's arena {base:#x}..{:#x} is taken in this process ({how}); allocations are \
                  translated instead, and pointers stored in device memory cannot be",
-                base + size
+                base.saturating_add(size)
             ));
         }
         self.arena = Some(Arena { base, size });
@@ -180,7 +183,10 @@ impl Memory {
         Ok(())
     }
 
-    fn oom(&self, seq: u64, bytes: u64, r: sys::CUresult) -> ReplayError {
+    /// The error of an allocation of `bytes` (charged already) that failed with `r`; the charge
+    /// is taken back.
+    fn oom(&mut self, seq: u64, bytes: u64, r: sys::CUresult) -> ReplayError {
+        self.in_use = self.in_use.saturating_sub(bytes);
         if r == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
             let (mut free, mut total) = (0usize, 0usize);
             // SAFETY: valid out-pointers.
@@ -242,7 +248,7 @@ impl Memory {
             let mut live = 0u64;
             let r = sys::cuMemAlloc_v2(&mut live, size.max(1) as usize);
             if r != sys::CUresult::CUDA_SUCCESS {
-                return Err(self.oom(seq, size, r));
+                return Err(self.oom(seq, rounded, r));
             }
             self.translated += u64::from(live != recorded);
             self.moved += u64::from(live != recorded);

@@ -8,6 +8,7 @@ pub mod dryrun;
 mod exec;
 mod exec_array;
 mod exec_graph;
+mod exec_node;
 pub mod green;
 pub mod hot;
 mod load;
@@ -23,7 +24,7 @@ use std::time::Instant;
 use cudarc::driver::sys;
 use serde::Serialize;
 
-pub use load::{load, LoadedTrace};
+pub use load::{load, load_partial, LoadedTrace};
 pub use memory::Memory;
 
 /// Errors of a replay. Verification mismatches are not errors: they are in the [`Report`].
@@ -60,8 +61,10 @@ pub enum ReplayError {
     },
     /// The GPU ran out of memory.
     #[error(
-        "call #{seq}: this GPU has too little free memory for the trace: an allocation of {needed} bytes failed \
-         with {in_use} bytes already in use and {free} free; free the GPU or replay on a larger one"
+        "call #{seq}: this GPU has too little free memory for the trace: an allocation of {needed} bytes ({}) \
+         failed with {in_use} bytes already in use and {free} bytes ({}) free; free the GPU or replay on a larger one",
+        gib(*needed),
+        gib(*free)
     )]
     DeviceTooSmall {
         /// Sequence number of the allocating call.
@@ -88,6 +91,32 @@ pub enum ReplayError {
         /// One line per code image that has nothing for this GPU.
         problems: Vec<String>,
     },
+    /// A device fault after allocations had to move from their recorded addresses: most likely a
+    /// kernel read a pointer stored in device memory, which translation cannot rewrite.
+    #[error(
+        "{fault}\n{moved} allocations of this replay live at other addresses than recorded{}; a kernel that reads \
+         a pointer stored in device memory (not passed as a parameter) uses the recorded address, which translation \
+         cannot rewrite. Replay where the recorded addresses are free",
+        why.as_ref().map_or(String::new(), |w| format!(" ({w})"))
+    )]
+    MovedFault {
+        /// The failed call (shown in the message, not as a separate cause).
+        fault: Box<ReplayError>,
+        /// Allocations that moved.
+        moved: u64,
+        /// Why they moved (the arena warning), if known.
+        why: Option<String>,
+    },
+    /// The trace holds a call the replayer cannot execute.
+    #[error("call #{seq} {what}: {problem}; this trace cannot be replayed")]
+    Unsupported {
+        /// Sequence number of the recorded call.
+        seq: u64,
+        /// The recorded function.
+        what: String,
+        /// What it does that cannot be replayed.
+        problem: String,
+    },
     /// The trace refers to something it never created or stored.
     #[error("call #{seq} {what}: {problem}")]
     Inconsistent {
@@ -98,6 +127,31 @@ pub enum ReplayError {
         /// What is missing.
         problem: String,
     },
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
+}
+
+/// A device fault after allocations moved is most likely a stale pointer in device memory:
+/// `e` with that explanation (and the arena warning, which the report would have shown).
+fn explain(e: ReplayError, moved: u64, warnings: &[String]) -> ReplayError {
+    use sys::CUresult as R;
+    let fault = matches!(
+        e,
+        ReplayError::Driver {
+            code: R::CUDA_ERROR_ILLEGAL_ADDRESS
+                | R::CUDA_ERROR_LAUNCH_FAILED
+                | R::CUDA_ERROR_MISALIGNED_ADDRESS
+                | R::CUDA_ERROR_INVALID_ADDRESS_SPACE,
+            ..
+        }
+    );
+    if !fault || moved == 0 {
+        return e;
+    }
+    let why = warnings.iter().find(|w| w.contains("arena")).cloned();
+    ReplayError::MovedFault { fault: Box::new(e), moved, why }
 }
 
 pub(crate) fn check(r: sys::CUresult, seq: u64, what: &str) -> Result<(), ReplayError> {
@@ -272,15 +326,19 @@ pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<R
     }
     let mut report = Report { calls: trace.calls.len() as u64, trace_lost: trace.lost.clone(), ..Report::default() };
     report.warnings.extend(st.mem.reserve_arena(trace.meta.arena_base, trace.meta.arena_size));
-    if opts.iterations == 0 {
-        for rec in &trace.calls {
-            exec::call(&mut st, trace, rec, &mut report)?;
+    let run = |st: &mut State, report: &mut Report| -> Result<(), ReplayError> {
+        if opts.iterations == 0 {
+            for rec in &trace.calls {
+                exec::call(st, trace, rec, report)?;
+            }
+            // SAFETY: waits for all replayed work.
+            unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize") }
+        } else {
+            report.hot = Some(replay_hot(st, trace, report, opts.iterations)?);
+            Ok(())
         }
-        // SAFETY: waits for all replayed work.
-        unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")? };
-    } else {
-        report.hot = Some(replay_hot(&mut st, trace, &mut report, opts.iterations)?);
-    }
+    };
+    run(&mut st, &mut report).map_err(|e| explain(e, st.mem.translated, &report.warnings))?;
     report.allocations_exact = st.mem.exact;
     report.allocations_translated = st.mem.translated;
     report.allocations_in_arena = st.mem.in_arena;
@@ -316,7 +374,7 @@ fn replay_hot(
     // SAFETY: waits for the warm-up pass.
     unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")? };
     let body_launches = report.launches - launches_before;
-    let (mut wall, mut gpu, mut submit) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut wall, mut gpu) = (Vec::new(), Vec::new());
     // SAFETY: events created, recorded on the default stream and destroyed here.
     unsafe {
         let (mut a, mut b) = (std::ptr::null_mut(), std::ptr::null_mut());
@@ -326,7 +384,6 @@ fn replay_hot(
             let t = Instant::now();
             check(sys::cuEventRecord(a, std::ptr::null_mut()), u64::MAX, "cuEventRecord")?;
             run_body(st, report)?;
-            submit.push(t.elapsed().as_secs_f64() * 1e3);
             check(sys::cuEventRecord(b, std::ptr::null_mut()), u64::MAX, "cuEventRecord")?;
             check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")?;
             wall.push(t.elapsed().as_secs_f64() * 1e3);
@@ -351,7 +408,6 @@ fn replay_hot(
         wall_ms_min: min,
         wall_ms_mean: mean,
         gpu_ms_median: hot::median(&mut gpu),
-        submit_ms_median: hot::median(&mut submit),
         graph: graph.as_ref().ok().cloned(),
         graph_refused: graph.err(),
     })
@@ -361,4 +417,32 @@ fn replay_hot(
 pub fn replay_file(path: &Path, opts: Options) -> Result<Report, ReplayError> {
     let t = load(path)?;
     replay(&t, opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_faults_after_moved_allocations_are_explained() {
+        let fault = |code| ReplayError::Driver { seq: 148, what: "cuMemcpyDtoH".into(), code };
+        let warn = vec!["the recorder's arena 0x640000000000..0x650000000000 is taken in this process".to_string()];
+        let e = explain(fault(sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS), 3, &warn).to_string();
+        assert!(e.starts_with("call #148 cuMemcpyDtoH failed with CUDA_ERROR_ILLEGAL_ADDRESS\n3 allocations"), "{e}");
+        assert!(e.contains("is taken in this process") && e.contains("translation cannot rewrite"), "{e}");
+        // Nothing moved, or not a device fault: the error as it was.
+        let e = explain(fault(sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS), 0, &warn);
+        assert!(matches!(e, ReplayError::Driver { .. }));
+        let e = explain(fault(sys::CUresult::CUDA_ERROR_INVALID_VALUE), 3, &warn);
+        assert!(matches!(e, ReplayError::Driver { .. }));
+    }
+
+    #[test]
+    fn device_too_small_names_needed_and_free_bytes() {
+        let e = ReplayError::DeviceTooSmall { seq: 1, needed: 200 << 30, in_use: 0, free: 140 << 30 }.to_string();
+        assert!(
+            e.contains("214748364800 bytes (200.0 GiB)") && e.contains("150323855360 bytes (140.0 GiB) free"),
+            "{e}"
+        );
+    }
 }

@@ -6,8 +6,10 @@
 # Outputs in OUT_DIR: driver_api (driver API only: -cudart none -lcuda) and driver_kernels.cubin
 # (its kernels, loaded at run time: `driver_api OUT_DIR/driver_kernels.cubin`), cublas_batched
 # (-lcublas), streams (shared cudart) and streams_static (static cudart), globals, ptr_struct,
-# texture, graph, alloc_bench (shared cudart). $EXTRA_NVCCFLAGS is added to every nvcc command
-# and $EXTRA_LDFLAGS to every link (both word-split).
+# texture, graph, alloc_bench (shared cudart), and libblock_arena.so (C, built with $CC or cc:
+# a preload library that takes the arena's address range, for the suite's bad-input checks).
+# $EXTRA_NVCCFLAGS is added to every nvcc command and $EXTRA_LDFLAGS to every link (both
+# word-split).
 # Builds what it can, says what failed on stderr and exits 1 if anything did.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -60,6 +62,12 @@ build streams_static "${common[@]}" -cudart static "$here/streams.cu"
 for p in globals ptr_struct texture graph alloc_bench; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
+if "${CC:-cc}" -O2 -shared -fPIC -o "$out/libblock_arena.so" "$here/block_arena.c"; then
+  echo "built libblock_arena.so" >&2
+else
+  echo "build.sh: FAILED libblock_arena.so" >&2
+  failed+=(libblock_arena.so)
+fi
 rm -rf "$out/.link"
 
 if ((${#failed[@]})); then

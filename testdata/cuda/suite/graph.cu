@@ -2,6 +2,10 @@
 // device-to-device and a device-to-host memcpy; instantiated once, uploaded, launched 5 times.
 // (2) A graph built with the explicit API (cudaGraphAddKernelNode x2 + a memcpy node),
 // launched, then one kernel node's parameters changed in the executable graph and launched again.
+// (3) Graphs built with the generic cudaGraphAddNode (memcpy, memset and kernel nodes) and
+// extended by cudaStreamBeginCaptureToGraph (a captured kernel after them); the first is
+// instantiated and launched, then updated from the second with cudaGraphExecUpdate, launched,
+// its kernel node changed with cudaGraphExecKernelNodeSetParams, launched.
 #include <vector>
 #include "check.h"
 
@@ -112,15 +116,91 @@ int main() {
         sum = fnv1a(hw.data(), bytes, sum);
     }
 
+    // 3. u = x (memcpy node); v = m (memset node); u += v (kernel node, after both);
+    //    u *= k (kernel captured into the same graph, after the kernel node).
+    int *u, *vbuf;
+    CK(cudaMalloc(&u, bytes));
+    CK(cudaMalloc(&vbuf, bytes));
+    void* add_args[] = {&u, &vbuf, &nn};
+    auto build = [&](unsigned m, int* k, cudaGraphNode_t* kernel_node) {
+        cudaGraph_t g;
+        CK(cudaGraphCreate(&g, 0));
+        cudaGraphNodeParams p = {};
+        p.type = cudaGraphNodeTypeMemcpy;
+        p.memcpy.copyParams.srcPtr = make_cudaPitchedPtr(x, bytes, n, 1);
+        p.memcpy.copyParams.dstPtr = make_cudaPitchedPtr(u, bytes, n, 1);
+        p.memcpy.copyParams.extent = make_cudaExtent(bytes, 1, 1);
+        p.memcpy.copyParams.kind = cudaMemcpyDeviceToDevice;
+        cudaGraphNode_t first[2];
+        CK(cudaGraphAddNode(&first[0], g, nullptr, nullptr, 0, &p));
+        p = {};
+        p.type = cudaGraphNodeTypeMemset;
+        p.memset.dst = vbuf;
+        p.memset.value = m;
+        p.memset.elementSize = 4;
+        p.memset.width = n;
+        p.memset.height = 1;
+        CK(cudaGraphAddNode(&first[1], g, nullptr, nullptr, 0, &p));
+        p = {};
+        p.type = cudaGraphNodeTypeKernel;
+        p.kernel.func = (void*)add;
+        p.kernel.gridDim = dim3(grid);
+        p.kernel.blockDim = dim3(block);
+        p.kernel.kernelParams = add_args;
+        CK(cudaGraphAddNode(kernel_node, g, first, nullptr, 2, &p));
+        void* scale_k[] = {&u, &nn, k};
+        CK(cudaStreamBeginCaptureToGraph(s, g, kernel_node, nullptr, 1, cudaStreamCaptureModeGlobal));
+        CK(cudaLaunchKernel((void*)scale, dim3(grid), dim3(block), scale_k, 0, s));
+        cudaGraph_t same;
+        CK(cudaStreamEndCapture(s, &same));
+        errors += same != g;
+        size_t count = 0;
+        CK(cudaGraphGetNodes(g, nullptr, &count));
+        errors += count != 4;
+        return g;
+    };
+    int k3 = 3, k4 = 2;
+    cudaGraphNode_t n3, n4;
+    cudaGraph_t g3 = build(7, &k3, &n3), g4 = build(9, &k4, &n4);
+    cudaGraphExec_t e3;
+    CK(cudaGraphInstantiate(&e3, g3, 0));
+    for (int round = 0; round < 3; ++round) {
+        if (round == 1) {  // memset 9 and factor 2, from g4
+            cudaGraphExecUpdateResultInfo info = {};
+            CK(cudaGraphExecUpdate(e3, g4, &info));
+            errors += info.result != cudaGraphExecUpdateSuccess;
+        }
+        if (round == 2) {  // u += x instead of u += v
+            cudaKernelNodeParams kp3 = {};
+            void* add_x[] = {&u, &x, &nn};
+            kp3.func = (void*)add;
+            kp3.gridDim = dim3(grid);
+            kp3.blockDim = dim3(block);
+            kp3.kernelParams = add_x;
+            CK(cudaGraphExecKernelNodeSetParams(e3, n3, &kp3));
+        }
+        CK(cudaGraphLaunch(e3, s));
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(hw.data(), u, bytes, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < n; ++i) {
+            int want = round == 0 ? 3 * (hx[i] + 7) : round == 1 ? 2 * (hx[i] + 9) : 2 * (2 * hx[i]);
+            errors += hw[i] != want;
+        }
+        sum = fnv1a(hw.data(), bytes, sum);
+    }
+
     CK(cudaGraphExecDestroy(e1));
     CK(cudaGraphExecDestroy(e2));
+    CK(cudaGraphExecDestroy(e3));
     CK(cudaGraphDestroy(g1));
     CK(cudaGraphDestroy(g2));
+    CK(cudaGraphDestroy(g3));
+    CK(cudaGraphDestroy(g4));
     CK(cudaEventDestroy(fork));
     CK(cudaEventDestroy(join));
     CK(cudaStreamDestroy(s));
     CK(cudaStreamDestroy(s2));
-    for (int* p : {x, tmp, y, z, acc, w, w2}) CK(cudaFree(p));
+    for (int* p : {x, tmp, y, z, acc, w, w2, u, vbuf}) CK(cudaFree(p));
     CK(cudaFreeHost(h_acc));
-    return report("graph", "n=100000 captured=5 explicit=2", sum, errors);
+    return report("graph", "n=100000 captured=5 explicit=2 generic=3", sum, errors);
 }
