@@ -90,7 +90,7 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
         "unfinished (no index: the recording did not end normally)"
     };
     writeln!(out, "trace       {} (format {}, {} chunks, {})", path.display(), m.format_version, i.chunks, state)?;
-    let ver = |v: i32| format!("{}.{}", v / 1000, (v % 1000) / 10);
+    let ver = |v: i32| if v > 0 { format!("{}.{}", v / 1000, (v % 1000) / 10) } else { "unknown".into() };
     writeln!(
         out,
         "recorded    by {}; driver {}, CUDA {}; {} (sm_{})",

@@ -220,6 +220,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     if real == 0 {
         return hooks::NOT_FOUND;
     }
+    state::note_cuda_version(version);
     // SAFETY: the driver's function with the caller's arguments.
     let r = unsafe { std::mem::transmute::<usize, GpaV2>(real)(symbol, pfn, version, flags, status) };
     // SAFETY: on success the driver wrote a function pointer to `*pfn`.
@@ -242,6 +243,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
     if real == 0 {
         return hooks::NOT_FOUND;
     }
+    state::note_cuda_version(version);
     // SAFETY: the driver's function with the caller's arguments.
     let r = unsafe { std::mem::transmute::<usize, GpaV1>(real)(symbol, pfn, version, flags) };
     // SAFETY: as in cuGetProcAddress_v2.

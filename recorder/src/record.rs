@@ -3,8 +3,8 @@
 
 use std::cell::Cell;
 
-use gpuless_analyzer::api::{self, ArgKind, SyncClass};
-use gpuless_traces::{CallRecord, Function, Value};
+use gpuless_analyzer::api::{self, SyncClass};
+use gpuless_traces::{CallRecord, Function};
 
 use crate::hooks::HOOKS;
 use crate::{arena, capture, fold, pending, raw, state};
@@ -78,18 +78,7 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
     };
     // SAFETY: as above; outputs are read only after a successful call.
     let results = match std::panic::catch_unwind(|| unsafe { capture::outputs(f, raw, status) }) {
-        Ok(mut r) => {
-            if capture::deferred(f) {
-                // An async copy's bytes reach the host only at the next synchronization:
-                // `pending` hashes them then.
-                for (v, (_, a)) in r.iter_mut().zip(f.out_args()) {
-                    if matches!(a.kind, ArgKind::HostBuf(_)) {
-                        *v = Value::Null;
-                    }
-                }
-            }
-            r
-        }
+        Ok(r) => r,
         Err(_) => {
             state::fail(&format!("capturing the results of {} failed", f.name));
             return status;

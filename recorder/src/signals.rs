@@ -36,11 +36,11 @@ pub fn install() {
         while unsafe { libc::read(r, (&mut b as *mut u8).cast(), 1) } == 1 {
             let sig = libc::c_int::from(b);
             crate::state::finish_now();
-            // SAFETY: back to the default action, then the same signal: the process ends as
-            // it would have without the recorder.
+            // SAFETY: back to the default action, then the same signal to the process (not
+            // just this thread, which may block it): it ends as it would have without the
+            // recorder.
             unsafe {
                 libc::signal(sig, libc::SIG_DFL);
-                libc::raise(sig);
                 libc::kill(libc::getpid(), sig);
             }
         }

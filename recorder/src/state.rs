@@ -68,6 +68,15 @@ pub fn level_enabled(level: gpuless_analyzer::api::ApiLevel) -> bool {
 /// SM of the recording GPU (10·major + minor), known once the driver is initialized.
 static DEVICE_SM: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// Highest CUDA version a caller of `cuGetProcAddress` asked entry points for: the version of
+/// the CUDA runtime (or library) the program was built with (1000·major + 10·minor).
+static CUDA_VERSION: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Notes the `cudaVersion` argument of a `cuGetProcAddress` call.
+pub fn note_cuda_version(v: c_int) {
+    CUDA_VERSION.fetch_max(v, Ordering::Relaxed);
+}
+
 /// SM of the recording GPU, 0 before `cuInit`.
 pub fn device_sm() -> u32 {
     DEVICE_SM.load(Ordering::Relaxed)
@@ -393,6 +402,7 @@ pub fn open(driver_ready: bool) {
     // Not inside `config()`: starting a thread calls dlsym, which asks `config()` again.
     crate::signals::install();
     let mut meta = base_meta();
+    meta.cuda_version = CUDA_VERSION.load(Ordering::Relaxed);
     if driver_ready {
         device_facts(&mut meta);
         DEVICE_SM.store(meta.sm, Ordering::Relaxed);

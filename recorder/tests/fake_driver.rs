@@ -43,6 +43,7 @@ fn records_a_driver_api_program() {
     let reader = TraceReader::open(&trace, ReaderOptions { blob_data: true, check_blob_refs: true }).unwrap();
     assert_eq!(reader.meta().gpu_name, "Fake GPU");
     assert_eq!(reader.meta().sm, 90);
+    assert_eq!(reader.meta().cuda_version, 13000, "the version the program asked cuGetProcAddress for");
     assert_eq!((reader.meta().arena_base, reader.meta().arena_size), (0x6400_0000_0000, 1 << 40));
     let mut calls = Vec::new();
     let mut blobs = Vec::new();

@@ -282,7 +282,8 @@ pub struct TraceMeta {
     pub tool_version: String,
     /// `cuDriverGetVersion` (1000*major + 10*minor).
     pub driver_version: i32,
-    /// CUDA runtime version the program used, if known.
+    /// CUDA runtime version the program used (the highest `cudaVersion` its libraries asked
+    /// `cuGetProcAddress` for), 0 when unknown.
     pub cuda_version: i32,
     /// GPU name.
     pub gpu_name: String,
