@@ -82,7 +82,15 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
     let m = &a.meta;
     let i = &a.integrity;
     let s = &a.stats;
-    let state = if i.error.is_some() {
+    let damaged = format!(
+        "DAMAGED: {} chunk{} skipped{}",
+        i.damaged_chunks,
+        if i.damaged_chunks == 1 { "" } else { "s" },
+        if i.finished { ", the rest read to the index" } else { "" }
+    );
+    let state = if i.damaged_chunks > 0 {
+        damaged.as_str()
+    } else if i.error.is_some() {
         "DAMAGED"
     } else if i.finished {
         "finished"
@@ -116,8 +124,18 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
         writeln!(out, "arena       none: the recorder served no allocations from its arena")?;
     }
     if let Some(e) = &i.error {
-        let lost = i.file_bytes.map(|f| f.saturating_sub(i.good_bytes)).unwrap_or(0);
-        writeln!(out, "LOST        {} after offset {}: {e}", bytes(lost as f64), i.good_bytes)?;
+        if i.damaged_chunks > 0 {
+            writeln!(
+                out,
+                "DAMAGED     {} chunk(s) skipped ({} searched for the next chunk header); first: {e}",
+                i.damaged_chunks,
+                bytes(i.skipped_bytes as f64)
+            )?;
+        }
+        if !i.finished {
+            let lost = i.file_bytes.map(|f| f.saturating_sub(i.good_bytes)).unwrap_or(0);
+            writeln!(out, "LOST        {} after offset {}", bytes(lost as f64), i.good_bytes)?;
+        }
     }
     let levels: Vec<String> = s.by_level.iter().map(|(l, c)| format!("{l} {c}")).collect();
     writeln!(

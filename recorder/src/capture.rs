@@ -412,12 +412,22 @@ pub(crate) unsafe fn pack(handle: u64, p: u64) -> (Vec<u8>, Layout) {
     let layout = layout(handle);
     let total = layout.iter().map(|&(o, s)| o + s).max().unwrap_or(0) as usize;
     let mut bytes = vec![0u8; total];
+    let out = bytes.as_mut_ptr();
     for (i, &(off, size)) in layout.iter().enumerate() {
-        // SAFETY: kernelParams holds one pointer per parameter, each to `size` bytes.
+        // SAFETY: kernelParams holds one pointer per parameter, each to `size` bytes; every
+        // (offset, size) of the layout lies inside `total`.
         unsafe {
             let arg = std::ptr::read_unaligned((p as *const *const u8).add(i));
-            if !arg.is_null() {
-                std::ptr::copy_nonoverlapping(arg, bytes.as_mut_ptr().add(off as usize), size as usize);
+            if arg.is_null() {
+                continue;
+            }
+            let dst = out.add(off as usize);
+            // Most parameters are pointers and 32-bit scalars: plain moves, not a memcpy call
+            // (cuDNN kernels take dozens of parameters).
+            match size {
+                8 => std::ptr::write_unaligned(dst.cast::<u64>(), std::ptr::read_unaligned(arg.cast::<u64>())),
+                4 => std::ptr::write_unaligned(dst.cast::<u32>(), std::ptr::read_unaligned(arg.cast::<u32>())),
+                _ => std::ptr::copy_nonoverlapping(arg, dst, size as usize),
             }
         }
     }

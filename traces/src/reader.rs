@@ -69,12 +69,23 @@ pub struct Recovery {
     pub finished: bool,
     /// Chunks of unknown kinds that were skipped.
     pub skipped_unknown: u64,
+    /// Damaged chunks reported and skipped (reading resumed after each).
+    pub damaged: u64,
+    /// Bytes skipped while looking for the next valid chunk header after a damaged one.
+    pub skipped_bytes: u64,
 }
 
 /// Reads chunk headers and payloads; owns the reusable buffers.
 struct ChunkIo {
     stored: Vec<u8>,
     raw: Vec<u8>,
+    /// The last 32 bytes read as a chunk header (where a resynchronization starts).
+    header: [u8; CHUNK_HEADER_LEN],
+    /// Stored payload length of the last header that validated: after an error in its payload,
+    /// the stream is positioned at the next chunk.
+    payload_len: Option<u32>,
+    /// A header found by resynchronization, to be read instead of the stream.
+    pending: Option<[u8; CHUNK_HEADER_LEN]>,
 }
 
 enum Next {
@@ -99,13 +110,27 @@ fn read_full(src: &mut impl Read, buf: &mut [u8], offset: u64) -> Result<usize, 
 
 impl ChunkIo {
     fn new() -> Self {
-        ChunkIo { stored: Vec::new(), raw: Vec::new() }
+        ChunkIo {
+            stored: Vec::new(),
+            raw: Vec::new(),
+            header: [0; CHUNK_HEADER_LEN],
+            payload_len: None,
+            pending: None,
+        }
     }
 
     /// Read the next chunk header and payload into `self.raw`.
     fn next(&mut self, src: &mut impl Read, chunk: u64, offset: u64) -> Result<Next, TraceError> {
+        self.payload_len = None;
         let mut h = [0u8; CHUNK_HEADER_LEN];
-        let n = read_full(src, &mut h, offset)?;
+        let n = match self.pending.take() {
+            Some(p) => {
+                h = p;
+                CHUNK_HEADER_LEN
+            }
+            None => read_full(src, &mut h, offset)?,
+        };
+        self.header = h;
         if n == 0 {
             return Ok(Next::Eof);
         }
@@ -149,6 +174,7 @@ impl ChunkIo {
         if hdr.raw_len > MAX_RAW_LEN {
             return Err(absurd("raw payload", hdr.raw_len, MAX_RAW_LEN));
         }
+        self.payload_len = Some(hdr.stored_len);
         // Read the payload without trusting the length for the allocation: the buffer grows
         // only as bytes actually arrive.
         self.stored.clear();
@@ -159,6 +185,7 @@ impl ChunkIo {
             .read_to_end(&mut self.stored)
             .map_err(|e| TraceError::io(offset + CHUNK_HEADER_LEN as u64, e))?;
         if (got as u64) < want {
+            self.payload_len = None;
             let header = CHUNK_HEADER_LEN as u64;
             return Err(truncated(chunk, offset, header + want, header + got as u64));
         }
@@ -201,6 +228,34 @@ impl ChunkIo {
 
 fn truncated(chunk: u64, offset: u64, needed: u64, available: u64) -> TraceError {
     TraceError::Truncated { chunk, offset, needed, available, lost: available }
+}
+
+impl ChunkIo {
+    /// After a damaged chunk header: slides over the stream from the byte after the damaged
+    /// header's first, until 32 bytes form a valid chunk header (magic and checksum); that
+    /// header is read next (a damaged last chunk ends the reading: the trailer is not searched). Returns the bytes skipped, or `None` at the
+    /// end of the stream.
+    fn resync(&mut self, src: &mut impl Read, offset: u64) -> Result<Option<u64>, TraceError> {
+        let mut w = self.header;
+        let mut skipped = 0u64;
+        let mut byte = [0u8; 1];
+        loop {
+            w.rotate_left(1);
+            if read_full(src, &mut byte, offset + skipped)? == 0 {
+                return Ok(None);
+            }
+            w[CHUNK_HEADER_LEN - 1] = byte[0];
+            skipped += 1;
+            let valid = w.starts_with(&CHUNK_MAGIC) && {
+                let (_, stored, computed) = ChunkHeader::decode(&w);
+                stored == computed
+            };
+            if valid {
+                self.pending = Some(w);
+                return Ok(Some(skipped));
+            }
+        }
+    }
 }
 
 /// Read and validate the file header; returns (major, minor, metadata, header length).
@@ -246,8 +301,10 @@ fn read_header(src: &mut impl Read) -> Result<(u16, u16, TraceMeta, u64), TraceE
     Ok((f.major, f.minor, m, (FILE_HEADER_LEN + meta.len()) as u64))
 }
 
-/// Streams a trace chunk by chunk. Iterating yields every complete chunk, then at most one
-/// error (after which it stops); [`recovery`](Self::recovery) then says what was read.
+/// Streams a trace chunk by chunk. Iterating yields every complete chunk. A damaged chunk
+/// yields its error and reading resumes after it: at the length its header gives when the header
+/// is intact, else at the next valid chunk header. A truncated end or an I/O error is the last
+/// item. [`recovery`](Self::recovery) says what was read and skipped.
 pub struct TraceReader<R: Read> {
     src: R,
     io: ChunkIo,
@@ -314,8 +371,33 @@ impl<R: Read> TraceReader<R> {
         &self.recovery
     }
 
-    fn read_next(&mut self) -> Result<Option<Chunk>, TraceError> {
+    /// The next item; `Err((error, resumable))`.
+    fn read_next(&mut self) -> Result<Option<Chunk>, (TraceError, bool)> {
         let (chunk, offset) = (self.chunk, self.pos);
+        match self.read_chunk(chunk, offset) {
+            Ok(c) => Ok(c),
+            Err(e @ (TraceError::Truncated { .. } | TraceError::Io { .. })) => Err((e, false)),
+            Err(e) => {
+                self.recovery.damaged += 1;
+                self.chunk += 1;
+                if let Some(len) = self.io.payload_len {
+                    // The header was intact: the stream stands at the next chunk.
+                    self.pos = offset + CHUNK_HEADER_LEN as u64 + u64::from(len);
+                    return Err((e, true));
+                }
+                match self.io.resync(&mut self.src, offset + CHUNK_HEADER_LEN as u64) {
+                    Ok(Some(skipped)) => {
+                        self.recovery.skipped_bytes += skipped;
+                        self.pos = offset + skipped;
+                        Err((e, true))
+                    }
+                    Ok(None) | Err(_) => Err((e, false)),
+                }
+            }
+        }
+    }
+
+    fn read_chunk(&mut self, chunk: u64, offset: u64) -> Result<Option<Chunk>, TraceError> {
         let hdr = match self.io.next(&mut self.src, chunk, offset) {
             Ok(Next::Chunk(h)) => h,
             Ok(Next::Trailer) => {
@@ -397,8 +479,8 @@ impl<R: Read> Iterator for TraceReader<R> {
                 self.stopped = true;
                 None
             }
-            Err(e) => {
-                self.stopped = true;
+            Err((e, resumable)) => {
+                self.stopped = !resumable;
                 Some(Err(e))
             }
         }

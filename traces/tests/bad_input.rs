@@ -24,20 +24,34 @@ fn chunk_offsets(b: &[u8]) -> Vec<(usize, usize)> {
     out
 }
 
+/// Every chunk read and the first error.
 fn read_all(b: &[u8]) -> (Vec<ChunkBody>, Option<TraceError>) {
+    let (ok, err, _, _) = read_all_counted(b);
+    (ok, err)
+}
+
+/// Every chunk read, the first error, how many chunks came before it, and what was skipped.
+fn read_all_counted(b: &[u8]) -> (Vec<ChunkBody>, Option<TraceError>, usize, gpuless_traces::Recovery) {
     let mut r = match TraceReader::new(std::io::Cursor::new(b), ReaderOptions::default()) {
         Ok(r) => r,
-        Err(e) => return (Vec::new(), Some(e)),
+        Err(e) => return (Vec::new(), Some(e), 0, Default::default()),
     };
     let mut ok = Vec::new();
     let mut err = None;
+    let mut before = 0;
     for c in r.by_ref() {
         match c {
             Ok(c) => ok.push(c.body),
-            Err(e) => err = Some(e),
+            Err(e) => {
+                if err.is_none() {
+                    before = ok.len();
+                    err = Some(e);
+                }
+            }
         }
     }
-    (ok, err)
+    let rec = r.recovery().clone();
+    (ok, err, before, rec)
 }
 
 #[test]
@@ -77,20 +91,35 @@ fn bad_payload_checksum_names_the_chunk() {
     let chunks = chunk_offsets(&b);
     let (off, stored) = chunks[3];
     b[off + CHUNK_HEADER_LEN + stored / 2] ^= 0x40;
-    let (ok, err) = read_all(&b);
-    assert_eq!(ok.len(), 3);
+    // The damaged chunk is reported and skipped by its header's length; the chunks after it are
+    // still read, up to the index (a calls chunk referring to a blob of the damaged chunk is
+    // reported too: chunk 3 holds blobs).
+    let (ok, err, before, rec) = read_all_counted(&b);
+    assert!(matches!(ok[3], ChunkBody::Blobs(_)), "chunk 3 of vecadd holds blobs");
+    assert_eq!(before, 3);
+    assert_eq!(ok.len() as u64 + rec.damaged, chunks.len() as u64);
+    assert!(matches!(ok.last(), Some(ChunkBody::Index(_))) && rec.finished);
+    assert_eq!(rec.skipped_bytes, 0);
     match err {
         Some(TraceError::Checksum { chunk: 3, offset, what: "payload", .. }) => {
             assert_eq!(offset, off as u64)
         }
         e => panic!("{e:?}"),
     }
+    // A damaged header: the reader finds the next valid chunk header and goes on from there.
     let mut b = vector_add_trace();
     b[off + 5] ^= 1; // codec byte: header checksum
-    assert!(matches!(read_all(&b).1, Some(TraceError::Checksum { chunk: 3, what: "header", .. })));
+    let (ok, err, before, rec) = read_all_counted(&b);
+    assert!(matches!(err, Some(TraceError::Checksum { chunk: 3, what: "header", .. })), "{err:?}");
+    assert_eq!(before, 3);
+    assert_eq!(ok.len() as u64 + rec.damaged, chunks.len() as u64);
+    assert!(matches!(ok.last(), Some(ChunkBody::Index(_))) && rec.finished);
+    assert_eq!(rec.skipped_bytes, (CHUNK_HEADER_LEN + stored) as u64);
     let mut b = vector_add_trace();
     b[off] = b'X';
-    assert!(matches!(read_all(&b).1, Some(TraceError::BadChunkMagic { chunk: 3, .. })));
+    let (ok, err, _, _) = read_all_counted(&b);
+    assert!(matches!(err, Some(TraceError::BadChunkMagic { chunk: 3, .. })), "{err:?}");
+    assert!(matches!(ok.last(), Some(ChunkBody::Index(_))));
     let mut b = vector_add_trace();
     b[20] ^= 1; // file header checksum
     assert!(matches!(read_all(&b).1, Some(TraceError::BadHeader { .. })));
@@ -193,10 +222,10 @@ fn missing_blob_reference() {
         r.args = vec![Value::List(vec![Value::Blob(BlobRef { hash: Hash128(0xdead), len: 4 })])];
         w.record(r).expect("record");
     });
-    let (ok, err) = read_all(&b);
+    let (_, err, before, _) = read_all_counted(&b);
     match err {
         Some(TraceError::MissingBlob { seq: 1, chunk, offset, .. }) => {
-            assert_eq!(chunk as usize, ok.len());
+            assert_eq!(chunk as usize, before);
             assert!(offset > 0);
         }
         e => panic!("{e:?}"),

@@ -60,8 +60,12 @@ pub struct Integrity {
     pub file_bytes: Option<u64>,
     /// Chunks of unknown kinds skipped.
     pub skipped_unknown_chunks: u64,
-    /// The error that stopped reading, if any.
+    /// The first error met (a damaged chunk, or the one that stopped reading), if any.
     pub error: Option<String>,
+    /// Damaged chunks skipped (reading resumed after each).
+    pub damaged_chunks: u64,
+    /// Bytes skipped looking for a valid chunk header after a damaged one.
+    pub skipped_bytes: u64,
 }
 
 /// Everything `gpuless analyze` reports about a trace.
@@ -134,8 +138,10 @@ pub fn analyze<R: Read>(
                 progress(pos, total);
             }
             Err(e) => {
-                integrity.error = Some(e.to_string());
-                error = Some(e);
+                if error.is_none() {
+                    integrity.error = Some(e.to_string());
+                    error = Some(e);
+                }
             }
         }
     }
@@ -144,6 +150,8 @@ pub fn analyze<R: Read>(
     integrity.finished = rec.finished;
     integrity.good_bytes = rec.good_bytes;
     integrity.skipped_unknown_chunks = rec.skipped_unknown;
+    integrity.damaged_chunks = rec.damaged;
+    integrity.skipped_bytes = rec.skipped_bytes;
     integrity.file_bytes = reader.progress().1;
     (TraceAnalysis { meta, stats: stats.finish(), sync: sync.finish(), integrity }, error)
 }
