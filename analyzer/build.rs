@@ -85,6 +85,18 @@ const HANDLES: &[(&str, &str)] = &[
     ("other", "Other"),
 ];
 
+/// Kinds a `-> KIND: C_TYPE` clause may name (`parse::RETURN_KINDS`), as `ArgKind` variants.
+const RETURN_KINDS: &[(&str, &str)] = &[
+    ("scalar", "Scalar"),
+    ("flags", "Flags"),
+    ("enum", "Enum"),
+    ("count", "Count"),
+    ("size", "Size"),
+    ("devptr", "DevPtr"),
+    ("hostptr", "HostPtr"),
+    ("fnptr", "FnPtr"),
+];
+
 fn lookup<'a>(table: &'a [(&str, &str)], key: &str, what: &str, file: &str, line: usize) -> &'a str {
     match table.iter().find(|(k, _)| *k == key) {
         Some((_, v)) => v,
@@ -177,9 +189,22 @@ fn main() {
                     a.name, a.c_type
                 );
             }
+            let ret = match &f.ret {
+                None => "Return::Status".to_string(),
+                Some(parse::ParsedReturn::Void) => "Return::Void".to_string(),
+                Some(parse::ParsedReturn::Value { kind, kind_params, c_type }) => {
+                    let kind = match (kind.as_str(), kind_params.first()) {
+                        ("handle", Some(h)) => {
+                            format!("Handle(HandleKind::{})", lookup(HANDLES, h, "handle kind", file, line))
+                        }
+                        (k, _) => lookup(RETURN_KINDS, k, "return kind", file, line).to_string(),
+                    };
+                    format!("Return::Value {{ kind: ArgKind::{kind}, c_type: {c_type:?} }}")
+                }
+            };
             let _ = writeln!(
                 functions,
-                "    ApiFunction {{ id: ApiId({id}), name: {:?}, level: ApiLevel::{level}, group: Group::{group}, sync: SyncClass::{}, symbols: &[{syms}], args: &[{args}] }},",
+                "    ApiFunction {{ id: ApiId({id}), name: {:?}, level: ApiLevel::{level}, group: Group::{group}, sync: SyncClass::{}, symbols: &[{syms}], args: &[{args}], ret: {ret} }},",
                 f.name, f.sync
             );
             id += 1;

@@ -167,6 +167,13 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
     row(out, "D2D copies", s.d2d.count, Some(s.d2d.bytes))?;
     row(out, "memsets", s.memsets, None)?;
     row(out, "module loads", s.module_loads, None)?;
+    let g = &s.registrations;
+    if g.fatbins + g.functions + g.variables > 0 {
+        // Runtime annotations: host stub -> kernel name (listed with --json).
+        row(out, "registered fatbins", g.fatbins, None)?;
+        row(out, "  kernels", g.functions, None)?;
+        row(out, "  variables", g.variables, None)?;
+    }
     row(out, "blobs stored", s.blobs.count, Some(s.blobs.bytes))?;
     row(out, "  code images", s.code_images.count, Some(s.code_images.bytes))?;
     row(out, "unmodeled calls", s.unmodeled_calls, None)?;

@@ -142,3 +142,26 @@ fn dry_run_replay_needs_no_gpu() {
         assert!(err.contains("no GPU"), "{err}");
     }
 }
+
+/// Runtime registrations (annotations) are counted in the table and listed in the JSON.
+#[test]
+fn registrations_are_listed() {
+    use gpuless_traces::synthetic::{resnet_like, synthetic_meta, ResnetScale};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.gl");
+    let w = gpuless_traces::TraceWriter::create(&path, &synthetic_meta("r"), Default::default()).unwrap();
+    resnet_like(&w, ResnetScale { iterations: 1, ..ResnetScale::default() }).unwrap();
+    w.finish().unwrap();
+    let (code, out, err) = gpuless(&["analyze", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert!(rows.contains(&vec!["registered", "fatbins", "18"]), "{out}");
+    assert!(rows.contains(&vec!["kernels", "72"]), "{out}");
+    let (code, out, err) = gpuless(&["analyze", "--json", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let g = &v["stats"]["registrations"];
+    assert_eq!(g["functions"], 72);
+    assert_eq!(g["function_list"][0]["name"], "synthetic_kernel_0_0");
+    assert_eq!(g["function_list"][0]["host"], 0x40_0000);
+}

@@ -72,8 +72,17 @@ pub fn libcuda_symbol(cname: &str) -> *mut c_void {
     unsafe { dlsym(lib, cname.as_ptr().cast()) }
 }
 
+/// The first definition of `name` in the global scope after this library:
+/// `dlsym(RTLD_NEXT, name)` asked by this library (the C library's `dlsym` takes the object
+/// searched after from its caller's address, which is here).
+pub(crate) fn next_symbol(name: &CStr) -> *mut c_void {
+    let Some(dlsym) = real_dlsym() else { return std::ptr::null_mut() };
+    // SAFETY: the C library's dlsym with a NUL-terminated name.
+    unsafe { dlsym(libc::RTLD_NEXT, name.as_ptr()) }
+}
+
 /// Whether `p` is an address inside this library (our own exports).
-fn is_ours(p: *mut c_void) -> bool {
+pub(crate) fn is_ours(p: *mut c_void) -> bool {
     static BASE: OnceLock<usize> = OnceLock::new();
     let base = *BASE.get_or_init(|| base_of(is_ours as *const () as *mut c_void));
     base != 0 && base_of(p) == base

@@ -9,15 +9,21 @@
 //! records for the trace writer's background thread. An internal failure disables recording
 //! (said once on stderr); the program's behaviour is never changed.
 //!
+//! The runtime's registration functions (`__cudaRegisterFatBinary`, `__cudaRegisterFunction`,
+//! ...) are exported too and recorded as runtime-level annotations, each call forwarded to the
+//! libcudart the caller would have bound ([`cudart`](crate::cudart) says how that is found).
+//!
 //! Device allocations are served from a fixed-base VMM arena ([`arena`]), so recorded
 //! addresses are reproducible and replay re-creates them exactly.
 
 pub mod arena;
 mod capture;
 mod clock;
+mod cudart;
 mod fold;
 mod hooks;
 mod intercept;
+mod loaded;
 mod pending;
 mod raw;
 mod real;

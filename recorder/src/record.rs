@@ -24,7 +24,8 @@ fn stamp() -> u64 {
     t
 }
 
-fn tid() -> u64 {
+/// The caller's OS thread id (cached per thread).
+pub(crate) fn tid() -> u64 {
     TID.with(|t| {
         if t.get() == 0 {
             // SAFETY: gettid has no preconditions.
@@ -32,6 +33,17 @@ fn tid() -> u64 {
         }
         t.get()
     })
+}
+
+/// Marks the call `seq` as the one this thread is inside, so that driver calls made from it
+/// name it as their parent; returns the previous mark, for [`leave`].
+pub(crate) fn enter(seq: u64) -> Option<u64> {
+    CURRENT.with(|c| c.replace(Some(seq)))
+}
+
+/// Restores the mark [`enter`] replaced.
+pub(crate) fn leave(previous: Option<u64>) {
+    CURRENT.with(|c| c.set(previous));
 }
 
 /// Records one call of the hook in `slot`, whose raw arguments are `raw`; `real` performs

@@ -449,8 +449,10 @@ pub fn open(driver_ready: bool) {
 
 /// Ends the recording: unmodeled call counts, then the index; runs at process exit.
 pub fn finish() {
-    // A process that made no driver call (a shell, a helper tool) leaves no trace behind.
-    if config().path.is_none() || (SEQ.load(Ordering::Relaxed) == 0 && crate::unmodeled::counts().0.is_empty()) {
+    // A process that made no driver call (a shell, a helper tool, one that only registered
+    // kernels with cudart) leaves no trace behind.
+    let only_annotations = SEQ.load(Ordering::Relaxed) == crate::cudart::recorded();
+    if config().path.is_none() || (only_annotations && crate::unmodeled::counts().0.is_empty()) {
         return;
     }
     open(false);

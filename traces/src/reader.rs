@@ -110,13 +110,7 @@ fn read_full(src: &mut impl Read, buf: &mut [u8], offset: u64) -> Result<usize, 
 
 impl ChunkIo {
     fn new() -> Self {
-        ChunkIo {
-            stored: Vec::new(),
-            raw: Vec::new(),
-            header: [0; CHUNK_HEADER_LEN],
-            payload_len: None,
-            pending: None,
-        }
+        ChunkIo { stored: Vec::new(), raw: Vec::new(), header: [0; CHUNK_HEADER_LEN], payload_len: None, pending: None }
     }
 
     /// Read the next chunk header and payload into `self.raw`.

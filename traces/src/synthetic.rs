@@ -278,8 +278,11 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
     let mut kernels = Vec::new();
     for lib in 0..18u64 {
         let image = r.blob(BlobKind::CodeImage, &rng.code_bytes(scale.image_bytes))?;
-        // cudart registers the fat binary, then loads it through the driver (a nested call).
-        let parent = r.call("__cudaRegisterFatBinary", vec![Value::Blob(image)], vec![Value::HostPtr(0x6000 + lib)])?;
+        // cudart registers the fat binary (its address: the bytes are stored by the load), then
+        // loads it through the driver (a nested call).
+        let handle = Value::HostPtr(0x6000 + lib);
+        let parent =
+            r.call("__cudaRegisterFatBinary", vec![Value::HostPtr(0x5000_0000 + lib * 0x100)], vec![handle.clone()])?;
         r.call_in(
             "cuLibraryLoadData",
             Some(parent),
@@ -296,6 +299,11 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
             vec![h(HandleKind::Library, 0x1000 + lib)],
         )?;
         for k in 0..4u64 {
+            // The host stub → kernel name annotation.
+            let name = Value::Str(format!("synthetic_kernel_{lib}_{k}"));
+            let mut reg = vec![handle.clone(), Value::HostPtr(0x40_0000 + lib * 0x100 + k * 16), Value::Null, name];
+            reg.extend([Value::U64(u64::MAX), Value::Null, Value::Null, Value::Null, Value::Null, Value::Null]);
+            r.call("__cudaRegisterFunction", reg, vec![])?;
             let kh = 0x10_0000 + lib * 16 + k;
             r.call(
                 "cuLibraryGetKernel",

@@ -43,6 +43,11 @@ fn resnet_like_policies_are_ordered_and_plots_are_written() {
     assert!(a.stats.calls > 2000, "{}", a.stats.calls);
     assert_eq!(a.stats.kernel_launches, 10 * 188);
     assert_eq!(a.stats.nested_calls, 18);
+    let g = &a.stats.registrations;
+    assert_eq!((g.fatbins, g.functions, g.variables), (18, 72, 0));
+    assert_eq!(g.function_list[5].name, "synthetic_kernel_1_1");
+    assert_eq!(g.function_list[5].fatbin, 0x6001);
+    assert_eq!(a.stats.module_loads, 18, "registrations are not module loads");
     assert_eq!(a.stats.unmodeled_calls, 2);
     let syncs: Vec<u64> = a.sync.iter().map(|r| r.syncs).collect();
     assert!(syncs[0] > syncs[1] && syncs[1] > syncs[2], "{syncs:?}");

@@ -24,6 +24,25 @@ pub struct ParsedFunction {
     pub sync: String,
     /// Arguments in C order.
     pub args: Vec<ParsedArg>,
+    /// What the function returns: `None` for a status code (`CUresult`, `cudaError_t`), else
+    /// the `-> ...` clause after the arguments.
+    pub ret: Option<ParsedReturn>,
+}
+
+/// A `-> void` or `-> KIND: C_TYPE` clause: a function that returns no status code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParsedReturn {
+    /// `-> void`.
+    Void,
+    /// `-> KIND: C_TYPE`: a returned value, described like an argument.
+    Value {
+        /// Kind keyword (one of [`KINDS`] that takes no parameters, or `handle(KIND)`).
+        kind: String,
+        /// Parenthesised kind parameters.
+        kind_params: Vec<String>,
+        /// C type.
+        c_type: String,
+    },
 }
 
 /// One parsed argument.
@@ -115,11 +134,17 @@ fn err(line: usize, message: impl Into<String>) -> ParseError {
 
 fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<ParsedFunction, ParseError> {
     let open = text.find('(').ok_or_else(|| err(line, "missing '('"))?;
-    if !text.ends_with(')') {
-        return Err(err(line, "line must end with ')'"));
-    }
+    let close = matching_paren(text, open).ok_or_else(|| err(line, "unbalanced '(' in the argument list"))?;
+    let tail = text.get(close + 1..).unwrap_or("").trim();
+    let ret = if tail.is_empty() {
+        None
+    } else {
+        let clause =
+            tail.strip_prefix("->").ok_or_else(|| err(line, "line must end with ')' or a '-> RETURN' clause"))?;
+        Some(parse_return(line, clause.trim())?)
+    };
     let head = text.get(..open).unwrap_or("").trim();
-    let body = text.get(open + 1..text.len() - 1).unwrap_or("");
+    let body = text.get(open + 1..close).unwrap_or("");
     let mut head_words = head.split_whitespace();
     let spec = head_words.next().ok_or_else(|| err(line, "missing function name"))?;
     let sync = head_words.next().ok_or_else(|| err(line, "missing sync class"))?.to_string();
@@ -162,8 +187,44 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
             }
         }
     }
-    Ok(ParsedFunction { line, name, suffixes, level: level.to_string(), group: group.to_string(), sync, args })
+    Ok(ParsedFunction { line, name, suffixes, level: level.to_string(), group: group.to_string(), sync, args, ret })
 }
+
+/// Index of the ')' that closes the '(' at `open`.
+fn matching_paren(text: &str, open: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices().skip_while(|&(i, _)| i < open) {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `void` or `KIND: C_TYPE` (kinds that read memory behind a pointer make no sense here).
+fn parse_return(line: usize, text: &str) -> Result<ParsedReturn, ParseError> {
+    if text == "void" {
+        return Ok(ParsedReturn::Void);
+    }
+    let (kind, c_type) =
+        text.split_once(':').ok_or_else(|| err(line, format!("return {text:?} must be 'void' or 'KIND: C_TYPE'")))?;
+    // Checked like an `out` argument named `return`.
+    let a = parse_arg(line, &format!("out {} return: {}", kind.trim(), c_type.trim()))?;
+    if !RETURN_KINDS.contains(&a.kind.as_str()) {
+        return Err(err(line, format!("kind {} cannot be returned (one of {RETURN_KINDS:?})", a.kind)));
+    }
+    Ok(ParsedReturn::Value { kind: a.kind, kind_params: a.kind_params, c_type: a.c_type })
+}
+
+/// Kinds a `-> KIND: C_TYPE` clause accepts: values that are the returned word itself.
+pub const RETURN_KINDS: &[&str] = &["scalar", "flags", "enum", "count", "size", "devptr", "hostptr", "handle", "fnptr"];
 
 /// Split on commas that are not inside parentheses.
 fn split_args(body: &str) -> Vec<&str> {

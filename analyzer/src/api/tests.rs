@@ -132,3 +132,38 @@ fn parse_errors_are_reported_with_lines() {
     assert!(e.message.contains("unknown argument"));
     assert!(parse::parse_api(DRIVER_API_SOURCE).is_ok());
 }
+
+#[test]
+fn return_clauses_are_parsed_and_checked() {
+    let f =
+        parse::parse_api("cuFoo Async (in hostbuf(n) x: void *, in size n: size_t) -> hostptr: void **").expect("ok");
+    assert_eq!(
+        f[0].ret,
+        Some(parse::ParsedReturn::Value { kind: "hostptr".into(), kind_params: vec![], c_type: "void **".into() })
+    );
+    assert_eq!(f[0].args.len(), 2);
+    let f = parse::parse_api("cuFoo Async () -> void\ncuBar Async (in scalar x: int)").expect("ok");
+    assert_eq!(f[0].ret, Some(parse::ParsedReturn::Void));
+    assert_eq!(f[1].ret, None);
+    let e = parse::parse_api("cuFoo Async (in scalar x: int) junk").expect_err("tail");
+    assert!(e.message.contains("-> RETURN"), "{e}");
+    let e = parse::parse_api("cuFoo Async (in scalar x: int) -> cstr: const char *").expect_err("kind");
+    assert!(e.message.contains("cannot be returned"), "{e}");
+    let e = parse::parse_api("cuFoo Async (in scalar x: int) -> int").expect_err("no type");
+    assert!(e.message.contains("KIND: C_TYPE"), "{e}");
+    let e = parse::parse_api("cuFoo Async (in hostbuf(n x: int").expect_err("unbalanced");
+    assert!(e.message.contains("unbalanced"), "{e}");
+}
+
+#[test]
+fn registration_returns_no_status() {
+    let f = by_name("__cudaRegisterFatBinary").expect("in the table");
+    assert_eq!(f.level, ApiLevel::Runtime);
+    assert_eq!(f.ret, Return::Value { kind: ArgKind::HostPtr, c_type: "void **" });
+    // The fat binary is stored once, by the driver call that loads it: here only its address.
+    assert_eq!(f.args[0].kind, ArgKind::HostPtr);
+    for n in ["__cudaRegisterFatBinaryEnd", "__cudaRegisterFunction", "__cudaRegisterVar"] {
+        assert_eq!(by_name(n).map(|f| f.ret), Some(Return::Void), "{n}");
+    }
+    assert_eq!(by_name("cuMemAlloc").map(|f| f.ret), Some(Return::Status));
+}

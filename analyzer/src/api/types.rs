@@ -332,6 +332,23 @@ impl Variant {
     pub const BASE: Variant = Variant { version: 1, per_thread: false };
 }
 
+/// What a function returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Return {
+    /// A status code (`CUresult`, `cudaError_t`, ...): a trace record's `status`.
+    Status,
+    /// Nothing (`void`); records say status 0.
+    Void,
+    /// A value (`-> KIND: C_TYPE` in the table), recorded as the last of a record's results,
+    /// after the `out` arguments'; records say status 0.
+    Value {
+        /// What it holds.
+        kind: ArgKind,
+        /// C type.
+        c_type: &'static str,
+    },
+}
+
 /// An exported symbol of a function entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Symbol {
@@ -362,6 +379,8 @@ pub struct ApiFunction {
     pub symbols: &'static [Symbol],
     /// Arguments in C order.
     pub args: &'static [ApiArg],
+    /// What it returns.
+    pub ret: Return,
 }
 
 impl ApiFunction {

@@ -4,6 +4,7 @@
 mod events;
 #[cfg(feature = "plot")]
 pub mod plot;
+mod registrations;
 mod stats;
 
 use std::io::Read;
@@ -16,6 +17,7 @@ use crate::error::TraceError;
 use crate::reader::{ChunkBody, TraceReader};
 
 pub use events::call_event;
+pub use registrations::{RegisteredFunction, RegisteredVariable, Registrations};
 pub use stats::{CopyStats, FunctionCount, Stats};
 
 /// Summary of the recording metadata.

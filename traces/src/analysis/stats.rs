@@ -97,6 +97,8 @@ pub struct Stats {
     pub blobs: CopyStats,
     /// Of which code images.
     pub code_images: CopyStats,
+    /// Runtime registrations (annotations): host stub → kernel, host variable → device variable.
+    pub registrations: super::Registrations,
 }
 
 #[derive(Default)]
@@ -155,6 +157,10 @@ impl StatsBuilder {
             s.unmodeled_calls += represented;
             return;
         };
+        if f.group == Group::Registration {
+            s.registrations.add(f, r);
+            return;
+        }
         let kinds: Vec<ArgKind> = f.args.iter().map(|a| a.kind).collect();
         let (up, down) = transfer_bytes(r);
         match f.group {
