@@ -193,6 +193,21 @@ PY2
     HOT_ITERS=${HOT_ITERS:-20} record_check "record: ResNet-50 (PyTorch)" resnet50 python3 "$workloads/resnet50.py"
     "$gl" analyze --no-progress "$out/resnet50.gl" >"$out/resnet50.analysis.txt" 2>&1
     workload_ratios "ResNet-50" resnet50
+    # Issue 4: runtime registration annotations (shared cudart: streams; PyTorch's libcudart is
+    # in a local scope). The static-cudart program registers with its own copy: none recorded.
+    for t in streams streams_static resnet50; do
+      [[ -f $out/$t.gl ]] || continue
+      "$gl" analyze --json --no-progress "$out/$t.gl" 2>/dev/null | python3 -c '
+import json, sys
+t = sys.argv[1]; g = json.load(sys.stdin)["stats"]["registrations"]
+names = sorted({f["name"] for f in g["function_list"]})
+ok = {"streams": g["functions"] == 3 and names == ["_Z3mixPiii", "_Z6affinePiiii", "_Z7combinePKiS0_Pii"],
+      "streams_static": g["functions"] == 0, "resnet50": g["functions"] > 10000 and g["variables"] > 0}[t]
+fb, fn, vr = g["fatbins"], g["functions"], g["variables"]
+print(("PASS" if ok else "FAIL") + f"|{fb} fatbins, {fn} kernels, {vr} variables; e.g. {names[:3]}")
+' "$t" > "$out/$t.reg" 2>&1
+      row "annotations: $t registrations" "$(cut -d'|' -f1 "$out/$t.reg")" "$(cut -d'|' -f2- "$out/$t.reg")"
+    done
   else
     row "record: ResNet-50 (PyTorch)" FAIL "resnet50.py not found"
   fi
