@@ -231,13 +231,15 @@ pub(crate) unsafe fn call(id: ApiId, raw: &[u64], real: impl FnOnce(*mut c_void)
         return ret;
     }
     let seq = state::next_seq();
-    let t0 = state::now_ns();
+    // Registrations are not timed (like folded queries): a program registers tens of thousands
+    // of kernels at start-up, and their timestamps were a sixth of a PyTorch trace's call bytes.
+    // Each carries the time its thread last read the clock.
+    let t0 = record::last_ns();
     // SAFETY: forwarded from the caller; the table's kinds read only what libcudart reads.
     let args = std::panic::catch_unwind(|| unsafe { capture::inputs(f, raw) });
     let parent = record::enter(seq);
     let ret = real(target.addr as *mut c_void);
     record::leave(parent);
-    let t1 = state::now_ns();
     if f.name == "__cudaRegisterFatBinary" {
         remember(ret, owner);
     }
@@ -255,7 +257,7 @@ pub(crate) unsafe fn call(id: ApiId, raw: &[u64], real: impl FnOnce(*mut c_void)
         seq,
         thread: record::tid(),
         timestamp_ns: t0,
-        duration_ns: t1.saturating_sub(t0),
+        duration_ns: 0,
         level: f.level,
         parent,
         function: Function::Known(f.id),

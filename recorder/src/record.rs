@@ -17,6 +17,11 @@ thread_local! {
     static LAST_NS: Cell<u64> = const { Cell::new(0) };
 }
 
+/// The last time this thread read the clock (0 before it did).
+pub(crate) fn last_ns() -> u64 {
+    LAST_NS.with(Cell::get)
+}
+
 /// The time now, remembered as this thread's last.
 fn stamp() -> u64 {
     let t = state::now_ns();

@@ -32,6 +32,11 @@ pub struct WriterOptions {
     /// zstd level of blob chunks holding GPU code (default 9: a third smaller than level 1 on
     /// cuDNN's sm_90 code, compressed by the background threads).
     pub code_zstd_level: i32,
+    /// zstd level of call chunks before the first kernel launch (default 6): the set-up phase
+    /// (imports, kernel registrations, module loads) writes tens of thousands of records once,
+    /// when compression time costs nothing; after it, call chunks use `zstd_level`, so the
+    /// compression thread keeps up with a hot loop.
+    pub setup_zstd_level: i32,
     /// Capacity of the queue between recording threads and the writer thread.
     pub queue_capacity: usize,
     /// Encoded call bytes per call chunk before it is cut.
@@ -55,6 +60,7 @@ impl Default for WriterOptions {
         WriterOptions {
             zstd_level: 1,
             code_zstd_level: 9,
+            setup_zstd_level: 6,
             queue_capacity: 16 * 1024,
             call_chunk_bytes: 1 << 20,
             blob_chunk_bytes: 4 << 20,
@@ -378,6 +384,8 @@ struct WriterThread<W: Write> {
     blob_parts: Vec<PendingPart>,
     blob_bytes: usize,
     pending_since: Option<Instant>,
+    /// A kernel launch has been written: the set-up phase is over (`setup_zstd_level`).
+    launched: bool,
     jobs: Option<Sender<Job>>,
     workers: Vec<JoinHandle<()>>,
     inline_cctx: Cctx,
@@ -416,6 +424,7 @@ impl<W: Write> WriterThread<W> {
             blob_parts: Vec::new(),
             blob_bytes: 0,
             pending_since: None,
+            launched: false,
             jobs,
             workers,
             inline_cctx: None,
@@ -495,6 +504,11 @@ impl<W: Write> WriterThread<W> {
     }
 
     fn add_call(&mut self, r: &CallRecord) {
+        if !self.launched && r.args.iter().any(|v| matches!(v, crate::model::Value::KernelParams(_))) {
+            // The set-up phase ends: what is pending goes out at the set-up level.
+            self.flush_calls();
+            self.launched = true;
+        }
         self.pending_since.get_or_insert_with(Instant::now);
         self.calls.push(r);
         self.stats.calls += 1;
@@ -569,12 +583,8 @@ impl<W: Write> WriterThread<W> {
         let first = self.calls.first_seq();
         let n = self.calls.len() as u32;
         let bytes = self.calls.finish();
-        self.submit(ChunkKind::Calls, Payload::Encoded(bytes), first, n, Vec::new());
-    }
-
-    fn submit(&mut self, kind: ChunkKind, payload: Payload, first_seq: u64, records: u32, blobs: Vec<(Hash128, u64)>) {
-        let level = self.opts.zstd_level;
-        self.submit_at(kind, payload, first_seq, records, blobs, level);
+        let level = if self.launched { self.opts.zstd_level } else { self.opts.setup_zstd_level };
+        self.submit_at(ChunkKind::Calls, Payload::Encoded(bytes), first, n, Vec::new(), level);
     }
 
     fn submit_at(
