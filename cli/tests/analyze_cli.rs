@@ -165,3 +165,23 @@ fn registrations_are_listed() {
     assert_eq!(g["function_list"][0]["name"], "synthetic_kernel_0_0");
     assert_eq!(g["function_list"][0]["host"], 0x40_0000);
 }
+
+/// A real format-2.0 trace recorded on the H200 (testdata/cuda/suite/streams.cu, shared cudart):
+/// words decoded, the runtime's registrations of its three kernels listed.
+#[test]
+fn real_format_2_trace_with_registrations() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/traces/streams_v2.gl");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuless"))
+        .args(["analyze", "--json", "--no-progress", path])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["meta"]["format_version"], "2.0");
+    let g = &v["stats"]["registrations"];
+    let mut names: Vec<&str> =
+        g["function_list"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["_Z3mixPiii", "_Z6affinePiiii", "_Z7combinePKiS0_Pii"]);
+    assert_eq!(v["stats"]["kernel_launches"], 10);
+}

@@ -31,7 +31,7 @@ fn first(r: &DryRunReport) -> &str {
 
 #[test]
 fn real_traces_are_consistent() {
-    for name in ["vecadd.gl", "rdc_app.gl", "streams.gl", "tiny_pytorch.gl"] {
+    for name in ["vecadd.gl", "rdc_app.gl", "streams.gl", "streams_v2.gl", "tiny_pytorch.gl"] {
         let r = dry_run(&load(&testdata(name)).unwrap());
         assert_eq!(r.violation_count, 0, "{name}: {:?}", r.violations);
         assert!(r.checked >= 5, "{name}: {r:?}");
