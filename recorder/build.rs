@@ -8,6 +8,27 @@ use std::fmt::Write as _;
 
 use gpuless_analyzer::api::{functions, ApiArg, ApiLevel, ArgKind, HandleKind, Return};
 
+/// A generated wrapper's pieces: its parameter list, the parameter types, the parameter names,
+/// and the parameters as raw words.
+struct Signature {
+    sig: String,
+    tys: String,
+    names: String,
+    raws: String,
+}
+
+fn signature(f: &gpuless_analyzer::api::ApiFunction) -> Signature {
+    let params: Vec<(String, String)> =
+        f.args.iter().enumerate().map(|(i, a)| (format!("a{i}"), abi_type(a, f.name))).collect();
+    let join = |it: &mut dyn Iterator<Item = String>| it.collect::<Vec<_>>().join(", ");
+    Signature {
+        sig: join(&mut params.iter().map(|(n, t)| format!("{n}: {t}"))),
+        tys: join(&mut params.iter().map(|(_, t)| t.clone())),
+        names: join(&mut params.iter().map(|(n, _)| n.clone())),
+        raws: join(&mut params.iter().map(|(n, t)| to_raw(t, n))),
+    }
+}
+
 /// The Rust type a by-value C argument is passed as (ABI-equivalent; pointers are opaque).
 fn abi_type(a: &ApiArg, fname: &str) -> String {
     let t = a.c_type.trim();
@@ -81,12 +102,7 @@ fn main() {
                 _ => {}
             }
         }
-        let params: Vec<(String, String)> =
-            f.args.iter().enumerate().map(|(i, a)| (format!("a{i}"), abi_type(a, f.name))).collect();
-        let sig = params.iter().map(|(n, t)| format!("{n}: {t}")).collect::<Vec<_>>().join(", ");
-        let tys = params.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>().join(", ");
-        let names = params.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ");
-        let raws = params.iter().map(|(n, t)| to_raw(t, n)).collect::<Vec<_>>().join(", ");
+        let Signature { sig, tys, names, raws } = signature(f);
         for s in f.symbols {
             writeln!(
                 hooks,
@@ -162,12 +178,7 @@ fn cudart_exports() -> String {
             .iter()
             .find(|f| f.name == *name && f.level == ApiLevel::Runtime)
             .unwrap_or_else(|| panic!("{name}: not a runtime entry of the API table"));
-        let params: Vec<(String, String)> =
-            f.args.iter().enumerate().map(|(i, a)| (format!("a{i}"), abi_type(a, f.name))).collect();
-        let sig = params.iter().map(|(n, t)| format!("{n}: {t}")).collect::<Vec<_>>().join(", ");
-        let tys = params.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>().join(", ");
-        let names = params.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ");
-        let raws = params.iter().map(|(n, t)| to_raw(t, n)).collect::<Vec<_>>().join(", ");
+        let Signature { sig, tys, names, raws } = signature(f);
         // (Rust return type, the call's value as a word, the word back as the return type)
         let (ret, to_word, from_word) = match f.ret {
             Return::Void => ("()", "{ real(NAMES); 0 }", ";"),

@@ -8,19 +8,12 @@
 #include <stdlib.h>
 #include <time.h>
 
-typedef int (*gpa_t)(const char *, void **, int, uint64_t, int *);
-static gpa_t gpa;
-static void *get(const char *name) {
-  void *p = 0; int st = 0;
-  if (gpa(name, &p, 13000, 0, &st) || !p) { fprintf(stderr, "no %s\n", name); exit(3); }
-  return p; }
+#include "driver.h"
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e9 + t.tv_nsec; }
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 2000;
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
-  if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 2; }
-  gpa = (gpa_t)dlsym(lib, "cuGetProcAddress_v2");
+  open_driver();
   int (*init)(unsigned) = get("cuInit");
   int (*alloc)(uint64_t *, size_t) = get("cuMemAlloc");
   int (*load)(void **, const void *) = get("cuModuleLoadData");

@@ -7,12 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef int (*gpa_t)(const char *, void **, int, uint64_t, int *);
-static gpa_t gpa;
-static void *get(const char *name) {
-  void *p = 0; int st = 0;
-  if (gpa(name, &p, 13000, 0, &st) || !p) { fprintf(stderr, "no %s\n", name); exit(3); }
-  return p; }
+#include "driver.h"
 
 typedef struct { size_t x, y; int type; const void *host; uint64_t dev; void *array; size_t pitch; } side2d;
 typedef struct { side2d src, dst; size_t width, height; } copy2d;
@@ -22,9 +17,7 @@ typedef struct { side3d src, dst; size_t width, height, depth; } copy3d;
 typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; void *kern, *ctx; } knode;
 
 int main(void) {
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
-  if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 2; }
-  gpa = (gpa_t)dlsym(lib, "cuGetProcAddress_v2");
+  open_driver();
   int (*init)(unsigned) = get("cuInit");
   int (*alloc)(uint64_t *, size_t) = get("cuMemAlloc");
   int (*load)(void **, const void *) = get("cuModuleLoadData");

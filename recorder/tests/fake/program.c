@@ -7,18 +7,11 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int (*gpa_t)(const char *, void **, int, uint64_t, int *);
-static gpa_t gpa;
-static void *get(const char *name) {
-  void *p = 0; int st = 0;
-  if (gpa(name, &p, 13000, 0, &st) || !p) { fprintf(stderr, "no %s\n", name); exit(3); }
-  return p; }
+#include "driver.h"
 
 int main(int argc, char **argv) {
   int iters = argc > 1 ? atoi(argv[1]) : 0;
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
-  if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 2; }
-  gpa = (gpa_t)dlsym(lib, "cuGetProcAddress_v2");
+  open_driver();
   int (*init)(unsigned) = get("cuInit");
   int (*alloc)(uint64_t *, size_t) = get("cuMemAlloc");
   int (*htod)(uint64_t, const void *, size_t) = get("cuMemcpyHtoD");
