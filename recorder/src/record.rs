@@ -60,6 +60,9 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
     let Some(hook) = HOOKS.get(slot) else { return real() };
     let op = arena::op(hook.func);
     if !state::enabled() {
+        if let Some(f) = api::get(hook.func) {
+            state::unrecorded(f.name);
+        }
         // Arena memory stays the arena's after recording stops (late frees at exit).
         // SAFETY: forwarded from the caller.
         return unsafe { with_arena(op, hook.variant.per_thread, raw, real) };

@@ -451,6 +451,11 @@ pub fn open(driver_ready: bool) {
 pub fn finish() {
     // A process that made no driver call (a shell, a helper tool, one that only registered
     // kernels with cudart) leaves no trace behind.
+    if IN_CHILD.load(Ordering::Relaxed) {
+        // A forked child's copy of the parent's writer has no thread behind it: finishing it
+        // would wait for nothing. The parent finishes the trace.
+        return;
+    }
     let only_annotations = SEQ.load(Ordering::Relaxed) == crate::cudart::recorded();
     if config().path.is_none() || (only_annotations && crate::unmodeled::counts().0.is_empty()) {
         return;
@@ -493,10 +498,30 @@ extern "C" fn at_exit() {
     DISABLED.store(true, Ordering::Relaxed);
 }
 
+/// Set in a child forked without `exec`: its CUDA calls are not recorded (cleared once said).
+static FORKED: AtomicBool = AtomicBool::new(false);
+/// Set in a child forked without `exec`, for good: the writer it inherited is the parent's.
+static IN_CHILD: AtomicBool = AtomicBool::new(false);
+
 extern "C" fn in_child() {
     // The writer thread does not exist in a forked child: record nothing there.
     DISABLED.store(true, Ordering::Relaxed);
+    FORKED.store(true, Ordering::Relaxed);
+    IN_CHILD.store(true, Ordering::Relaxed);
     crate::signals::reset_in_child();
+}
+
+/// A call that is not recorded because recording is off: a forked child says so once, naming
+/// the call (a child that `exec`s starts a recorder of its own and writes `TRACE.PID`).
+pub fn unrecorded(name: &str) {
+    if FORKED.load(Ordering::Relaxed) && FORKED.swap(false, Ordering::Relaxed) {
+        eprintln!(
+            "gpuless: process {} was forked from a recorded process without exec; its CUDA calls \
+             (first: {name}) are not recorded. Run it through exec (e.g. multiprocessing's \
+             'spawn' start method) to get a trace of its own",
+            std::process::id()
+        );
+    }
 }
 
 /// Finishes the trace now (a fatal signal is being handled); later calls pass through.

@@ -260,3 +260,34 @@ fn sigterm_finishes_the_trace() {
     let f = gpuless_traces::TraceFile::open(&trace).expect("a finished trace (index written)");
     assert!(f.index().calls >= 10, "{:?}", f.index().calls);
 }
+
+/// A child forked without exec that calls the driver is not recorded, and says so once on
+/// stderr (issue 4: "a child that uses CUDA writes its own trace or is clearly reported"); it
+/// exits normally (its atexit handlers run: the inherited writer must be left alone), the
+/// parent's trace is still written and the exit code is the program's.
+#[test]
+fn forked_child_is_reported() {
+    let lib = recorder_lib();
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path());
+    let trace = dir.path().join("t.gl");
+    let out = Command::new(&prog)
+        .arg("-2")
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("LD_PRELOAD", &lib)
+        .env("GPULESS_TRACE", &trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("was forked from a recorded process without exec").count(), 1, "{err}");
+    assert!(err.contains("(first: cuCtxGetCurrent)"), "{err}");
+    let reader = TraceReader::open(&trace, ReaderOptions::default()).unwrap();
+    let calls: usize = reader
+        .map(|c| match c.unwrap().body {
+            ChunkBody::Calls(c) => c.len(),
+            _ => 0,
+        })
+        .sum();
+    assert!(calls > 5, "the parent's calls are recorded");
+}
