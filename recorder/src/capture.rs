@@ -302,30 +302,66 @@ unsafe fn image_file(p: u64) -> Value {
 }
 
 unsafe fn launch_config(p: u64) -> Value {
+    // SAFETY: forwarded from the caller.
+    match unsafe { read_config(p) } {
+        Some(r) => config_value(&r),
+        None => Value::Null,
+    }
+}
+
+/// A `CUlaunchConfig` as read at the call: its fields and its attribute array's bytes (kept by
+/// raw calls, turned into a [`Value::LaunchConfig`] on the writer thread).
+pub(crate) struct RawConfig {
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    stream: u64,
+    /// `numAttrs` `CUlaunchAttribute`s, as bytes.
+    attrs: Vec<u8>,
+}
+
+/// Reads the `CUlaunchConfig` at `p`.
+///
+/// # Safety
+/// `p` is null or points at a `CUlaunchConfig` the driver reads, with `numAttrs` attributes.
+pub(crate) unsafe fn read_config(p: u64) -> Option<RawConfig> {
     if p == 0 {
-        return Value::Null;
+        return None;
     }
     // SAFETY: the driver reads this CUlaunchConfig (plain integers and pointers).
     let c = unsafe { std::ptr::read_unaligned(p as *const sys::CUlaunchConfig) };
+    let n = if c.attrs.is_null() { 0 } else { (c.numAttrs as usize).min(MAX_ELEMS) };
+    let len = n * std::mem::size_of::<sys::CUlaunchAttribute>();
+    // SAFETY: `numAttrs` attributes follow `attrs`.
+    let attrs =
+        if n == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(c.attrs as *const u8, len) }.to_vec() };
+    Some(RawConfig {
+        grid: [c.gridDimX, c.gridDimY, c.gridDimZ],
+        block: [c.blockDimX, c.blockDimY, c.blockDimZ],
+        shared_mem: c.sharedMemBytes,
+        stream: c.hStream as u64,
+        attrs,
+    })
+}
+
+/// The trace value of a launch configuration.
+pub(crate) fn config_value(r: &RawConfig) -> Value {
     let size = std::mem::size_of::<sys::CUlaunchAttribute>();
     let value_at = std::mem::offset_of!(sys::CUlaunchAttribute, value);
     let value_len = std::mem::size_of::<sys::CUlaunchAttributeValue>();
-    let mut attrs = Vec::new();
-    for i in 0..(c.numAttrs as usize).min(MAX_ELEMS) {
-        if c.attrs.is_null() {
-            break;
-        }
-        let base = c.attrs as usize + i * size;
-        // SAFETY: `numAttrs` attributes follow `attrs`; the id is read as a plain u32.
-        let id = unsafe { std::ptr::read_unaligned(base as *const u32) };
-        let value = unsafe { std::slice::from_raw_parts((base + value_at) as *const u8, value_len) }.to_vec();
-        attrs.push(LaunchAttr { id, value });
-    }
+    let attrs = r
+        .attrs
+        .chunks_exact(size)
+        .map(|a| LaunchAttr {
+            id: u32::from_le_bytes([a[0], a[1], a[2], a[3]]),
+            value: a.get(value_at..value_at + value_len).unwrap_or_default().to_vec(),
+        })
+        .collect();
     Value::LaunchConfig(LaunchConfig {
-        grid: Dim3 { x: c.gridDimX, y: c.gridDimY, z: c.gridDimZ },
-        block: Dim3 { x: c.blockDimX, y: c.blockDimY, z: c.blockDimZ },
-        shared_mem: c.sharedMemBytes,
-        stream: c.hStream as u64,
+        grid: Dim3 { x: r.grid[0], y: r.grid[1], z: r.grid[2] },
+        block: Dim3 { x: r.block[0], y: r.block[1], z: r.block[2] },
+        shared_mem: r.shared_mem,
+        stream: r.stream,
         attrs,
     })
 }

@@ -24,6 +24,8 @@ pub struct Plan {
     params: Option<(u8, u8)>,
     /// `void** extra` argument: a call passing one is recorded the full way.
     extra: Option<u8>,
+    /// `const CUlaunchConfig*` argument (`cuLaunchKernelEx`), read at the call.
+    config: Option<u8>,
 }
 
 fn make_plan(f: &ApiFunction) -> Option<Plan> {
@@ -36,7 +38,7 @@ fn make_plan(f: &ApiFunction) -> Option<Plan> {
         return None;
     }
     let prims = capture::plans(f);
-    let mut plan = Plan { params: None, extra: None };
+    let mut plan = Plan { params: None, extra: None, config: None };
     for (i, a) in f.args.iter().enumerate() {
         if a.dir != Direction::In {
             return None;
@@ -47,6 +49,7 @@ fn make_plan(f: &ApiFunction) -> Option<Plan> {
                 plan.params = Some((i as u8, func as u8));
             }
             ArgKind::Extra => plan.extra = Some(i as u8),
+            ArgKind::Struct("CUlaunchConfig") => plan.config = Some(i as u8),
             k => {
                 capture::word_value(k, prims.get(i).copied()?, 0)?;
             }
@@ -83,6 +86,18 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// The launch configuration of a `cuLaunchKernelEx`, read now.
+    ///
+    /// # Safety
+    /// As [`Plan::params`].
+    pub unsafe fn config(&self, raw: &[u64]) -> Option<Box<capture::RawConfig>> {
+        let p = raw.get(usize::from(self.config?)).copied().unwrap_or(0);
+        // SAFETY: forwarded: the launch's `CUlaunchConfig`, read by the driver too.
+        unsafe { capture::read_config(p) }.map(Box::new)
+    }
+}
+
 /// One call's facts, kept until the writer thread builds its record.
 pub struct RawCall {
     /// Sequence number.
@@ -103,6 +118,8 @@ pub struct RawCall {
     pub words: [u64; MAX_WORDS],
     /// Packed kernel parameters and their layout.
     pub params: Option<(Vec<u8>, Layout)>,
+    /// The launch configuration (`cuLaunchKernelEx`).
+    pub config: Option<Box<capture::RawConfig>>,
 }
 
 impl RawCall {
@@ -126,6 +143,7 @@ impl RawCall {
                         None => Value::HostPtr(w),
                     },
                     ArgKind::Extra => Value::Null,
+                    ArgKind::Struct(_) => self.config.as_deref().map_or(Value::Null, capture::config_value),
                     k => capture::word_value(k, prims.get(i).copied().unwrap_or(capture::Prim::Word), w)
                         .unwrap_or(Value::U64(w)),
                 }

@@ -149,12 +149,12 @@ unsafe fn raw_call(
     let seq = state::next_seq();
     let t0 = state::now_ns();
     // SAFETY: forwarded from the caller.
-    let params = std::panic::catch_unwind(|| unsafe { plan.params(raw) });
+    let params = std::panic::catch_unwind(|| unsafe { (plan.params(raw), plan.config(raw)) });
     let parent = CURRENT.with(|c| c.replace(Some(seq)));
     let status = real();
     CURRENT.with(|c| c.set(parent));
     let t1 = stamp();
-    let Ok(params) = params else {
+    let Ok((params, config)) = params else {
         state::fail(&format!("capturing the arguments of {} failed", f.name));
         return status;
     };
@@ -171,6 +171,7 @@ unsafe fn raw_call(
         status: status as i32,
         words,
         params,
+        config,
     });
     if status == 0 {
         pending::after(f, raw);

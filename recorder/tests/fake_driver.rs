@@ -97,6 +97,18 @@ fn records_a_driver_api_program() {
     assert_eq!(&kp.bytes[8..12], &2.5f32.to_le_bytes());
     assert_eq!(&kp.bytes[12..16], &64i32.to_le_bytes());
 
+    // cuLaunchKernelEx takes the raw path: its config and parameters are read at the call and
+    // turned into values on the writer thread.
+    let ex = find("cuLaunchKernelEx");
+    let Value::LaunchConfig(cfg) = &ex.args[0] else { panic!("{:?}", ex.args) };
+    assert_eq!((cfg.grid.x, cfg.block.x, cfg.shared_mem, cfg.attrs.len()), (2, 64, 16, 1));
+    assert_eq!(cfg.attrs[0].id, 4);
+    assert_eq!(&cfg.attrs[0].value[..12], [2u32, 1, 1].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
+    assert!(matches!(&ex.args[1], Value::Handle(..)));
+    let Value::KernelParams(kp) = &ex.args[2] else { panic!("{:?}", ex.args) };
+    assert_eq!(&kp.bytes[0..8], &ptr.to_le_bytes());
+    assert_eq!(ex.args[3], Value::Null);
+
     let out: Vec<u8> = (0..64).flat_map(|i| (i as f32 * 2.5).to_le_bytes()).collect();
     let dtoh = find("cuMemcpyDtoH");
     let Value::Digest(d) = &dtoh.results[0] else { panic!("{:?}", dtoh.results) };

@@ -106,6 +106,11 @@ CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd
 CUresult cuFakeMapped(int *n) { *n = mapped; return 0; }
 CUresult cuDevicePrimaryCtxReset_v2(int dev) { (void)dev; return 0; } /* not called: unmodeled probe */
 CUresult cuFakeUnmodeled(int x) { return x; }
+/* cuLaunchKernelEx: checks the function and reads the config; changes no memory. */
+typedef struct { unsigned gx, gy, gz, bx, by, bz, smem; void *stream; void *attrs; unsigned n; } lcfg;
+CUresult cuLaunchKernelEx(const lcfg *c, void *f, void **params, void **extra) {
+  (void)params; (void)extra;
+  return f == &kernel_token && c && c->gx > 0 ? 0 : 400; }
 
 struct entry { const char *name; void *fn; };
 static const struct entry table[] = {
@@ -119,7 +124,7 @@ static const struct entry table[] = {
   {"cuStreamSynchronize", cuStreamSynchronize}, {"cuFakeUnmodeled", cuFakeUnmodeled},
   {"cuMemFree", cuMemFree_v2}, {"cuMemGetAddressRange", cuMemGetAddressRange_v2}, {"cuFakeMapped", cuFakeMapped},
   {"cuMemcpy2D", cuMemcpy2D_v2}, {"cuMemcpy3D", cuMemcpy3D_v2}, {"cuGraphCreate", cuGraphCreate},
-  {"cuGraphAddKernelNode", cuGraphAddKernelNode_v2},
+  {"cuGraphAddKernelNode", cuGraphAddKernelNode_v2}, {"cuLaunchKernelEx", cuLaunchKernelEx},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)ver; (void)flags;

@@ -34,6 +34,14 @@ int main(int argc, char **argv) {
   if (init(0) || alloc(&d, sizeof h) || htod(d, h, sizeof h) || load(&mod, ptx) || getf(&fn, mod, "scale")) return 4;
   float k = 2.5f; int n = 64; void *params[] = {&d, &k, &n};
   if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0)) return 5;
+  { /* cuLaunchKernelEx with one attribute (cluster dimension 2x1x1): no effect on the data */
+    typedef struct { unsigned id; char pad[4]; unsigned value[16]; } lattr;
+    typedef struct { unsigned gx, gy, gz, bx, by, bz, smem; void *stream; lattr *attrs; unsigned n; } lcfg;
+    int (*launch_ex)(const lcfg *, void *, void **, void **) = get("cuLaunchKernelEx");
+    lattr a = {4, {0}, {2, 1, 1}};
+    lcfg cfg = {2, 1, 1, 64, 1, 1, 16, 0, &a, 1};
+    if (launch_ex(&cfg, fn, params, 0)) return 12;
+  }
   if (dtoh(h, d, sizeof h)) return 6;
   unmodeled(0); unmodeled(0);
   float again[64];
