@@ -22,6 +22,29 @@ fn build(dir: &Path) -> PathBuf {
     prog
 }
 
+/// Runs the stand-in program with `arg` under the recorder, writing `dir/t.gl`.
+fn record_program(dir: &Path, arg: &str) -> std::process::Output {
+    let prog = build(dir);
+    Command::new(&prog)
+        .arg(arg)
+        .env("LD_LIBRARY_PATH", dir)
+        .env("LD_PRELOAD", recorder_lib())
+        .env("GPULESS_TRACE", dir.join("t.gl"))
+        .output()
+        .unwrap()
+}
+
+/// Every call record of a finished trace, in file order.
+fn calls_of(trace: &Path) -> Vec<gpuless_traces::CallRecord> {
+    TraceReader::open(trace, ReaderOptions::default())
+        .unwrap()
+        .flat_map(|c| match c.unwrap().body {
+            ChunkBody::Calls(c) => c,
+            _ => Vec::new(),
+        })
+        .collect()
+}
+
 #[test]
 fn records_a_driver_api_program() {
     let lib = recorder_lib();
@@ -212,25 +235,10 @@ fn rtld_next_is_resolved_relative_to_the_caller() {
 /// (trace format 1.1 `repeat`); launches are never folded.
 #[test]
 fn repeated_queries_are_folded_and_counted() {
-    let lib = recorder_lib();
     let dir = tempfile::tempdir().unwrap();
-    let prog = build(dir.path());
-    let trace = dir.path().join("t.gl");
-    let out = Command::new(&prog)
-        .arg("1000")
-        .env("LD_LIBRARY_PATH", dir.path())
-        .env("LD_PRELOAD", &lib)
-        .env("GPULESS_TRACE", &trace)
-        .output()
-        .unwrap();
+    let out = record_program(dir.path(), "1000");
     assert!(out.status.success(), "{out:?}");
-    let reader = TraceReader::open(&trace, ReaderOptions::default()).unwrap();
-    let calls: Vec<_> = reader
-        .flat_map(|c| match c.unwrap().body {
-            ChunkBody::Calls(c) => c,
-            _ => Vec::new(),
-        })
-        .collect();
+    let calls = calls_of(&dir.path().join("t.gl"));
     let of = |name: &str| calls.iter().filter(|c| c.function.name() == name).collect::<Vec<_>>();
     let queries = of("cuCtxGetCurrent");
     let represented: u64 = queries.iter().map(|c| c.calls_represented()).sum();
@@ -279,27 +287,11 @@ fn sigterm_finishes_the_trace() {
 /// parent's trace is still written and the exit code is the program's.
 #[test]
 fn forked_child_is_reported() {
-    let lib = recorder_lib();
     let dir = tempfile::tempdir().unwrap();
-    let prog = build(dir.path());
-    let trace = dir.path().join("t.gl");
-    let out = Command::new(&prog)
-        .arg("-2")
-        .env("LD_LIBRARY_PATH", dir.path())
-        .env("LD_PRELOAD", &lib)
-        .env("GPULESS_TRACE", &trace)
-        .output()
-        .unwrap();
+    let out = record_program(dir.path(), "-2");
     assert!(out.status.success(), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("was forked from a recorded process without exec").count(), 1, "{err}");
     assert!(err.contains("(first: cuCtxGetCurrent)"), "{err}");
-    let reader = TraceReader::open(&trace, ReaderOptions::default()).unwrap();
-    let calls: usize = reader
-        .map(|c| match c.unwrap().body {
-            ChunkBody::Calls(c) => c.len(),
-            _ => 0,
-        })
-        .sum();
-    assert!(calls > 5, "the parent's calls are recorded");
+    assert!(calls_of(&dir.path().join("t.gl")).len() > 5, "the parent's calls are recorded");
 }
