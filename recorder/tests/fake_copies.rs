@@ -6,17 +6,15 @@
 //! cuFuncGetParamInfo (the struct itself only holds pointers to them).
 
 use std::path::Path;
-use std::process::Command;
 
 use gpuless_analyzer::api::structs::{self, Copy, Dims};
 use gpuless_traces::{ChunkBody, Hash128, ReaderOptions, TraceReader, Value};
 
 mod common;
-use common::{cc, recorder_lib};
+use common::{cc, native_and_recorded};
 
 #[test]
 fn host_rows_of_2d_3d_copies_and_kernel_node_parameters_are_recorded() {
-    let lib = recorder_lib();
     let dir = tempfile::tempdir().unwrap();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake");
     let fake = dir.path().join("libcuda.so.1");
@@ -24,15 +22,7 @@ fn host_rows_of_2d_3d_copies_and_kernel_node_parameters_are_recorded() {
     let prog = dir.path().join("copies");
     cc(&["-O2", "-o", prog.to_str().unwrap(), src.join("copies.c").to_str().unwrap(), "-ldl"]);
     let trace = dir.path().join("t.gl");
-    let native = Command::new(&prog).env("LD_LIBRARY_PATH", dir.path()).output().unwrap();
-    let recorded = Command::new(&prog)
-        .env("LD_LIBRARY_PATH", dir.path())
-        .env("LD_PRELOAD", &lib)
-        .env("GPULESS_TRACE", &trace)
-        .output()
-        .unwrap();
-    assert!(native.status.success() && recorded.status.success(), "{native:?} {recorded:?}");
-    assert_eq!(native.stdout, recorded.stdout, "the recorder must not change the program's output");
+    native_and_recorded(&prog, dir.path());
 
     let reader = TraceReader::open(&trace, ReaderOptions { blob_data: true, check_blob_refs: true }).unwrap();
     let (mut calls, mut blobs) = (Vec::new(), std::collections::HashMap::new());

@@ -11,7 +11,7 @@ use std::process::Command;
 use gpuless_traces::{ChunkBody, Function, Hash128, ReaderOptions, TraceReader, Value};
 
 mod common;
-use common::{cc, recorder_lib};
+use common::{cc, native_and_recorded, recorder_lib};
 
 fn build(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake");
@@ -52,15 +52,7 @@ fn records_a_driver_api_program() {
     let dir = tempfile::tempdir().unwrap();
     let prog = build(dir.path());
     let trace = dir.path().join("t.gl");
-    let native = Command::new(&prog).env("LD_LIBRARY_PATH", dir.path()).output().unwrap();
-    let recorded = Command::new(&prog)
-        .env("LD_LIBRARY_PATH", dir.path())
-        .env("LD_PRELOAD", &lib)
-        .env("GPULESS_TRACE", &trace)
-        .output()
-        .unwrap();
-    assert!(native.status.success() && recorded.status.success(), "{recorded:?}");
-    assert_eq!(native.stdout, recorded.stdout, "the recorder must not change the program's output");
+    let (native, recorded) = native_and_recorded(&prog, dir.path());
     assert_eq!(String::from_utf8_lossy(&native.stdout).trim(), "sum=5040.0");
 
     let reader = TraceReader::open(&trace, ReaderOptions { blob_data: true, check_blob_refs: true }).unwrap();

@@ -30,3 +30,19 @@ pub fn cc(args: &[&str]) {
     let st = Command::new("cc").args(args).status().expect("a C compiler (cc) is needed for this test");
     assert!(st.success(), "cc {args:?}");
 }
+
+/// Runs `prog` natively and under the recorder (trace `dir/t.gl`, the stand-in libcuda in
+/// `dir`); both must succeed with the same output.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn native_and_recorded(prog: &Path, dir: &Path) -> (std::process::Output, std::process::Output) {
+    let native = Command::new(prog).env("LD_LIBRARY_PATH", dir).output().expect("run natively");
+    let recorded = Command::new(prog)
+        .env("LD_LIBRARY_PATH", dir)
+        .env("LD_PRELOAD", recorder_lib())
+        .env("GPULESS_TRACE", dir.join("t.gl"))
+        .output()
+        .expect("run recorded");
+    assert!(native.status.success() && recorded.status.success(), "{native:?} {recorded:?}");
+    assert_eq!(native.stdout, recorded.stdout, "the recorder must not change the program's output");
+    (native, recorded)
+}
