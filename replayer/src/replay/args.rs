@@ -16,6 +16,12 @@ impl<'a> Call<'a> {
         self.rec.args.get(i)
     }
 
+    /// The value of the first argument of `kind` (the API table's kind, not its name).
+    pub fn arg_of_kind(&self, kind: gpuless_analyzer::api::ArgKind) -> Option<&'a Value> {
+        let i = self.f.args.iter().position(|a| a.kind == kind)?;
+        self.rec.args.get(i)
+    }
+
     pub fn result(&self, name: &str) -> Option<&'a Value> {
         let i = self.f.out_args().position(|(_, a)| a.name == name)?;
         self.rec.results.get(i)

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use gpuless_analyzer::api::HandleKind;
+use gpuless_analyzer::api::{ArgKind, HandleKind};
 use gpuless_traces::{Hash128, Value};
 use serde::Serialize;
 
@@ -204,9 +204,9 @@ fn check(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Result<bool, Strin
             stream(m, c)?;
         }
         "cuModuleLoadData" | "cuModuleLoadDataEx" | "cuModuleLoadFatBinary" => {
-            let name = if c.f.name == "cuModuleLoadFatBinary" { "fatCubin" } else { "image" };
-            blob_ok(trace, c.arg(name), "code image")?;
-            m.modules.insert(ow(c, "module")?, image_of(c.arg(name)));
+            let image = c.arg_of_kind(ArgKind::Image);
+            blob_ok(trace, image, "code image")?;
+            m.modules.insert(ow(c, "module")?, image_of(image));
         }
         "cuModuleLoad" => {
             blob_ok(trace, file_blob(c.arg("fname")), "code image read from a file")?;

@@ -4,6 +4,7 @@
 use std::ffi::{c_void, CString};
 
 use cudarc::driver::sys;
+use gpuless_analyzer::api::ArgKind;
 use gpuless_traces::{CallRecord, Hash128, Value};
 
 use super::args::{word, Call};
@@ -160,10 +161,10 @@ pub(crate) fn call(
             }
             // JIT options of cuModuleLoadDataEx are left out: they tune PTX compilation only.
             "cuModuleLoadData" | "cuModuleLoadDataEx" | "cuModuleLoadFatBinary" | "cuModuleLoad" => {
-                let image = match f.name {
-                    "cuModuleLoadData" | "cuModuleLoadDataEx" => aligned(blob(trace, &c, c.arg("image"))?),
-                    "cuModuleLoadFatBinary" => aligned(blob(trace, &c, c.arg("fatCubin"))?),
-                    _ => aligned(file_image(trace, &c, "fname")?),
+                // The image by the table's argument kind: in memory, or read from a file.
+                let image = match c.arg_of_kind(ArgKind::Image) {
+                    Some(v) => aligned(blob(trace, &c, Some(v))?),
+                    None => aligned(file_image(trace, &c, "fname")?),
                 };
                 let mut m = std::ptr::null_mut();
                 check(sys::cuModuleLoadData(&mut m, image.as_ptr().cast()), seq, f.name)?;
