@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use cudarc::driver::sys;
 use gpuless_analyzer::api::structs::{self, Dims, KernelNode};
@@ -303,8 +303,9 @@ unsafe fn image_file(p: u64) -> Value {
 
 unsafe fn launch_config(p: u64) -> Value {
     // SAFETY: forwarded from the caller.
-    match unsafe { read_config(p) } {
-        Some(r) => config_value(&r),
+    let mut bytes = Vec::new();
+    match unsafe { read_config(p, &mut bytes) } {
+        Some(r) => config_value(&r, &bytes),
         None => Value::Null,
     }
 }
@@ -316,15 +317,15 @@ pub(crate) struct RawConfig {
     block: [u32; 3],
     shared_mem: u32,
     stream: u64,
-    /// `numAttrs` `CUlaunchAttribute`s, as bytes.
-    attrs: Vec<u8>,
+    /// Where its `numAttrs` `CUlaunchAttribute`s were appended to the byte buffer.
+    attrs: (u32, u32),
 }
 
-/// Reads the `CUlaunchConfig` at `p`.
+/// Reads the `CUlaunchConfig` at `p`, appending its attributes' bytes to `bytes`.
 ///
 /// # Safety
 /// `p` is null or points at a `CUlaunchConfig` the driver reads, with `numAttrs` attributes.
-pub(crate) unsafe fn read_config(p: u64) -> Option<RawConfig> {
+pub(crate) unsafe fn read_config(p: u64, bytes: &mut Vec<u8>) -> Option<RawConfig> {
     if p == 0 {
         return None;
     }
@@ -332,9 +333,12 @@ pub(crate) unsafe fn read_config(p: u64) -> Option<RawConfig> {
     let c = unsafe { std::ptr::read_unaligned(p as *const sys::CUlaunchConfig) };
     let n = if c.attrs.is_null() { 0 } else { (c.numAttrs as usize).min(MAX_ELEMS) };
     let len = n * std::mem::size_of::<sys::CUlaunchAttribute>();
-    // SAFETY: `numAttrs` attributes follow `attrs`.
-    let attrs =
-        if n == 0 { Vec::new() } else { unsafe { std::slice::from_raw_parts(c.attrs as *const u8, len) }.to_vec() };
+    let start = bytes.len();
+    if n > 0 {
+        // SAFETY: `numAttrs` attributes follow `attrs`.
+        bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(c.attrs as *const u8, len) });
+    }
+    let attrs = (start as u32, len as u32);
     Some(RawConfig {
         grid: [c.gridDimX, c.gridDimY, c.gridDimZ],
         block: [c.blockDimX, c.blockDimY, c.blockDimZ],
@@ -345,12 +349,14 @@ pub(crate) unsafe fn read_config(p: u64) -> Option<RawConfig> {
 }
 
 /// The trace value of a launch configuration.
-pub(crate) fn config_value(r: &RawConfig) -> Value {
+pub(crate) fn config_value(r: &RawConfig, bytes: &[u8]) -> Value {
     let size = std::mem::size_of::<sys::CUlaunchAttribute>();
     let value_at = std::mem::offset_of!(sys::CUlaunchAttribute, value);
     let value_len = std::mem::size_of::<sys::CUlaunchAttributeValue>();
-    let attrs = r
-        .attrs
+    let (start, len) = (r.attrs.0 as usize, r.attrs.1 as usize);
+    let attrs = bytes
+        .get(start..start + len)
+        .unwrap_or_default()
         .chunks_exact(size)
         .map(|a| LaunchAttr {
             id: u32::from_le_bytes([a[0], a[1], a[2], a[3]]),
@@ -369,20 +375,30 @@ pub(crate) fn config_value(r: &RawConfig) -> Value {
 type ParamInfo = unsafe extern "C" fn(*mut c_void, usize, *mut usize, *mut usize) -> u32;
 
 /// A kernel's parameter layout: (offset, size) of each parameter.
-pub(crate) type Layout = Arc<[(u32, u32)]>;
+/// Layouts live as long as the process (one per kernel handle): a launch refers to its
+/// kernel's without a reference count shared with the writer thread.
+pub(crate) type Layout = &'static [(u32, u32)];
 
 /// Parameter layout of a function or kernel handle, asked of the driver once per handle.
 fn layout(handle: u64) -> Layout {
-    type Local = HashMap<u64, Layout, std::hash::BuildHasherDefault<crate::fold::WordHasher>>;
+    /// Entries of this thread's layout cache, by a hash of the handle.
+    const WAYS: usize = 512;
     thread_local! {
-        /// This thread's copy of the layouts: a launch looks its kernel up without a lock.
-        static MINE: std::cell::RefCell<Local> = std::cell::RefCell::new(Local::default());
+        /// This thread's recent layouts: a launch finds its kernel's in one cache line, without
+        /// a lock.
+        static MINE: std::cell::RefCell<Vec<(u64, Layout)>> = std::cell::RefCell::new(vec![(0, &[]); WAYS]);
     }
-    if let Ok(Some(l)) = MINE.try_with(|m| m.borrow().get(&handle).cloned()) {
+    let i = (handle.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 55) as usize % WAYS;
+    let hit = MINE.try_with(|m| m.borrow().get(i).filter(|e| e.0 == handle && handle != 0).map(|e| e.1));
+    if let Ok(Some(l)) = hit {
         return l;
     }
     let l = shared_layout(handle);
-    let _ = MINE.try_with(|m| m.borrow_mut().insert(handle, l.clone()));
+    let _ = MINE.try_with(|m| {
+        if let Some(e) = m.borrow_mut().get_mut(i) {
+            *e = (handle, l);
+        }
+    });
     l
 }
 
@@ -390,7 +406,7 @@ fn layout(handle: u64) -> Layout {
 fn shared_layout(handle: u64) -> Layout {
     type Layouts = HashMap<u64, Layout>;
     static CACHE: Mutex<Option<Layouts>> = Mutex::new(None);
-    if let Some(l) = CACHE.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(&handle).cloned())) {
+    if let Some(l) = CACHE.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(&handle).copied())) {
         return l;
     }
     let mut out = Vec::new();
@@ -413,11 +429,8 @@ fn shared_layout(handle: u64) -> Layout {
             break;
         }
     }
-    let out: Layout = out.into();
-    if let Ok(mut c) = CACHE.lock() {
-        c.get_or_insert_with(HashMap::new).insert(handle, out.clone());
-    }
-    out
+    let Ok(mut c) = CACHE.lock() else { return Vec::leak(out) };
+    c.get_or_insert_with(HashMap::new).entry(handle).or_insert_with(|| Vec::leak(out))
 }
 
 unsafe fn kernel_params(f: &ApiFunction, p: u64, raw: &[u64]) -> Value {
@@ -435,20 +448,23 @@ unsafe fn kernel_params(f: &ApiFunction, p: u64, raw: &[u64]) -> Value {
 /// at the offsets `cuFuncGetParamInfo` gives.
 unsafe fn packed_params(handle: u64, p: u64) -> Value {
     // SAFETY: forwarded from the caller.
-    let (bytes, layout) = unsafe { pack(handle, p) };
+    let mut bytes = Vec::new();
+    let (_, layout) = unsafe { pack(handle, p, &mut bytes) };
     Value::KernelParams(KernelParams { bytes, layout: layout.to_vec() })
 }
 
-/// The packed parameter bytes of a launch of `handle` with `void** kernelParams` at `p`
-/// (not null), and their layout.
+/// Appends the packed parameter bytes of a launch of `handle` with `void** kernelParams` at
+/// `p` (not null) to `bytes`; returns where they start and their layout.
 ///
 /// # Safety
 /// `p` holds one pointer per parameter of the kernel, each to the parameter's bytes.
-pub(crate) unsafe fn pack(handle: u64, p: u64) -> (Vec<u8>, Layout) {
+pub(crate) unsafe fn pack(handle: u64, p: u64, bytes: &mut Vec<u8>) -> (usize, Layout) {
     let layout = layout(handle);
     let total = layout.iter().map(|&(o, s)| o + s).max().unwrap_or(0) as usize;
-    let mut bytes = vec![0u8; total];
-    let out = bytes.as_mut_ptr();
+    let start = bytes.len();
+    bytes.resize(start + total, 0);
+    // SAFETY: `total` bytes from `start` were just made part of `bytes`.
+    let out = unsafe { bytes.as_mut_ptr().add(start) };
     for (i, &(off, size)) in layout.iter().enumerate() {
         // SAFETY: kernelParams holds one pointer per parameter, each to `size` bytes; every
         // (offset, size) of the layout lies inside `total`.
@@ -467,7 +483,7 @@ pub(crate) unsafe fn pack(handle: u64, p: u64) -> (Vec<u8>, Layout) {
             }
         }
     }
-    (bytes, layout)
+    (start, layout)
 }
 
 /// `void** extra`: the `CU_LAUNCH_PARAM_BUFFER_POINTER` / `_SIZE` pairs.

@@ -222,7 +222,7 @@ pub(crate) unsafe fn call(id: ApiId, raw: &[u64], real: impl FnOnce(*mut c_void)
     let record = target.certain
         && state::enabled()
         && state::level_enabled(ApiLevel::Runtime)
-        && state::diag() == state::Diag::Off;
+        && crate::diag::diag() == crate::diag::Diag::Off;
     if !record {
         let ret = real(target.addr as *mut c_void);
         if f.name == "__cudaRegisterFatBinary" {

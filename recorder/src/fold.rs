@@ -5,10 +5,14 @@
 //! same question with the same answer (and status) only increments a counter, and the first
 //! record is written again with `repeat = n` when the thread hands its records to the writer
 //! (trace format 1.1). Nothing is lost: every call is counted, with its arguments and answer.
+//! A repeat is found through a per-thread memo ([`repeat`]) and counted without a lock; the
+//! thread's batch lock guards the map of every question, which a hand-over drains.
 //! Queries are not timed (`duration_ns` 0); a folded record's timestamp is the last time its
 //! thread read the clock before the last repeat (at most one recorded call earlier).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use gpuless_analyzer::api::{self, ApiFunction, ArgKind, Direction, SyncClass};
@@ -133,11 +137,30 @@ pub unsafe fn observe(plan: &Plan, slot: usize, raw: &[u64], status: u32) -> (Ke
     (key, ans)
 }
 
-struct Folded {
+/// A remembered question, its answer and the first record that gave it, with the repeats
+/// counted since the last hand-over. Immutable but for the counters: a changed answer makes a
+/// new entry.
+struct Entry {
+    key: Key,
     answer: Answer,
     template: Arc<CallRecord>,
-    repeats: u32,
-    last_ns: u64,
+    /// Counted by the owning thread without a lock (a plain load and store); taken with a swap
+    /// under the batch lock at a hand-over.
+    repeats: AtomicU32,
+    last_ns: AtomicU64,
+}
+
+impl Entry {
+    /// Counts one more repeat (owning thread only); `false` when the counter is full.
+    fn count(&self, now_ns: u64) -> bool {
+        let n = self.repeats.load(Ordering::Relaxed);
+        if n == u32::MAX {
+            return false;
+        }
+        self.repeats.store(n + 1, Ordering::Relaxed);
+        self.last_ns.store(now_ns, Ordering::Relaxed);
+        true
+    }
 }
 
 /// The record standing for a question's repeats, built on the writer thread from the first
@@ -159,6 +182,48 @@ impl Repeats {
         r.duration_ns = 0;
         r
     }
+}
+
+/// Entries of the recent questions, by a hash of the question: a repeat is counted without
+/// taking the thread's batch lock or searching the map.
+const MEMO: usize = 2048;
+
+thread_local! {
+    static RECENT: RefCell<Vec<Option<Arc<Entry>>>> = RefCell::new(vec![None; MEMO]);
+}
+
+fn memo_index(key: &Key) -> usize {
+    let mut h = u64::from(key.slot).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for w in key.ins {
+        h = (h ^ w).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    }
+    (h >> 53) as usize % MEMO
+}
+
+fn memo(entry: &Arc<Entry>) {
+    let _ = RECENT.try_with(|r| {
+        if let Ok(mut r) = r.try_borrow_mut() {
+            if let Some(slot) = r.get_mut(memo_index(&entry.key)) {
+                if !slot.as_ref().is_some_and(|e| Arc::ptr_eq(e, entry)) {
+                    *slot = Some(entry.clone());
+                }
+            }
+        }
+    });
+}
+
+/// Counts the call if it repeats a recent answer of this thread's, without a lock; `true` when
+/// it was folded. Otherwise [`Folds::fold`] decides, under the batch lock.
+pub fn repeat(key: &Key, answer: &Answer, now_ns: u64) -> bool {
+    RECENT
+        .try_with(|r| {
+            let Ok(r) = r.try_borrow() else { return false };
+            match r.get(memo_index(key)) {
+                Some(Some(e)) if e.key == *key && e.answer == *answer => e.count(now_ns),
+                _ => false,
+            }
+        })
+        .unwrap_or(false)
 }
 
 /// A multiply-rotate hasher for [`Key`]s (a few machine words, hashed on every query).
@@ -185,19 +250,18 @@ impl std::hash::Hasher for WordHasher {
     }
 }
 
-/// One thread's remembered questions.
+/// One thread's remembered questions (kept in its batch, under the batch lock).
 #[derive(Default)]
 pub struct Folds {
-    map: HashMap<Key, Folded, std::hash::BuildHasherDefault<WordHasher>>,
+    map: HashMap<Key, Arc<Entry>, std::hash::BuildHasherDefault<WordHasher>>,
 }
 
 impl Folds {
     /// Counts the call if it repeats the remembered answer; `true` when it was folded.
     pub fn fold(&mut self, key: &Key, answer: &Answer, now_ns: u64) -> bool {
-        match self.map.get_mut(key) {
-            Some(f) if f.answer == *answer && f.repeats < u32::MAX => {
-                f.repeats += 1;
-                f.last_ns = now_ns;
+        match self.map.get(key) {
+            Some(e) if e.answer == *answer && e.count(now_ns) => {
+                memo(e);
                 true
             }
             _ => false,
@@ -207,26 +271,33 @@ impl Folds {
     /// Remembers a recorded call's question and answer; returns the record standing for the
     /// repeats of the answer it replaces, if any.
     pub fn remember(&mut self, key: Key, answer: Answer, rec: &CallRecord) -> Option<Repeats> {
-        let folded = Folded { answer, template: Arc::new(rec.clone()), repeats: 0, last_ns: rec.timestamp_ns };
-        self.map.insert(key, folded).and_then(|mut f| take(&mut f))
+        let e = Arc::new(Entry {
+            key,
+            answer,
+            template: Arc::new(rec.clone()),
+            repeats: AtomicU32::new(0),
+            last_ns: AtomicU64::new(rec.timestamp_ns),
+        });
+        memo(&e);
+        self.map.insert(key, e).and_then(|old| take(&old))
     }
 
     /// Records standing for every repeat counted since the last call; counters restart.
     pub fn drain(&mut self) -> Vec<Repeats> {
-        let mut out: Vec<Repeats> = self.map.values_mut().filter_map(take).collect();
+        let mut out: Vec<Repeats> = self.map.values().filter_map(|e| take(e)).collect();
         out.sort_by_key(|r| r.timestamp_ns);
         out
     }
 }
 
 /// The repeats counted for one question, if any; its counter restarts.
-fn take(f: &mut Folded) -> Option<Repeats> {
+fn take(e: &Entry) -> Option<Repeats> {
     // The record stands for the `repeats` calls since: itself and `repeat` more.
-    let n = std::mem::take(&mut f.repeats);
+    let n = e.repeats.swap(0, Ordering::Relaxed);
     (n > 0).then(|| Repeats {
-        template: f.template.clone(),
+        template: e.template.clone(),
         repeat: n - 1,
         seq: crate::state::next_seq(),
-        timestamp_ns: f.last_ns,
+        timestamp_ns: e.last_ns.load(Ordering::Relaxed),
     })
 }

@@ -20,6 +20,7 @@ pub mod arena;
 mod capture;
 mod clock;
 mod cudart;
+mod diag;
 mod fold;
 mod hooks;
 mod intercept;
@@ -29,6 +30,7 @@ mod raw;
 mod real;
 mod record;
 mod signals;
+mod slots;
 mod state;
 mod unmodeled;
 

@@ -52,7 +52,20 @@ pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
     }
 }
 
-/// Called after every successful call: a synchronization completes the copies it covers.
+/// Whether [`after`] has anything to do for calls of `f`: synchronizations, stream and event
+/// queries, event records.
+pub fn completes(f: &ApiFunction) -> bool {
+    let first = |name: &str| f.args.first().is_some_and(|a| a.name == name);
+    match f.sync {
+        SyncClass::CtxSync => true,
+        SyncClass::StreamSync | SyncClass::StateQuery if first("hStream") => true,
+        SyncClass::EventSync | SyncClass::StateQuery if first("hEvent") => true,
+        _ => f.name == "cuEventRecord",
+    }
+}
+
+/// Called after every successful call for which [`completes`] holds: a synchronization
+/// completes the copies it covers.
 pub fn after(f: &ApiFunction, raw: &[u64]) {
     let complete: Box<dyn Fn(&Pending) -> bool> = match f.sync {
         SyncClass::CtxSync => Box::new(|_| true),

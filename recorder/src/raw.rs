@@ -70,11 +70,13 @@ impl Plan {
         self.extra.is_none_or(|i| raw.get(usize::from(i)).copied().unwrap_or(0) == 0)
     }
 
-    /// The kernel parameters of a launch, read now.
+    /// Appends the kernel parameters of a launch to `bytes`: where they start, how many bytes,
+    /// and their layout.
     ///
     /// # Safety
-    /// `raw` are the arguments the program passed, in the API table's order.
-    pub unsafe fn params(&self, raw: &[u64]) -> Option<(Vec<u8>, Layout)> {
+    /// `raw` are the arguments the program passed, in the API table's order, and the call has
+    /// not returned to the program yet.
+    pub unsafe fn params(&self, raw: &[u64], bytes: &mut Vec<u8>) -> Option<Params> {
         let (p, func) = self.params?;
         let p = raw.get(usize::from(p)).copied().unwrap_or(0);
         if p == 0 {
@@ -82,20 +84,26 @@ impl Plan {
         }
         let handle = raw.get(usize::from(func)).copied().unwrap_or(0);
         // SAFETY: forwarded: `p` is the launch's kernelParams, read by the driver too.
-        Some(unsafe { capture::pack(handle, p) })
+        let (start, layout) = unsafe { capture::pack(handle, p, bytes) };
+        Some(Params { start: start as u32, len: (bytes.len() - start) as u32, layout })
     }
-}
 
-impl Plan {
-    /// The launch configuration of a `cuLaunchKernelEx`, read now.
+    /// The launch configuration of a `cuLaunchKernelEx`, its attributes appended to `bytes`.
     ///
     /// # Safety
     /// As [`Plan::params`].
-    pub unsafe fn config(&self, raw: &[u64]) -> Option<Box<capture::RawConfig>> {
+    pub unsafe fn config(&self, raw: &[u64], bytes: &mut Vec<u8>) -> Option<capture::RawConfig> {
         let p = raw.get(usize::from(self.config?)).copied().unwrap_or(0);
         // SAFETY: forwarded: the launch's `CUlaunchConfig`, read by the driver too.
-        unsafe { capture::read_config(p) }.map(Box::new)
+        unsafe { capture::read_config(p, bytes) }
     }
+}
+
+/// A launch's packed parameters: where they lie in the batch's bytes, and their layout.
+pub struct Params {
+    start: u32,
+    len: u32,
+    layout: Layout,
 }
 
 /// One call's facts, kept until the writer thread builds its record.
@@ -116,15 +124,15 @@ pub struct RawCall {
     pub status: i32,
     /// The argument words, `args.len()` of them.
     pub words: [u64; MAX_WORDS],
-    /// Packed kernel parameters and their layout.
-    pub params: Option<(Vec<u8>, Layout)>,
-    /// The launch configuration (`cuLaunchKernelEx`).
-    pub config: Option<Box<capture::RawConfig>>,
+    /// Packed kernel parameters (in the batch's bytes) and their layout.
+    pub params: Option<Params>,
+    /// The launch configuration (`cuLaunchKernelEx`), its attributes in the batch's bytes.
+    pub config: Option<capture::RawConfig>,
 }
 
 impl RawCall {
-    /// The record this call stands for.
-    pub fn into_record(self) -> CallRecord {
+    /// The record this call stands for; `bytes` are its batch's bytes.
+    pub fn into_record(self, bytes: &[u8]) -> CallRecord {
         let hook = &HOOKS[usize::from(self.slot)];
         let f = api::get(hook.func);
         let prims = f.map(capture::plans).unwrap_or(&[]);
@@ -138,12 +146,16 @@ impl RawCall {
                 let w = self.words.get(i).copied().unwrap_or(0);
                 match a.kind {
                     ArgKind::KernelParams => match params.take() {
-                        Some((bytes, layout)) => Value::KernelParams(KernelParams { bytes, layout: layout.to_vec() }),
+                        Some(p) => {
+                            let (s, n) = (p.start as usize, p.len as usize);
+                            let bytes = bytes.get(s..s + n).unwrap_or_default().to_vec();
+                            Value::KernelParams(KernelParams { bytes, layout: p.layout.to_vec() })
+                        }
                         None if w == 0 => Value::Null,
                         None => Value::HostPtr(w),
                     },
                     ArgKind::Extra => Value::Null,
-                    ArgKind::Struct(_) => self.config.as_deref().map_or(Value::Null, capture::config_value),
+                    ArgKind::Struct(_) => self.config.as_ref().map_or(Value::Null, |c| capture::config_value(c, bytes)),
                     k => capture::word_value(k, prims.get(i).copied().unwrap_or(capture::Prim::Word), w)
                         .unwrap_or(Value::U64(w)),
                 }
@@ -177,11 +189,11 @@ pub enum Rec {
 }
 
 impl Rec {
-    /// The record.
-    pub fn into_record(self) -> CallRecord {
+    /// The record; `bytes` are its batch's bytes.
+    pub fn into_record(self, bytes: &[u8]) -> CallRecord {
         match self {
             Rec::Full(r) => r,
-            Rec::Raw(r) => r.into_record(),
+            Rec::Raw(r) => r.into_record(bytes),
             Rec::Repeats(r) => r.into_record(),
         }
     }

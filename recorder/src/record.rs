@@ -3,11 +3,11 @@
 
 use std::cell::Cell;
 
-use gpuless_analyzer::api::{self, SyncClass};
+use gpuless_analyzer::api::SyncClass;
 use gpuless_traces::{CallRecord, Function};
 
 use crate::hooks::HOOKS;
-use crate::{arena, capture, fold, pending, raw, state};
+use crate::{arena, capture, diag, fold, pending, raw, slots, state};
 
 thread_local! {
     /// Sequence number of the hooked call this thread is inside, if any.
@@ -56,40 +56,65 @@ pub(crate) fn leave(previous: Option<u64>) {
 ///
 /// # Safety
 /// `raw` must be the arguments the program passed, in the API table's order.
+#[inline(always)]
 pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 {
-    let Some(hook) = HOOKS.get(slot) else { return real() };
-    let op = arena::op(hook.func);
+    // One copy of the recording code for every hook: the hot calls share their instructions.
+    let mut real = Some(real);
+    // SAFETY: forwarded from the caller.
+    unsafe { call_dyn(slot, raw, &mut || real.take().map_or(crate::hooks::NOT_FOUND, |r| r())) }
+}
+
+/// [`call`], not generic over the driver call.
+///
+/// # Safety
+/// As [`call`].
+#[inline(never)]
+unsafe fn call_dyn(slot: usize, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
+    if diag::diag() == diag::Diag::SelfTime {
+        // SAFETY: forwarded from the caller.
+        return diag::timed(slot, real, |real| unsafe { hooked(slot, raw, real) });
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { hooked(slot, raw, real) }
+}
+
+/// [`call`] itself.
+///
+/// # Safety
+/// As [`call`].
+unsafe fn hooked(slot: usize, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
+    let Some(s) = slots::get(slot) else { return real() };
     if !state::enabled() {
-        if let Some(f) = api::get(hook.func) {
-            state::unrecorded(f.name);
-        }
+        state::unrecorded(s.func.name);
         // Arena memory stays the arena's after recording stops (late frees at exit).
         // SAFETY: forwarded from the caller.
-        return unsafe { with_arena(op, hook.variant.per_thread, raw, real) };
+        return unsafe { with_arena(s, raw, real) };
     }
-    let Some(f) = api::get(hook.func) else { return real() };
-    if state::diag() == state::Diag::HooksOnly && f.name != "cuInit" {
-        // SAFETY: forwarded from the caller.
-        return unsafe { with_arena(op, hook.variant.per_thread, raw, real) };
+    match s.path {
+        // SAFETY (all arms): forwarded from the caller.
+        slots::Path::Pass => unsafe { with_arena(s, raw, real) },
+        slots::Path::Fold(ref plan) => unsafe { query(slot, s, plan, raw, real) },
+        slots::Path::Raw(ref plan) if plan.fits(raw) => unsafe { raw_call(slot, s, plan, raw, real) },
+        _ => unsafe { full(slot, s, raw, real) },
     }
-    if let Some(plan) = fold::plan(hook.func) {
-        // SAFETY: forwarded from the caller.
-        return unsafe { query(slot, f, plan, raw, real) };
-    }
-    if let Some(plan) = raw::plan(hook.func).filter(|p| p.fits(raw)) {
-        // SAFETY: forwarded from the caller.
-        return unsafe { raw_call(slot, f, plan, raw, real) };
-    }
+}
+
+/// A call recorded in full on the calling thread.
+///
+/// # Safety
+/// As [`call`].
+unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
+    let f = s.func;
     let seq = state::next_seq();
     let t0 = state::now_ns();
     // SAFETY: forwarded from the caller.
     let args = std::panic::catch_unwind(|| unsafe { capture::inputs(f, raw) });
     let parent = CURRENT.with(|c| c.replace(Some(seq)));
     // SAFETY: forwarded from the caller.
-    let status = unsafe { with_arena(op, hook.variant.per_thread, raw, real) };
+    let status = unsafe { with_arena(s, raw, real) };
     CURRENT.with(|c| c.set(parent));
     let t1 = stamp();
-    if f.name == "cuInit" && status == 0 {
+    if s.init && status == 0 {
         state::open(true);
     }
     let Ok(args) = args else {
@@ -104,7 +129,6 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
             return status;
         }
     };
-    let variant = hook.variant;
     let rec = CallRecord {
         seq,
         thread: tid(),
@@ -113,7 +137,7 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
         level: f.level,
         parent,
         function: Function::Known(f.id),
-        variant,
+        variant: HOOKS[slot].variant,
         status: status as i32,
         args,
         results,
@@ -124,10 +148,10 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
     } else {
         state::emit(rec);
     }
-    if status == 0 {
+    if status == 0 && s.completes {
         pending::after(f, raw);
     }
-    if matches!(f.sync, SyncClass::CtxSync | SyncClass::StreamSync | SyncClass::EventSync | SyncClass::DeviceToHost) {
+    if s.waits || f.sync == SyncClass::DeviceToHost {
         // The program waits here anyway: hand this thread's records to the writer.
         state::flush_thread();
     }
@@ -139,44 +163,50 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn raw_call(
-    slot: usize,
-    f: &'static api::ApiFunction,
-    plan: &raw::Plan,
-    raw: &[u64],
-    real: impl FnOnce() -> u32,
-) -> u32 {
+unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
     let seq = state::next_seq();
     let t0 = state::now_ns();
-    // SAFETY: forwarded from the caller.
-    let params = std::panic::catch_unwind(|| unsafe { (plan.params(raw), plan.config(raw)) });
     let parent = CURRENT.with(|c| c.replace(Some(seq)));
     let status = real();
     CURRENT.with(|c| c.set(parent));
     let t1 = stamp();
-    let Ok((params, config)) = params else {
-        state::fail(&format!("capturing the arguments of {} failed", f.name));
-        return status;
-    };
     let mut words = [0u64; raw::MAX_WORDS];
     let n = raw.len().min(raw::MAX_WORDS);
     words[..n].copy_from_slice(&raw[..n]);
-    state::emit_raw(raw::RawCall {
-        seq,
-        thread: tid(),
-        timestamp_ns: t0,
-        duration_ns: t1.saturating_sub(t0),
-        parent,
-        slot: slot as u16,
-        status: status as i32,
-        words,
-        params,
-        config,
+    let mut failed = false;
+    // The parameters are read after the driver returned (they are the program's, unchanged,
+    // until the call returns to it), straight into this thread's batch.
+    state::emit_raw(|bytes| {
+        let start = bytes.len();
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: forwarded from the caller; the call has not returned to the program.
+            unsafe { (plan.params(raw, bytes), plan.config(raw, bytes)) }
+        }));
+        let (params, config) = read.unwrap_or_else(|_| {
+            bytes.truncate(start);
+            failed = true;
+            (None, None)
+        });
+        raw::RawCall {
+            seq,
+            thread: tid(),
+            timestamp_ns: t0,
+            duration_ns: t1.saturating_sub(t0),
+            parent,
+            slot: slot as u16,
+            status: status as i32,
+            words,
+            params,
+            config,
+        }
     });
-    if status == 0 {
-        pending::after(f, raw);
+    if failed {
+        state::fail(&format!("capturing the arguments of {} failed", s.func.name));
     }
-    if matches!(f.sync, SyncClass::CtxSync | SyncClass::StreamSync | SyncClass::EventSync) {
+    if status == 0 && s.completes {
+        pending::after(s.func, raw);
+    }
+    if s.waits {
         state::flush_thread();
     }
     status
@@ -186,15 +216,15 @@ unsafe fn raw_call(
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn with_arena(op: Option<arena::Op>, per_thread: bool, raw: &[u64], real: impl FnOnce() -> u32) -> u32 {
-    let Some(op) = op else { return real() };
+unsafe fn with_arena(s: &slots::Slot, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
+    let Some(op) = s.arena else { return real() };
     // SAFETY: forwarded from the caller.
     unsafe {
-        if let Some(status) = arena::before(op, raw, per_thread) {
+        if let Some(status) = arena::before(op, raw, s.per_thread) {
             return status;
         }
         let status = real();
-        arena::after(op, raw, per_thread, status);
+        arena::after(op, raw, s.per_thread, status);
         status
     }
 }
@@ -204,23 +234,19 @@ unsafe fn with_arena(op: Option<arena::Op>, per_thread: bool, raw: &[u64], real:
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn query(
-    slot: usize,
-    f: &'static api::ApiFunction,
-    plan: &fold::Plan,
-    raw: &[u64],
-    real: impl FnOnce() -> u32,
-) -> u32 {
+unsafe fn query(slot: usize, s: &slots::Slot, plan: &fold::Plan, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
+    let f = s.func;
     // Queries call no other hooked function: no need to mark this call as the current parent.
     // Nor are they timed: a repeat is stamped with the time this thread last took (reading
     // the clock would be a third of a folded query's cost), a first answer when it returns.
     let status = real();
     // SAFETY: forwarded; the driver has written the outputs when the status is 0.
     let (key, answer) = unsafe { fold::observe(plan, slot, raw, status) };
-    if status == 0 {
+    if status == 0 && s.completes {
         pending::after(f, raw);
     }
-    if state::fold(&key, &answer, LAST_NS.with(Cell::get)) {
+    let now = LAST_NS.with(Cell::get);
+    if fold::repeat(&key, &answer, now) || state::fold(&key, &answer, now) {
         return status;
     }
     let t0 = stamp();

@@ -242,6 +242,30 @@ fn repeated_queries_are_folded_and_counted() {
     assert!(launches.iter().all(|l| l.repeat == 0));
 }
 
+/// `GPULESS_DIAG=selftime` records as usual and says at exit how long each function spent in
+/// the recorder, with its call count.
+#[test]
+fn selftime_lists_each_function_with_its_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path());
+    let out = Command::new(&prog)
+        .arg("50")
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("LD_PRELOAD", recorder_lib())
+        .env("GPULESS_TRACE", dir.path().join("t.gl"))
+        .env("GPULESS_DIAG", "selftime")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let launch = err.lines().find(|l| l.starts_with("gpuless selftime:") && l.ends_with(" cuLaunchKernel"));
+    let launch = launch.unwrap_or_else(|| panic!("no cuLaunchKernel row in:\n{err}"));
+    assert!(launch.contains(" 51 calls") && launch.contains(" raw "), "{launch}");
+    let calls = calls_of(&dir.path().join("t.gl"));
+    let launches: Vec<_> = calls.iter().filter(|c| c.function.name() == "cuLaunchKernel").collect();
+    assert_eq!(launches.len(), 51, "the trace is complete under selftime");
+}
+
 /// SIGTERM (default action) ends the program as before, and the trace is finished first.
 #[test]
 fn sigterm_finishes_the_trace() {

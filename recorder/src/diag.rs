@@ -1,0 +1,114 @@
+//! Diagnostics of the recorder's own cost (`GPULESS_DIAG`), for measurements only: the trace
+//! they leave is incomplete (`hooks`, `nowrite`) or the calls are slower (`selftime`).
+//!
+//! - `hooks`: every hooked call passes straight through (interposition cost only);
+//! - `nowrite`: records are built on the program's threads and dropped (no writer work);
+//! - `selftime`: normal recording, and each hooked call's time outside the driver is summed
+//!   per function and recording path; the table goes to stderr at exit.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+use crate::hooks::{HOOKS, SLOTS};
+
+/// Environment variable choosing the diagnostics mode.
+pub const ENV_DIAG: &str = "GPULESS_DIAG";
+
+/// What `GPULESS_DIAG` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Diag {
+    /// Normal recording.
+    Off,
+    /// Hooks pass calls through unrecorded.
+    HooksOnly,
+    /// Records are built and dropped.
+    NoWrite,
+    /// Normal recording, the recorder's time per call summed.
+    SelfTime,
+}
+
+/// The diagnostics mode (read on every call: one byte, decided on first use).
+pub fn diag() -> Diag {
+    static D: AtomicU8 = AtomicU8::new(0);
+    match D.load(Ordering::Relaxed) {
+        1 => Diag::Off,
+        2 => Diag::HooksOnly,
+        3 => Diag::NoWrite,
+        4 => Diag::SelfTime,
+        _ => {
+            let (d, code) = match std::env::var(ENV_DIAG).as_deref() {
+                Ok("hooks") => (Diag::HooksOnly, 2),
+                Ok("nowrite") => (Diag::NoWrite, 3),
+                Ok("selftime") => (Diag::SelfTime, 4),
+                _ => (Diag::Off, 1),
+            };
+            D.store(code, Ordering::Relaxed);
+            d
+        }
+    }
+}
+
+/// Sums of one slot: calls, and nanoseconds outside the driver.
+struct Sums {
+    calls: AtomicU64,
+    self_ns: AtomicU64,
+}
+
+fn sums() -> &'static [Sums] {
+    static S: OnceLock<Vec<Sums>> = OnceLock::new();
+    S.get_or_init(|| (0..SLOTS).map(|_| Sums { calls: AtomicU64::new(0), self_ns: AtomicU64::new(0) }).collect())
+}
+
+/// Runs one hooked call (`hooked`, handed the timed driver call) and adds the time it spent
+/// outside the driver to `slot`'s sums.
+pub fn timed(slot: usize, real: &mut dyn FnMut() -> u32, hooked: impl FnOnce(&mut dyn FnMut() -> u32) -> u32) -> u32 {
+    let mut in_driver = 0u64;
+    let t0 = crate::clock::now_ns();
+    let status = hooked(&mut || {
+        let a = crate::clock::now_ns();
+        let s = real();
+        in_driver = crate::clock::now_ns().saturating_sub(a);
+        s
+    });
+    let total = crate::clock::now_ns().saturating_sub(t0);
+    if let Some(s) = sums().get(slot) {
+        s.calls.fetch_add(1, Ordering::Relaxed);
+        s.self_ns.fetch_add(total.saturating_sub(in_driver), Ordering::Relaxed);
+    }
+    status
+}
+
+/// Writes the self-time table to stderr (at the end of a `selftime` recording).
+pub fn report() {
+    if diag() != Diag::SelfTime {
+        return;
+    }
+    let mut rows: Vec<(u64, u64, &str, &str)> = sums()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let calls = s.calls.load(Ordering::Relaxed);
+            let h = HOOKS.get(i)?;
+            let path = if crate::fold::plan(h.func).is_some() {
+                "fold"
+            } else if crate::raw::plan(h.func).is_some() {
+                "raw"
+            } else {
+                "full"
+            };
+            (calls > 0).then(|| (s.self_ns.load(Ordering::Relaxed), calls, h.symbol, path))
+        })
+        .collect();
+    rows.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
+    let total: u64 = rows.iter().map(|r| r.0).sum();
+    let calls: u64 = rows.iter().map(|r| r.1).sum();
+    eprintln!("gpuless selftime: {calls} hooked calls, {:.3} ms outside the driver", total as f64 / 1e6);
+    for (ns, n, name, path) in rows.iter().take(25) {
+        eprintln!(
+            "gpuless selftime: {:>10.3} ms {:>9} calls {:>7.0} ns/call  {path:<4} {name}",
+            *ns as f64 / 1e6,
+            n,
+            *ns as f64 / *n as f64
+        );
+    }
+}

@@ -1,0 +1,73 @@
+//! What a hook slot does on each call, decided once from the API table: the recording path
+//! (folded query, raw call, full record), the arena's part, and whether the call can complete
+//! pending copies or makes the program wait. A call reads one small entry instead of asking
+//! the table, the arena, both plans and the diagnostics mode in turn.
+
+use std::sync::OnceLock;
+
+use gpuless_analyzer::api::{self, ApiFunction, SyncClass};
+
+use crate::diag::{diag, Diag};
+use crate::hooks::HOOKS;
+use crate::{arena, fold, pending, raw};
+
+/// How a slot's calls are recorded.
+#[derive(Clone, Copy)]
+pub enum Path {
+    /// Passed straight through (`GPULESS_DIAG=hooks`).
+    Pass,
+    /// A query folded into its previous record when the answer repeats (`fold.rs`).
+    Fold(fold::Plan),
+    /// Kept raw when [`raw::Plan::fits`], the record built by the writer (`raw.rs`).
+    Raw(raw::Plan),
+    /// Captured and recorded in full on the calling thread.
+    Full,
+}
+
+/// One slot's entry.
+pub struct Slot {
+    /// The recording path.
+    pub path: Path,
+    /// The API table's function.
+    pub func: &'static ApiFunction,
+    /// What the arena does with the call, if anything.
+    pub arena: Option<arena::Op>,
+    /// The per-thread default stream variant (`_ptsz`, `_ptds`).
+    pub per_thread: bool,
+    /// Whether a successful call may complete pending device-to-host copies (`pending.rs`).
+    pub completes: bool,
+    /// Whether the program waits for the device in this call (its records are handed over).
+    pub waits: bool,
+    /// `cuInit`: opens the trace.
+    pub init: bool,
+}
+
+fn make(slot: usize) -> Option<Slot> {
+    let hook = HOOKS.get(slot)?;
+    let func = api::get(hook.func)?;
+    let init = func.name == "cuInit";
+    let path = if diag() == Diag::HooksOnly && !init {
+        Path::Pass
+    } else if let Some(p) = fold::plan(func.id) {
+        Path::Fold(*p)
+    } else if let Some(p) = raw::plan(func.id) {
+        Path::Raw(*p)
+    } else {
+        Path::Full
+    };
+    Some(Slot {
+        path,
+        func,
+        arena: arena::op(func.id),
+        per_thread: hook.variant.per_thread,
+        completes: pending::completes(func),
+        waits: matches!(func.sync, SyncClass::CtxSync | SyncClass::StreamSync | SyncClass::EventSync),
+        init,
+    })
+}
+
+/// The entry of hook slot `slot`.
+pub fn get(slot: usize) -> Option<&'static Slot> {
+    static SLOTS: OnceLock<Vec<Option<Slot>>> = OnceLock::new();
+    SLOTS.get_or_init(|| (0..HOOKS.len()).map(make).collect()).get(slot)?.as_ref()
+}
