@@ -107,8 +107,7 @@ fn main() {
             writeln!(
                 hooks,
                 "unsafe extern \"C\" fn hook_{slot}({sig}) -> u32 {{\n    \
-                 let real: unsafe extern \"C\" fn({tys}) -> u32 = match crate::hooks::real({slot}) {{ Some(p) => unsafe {{ core::mem::transmute::<*mut c_void, unsafe extern \"C\" fn({tys}) -> u32>(p) }}, None => return crate::hooks::NOT_FOUND }};\n    \
-                 unsafe {{ crate::record::call({slot}, &[{raws}], || real({names})) }}\n}}"
+                 unsafe {{ crate::record::call({slot}, &[{raws}], |p| {{ let real = core::mem::transmute::<*mut c_void, unsafe extern \"C\" fn({tys}) -> u32>(p); real({names}) }}) }}\n}}"
             )
             .unwrap();
             writeln!(

@@ -61,6 +61,7 @@ fn sums() -> &'static [Sums] {
 
 /// Runs one hooked call (`hooked`, handed the timed driver call) and adds the time it spent
 /// outside the driver to `slot`'s sums.
+#[inline(never)]
 pub fn timed(slot: usize, real: &mut dyn FnMut() -> u32, hooked: impl FnOnce(&mut dyn FnMut() -> u32) -> u32) -> u32 {
     let mut in_driver = 0u64;
     let t0 = crate::clock::now_ns();
@@ -78,10 +79,35 @@ pub fn timed(slot: usize, real: &mut dyn FnMut() -> u32, hooked: impl FnOnce(&mu
     status
 }
 
+/// Look-ups of entry points (`dlsym`, `cuGetProcAddress`) by name, with their time.
+static LOOKUPS: std::sync::Mutex<Option<std::collections::HashMap<String, (u64, u64)>>> = std::sync::Mutex::new(None);
+
+/// Counts one look-up of `name` by `via` that took `ns` (`selftime` only).
+pub fn lookup(via: &str, name: &std::ffi::CStr, ns: u64) {
+    if diag() != Diag::SelfTime {
+        return;
+    }
+    if let Ok(mut m) = LOOKUPS.lock() {
+        let key = format!("{via} {}", name.to_string_lossy());
+        let e = m.get_or_insert_with(Default::default).entry(key).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += ns;
+    }
+}
+
 /// Writes the self-time table to stderr (at the end of a `selftime` recording).
 pub fn report() {
     if diag() != Diag::SelfTime {
         return;
+    }
+    if let Ok(m) = LOOKUPS.lock() {
+        let mut rows: Vec<_> = m.iter().flatten().map(|(k, &(n, ns))| (n, ns, k.clone())).collect();
+        rows.sort_unstable_by_key(|r| std::cmp::Reverse(r.0));
+        let (n, ns) = rows.iter().fold((0, 0), |a, r| (a.0 + r.0, a.1 + r.1));
+        eprintln!("gpuless selftime: {n} look-ups by name, {:.3} ms", ns as f64 / 1e6);
+        for (n, ns, k) in rows.iter().take(12) {
+            eprintln!("gpuless selftime: look-up {n:>9} x {:>7.0} ns  {k}", *ns as f64 / *n as f64);
+        }
     }
     let mut rows: Vec<(u64, u64, &str, &str)> = sums()
         .iter()

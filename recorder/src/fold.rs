@@ -113,6 +113,7 @@ pub struct Answer {
 ///
 /// # Safety
 /// `raw` are the call's arguments; out pointers were written by the driver when `status` is 0.
+#[inline]
 pub unsafe fn observe(plan: &Plan, slot: usize, raw: &[u64], status: u32) -> (Key, Answer) {
     let mut key = Key { slot: slot as u32, ins: [0; MAX] };
     for (k, &i) in plan.ins[..usize::from(plan.n_in)].iter().enumerate() {
@@ -192,6 +193,7 @@ thread_local! {
     static RECENT: RefCell<Vec<Option<Arc<Entry>>>> = RefCell::new(vec![None; MEMO]);
 }
 
+#[inline]
 fn memo_index(key: &Key) -> usize {
     let mut h = u64::from(key.slot).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     for w in key.ins {
@@ -214,6 +216,7 @@ fn memo(entry: &Arc<Entry>) {
 
 /// Counts the call if it repeats a recent answer of this thread's, without a lock; `true` when
 /// it was folded. Otherwise [`Folds::fold`] decides, under the batch lock.
+#[inline]
 pub fn repeat(key: &Key, answer: &Answer, now_ns: u64) -> bool {
     RECENT
         .try_with(|r| {

@@ -3,12 +3,9 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use gpuless_analyzer::api::{ApiId, Variant};
-
-use crate::intercept;
 
 /// One generated hook.
 pub struct Hook {
@@ -53,31 +50,9 @@ pub mod generated_trampolines {
 /// `CUDA_ERROR_NOT_FOUND`, returned by a hook whose real function cannot be found.
 pub const NOT_FOUND: u32 = 500;
 
-#[allow(clippy::declare_interior_mutable_const)]
-const EMPTY: AtomicUsize = AtomicUsize::new(0);
-static REAL: [AtomicUsize; SLOTS] = [EMPTY; SLOTS];
-
-/// Records the real address behind `slot`.
+/// Records the real address behind `slot` (kept in the slot's entry, `slots.rs`).
 pub fn set_real(slot: usize, addr: *mut c_void) {
-    if let Some(r) = REAL.get(slot) {
-        r.store(addr as usize, Ordering::Release);
-    }
-}
-
-/// The real function behind `slot`: as handed out by `cuGetProcAddress`, else libcuda's
-/// export of the same name (programs that link libcuda directly).
-pub fn real(slot: usize) -> Option<*mut c_void> {
-    let r = REAL.get(slot)?;
-    let v = r.load(Ordering::Acquire);
-    if v != 0 {
-        return Some(v as *mut c_void);
-    }
-    let p = intercept::libcuda_symbol(HOOKS.get(slot)?.cname);
-    if p.is_null() {
-        return None;
-    }
-    r.store(p as usize, Ordering::Release);
-    Some(p)
+    crate::slots::set_real(slot, addr);
 }
 
 /// Slots by exported symbol name.

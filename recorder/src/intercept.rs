@@ -136,6 +136,19 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
 /// Hands out our `cuGetProcAddress` and hooks for driver symbols; everything else is the C
 /// library's answer.
 unsafe extern "C" fn dlsym_impl(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    if crate::diag::diag() == crate::diag::Diag::SelfTime && !symbol.is_null() {
+        let t = crate::clock::now_ns();
+        // SAFETY: forwarded.
+        let p = unsafe { dlsym_inner(handle, symbol) };
+        // SAFETY: dlsym's contract: a NUL-terminated string.
+        crate::diag::lookup("dlsym", unsafe { CStr::from_ptr(symbol) }, crate::clock::now_ns() - t);
+        return p;
+    }
+    // SAFETY: forwarded.
+    unsafe { dlsym_inner(handle, symbol) }
+}
+
+unsafe fn dlsym_inner(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
     let Some(real) = real_dlsym() else { return std::ptr::null_mut() };
     // SAFETY: forwarded with the caller's arguments.
     let found = unsafe { real(handle, symbol) };
@@ -263,6 +276,10 @@ pub unsafe extern "C" fn cuGetProcAddress(
 unsafe fn patch(r: u32, symbol: *const c_char, pfn: *mut *mut c_void) {
     if r != 0 || symbol.is_null() || pfn.is_null() || !state::enabled() {
         return;
+    }
+    if crate::diag::diag() == crate::diag::Diag::SelfTime {
+        // SAFETY: checked non-null: the caller's NUL-terminated name.
+        crate::diag::lookup("cuGetProcAddress", unsafe { CStr::from_ptr(symbol) }, 0);
     }
     // SAFETY: checked non-null; the driver succeeded, so both are valid.
     let (name, p) = unsafe { (CStr::from_ptr(symbol), *pfn) };

@@ -2,11 +2,12 @@
 //! queue the record. Internal failures never reach the program: it gets the driver's answer.
 
 use std::cell::Cell;
+use std::ffi::c_void;
 
 use gpuless_analyzer::api::SyncClass;
 use gpuless_traces::{CallRecord, Function};
 
-use crate::hooks::HOOKS;
+use crate::hooks::{HOOKS, NOT_FOUND};
 use crate::{arena, capture, diag, fold, pending, raw, slots, state};
 
 thread_local! {
@@ -52,16 +53,17 @@ pub(crate) fn leave(previous: Option<u64>) {
 }
 
 /// Records one call of the hook in `slot`, whose raw arguments are `raw`; `real` performs
-/// the call itself.
+/// the call itself, given the real function's address.
 ///
 /// # Safety
-/// `raw` must be the arguments the program passed, in the API table's order.
+/// `raw` must be the arguments the program passed, in the API table's order; `real` must call
+/// the address it is given as the slot's C function.
 #[inline(always)]
-pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 {
+pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce(*mut c_void) -> u32) -> u32 {
     // One copy of the recording code for every hook: the hot calls share their instructions.
     let mut real = Some(real);
     // SAFETY: forwarded from the caller.
-    unsafe { call_dyn(slot, raw, &mut || real.take().map_or(crate::hooks::NOT_FOUND, |r| r())) }
+    unsafe { call_dyn(slot, raw, &mut |p| real.take().map_or(NOT_FOUND, |r| r(p))) }
 }
 
 /// [`call`], not generic over the driver call.
@@ -69,21 +71,23 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce() -> u32) -> u32 
 /// # Safety
 /// As [`call`].
 #[inline(never)]
-unsafe fn call_dyn(slot: usize, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
-    if diag::diag() == diag::Diag::SelfTime {
+unsafe fn call_dyn(slot: usize, raw: &[u64], real: &mut dyn FnMut(*mut c_void) -> u32) -> u32 {
+    let Some(s) = slots::get(slot) else { return NOT_FOUND };
+    let Some(p) = s.real(slot) else { return NOT_FOUND };
+    let real = &mut || real(p);
+    if s.timed {
         // SAFETY: forwarded from the caller.
-        return diag::timed(slot, real, |real| unsafe { hooked(slot, raw, real) });
+        return diag::timed(slot, real, |real| unsafe { hooked(slot, s, raw, real) });
     }
     // SAFETY: forwarded from the caller.
-    unsafe { hooked(slot, raw, real) }
+    unsafe { hooked(slot, s, raw, real) }
 }
 
 /// [`call`] itself.
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn hooked(slot: usize, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
-    let Some(s) = slots::get(slot) else { return real() };
+unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
     if !state::enabled() {
         state::unrecorded(s.func.name);
         // Arena memory stays the arena's after recording stops (late frees at exit).
@@ -103,6 +107,7 @@ unsafe fn hooked(slot: usize, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32
 ///
 /// # Safety
 /// As [`call`].
+#[inline(never)]
 unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
     let f = s.func;
     let seq = state::next_seq();
@@ -249,12 +254,32 @@ unsafe fn query(slot: usize, s: &slots::Slot, plan: &fold::Plan, raw: &[u64], re
     if fold::repeat(&key, &answer, now) || state::fold(&key, &answer, now) {
         return status;
     }
+    // SAFETY: forwarded from the caller.
+    unsafe { first_answer(slot, f, raw, status, key, answer) };
+    status
+}
+
+/// The record of a query that was not folded (a new question or a new answer); kept out of
+/// line so that the folded path stays a few cache lines of code.
+///
+/// # Safety
+/// As [`call`]; the call has returned `status`.
+#[cold]
+#[inline(never)]
+unsafe fn first_answer(
+    slot: usize,
+    f: &'static gpuless_analyzer::api::ApiFunction,
+    raw: &[u64],
+    status: u32,
+    key: fold::Key,
+    answer: fold::Answer,
+) {
     let t0 = stamp();
     // SAFETY: as above; inputs are plain values, read the same after the call.
     let captured = std::panic::catch_unwind(|| unsafe { (capture::inputs(f, raw), capture::outputs(f, raw, status)) });
     let Ok((args, results)) = captured else {
         state::fail(&format!("capturing {} failed", f.name));
-        return status;
+        return;
     };
     let rec = CallRecord {
         seq: state::next_seq(),
@@ -271,5 +296,4 @@ unsafe fn query(slot: usize, s: &slots::Slot, plan: &fold::Plan, raw: &[u64], re
         repeat: 0,
     };
     state::emit_query(rec, key, answer);
-    status
 }

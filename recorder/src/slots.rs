@@ -3,13 +3,15 @@
 //! pending copies or makes the program wait. A call reads one small entry instead of asking
 //! the table, the arena, both plans and the diagnostics mode in turn.
 
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use gpuless_analyzer::api::{self, ApiFunction, SyncClass};
 
 use crate::diag::{diag, Diag};
 use crate::hooks::HOOKS;
-use crate::{arena, fold, pending, raw};
+use crate::{arena, fold, intercept, pending, raw};
 
 /// How a slot's calls are recorded.
 #[derive(Clone, Copy)]
@@ -26,6 +28,8 @@ pub enum Path {
 
 /// One slot's entry.
 pub struct Slot {
+    /// The real function (0 until known): read with the rest of the entry, one cache line.
+    real: AtomicUsize,
     /// The recording path.
     pub path: Path,
     /// The API table's function.
@@ -40,6 +44,33 @@ pub struct Slot {
     pub waits: bool,
     /// `cuInit`: opens the trace.
     pub init: bool,
+    /// `GPULESS_DIAG=selftime`: the call is timed.
+    pub timed: bool,
+}
+
+impl Slot {
+    /// The real function behind slot `slot` (this entry): as handed out by `cuGetProcAddress`,
+    /// else libcuda's export of the same name (programs that link libcuda directly).
+    #[inline]
+    pub fn real(&self, slot: usize) -> Option<*mut c_void> {
+        let v = self.real.load(Ordering::Acquire);
+        if v != 0 {
+            return Some(v as *mut c_void);
+        }
+        let p = intercept::libcuda_symbol(HOOKS.get(slot)?.cname);
+        if p.is_null() {
+            return None;
+        }
+        self.real.store(p as usize, Ordering::Release);
+        Some(p)
+    }
+}
+
+/// Records the real address behind `slot`.
+pub fn set_real(slot: usize, addr: *mut c_void) {
+    if let Some(s) = get(slot) {
+        s.real.store(addr as usize, Ordering::Release);
+    }
 }
 
 fn make(slot: usize) -> Option<Slot> {
@@ -56,6 +87,8 @@ fn make(slot: usize) -> Option<Slot> {
         Path::Full
     };
     Some(Slot {
+        real: AtomicUsize::new(0),
+        timed: diag() == Diag::SelfTime,
         path,
         func,
         arena: arena::op(func.id),

@@ -320,6 +320,8 @@ pub fn emit_query(rec: CallRecord, key: fold::Key, answer: fold::Answer) {
     emit(rec);
 }
 
+#[cold]
+#[inline(never)]
 fn hand_over(b: &Mutex<Batch>) {
     let chunk = {
         let mut b = b.lock().unwrap_or_else(|e| e.into_inner());
