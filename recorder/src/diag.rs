@@ -9,7 +9,10 @@
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
+use std::ffi::c_void;
+
 use crate::hooks::{HOOKS, SLOTS};
+use crate::record::Real;
 
 /// Environment variable choosing the diagnostics mode.
 pub const ENV_DIAG: &str = "GPULESS_DIAG";
@@ -62,15 +65,17 @@ fn sums() -> &'static [Sums] {
 /// Runs one hooked call (`hooked`, handed the timed driver call) and adds the time it spent
 /// outside the driver to `slot`'s sums.
 #[inline(never)]
-pub fn timed(slot: usize, real: &mut dyn FnMut() -> u32, hooked: impl FnOnce(&mut dyn FnMut() -> u32) -> u32) -> u32 {
+pub(crate) fn timed(slot: usize, real: &mut Real, hooked: impl FnOnce(&mut Real) -> u32) -> u32 {
     let mut in_driver = 0u64;
     let t0 = crate::clock::now_ns();
-    let status = hooked(&mut || {
+    let p = real.address();
+    let mut timed_call = |_: *mut c_void| {
         let a = crate::clock::now_ns();
-        let s = real();
+        let s = real.call();
         in_driver = crate::clock::now_ns().saturating_sub(a);
         s
-    });
+    };
+    let status = hooked(&mut Real::new(&mut timed_call, p));
     let total = crate::clock::now_ns().saturating_sub(t0);
     if let Some(s) = sums().get(slot) {
         s.calls.fetch_add(1, Ordering::Relaxed);

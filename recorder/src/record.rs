@@ -59,11 +59,34 @@ pub(crate) fn leave(previous: Option<u64>) {
 /// `raw` must be the arguments the program passed, in the API table's order; `real` must call
 /// the address it is given as the slot's C function.
 #[inline(always)]
-pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce(*mut c_void) -> u32) -> u32 {
+pub unsafe fn call(slot: usize, raw: &[u64], mut real: impl FnMut(*mut c_void) -> u32) -> u32 {
     // One copy of the recording code for every hook: the hot calls share their instructions.
-    let mut real = Some(real);
     // SAFETY: forwarded from the caller.
-    unsafe { call_dyn(slot, raw, &mut |p| real.take().map_or(NOT_FOUND, |r| r(p))) }
+    unsafe { call_dyn(slot, raw, &mut real) }
+}
+
+/// The driver call of one hooked call: the hook's closure and the real function's address.
+pub(crate) struct Real<'a> {
+    f: &'a mut dyn FnMut(*mut c_void) -> u32,
+    p: *mut c_void,
+}
+
+impl<'a> Real<'a> {
+    /// A driver call through `f` at `p`.
+    pub(crate) fn new(f: &'a mut dyn FnMut(*mut c_void) -> u32, p: *mut c_void) -> Self {
+        Real { f, p }
+    }
+
+    /// Calls the driver.
+    #[inline(always)]
+    pub(crate) fn call(&mut self) -> u32 {
+        (self.f)(self.p)
+    }
+
+    /// The real function's address.
+    pub(crate) fn address(&self) -> *mut c_void {
+        self.p
+    }
 }
 
 /// [`call`], not generic over the driver call.
@@ -74,20 +97,20 @@ pub unsafe fn call(slot: usize, raw: &[u64], real: impl FnOnce(*mut c_void) -> u
 unsafe fn call_dyn(slot: usize, raw: &[u64], real: &mut dyn FnMut(*mut c_void) -> u32) -> u32 {
     let Some(s) = slots::get(slot) else { return NOT_FOUND };
     let Some(p) = s.real(slot) else { return NOT_FOUND };
-    let real = &mut || real(p);
+    let mut real = Real::new(real, p);
     if s.timed {
         // SAFETY: forwarded from the caller.
-        return diag::timed(slot, real, |real| unsafe { hooked(slot, s, raw, real) });
+        return diag::timed(slot, &mut real, |real| unsafe { hooked(slot, s, raw, real) });
     }
     // SAFETY: forwarded from the caller.
-    unsafe { hooked(slot, s, raw, real) }
+    unsafe { hooked(slot, s, raw, &mut real) }
 }
 
 /// [`call`] itself.
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
+unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real) -> u32 {
     if !state::enabled() {
         state::unrecorded(s.func.name);
         // Arena memory stays the arena's after recording stops (late frees at exit).
@@ -108,7 +131,7 @@ unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut dyn FnMut
 /// # Safety
 /// As [`call`].
 #[inline(never)]
-unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
+unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real) -> u32 {
     let f = s.func;
     let seq = state::next_seq();
     let t0 = state::now_ns();
@@ -168,11 +191,11 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut dyn FnMut()
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
+unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], real: &mut Real) -> u32 {
     let seq = state::next_seq();
     let t0 = state::now_ns();
     let parent = CURRENT.with(|c| c.replace(Some(seq)));
-    let status = real();
+    let status = real.call();
     CURRENT.with(|c| c.set(parent));
     let t1 = stamp();
     let mut words = [0u64; raw::MAX_WORDS];
@@ -221,14 +244,14 @@ unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], 
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn with_arena(s: &slots::Slot, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
-    let Some(op) = s.arena else { return real() };
+unsafe fn with_arena(s: &slots::Slot, raw: &[u64], real: &mut Real) -> u32 {
+    let Some(op) = s.arena else { return real.call() };
     // SAFETY: forwarded from the caller.
     unsafe {
         if let Some(status) = arena::before(op, raw, s.per_thread) {
             return status;
         }
-        let status = real();
+        let status = real.call();
         arena::after(op, raw, s.per_thread, status);
         status
     }
@@ -239,12 +262,12 @@ unsafe fn with_arena(s: &slots::Slot, raw: &[u64], real: &mut dyn FnMut() -> u32
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn query(slot: usize, s: &slots::Slot, plan: &fold::Plan, raw: &[u64], real: &mut dyn FnMut() -> u32) -> u32 {
+unsafe fn query(slot: usize, s: &slots::Slot, plan: &fold::Plan, raw: &[u64], real: &mut Real) -> u32 {
     let f = s.func;
     // Queries call no other hooked function: no need to mark this call as the current parent.
     // Nor are they timed: a repeat is stamped with the time this thread last took (reading
     // the clock would be a third of a folded query's cost), a first answer when it returns.
-    let status = real();
+    let status = real.call();
     // SAFETY: forwarded; the driver has written the outputs when the status is 0.
     let (key, answer) = unsafe { fold::observe(plan, slot, raw, status) };
     if status == 0 && s.completes {
