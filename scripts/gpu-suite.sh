@@ -213,8 +213,9 @@ print(("PASS" if ok else "FAIL") + f"|{fb} fatbins, {fn} kernels, {vr} variables
   fi
   # Issue 4: recorder overhead, native and recorded runs interleaved (one run each is noise).
   if [[ -f $workloads/resnet50.py ]]; then
-    # Run-to-run spread of one process's hot median is about ±10% (CPU placement on a shared host): 7 pairs of 200 iterations,
-    # the median of the pair ratios.
+    # One process's hot median varies by up to a quarter between processes on the same host:
+    # 7 pairs of 200 iterations; the row passes on the median of the pair ratios and also
+    # shows the ratio of the medians and of the minima.
     npairs=${OVERHEAD_PAIRS:-7}
     for i in $(seq "$npairs"); do
       HOT_ITERS=200 ${limit[@]+"${limit[@]}"} python3 "$workloads/resnet50.py" >"$out/ovh-native-$i.out" 2>/dev/null
@@ -230,8 +231,10 @@ hot = [r["hot_ms_median"] / n["hot_ms_median"] for n, r in pairs]
 first = [r["first_result_s"] / n["first_result_s"] for n, r in pairs]
 same = all(n["checksum"] == r["checksum"] for n, r in pairs)
 h, f = statistics.median(hot), statistics.median(first)
+nat, rec = [p[0]["hot_ms_median"] for p in pairs], [p[1]["hot_ms_median"] for p in pairs]
+mm, mn = statistics.median(rec) / statistics.median(nat), min(rec) / min(nat)
 print(("PASS" if same and h <= 1.05 and f <= 1.15 else "FAIL") +
-      f"|hot x{h:.3f} (pairs " + ", ".join(f"{n['hot_ms_median']}/{r['hot_ms_median']} ms" for n, r in pairs) +
+      f"|hot x{h:.3f} median of pair ratios (median/median x{mm:.3f}, min/min x{mn:.3f}; pairs " + ", ".join(f"{n['hot_ms_median']}/{r['hot_ms_median']} ms" for n, r in pairs) +
       f"), first result x{f:.3f} (" + ", ".join(f"{n['first_result_s']}/{r['first_result_s']} s" for n, r in pairs) +
       f"); outputs identical: {same}")
 PY2

@@ -150,7 +150,7 @@ static OPENING: Mutex<()> = Mutex::new(());
 /// refer to. Handing them over in batches makes the per-record cost a push onto this
 /// (uncontended) vector instead of a queue operation shared with the writer thread.
 #[derive(Default)]
-pub(crate) struct Chunk {
+struct Chunk {
     recs: Vec<Rec>,
     /// Kernel parameters and launch attributes of the raw calls in `recs`.
     bytes: Vec<u8>,
@@ -163,7 +163,8 @@ impl Chunk {
 
     /// Asks for the cache lines the next record and its bytes will be written to, with intent
     /// to write: the writer thread last read them, and taking them back from its core while
-    /// the program runs (instead of at the next recorded call) halves a launch's cost.
+    /// the program runs (instead of at the next recorded call) took about 60 ns off a launch
+    /// inside PyTorch.
     fn prepare_next(&self) {
         let rec = std::mem::size_of::<Rec>();
         if self.recs.len() < self.recs.capacity() {
