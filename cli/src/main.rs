@@ -54,6 +54,11 @@ enum Command {
         /// trace is finished normally and a message says at which call it stopped.
         #[arg(long, value_name = "SIZE")]
         max_size: Option<String>,
+        /// At exit, print how long the recorder spent in each intercepted driver function
+        /// (outside the driver), with call counts: what recording costs this program. Each call
+        /// is timed, so recording is slightly slower.
+        #[arg(long)]
+        self_time: bool,
         /// The program and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -165,8 +170,8 @@ fn is_trace_file(path: &std::path::Path) -> bool {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Record { output, capture_outputs, code, arena, levels, max_size, command } => {
-            let opts = record::RecordOptions { capture_outputs, code, arena, levels, max_size };
+        Command::Record { output, capture_outputs, code, arena, levels, max_size, self_time, command } => {
+            let opts = record::RecordOptions { capture_outputs, code, arena, levels, max_size, self_time };
             record::run(&output, &opts, &command)
         }
         Command::Replay {

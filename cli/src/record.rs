@@ -42,6 +42,8 @@ pub struct RecordOptions {
     pub levels: String,
     /// Trace size limit.
     pub max_size: Option<String>,
+    /// Print the recorder's time per function at exit (`GPULESS_DIAG=selftime`).
+    pub self_time: bool,
 }
 
 /// `12345`, `64K`, `512M`, `2G` (powers of 1024) as bytes.
@@ -128,6 +130,9 @@ pub fn run(out: &Path, opts: &RecordOptions, cmd: &[String]) -> anyhow::Result<E
             }
         }
         child.env("GPULESS_LEVELS", &opts.levels);
+    }
+    if opts.self_time {
+        child.env("GPULESS_DIAG", "selftime");
     }
     if let Some(m) = &opts.max_size {
         child.env("GPULESS_MAX_SIZE", parse_size(m)?.to_string());

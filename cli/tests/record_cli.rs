@@ -1,0 +1,58 @@
+//! `gpuless record` options that the recorder acts on, end to end: the stand-in driver and
+//! program of the recorder's tests (`recorder/tests/fake/`), recorded through the CLI with the
+//! real preload library.
+
+#[allow(dead_code)]
+#[path = "../../recorder/tests/common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+/// Builds the stand-in libcuda and program in `dir`; returns the program.
+fn stand_in(dir: &Path) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recorder/tests/fake");
+    let lib = dir.join("libcuda.so.1");
+    common::cc(&["-O2", "-shared", "-fPIC", "-o", lib.to_str().unwrap(), src.join("libcuda.c").to_str().unwrap()]);
+    let prog = dir.join("program");
+    common::cc(&["-O2", "-o", prog.to_str().unwrap(), src.join("program.c").to_str().unwrap(), "-ldl"]);
+    prog
+}
+
+fn record(dir: &Path, extra: &[&str]) -> std::process::Output {
+    let prog = stand_in(dir);
+    Command::new(env!("CARGO_BIN_EXE_gpuless"))
+        .arg("record")
+        .args(extra)
+        .arg("-o")
+        .arg(dir.join("t.gl"))
+        .arg("--")
+        .arg(&prog)
+        .arg("20")
+        .env("GPULESS_RECORDER", common::recorder_lib())
+        .env("LD_LIBRARY_PATH", dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn self_time_prints_the_recorders_time_per_function() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = record(dir.path(), &["--self-time"]);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("gpuless selftime:") && l.contains(" 21 calls") && l.ends_with("cuLaunchKernel")),
+        "no cuLaunchKernel row with its 21 calls in:\n{err}"
+    );
+    assert!(dir.path().join("t.gl").is_file(), "the trace is still written");
+}
+
+#[test]
+fn without_self_time_nothing_extra_is_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = record(dir.path(), &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("selftime"), "{out:?}");
+}
