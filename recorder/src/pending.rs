@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use gpuless_analyzer::api::{ApiFunction, ArgKind, SyncClass};
+use gpuless_analyzer::api::{ApiFunction, ArgKind, HandleKind, SyncClass};
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Hash128, Value};
 
 use crate::state;
@@ -26,13 +26,27 @@ struct Table {
 
 static TABLE: Mutex<Table> = Mutex::new(Table { pending: Vec::new(), event_stream: BTreeMap::new() });
 
-fn arg(f: &ApiFunction, raw: &[u64], name: &str) -> Option<u64> {
-    f.args.iter().position(|a| a.name == name).and_then(|i| raw.get(i).copied())
+/// The value of `f`'s first argument that is a handle of `kind`.
+fn handle(f: &ApiFunction, raw: &[u64], kind: HandleKind) -> Option<u64> {
+    f.args.iter().position(|a| a.kind == ArgKind::Handle(kind)).and_then(|i| raw.get(i).copied())
+}
+
+/// Whether `f`'s first argument is a handle of `kind` (the stream or event it acts on).
+fn acts_on(f: &ApiFunction, kind: HandleKind) -> bool {
+    f.args.first().is_some_and(|a| a.kind == ArgKind::Handle(kind))
+}
+
+/// Whether `f` records an event on a stream (`cuEventRecord`, `cuEventRecordWithFlags`): it
+/// enqueues work, acts on an event and names a stream.
+fn records_event(f: &ApiFunction) -> bool {
+    f.sync == SyncClass::Async
+        && acts_on(f, HandleKind::Event)
+        && f.args.iter().any(|a| a.kind == ArgKind::Handle(HandleKind::Stream))
 }
 
 /// Holds the record of a successful async device-to-host copy until its data is on the host.
 pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
-    let stream = arg(f, raw, "hStream").unwrap_or(0);
+    let stream = handle(f, raw, HandleKind::Stream).unwrap_or(0);
     let buffers = f
         .out_args()
         .enumerate()
@@ -55,12 +69,11 @@ pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
 /// Whether [`after`] has anything to do for calls of `f`: synchronizations, stream and event
 /// queries, event records.
 pub fn completes(f: &ApiFunction) -> bool {
-    let first = |name: &str| f.args.first().is_some_and(|a| a.name == name);
     match f.sync {
         SyncClass::CtxSync => true,
-        SyncClass::StreamSync | SyncClass::StateQuery if first("hStream") => true,
-        SyncClass::EventSync | SyncClass::StateQuery if first("hEvent") => true,
-        _ => f.name == "cuEventRecord",
+        SyncClass::StreamSync | SyncClass::StateQuery if acts_on(f, HandleKind::Stream) => true,
+        SyncClass::EventSync | SyncClass::StateQuery if acts_on(f, HandleKind::Event) => true,
+        _ => records_event(f),
     }
 }
 
@@ -69,13 +82,13 @@ pub fn completes(f: &ApiFunction) -> bool {
 pub fn after(f: &ApiFunction, raw: &[u64]) {
     let complete: Box<dyn Fn(&Pending) -> bool> = match f.sync {
         SyncClass::CtxSync => Box::new(|_| true),
-        SyncClass::StreamSync | SyncClass::StateQuery if f.args.first().is_some_and(|a| a.name == "hStream") => {
-            let s = arg(f, raw, "hStream").unwrap_or(0);
+        SyncClass::StreamSync | SyncClass::StateQuery if acts_on(f, HandleKind::Stream) => {
+            let s = handle(f, raw, HandleKind::Stream).unwrap_or(0);
             // The legacy default stream (0, 1) synchronizes with every blocking stream.
             Box::new(move |p| s <= 1 || p.stream == s)
         }
-        SyncClass::EventSync | SyncClass::StateQuery if f.args.first().is_some_and(|a| a.name == "hEvent") => {
-            let e = arg(f, raw, "hEvent").unwrap_or(0);
+        SyncClass::EventSync | SyncClass::StateQuery if acts_on(f, HandleKind::Event) => {
+            let e = handle(f, raw, HandleKind::Event).unwrap_or(0);
             let s = TABLE.lock().ok().and_then(|t| t.event_stream.get(&e).copied());
             match s {
                 Some(s) => Box::new(move |p| p.stream == s),
@@ -83,9 +96,9 @@ pub fn after(f: &ApiFunction, raw: &[u64]) {
             }
         }
         _ => {
-            if f.name == "cuEventRecord" {
-                if let (Some(e), Ok(mut t)) = (arg(f, raw, "hEvent"), TABLE.lock()) {
-                    t.event_stream.insert(e, arg(f, raw, "hStream").unwrap_or(0));
+            if records_event(f) {
+                if let (Some(e), Ok(mut t)) = (handle(f, raw, HandleKind::Event), TABLE.lock()) {
+                    t.event_stream.insert(e, handle(f, raw, HandleKind::Stream).unwrap_or(0));
                 }
             }
             return;

@@ -242,6 +242,24 @@ fn repeated_queries_are_folded_and_counted() {
     assert!(launches.iter().all(|l| l.repeat == 0));
 }
 
+/// An async device-to-host copy completed by an event recorded with `cuEventRecordWithFlags`
+/// gets its hash at the event's synchronization.
+#[test]
+fn event_recorded_with_flags_completes_async_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = record_program(dir.path(), "-3");
+    assert!(out.status.success(), "{out:?}");
+    let calls = calls_of(&dir.path().join("t.gl"));
+    let copies: Vec<_> = calls.iter().filter(|c| c.function.name() == "cuMemcpyDtoHAsync").collect();
+    assert_eq!(copies.len(), 2, "{copies:?}");
+    let on_stream = copies.iter().max_by_key(|c| c.seq).unwrap();
+    let out: Vec<u8> = (0..64).flat_map(|i| (i as f32 * 2.5).to_le_bytes()).collect();
+    let Value::Digest(d) = &on_stream.results[0] else { panic!("not completed: {:?}", on_stream.results) };
+    assert_eq!((d.hash, d.len), (Hash128::of(&out), 256));
+    let sync = calls.iter().find(|c| c.function.name() == "cuEventSynchronize").unwrap();
+    assert!(sync.seq > on_stream.seq);
+}
+
 /// `GPULESS_DIAG=selftime` records as usual and says at exit how long each function spent in
 /// the recorder, with its call count.
 #[test]

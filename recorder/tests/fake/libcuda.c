@@ -73,6 +73,7 @@ CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *d, size_t c) { (voi
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = &ctx_token; return 0; }
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
 CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
+CUresult cuEventRecordWithFlags(void *e, void *s, unsigned f) { (void)e; (void)s; (void)f; return 0; }
 CUresult cuStreamIsCapturing(void *s, int *st) { (void)s; *st = 0; return 0; }
 /* 2D/3D copies between host memory and the heap, in the x86-64 layout of CUDA_MEMCPY2D_v2 and
  * CUDA_MEMCPY3D_v2 (memory type 1 host, 2 device; arrays are not modelled). */
@@ -125,6 +126,8 @@ static const struct entry table[] = {
   {"cuMemFree", cuMemFree_v2}, {"cuMemGetAddressRange", cuMemGetAddressRange_v2}, {"cuFakeMapped", cuFakeMapped},
   {"cuMemcpy2D", cuMemcpy2D_v2}, {"cuMemcpy3D", cuMemcpy3D_v2}, {"cuGraphCreate", cuGraphCreate},
   {"cuGraphAddKernelNode", cuGraphAddKernelNode_v2}, {"cuLaunchKernelEx", cuLaunchKernelEx},
+  {"cuEventCreate", cuEventCreate}, {"cuEventRecord", cuEventRecord},
+  {"cuEventRecordWithFlags", cuEventRecordWithFlags}, {"cuEventSynchronize", cuEventSynchronize},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)ver; (void)flags;

@@ -47,6 +47,14 @@ int main(int argc, char **argv) {
   float again[64];
   if (dtoh_async(again, d, sizeof again, 0) || sync(0)) return 7;
   for (int i = 0; i < 64; i++) if (again[i] != h[i]) return 8;
+  if (iters == -3) { /* an async copy on a stream, completed by an event recorded with flags */
+    int (*ecreate)(void **, unsigned) = get("cuEventCreate");
+    int (*erecord)(void *, void *, unsigned) = get("cuEventRecordWithFlags");
+    int (*esync)(void *) = get("cuEventSynchronize");
+    void *ev, *stream = (void *)0x10; float third[64];
+    if (ecreate(&ev, 0) || dtoh_async(third, d, sizeof third, stream) || erecord(ev, stream, 0) || esync(ev)) return 13;
+    return 0;
+  }
   double sum = 0; for (int i = 0; i < 64; i++) sum += h[i];
   printf("sum=%.1f\n", sum);
   uint64_t base = 0; size_t size = 0; int chunks = -1;
