@@ -34,6 +34,14 @@ fn record_program(dir: &Path, arg: &str) -> std::process::Output {
         .unwrap()
 }
 
+/// Records the stand-in program with `arg`, which must succeed; every call record of its trace.
+fn recorded_calls(arg: &str) -> Vec<gpuless_traces::CallRecord> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = record_program(dir.path(), arg);
+    assert!(out.status.success(), "{out:?}");
+    calls_of(&dir.path().join("t.gl"))
+}
+
 /// Every call record of a finished trace, in file order.
 fn calls_of(trace: &Path) -> Vec<gpuless_traces::CallRecord> {
     TraceReader::open(trace, ReaderOptions::default())
@@ -227,10 +235,7 @@ fn rtld_next_is_resolved_relative_to_the_caller() {
 /// (trace format 1.1 `repeat`); launches are never folded.
 #[test]
 fn repeated_queries_are_folded_and_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = record_program(dir.path(), "1000");
-    assert!(out.status.success(), "{out:?}");
-    let calls = calls_of(&dir.path().join("t.gl"));
+    let calls = recorded_calls("1000");
     let of = |name: &str| calls.iter().filter(|c| c.function.name() == name).collect::<Vec<_>>();
     let queries = of("cuCtxGetCurrent");
     let represented: u64 = queries.iter().map(|c| c.calls_represented()).sum();
@@ -246,10 +251,7 @@ fn repeated_queries_are_folded_and_counted() {
 /// gets its hash at the event's synchronization.
 #[test]
 fn event_recorded_with_flags_completes_async_copies() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = record_program(dir.path(), "-3");
-    assert!(out.status.success(), "{out:?}");
-    let calls = calls_of(&dir.path().join("t.gl"));
+    let calls = recorded_calls("-3");
     let copies: Vec<_> = calls.iter().filter(|c| c.function.name() == "cuMemcpyDtoHAsync").collect();
     assert_eq!(copies.len(), 2, "{copies:?}");
     let on_stream = copies.iter().max_by_key(|c| c.seq).unwrap();
