@@ -1,19 +1,12 @@
 //! End-to-end tests of `gpuless analyze` on the committed nvcc 13.0 binaries.
 
+mod support;
+use support::gpuless;
+
 use std::path::PathBuf;
-use std::process::Command;
 
 fn testdata(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/bin").join(name)
-}
-
-fn gpuless(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuless")).args(args).output().expect("run gpuless");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

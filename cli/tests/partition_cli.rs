@@ -1,17 +1,10 @@
 //! `gpuless replay --mig/--create/--emulate` flag handling, without a GPU. Nothing here can
 //! create a MIG instance: `--create` is only ever combined with flags that clap rejects.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod support;
+use support::gpuless;
 
-fn gpuless(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuless")).args(args).output().expect("run gpuless");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use std::path::PathBuf;
 
 fn trace() -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../testdata/traces/vecadd.gl").to_string_lossy().into_owned()

@@ -3,8 +3,10 @@
 //! and a message that names the file, where the damage is (chunk and offset, or the call) and
 //! what to do — never a panic. The full replay fails on reading the trace, before it needs a GPU.
 
+mod support;
+use support::gpuless;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use gpuless_replayer::replay::load;
 use gpuless_traces::format::CHUNK_HEADER_LEN;
@@ -12,15 +14,6 @@ use gpuless_traces::{BlobKind, ChunkBody, ReaderOptions, TraceReader, TraceWrite
 
 fn testdata(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/traces").join(name)
-}
-
-fn gpuless(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuless")).args(args).output().expect("run gpuless");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// Both `replay --dry-run` and `replay` exit 2 with every one of `needles` in the message.
