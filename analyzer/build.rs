@@ -204,8 +204,8 @@ fn main() {
             };
             let _ = writeln!(
                 functions,
-                "    ApiFunction {{ id: ApiId({id}), name: {:?}, level: ApiLevel::{level}, group: Group::{group}, sync: SyncClass::{}, symbols: &[{syms}], args: &[{args}], ret: {ret} }},",
-                f.name, f.sync
+                "    ApiFunction {{ id: ApiId({id}), name: {:?}, level: ApiLevel::{level}, group: Group::{group}, sync: SyncClass::{}, stable: {}, symbols: &[{syms}], args: &[{args}], ret: {ret} }},",
+                f.name, f.sync, f.stable
             );
             id += 1;
         }

@@ -207,20 +207,28 @@ fn cudart_exports() -> String {
 const TRAMPOLINES: usize = 512;
 
 fn trampolines(n: usize) -> String {
+    // Two kinds share each counter and target: `tramp` for cuDNN, cuBLAS and runtime entry
+    // points, `dtramp` for driver functions the table does not model, which also start a new
+    // epoch of stable answers (they might change one; `fold.rs`).
     let mut s = String::from(".pushsection .text.gpuless_trampolines,\"ax\",@progbits\n");
     for i in 0..n {
         let off = i * 8;
         writeln!(
             s,
             ".p2align 4\n.globl gpuless_tramp_{i}\n.hidden gpuless_tramp_{i}\ngpuless_tramp_{i}:\n    \
-             lock inc qword ptr [rip + {{counts}} + {off}]\n    jmp qword ptr [rip + {{targets}} + {off}]"
+             lock inc qword ptr [rip + {{counts}} + {off}]\n    jmp qword ptr [rip + {{targets}} + {off}]\n\
+             .p2align 4\n.globl gpuless_dtramp_{i}\n.hidden gpuless_dtramp_{i}\ngpuless_dtramp_{i}:\n    \
+             lock inc qword ptr [rip + {{counts}} + {off}]\n    lock inc qword ptr [rip + {{epoch}}]\n    \
+             jmp qword ptr [rip + {{targets}} + {off}]"
         )
         .unwrap();
     }
     s.push_str(".popsection\n.pushsection .data.rel.ro.gpuless_trampolines,\"aw\",@progbits\n.p2align 3\n");
-    s.push_str(".globl gpuless_tramp_table\n.hidden gpuless_tramp_table\ngpuless_tramp_table:\n");
-    for i in 0..n {
-        writeln!(s, "    .quad gpuless_tramp_{i}").unwrap();
+    for kind in ["tramp", "dtramp"] {
+        writeln!(s, ".globl gpuless_{kind}_table\n.hidden gpuless_{kind}_table\ngpuless_{kind}_table:").unwrap();
+        for i in 0..n {
+            writeln!(s, "    .quad gpuless_{kind}_{i}").unwrap();
+        }
     }
     s.push_str(".popsection\n");
     s

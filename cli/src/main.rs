@@ -92,6 +92,10 @@ enum Command {
         /// the rest of the trace once to warm up and N more times, each timed.
         #[arg(long, value_name = "N", default_value_t = 0, conflicts_with = "dry_run")]
         iterations: u32,
+        /// With --iterations: replay the body a few more times with CUDA events around every
+        /// launch and report the GPU time of each launch and of each kernel.
+        #[arg(long, requires = "iterations")]
+        profile: bool,
         // ---- partitions (issue 6; cli/src/partition.rs) ----
         /// Run on a MIG slice of GPU 0: a profile this GPU offers (`3g.71gb`, or a profile id) or
         /// a MIG device UUID (`MIG-…`). Uses an existing MIG instance unless --create or --emulate.
@@ -181,6 +185,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             partial,
             iterations,
+            profile,
             mig,
             create,
             emulate,
@@ -191,7 +196,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 replay::dry_run(&trace, json, partial)
             } else {
                 let part = partition::PartitionArgs { mig, create, emulate, exact_sms, created: mig_created };
-                let opts = replay::RunOptions { no_verify, iterations, json, partial };
+                let opts = replay::RunOptions { no_verify, iterations, json, partial, profile };
                 replay::run(&trace, &opts, &part)
             }
         }

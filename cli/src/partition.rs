@@ -253,11 +253,11 @@ pub fn init(prepared: &Prepared) -> anyhow::Result<(Device, PartitionLabel, Opti
 }
 
 /// `--mig PROFILE --create`: creates a GPU instance and a compute instance of the profile on GPU
-/// 0, replays in a child `gpuless replay --mig MIG-<uuid>` (with the same `--json`, `--no-verify`
-/// and `--iterations`), destroys both instances, and returns the child's exit code (an error when
+/// 0, replays in a child `gpuless replay --mig MIG-<uuid>` (with the same `--json`, `--no-verify`,
+/// `--iterations` and `--profile`), destroys both instances, and returns the child's exit code (an error when
 /// the instances could not be destroyed).
 pub fn run_created(path: &Path, opts: &crate::replay::RunOptions, args: &PartitionArgs) -> anyhow::Result<ExitCode> {
-    let crate::replay::RunOptions { no_verify, iterations, json, partial } = *opts;
+    let crate::replay::RunOptions { no_verify, iterations, json, partial, profile } = *opts;
     let mig = args.mig.as_deref().ok_or_else(|| anyhow!("--create needs --mig PROFILE"))?;
     if is_mig_uuid(mig) {
         return Err(anyhow!("--create needs a profile (like 3g.71gb), not a MIG device UUID"));
@@ -278,6 +278,9 @@ pub fn run_created(path: &Path, opts: &crate::replay::RunOptions, args: &Partiti
         }
         if iterations > 0 {
             cmd.arg("--iterations").arg(iterations.to_string());
+        }
+        if profile {
+            cmd.arg("--profile");
         }
         cmd.arg(path).status()
     })?;

@@ -21,6 +21,8 @@ pub struct RunOptions {
     pub json: bool,
     /// Replay a damaged trace up to the damage.
     pub partial: bool,
+    /// With `iterations`: GPU time of every launch of the body.
+    pub profile: bool,
 }
 
 /// Reads the trace: whole, or up to its first damage with `partial`.
@@ -31,7 +33,7 @@ fn read(path: &Path, partial: bool) -> anyhow::Result<LoadedTrace> {
 /// Replays `path` on the whole GPU or the partition `part` asks for; exit code 3 when a
 /// device-to-host result differs from the recording.
 pub fn run(path: &Path, opts: &RunOptions, part: &PartitionArgs) -> anyhow::Result<ExitCode> {
-    let RunOptions { no_verify, iterations, json, partial } = *opts;
+    let RunOptions { no_verify, iterations, json, partial, profile } = *opts;
     if part.create {
         return partition::run_created(path, opts, part);
     }
@@ -42,7 +44,7 @@ pub fn run(path: &Path, opts: &RunOptions, part: &PartitionArgs) -> anyhow::Resu
     let trace = read(path, partial)?;
     let (device, label, memory_limit) =
         device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))??;
-    let r = replay_on(device, &trace, Options { no_verify, memory_limit, iterations })
+    let r = replay_on(device, &trace, Options { no_verify, memory_limit, iterations, profile })
         .with_context(|| format!("replaying {} ({})", path.display(), label.describe()))?;
     if json {
         let mut v = serde_json::to_value(&r)?;
@@ -91,6 +93,18 @@ pub fn run(path: &Path, opts: &RunOptions, part: &PartitionArgs) -> anyhow::Resu
                 h.gpu_ms_median,
                 h.wall_ms_min
             );
+            if let Some(g) = &h.graph {
+                println!(
+                    "graph      the body as one CUDA graph: median {:.3} ms wall, min {:.3} ms; {} results verified, \
+                     {} differ",
+                    g.wall_ms_median, g.wall_ms_min, g.results_verified, g.mismatches
+                );
+            } else if let Some(why) = &h.graph_refused {
+                println!("graph      not used: {why}");
+            }
+            if let Some(p) = &h.profile {
+                print_profile(p);
+            }
         }
         let first = r.first_result_s.map_or("-".into(), |s| format!("{s:.3} s"));
         println!(
@@ -104,6 +118,29 @@ pub fn run(path: &Path, opts: &RunOptions, part: &PartitionArgs) -> anyhow::Resu
         println!("skipped    {skipped} records that change no device state (queries, attributes, ...)");
     }
     Ok(if r.mismatches.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(3) })
+}
+
+/// The `--profile` table: the kernels that take most of the body's GPU time.
+fn print_profile(p: &gpuless_replayer::replay::profile::Profile) {
+    const SHOWN: usize = 15;
+    println!(
+        "profile    {} launches per iteration, {:.1} us of GPU time summed over them (median of {} passes)",
+        p.launches, p.launch_us, p.passes
+    );
+    println!("  {:>9} {:>6} {:>8}  kernel", "us/iter", "%", "launches");
+    for k in p.kernels.iter().take(SHOWN) {
+        println!("  {:>9.1} {:>5.1}% {:>8}  {}", k.total_us, k.percent, k.launches, k.name);
+    }
+    if p.kernels.len() > SHOWN {
+        let rest: f64 = p.kernels[SHOWN..].iter().map(|k| k.total_us).sum();
+        println!(
+            "  {:>9.1} {:>6} {:>8}  {} more kernels (--json lists every launch)",
+            rest,
+            "",
+            "",
+            p.kernels.len() - SHOWN
+        );
+    }
 }
 
 /// `--dry-run`: checks `path` without a GPU; exit code 2 when a call could not be replayed.

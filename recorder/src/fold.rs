@@ -9,6 +9,11 @@
 //! thread's batch lock guards the map of every question, which a hand-over drains.
 //! Queries are not timed (`duration_ns` 0); a folded record's timestamp is the last time its
 //! thread read the clock before the last repeat (at most one recorded call earlier).
+//!
+//! Queries the API table marks `stable` go further: while no call that may change answers
+//! ([`ApiFunction::may_change_answers`], counted in [`EPOCH`]) has run since the driver last
+//! gave an answer, a repeat of the question is answered from the memo without calling the
+//! driver ([`answer`]), and counted like any other repeat.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -16,6 +21,28 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use gpuless_analyzer::api::{self, ApiFunction, ArgKind, Direction, SyncClass};
+
+/// The number of calls so far that may change what a stable query answers, in a cache line of
+/// its own (read on every stable query, written rarely).
+#[repr(align(64))]
+pub struct Epoch(AtomicU64);
+
+/// See [`Epoch`]; starts at 1 (0 marks an answer never confirmed).
+pub static EPOCH: Epoch = Epoch(AtomicU64::new(1));
+
+/// The current epoch.
+#[inline(always)]
+pub fn epoch() -> u64 {
+    EPOCH.0.load(Ordering::Relaxed)
+}
+
+/// A call that may change answers has returned: every remembered stable answer must be asked
+/// of the driver again. (Relaxed: a thread that synchronized with this one after the call sees
+/// the new epoch by coherence; a racing thread may see either, as it would see either answer.)
+#[inline(always)]
+pub fn invalidate() {
+    EPOCH.0.fetch_add(1, Ordering::Relaxed);
+}
 use gpuless_traces::CallRecord;
 
 use crate::capture::{prim, Prim};
@@ -109,16 +136,23 @@ pub struct Answer {
     outs: [u64; MAX],
 }
 
+/// The question a call asks.
+#[inline]
+fn question(plan: &Plan, slot: usize, raw: &[u64]) -> Key {
+    let mut key = Key { slot: slot as u32, ins: [0; MAX] };
+    for (k, &i) in plan.ins[..usize::from(plan.n_in)].iter().enumerate() {
+        key.ins[k] = raw.get(usize::from(i)).copied().unwrap_or(0);
+    }
+    key
+}
+
 /// Reads the question and the driver's answer of a call that just returned.
 ///
 /// # Safety
 /// `raw` are the call's arguments; out pointers were written by the driver when `status` is 0.
 #[inline]
 pub unsafe fn observe(plan: &Plan, slot: usize, raw: &[u64], status: u32) -> (Key, Answer) {
-    let mut key = Key { slot: slot as u32, ins: [0; MAX] };
-    for (k, &i) in plan.ins[..usize::from(plan.n_in)].iter().enumerate() {
-        key.ins[k] = raw.get(usize::from(i)).copied().unwrap_or(0);
-    }
+    let key = question(plan, slot, raw);
     let mut ans = Answer { status, outs: [0; MAX] };
     if status == 0 {
         for (k, &(i, width)) in plan.outs[..usize::from(plan.n_out)].iter().enumerate() {
@@ -149,9 +183,21 @@ struct Entry {
     /// under the batch lock at a hand-over.
     repeats: AtomicU32,
     last_ns: AtomicU64,
+    /// The epoch in which the driver last gave this answer to a stable query (0: not stable,
+    /// or never): the memo answers for it only in that epoch.
+    confirmed: AtomicU64,
 }
 
 impl Entry {
+    /// Notes that the driver gave this answer in epoch `confirmed` (when not 0); `true`.
+    #[inline]
+    fn confirm(&self, confirmed: u64) -> bool {
+        if confirmed != 0 {
+            self.confirmed.store(confirmed, Ordering::Relaxed);
+        }
+        true
+    }
+
     /// Counts one more repeat (owning thread only); `false` when the counter is full.
     fn count(&self, now_ns: u64) -> bool {
         let n = self.repeats.load(Ordering::Relaxed);
@@ -215,16 +261,55 @@ fn memo(entry: &Arc<Entry>) {
 }
 
 /// Counts the call if it repeats a recent answer of this thread's, without a lock; `true` when
-/// it was folded. Otherwise [`Folds::fold`] decides, under the batch lock.
+/// it was folded. Otherwise [`Folds::fold`] decides, under the batch lock. `confirmed`: the
+/// epoch in which the driver gave this answer to a stable query (0 for other queries).
 #[inline]
-pub fn repeat(key: &Key, answer: &Answer, now_ns: u64) -> bool {
+pub fn repeat(key: &Key, answer: &Answer, now_ns: u64, confirmed: u64) -> bool {
     RECENT
         .try_with(|r| {
             let Ok(r) = r.try_borrow() else { return false };
             match r.get(memo_index(key)) {
-                Some(Some(e)) if e.key == *key && e.answer == *answer => e.count(now_ns),
+                Some(Some(e)) if e.key == *key && e.answer == *answer => e.confirm(confirmed) && e.count(now_ns),
                 _ => false,
             }
+        })
+        .unwrap_or(false)
+}
+
+/// Answers a stable query from this thread's memo without calling the driver, when the driver
+/// gave the remembered answer in `epoch` (the current one) and every out pointer is set; the
+/// call is counted as a repeat. `false`: ask the driver.
+///
+/// # Safety
+/// `raw` are the call's arguments: its out pointers, when not null, are writable for their
+/// width.
+#[inline]
+pub unsafe fn answer(plan: &Plan, slot: usize, raw: &[u64], epoch: u64, now_ns: u64) -> bool {
+    let key = question(plan, slot, raw);
+    let outs = &plan.outs[..usize::from(plan.n_out)];
+    RECENT
+        .try_with(|r| {
+            let Ok(r) = r.try_borrow() else { return false };
+            let Some(Some(e)) = r.get(memo_index(&key)) else { return false };
+            if e.key != key || e.confirmed.load(Ordering::Relaxed) != epoch || e.answer.status != 0 {
+                return false;
+            }
+            if outs.iter().any(|&(i, _)| raw.get(usize::from(i)).is_none_or(|&p| p == 0)) || !e.count(now_ns) {
+                return false;
+            }
+            for (k, &(i, width)) in outs.iter().enumerate() {
+                let p = raw.get(usize::from(i)).copied().unwrap_or(0);
+                // SAFETY: a non-null out pointer of this width (the caller's contract); the
+                // driver wrote the same width there for the same question.
+                unsafe {
+                    if width == 4 {
+                        std::ptr::write_unaligned(p as *mut u32, e.answer.outs[k] as u32);
+                    } else {
+                        std::ptr::write_unaligned(p as *mut u64, e.answer.outs[k]);
+                    }
+                }
+            }
+            true
         })
         .unwrap_or(false)
 }
@@ -261,9 +346,10 @@ pub struct Folds {
 
 impl Folds {
     /// Counts the call if it repeats the remembered answer; `true` when it was folded.
-    pub fn fold(&mut self, key: &Key, answer: &Answer, now_ns: u64) -> bool {
+    /// `confirmed` as in [`repeat`].
+    pub fn fold(&mut self, key: &Key, answer: &Answer, now_ns: u64, confirmed: u64) -> bool {
         match self.map.get(key) {
-            Some(e) if e.answer == *answer && e.count(now_ns) => {
+            Some(e) if e.answer == *answer && e.confirm(confirmed) && e.count(now_ns) => {
                 memo(e);
                 true
             }
@@ -272,14 +358,15 @@ impl Folds {
     }
 
     /// Remembers a recorded call's question and answer; returns the record standing for the
-    /// repeats of the answer it replaces, if any.
-    pub fn remember(&mut self, key: Key, answer: Answer, rec: &CallRecord) -> Option<Repeats> {
+    /// repeats of the answer it replaces, if any. `confirmed` as in [`repeat`].
+    pub fn remember(&mut self, key: Key, answer: Answer, rec: &CallRecord, confirmed: u64) -> Option<Repeats> {
         let e = Arc::new(Entry {
             key,
             answer,
             template: Arc::new(rec.clone()),
             repeats: AtomicU32::new(0),
             last_ns: AtomicU64::new(rec.timestamp_ns),
+            confirmed: AtomicU64::new(confirmed),
         });
         memo(&e);
         self.map.insert(key, e).and_then(|old| take(&old))
@@ -303,4 +390,20 @@ fn take(e: &Entry) -> Option<Repeats> {
         seq: crate::state::next_seq(),
         timestamp_ns: e.last_ns.load(Ordering::Relaxed),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every query the table marks `stable` has plain outputs the memo can hand back.
+    #[test]
+    fn every_stable_query_can_be_answered_from_the_memo() {
+        let stable: Vec<_> = api::functions().iter().filter(|f| f.stable).collect();
+        assert!(stable.len() >= 8);
+        for f in stable {
+            let p = plan(f.id).unwrap_or_else(|| panic!("{} is stable but cannot be folded", f.name));
+            assert!(p.n_out > 0, "{}", f.name);
+        }
+    }
 }

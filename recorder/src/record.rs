@@ -111,19 +111,24 @@ unsafe fn call_dyn(slot: usize, raw: &[u64], real: &mut dyn FnMut(*mut c_void) -
 /// # Safety
 /// As [`call`].
 unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real) -> u32 {
-    if !state::enabled() {
+    let status = if !state::enabled() {
         state::unrecorded(s.func.name);
         // Arena memory stays the arena's after recording stops (late frees at exit).
         // SAFETY: forwarded from the caller.
-        return unsafe { with_arena(s, raw, real) };
+        unsafe { with_arena(s, raw, real) }
+    } else {
+        match s.path {
+            // SAFETY (all arms): forwarded from the caller.
+            slots::Path::Pass => unsafe { with_arena(s, raw, real) },
+            slots::Path::Fold(ref plan) => unsafe { query(slot, s, plan, raw, real) },
+            slots::Path::Raw(ref plan) if plan.fits(raw) => unsafe { raw_call(slot, s, plan, raw, real) },
+            _ => unsafe { full(slot, s, raw, real) },
+        }
+    };
+    if s.invalidates {
+        fold::invalidate();
     }
-    match s.path {
-        // SAFETY (all arms): forwarded from the caller.
-        slots::Path::Pass => unsafe { with_arena(s, raw, real) },
-        slots::Path::Fold(ref plan) => unsafe { query(slot, s, plan, raw, real) },
-        slots::Path::Raw(ref plan) if plan.fits(raw) => unsafe { raw_call(slot, s, plan, raw, real) },
-        _ => unsafe { full(slot, s, raw, real) },
-    }
+    status
 }
 
 /// A call recorded in full on the calling thread.
@@ -267,18 +272,30 @@ unsafe fn query(slot: usize, s: &slots::Slot, plan: &fold::Plan, raw: &[u64], re
     // Queries call no other hooked function: no need to mark this call as the current parent.
     // Nor are they timed: a repeat is stamped with the time this thread last took (reading
     // the clock would be a third of a folded query's cost), a first answer when it returns.
+    let now = LAST_NS.with(Cell::get);
+    // A stable query's repeat in the epoch its answer was confirmed in: answered from memory.
+    let epoch = if s.stable {
+        let epoch = fold::epoch();
+        // SAFETY: `raw` are the program's arguments (the caller's contract).
+        if unsafe { fold::answer(plan, slot, raw, epoch, now) } {
+            return 0;
+        }
+        epoch
+    } else {
+        0
+    };
     let status = real.call();
     // SAFETY: forwarded; the driver has written the outputs when the status is 0.
     let (key, answer) = unsafe { fold::observe(plan, slot, raw, status) };
     if status == 0 && s.completes {
         pending::after(f, raw);
     }
-    let now = LAST_NS.with(Cell::get);
-    if fold::repeat(&key, &answer, now) || state::fold(&key, &answer, now) {
+    let confirmed = if status == 0 { epoch } else { 0 };
+    if fold::repeat(&key, &answer, now, confirmed) || state::fold(&key, &answer, now, confirmed) {
         return status;
     }
     // SAFETY: forwarded from the caller.
-    unsafe { first_answer(slot, f, raw, status, key, answer) };
+    unsafe { first_answer(slot, f, raw, status, key, answer, confirmed) };
     status
 }
 
@@ -296,6 +313,7 @@ unsafe fn first_answer(
     status: u32,
     key: fold::Key,
     answer: fold::Answer,
+    confirmed: u64,
 ) {
     let t0 = stamp();
     // SAFETY: as above; inputs are plain values, read the same after the call.
@@ -318,5 +336,5 @@ unsafe fn first_answer(
         results,
         repeat: 0,
     };
-    state::emit_query(rec, key, answer);
+    state::emit_query(rec, key, answer, confirmed);
 }

@@ -46,6 +46,10 @@ pub struct Slot {
     pub init: bool,
     /// `GPULESS_DIAG=selftime`: the call is timed.
     pub timed: bool,
+    /// A `stable` query on the folding path: repeats are answered from the memo (`fold.rs`).
+    pub stable: bool,
+    /// A call that may change what stable queries answer: it starts a new epoch.
+    pub invalidates: bool,
 }
 
 impl Slot {
@@ -86,14 +90,17 @@ fn make(slot: usize) -> Option<Slot> {
     } else {
         Path::Full
     };
+    let completes = pending::completes(func);
     Some(Slot {
         real: AtomicUsize::new(0),
+        stable: func.stable && matches!(path, Path::Fold(_)) && !completes,
+        invalidates: func.may_change_answers(),
         timed: diag() == Diag::SelfTime,
         path,
         func,
         arena: arena::op(func.id),
         per_thread: hook.variant.per_thread,
-        completes: pending::completes(func),
+        completes,
         waits: matches!(func.sync, SyncClass::CtxSync | SyncClass::StreamSync | SyncClass::EventSync),
         init,
     })

@@ -308,13 +308,15 @@ pub fn flush_thread() {
 }
 
 /// Counts a query that repeats this thread's remembered answer; `true` when folded.
-pub fn fold(key: &fold::Key, answer: &fold::Answer, now_ns: u64) -> bool {
-    LOCAL.try_with(|l| l.0.lock().is_ok_and(|mut b| b.folds.fold(key, answer, now_ns))).unwrap_or(false)
+/// `confirmed` as in [`fold::repeat`].
+pub fn fold(key: &fold::Key, answer: &fold::Answer, now_ns: u64, confirmed: u64) -> bool {
+    LOCAL.try_with(|l| l.0.lock().is_ok_and(|mut b| b.folds.fold(key, answer, now_ns, confirmed))).unwrap_or(false)
 }
 
 /// Queues the record of a query not folded, remembering its answer for the next ones.
-pub fn emit_query(rec: CallRecord, key: fold::Key, answer: fold::Answer) {
-    let replaced = LOCAL.try_with(|l| l.0.lock().ok().and_then(|mut b| b.folds.remember(key, answer, &rec)));
+/// `confirmed` as in [`fold::repeat`].
+pub fn emit_query(rec: CallRecord, key: fold::Key, answer: fold::Answer, confirmed: u64) {
+    let replaced = LOCAL.try_with(|l| l.0.lock().ok().and_then(|mut b| b.folds.remember(key, answer, &rec, confirmed)));
     if let Ok(Some(repeats)) = replaced {
         push(|_| Rec::Repeats(repeats));
     }

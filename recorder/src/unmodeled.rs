@@ -23,11 +23,13 @@ core::arch::global_asm!(
     include_str!(concat!(env!("OUT_DIR"), "/trampolines.s")),
     counts = sym COUNTS,
     targets = sym TARGETS,
+    epoch = sym crate::fold::EPOCH,
 );
 
 #[cfg(target_arch = "x86_64")]
 unsafe extern "C" {
     static gpuless_tramp_table: [usize; n::TRAMPOLINES];
+    static gpuless_dtramp_table: [usize; n::TRAMPOLINES];
 }
 
 /// Names of the functions behind each used trampoline, and the reverse map.
@@ -44,11 +46,12 @@ static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 pub fn wrap(name: &str, p: *mut c_void) -> *mut c_void {
     let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
     let t = guard.get_or_insert_with(|| Table { names: Vec::new(), by_target: HashMap::new(), overflow: Vec::new() });
+    let driver = level_of(name) == ApiLevel::Driver;
     if let Some(&i) = t.by_target.get(&(name.to_string(), p as usize)) {
-        return stub(i).unwrap_or(p);
+        return stub(i, driver).unwrap_or(p);
     }
     let i = t.names.len();
-    match stub(i) {
+    match stub(i, driver) {
         Some(s) => {
             TARGETS[i].store(p as usize, Ordering::Release);
             t.names.push(name.to_string());
@@ -64,14 +67,24 @@ pub fn wrap(name: &str, p: *mut c_void) -> *mut c_void {
     }
 }
 
+/// Trampoline `i`: for a driver function, the kind that also starts a new epoch of stable
+/// answers before the call (an unmodeled function might change one; a query racing with it on
+/// another thread may keep the old answer until the next epoch).
 #[cfg(target_arch = "x86_64")]
-fn stub(i: usize) -> Option<*mut c_void> {
-    // SAFETY: the table is immutable data emitted by global_asm above.
-    unsafe { gpuless_tramp_table.get(i).map(|&a| a as *mut c_void) }
+fn stub(i: usize, driver: bool) -> Option<*mut c_void> {
+    // SAFETY: the tables are immutable data emitted by global_asm above.
+    let table = unsafe {
+        if driver {
+            &gpuless_dtramp_table
+        } else {
+            &gpuless_tramp_table
+        }
+    };
+    table.get(i).map(|&a| a as *mut c_void)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn stub(_: usize) -> Option<*mut c_void> {
+fn stub(_: usize, _: bool) -> Option<*mut c_void> {
     None
 }
 

@@ -247,6 +247,36 @@ fn repeated_queries_are_folded_and_counted() {
     assert!(launches.iter().all(|l| l.repeat == 0));
 }
 
+/// A query the API table marks `stable` is answered by the driver once per state and then by
+/// the recorder, until a call that may change the answer (a modeled one, or an unmodeled driver
+/// function through its trampoline); every call is still in the trace with its answer.
+#[test]
+fn stable_queries_are_answered_until_something_may_change_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path());
+    let native = Command::new(&prog).arg("-4").env("LD_LIBRARY_PATH", dir.path()).output().unwrap();
+    assert!(native.status.success(), "{native:?}");
+    assert_eq!(String::from_utf8_lossy(&native.stdout).trim(), "driver_answered=3000");
+    let out = record_program(dir.path(), "-4");
+    assert!(out.status.success(), "wrong answer from the recorder (exit code = failed phase): {out:?}");
+    let answered: u32 =
+        String::from_utf8_lossy(&out.stdout).trim().strip_prefix("driver_answered=").unwrap().parse().unwrap();
+    assert!(answered <= 6, "the driver answered {answered} of 3000 queries");
+    let calls = calls_of(&dir.path().join("t.gl"));
+    let queries: Vec<_> = calls.iter().filter(|c| c.function.name() == "cuDevicePrimaryCtxGetState").collect();
+    let active = |c: &&gpuless_traces::CallRecord| c.results.get(1).cloned();
+    let count = |want: u64| -> u64 {
+        queries
+            .iter()
+            .filter(|c| c.status == 0 && matches!(active(c), Some(Value::I64(a)) if a == want as i64))
+            .map(|c| c.calls_represented())
+            .sum()
+    };
+    assert_eq!((count(1), count(0)), (2000, 1000), "{queries:?}");
+    assert!(queries.iter().any(|c| c.status == 101), "the failed question is recorded");
+    assert_eq!(queries.iter().map(|c| c.calls_represented()).sum::<u64>(), 3002);
+}
+
 /// An async device-to-host copy completed by an event recorded with `cuEventRecordWithFlags`
 /// gets its hash at the event's synchronization.
 #[test]

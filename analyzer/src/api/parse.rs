@@ -22,6 +22,9 @@ pub struct ParsedFunction {
     pub group: String,
     /// Synchronization class name (`Async`, `DeviceToHost`, ...).
     pub sync: String,
+    /// `stable` after the class: the answer stays the same for the same arguments until a call
+    /// that may change answers ([`ApiFunction::may_change_answers`] in the library).
+    pub stable: bool,
     /// Arguments in C order.
     pub args: Vec<ParsedArg>,
     /// What the function returns: `None` for a status code (`CUresult`, `cudaError_t`), else
@@ -148,6 +151,13 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
     let mut head_words = head.split_whitespace();
     let spec = head_words.next().ok_or_else(|| err(line, "missing function name"))?;
     let sync = head_words.next().ok_or_else(|| err(line, "missing sync class"))?.to_string();
+    let stable = match head_words.next() {
+        None => false,
+        Some("stable") => true,
+        Some(w) => {
+            return Err(err(line, format!("unexpected word {w:?} before '(' (only `stable` may follow the class)")))
+        }
+    };
     if head_words.next().is_some() {
         return Err(err(line, "unexpected words before '('"));
     }
@@ -187,7 +197,17 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
             }
         }
     }
-    Ok(ParsedFunction { line, name, suffixes, level: level.to_string(), group: group.to_string(), sync, args, ret })
+    Ok(ParsedFunction {
+        line,
+        name,
+        suffixes,
+        level: level.to_string(),
+        group: group.to_string(),
+        sync,
+        stable,
+        args,
+        ret,
+    })
 }
 
 /// Index of the ')' that closes the '(' at `open`.

@@ -167,3 +167,47 @@ fn registration_returns_no_status() {
     }
     assert_eq!(by_name("cuMemAlloc").map(|f| f.ret), Some(Return::Status));
 }
+
+/// `stable` may follow the sync class and nothing else may; the table's stable queries are
+/// kept valid by every call that may change their answers and by no launch, copy or query.
+#[test]
+fn stable_queries_and_the_calls_that_may_change_their_answers() {
+    let p = parse::parse_api("cuFoo DeviceQuery stable (out scalar v: int *)").unwrap();
+    assert!(p[0].stable);
+    assert!(!parse::parse_api("cuFoo DeviceQuery (out scalar v: int *)").unwrap()[0].stable);
+    let e = parse::parse_api("cuFoo DeviceQuery steady (out scalar v: int *)").expect_err("unknown word");
+    assert!(e.message.contains("steady"), "{e}");
+    let f = |n: &str| by_name(n).unwrap_or_else(|| panic!("{n}"));
+    for n in ["cuDevicePrimaryCtxGetState", "cuKernelGetAttribute", "cuFuncGetAttribute", "cuDeviceGetAttribute"] {
+        assert!(f(n).stable && !f(n).may_change_answers(), "{n}");
+    }
+    for n in [
+        "cuDevicePrimaryCtxRetain",
+        "cuDevicePrimaryCtxRelease",
+        "cuDevicePrimaryCtxSetFlags",
+        "cuCtxSetCurrent",
+        "cuCtxPushCurrent",
+        "cuCtxPopCurrent",
+        "cuFuncSetAttribute",
+        "cuKernelSetAttribute",
+        "cuLibraryUnload",
+        "cuModuleUnload",
+        "cuModuleLoadData",
+    ] {
+        assert!(f(n).may_change_answers(), "{n} must start a new epoch");
+    }
+    for n in [
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cuMemcpyHtoDAsync",
+        "cuMemsetD8Async",
+        "cuEventRecord",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuCtxGetCurrent",
+        "cuStreamIsCapturing",
+        "cuGraphLaunch",
+    ] {
+        assert!(!f(n).may_change_answers(), "{n} changes no stable answer");
+    }
+}

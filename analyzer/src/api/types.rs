@@ -375,6 +375,10 @@ pub struct ApiFunction {
     pub group: Group,
     /// What reaches the host.
     pub sync: SyncClass,
+    /// A query whose answer, for the same arguments, stays the same until a call that
+    /// [may change answers](Self::may_change_answers) (`stable` in the table): the recorder
+    /// answers repeats itself.
+    pub stable: bool,
     /// Exported symbols with this signature.
     pub symbols: &'static [Symbol],
     /// Arguments in C order.
@@ -388,6 +392,30 @@ impl ApiFunction {
     /// follow this order.
     pub fn out_args(&self) -> impl Iterator<Item = (usize, &'static ApiArg)> {
         self.args.iter().enumerate().filter(|(_, a)| a.dir != Direction::In)
+    }
+
+    /// Whether a call of this function may change what a [`stable`](Self::stable) query
+    /// answers: everything but queries outside the context group (which changes the current
+    /// context) and launches, copies, sets, events, streams, graphs, texture objects, runtime
+    /// registration and synchronization, which change device memory and work, not the answers.
+    pub fn may_change_answers(&self) -> bool {
+        let query = matches!(
+            self.sync,
+            SyncClass::DeviceQuery | SyncClass::StateQuery | SyncClass::AddressLookup | SyncClass::Local
+        );
+        let work = matches!(
+            self.group,
+            Group::Launch
+                | Group::Copy
+                | Group::Set
+                | Group::Event
+                | Group::Stream
+                | Group::Graph
+                | Group::Texture
+                | Group::Registration
+        );
+        let sync = matches!(self.sync, SyncClass::CtxSync | SyncClass::StreamSync | SyncClass::EventSync);
+        !(self.stable || query || work || sync)
     }
 
     /// The symbol name of one of this entry's variants.

@@ -113,6 +113,18 @@ CUresult cuLaunchKernelEx(const lcfg *c, void *f, void **params, void **extra) {
   (void)params; (void)extra;
   return f == &kernel_token && c && c->gx > 0 ? 0 : 400; }
 
+/* The primary context's state, and how often the driver was asked for it. cuFakeSetActive is
+ * unmodeled: it changes the state behind the recorder's back. */
+static int primary_active, state_queries;
+CUresult cuDevicePrimaryCtxRetain(void **c, int dev) { (void)dev; *c = &ctx_token; primary_active = 1; return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; primary_active = 0; return 0; }
+CUresult cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active) {
+  if (dev != 0) return 101;
+  if (!flags || !active) return 1;
+  state_queries++; *flags = 4; *active = primary_active; return 0; }
+CUresult cuFakeSetActive(int a) { primary_active = a; return 0; }
+CUresult cuFakeStateQueries(int *n) { *n = state_queries; return 0; }
+
 struct entry { const char *name; void *fn; };
 static const struct entry table[] = {
   {"cuInit", cuInit}, {"cuDriverGetVersion", cuDriverGetVersion}, {"cuDeviceGet", cuDeviceGet},
@@ -128,6 +140,9 @@ static const struct entry table[] = {
   {"cuGraphAddKernelNode", cuGraphAddKernelNode_v2}, {"cuLaunchKernelEx", cuLaunchKernelEx},
   {"cuEventCreate", cuEventCreate}, {"cuEventRecord", cuEventRecord},
   {"cuEventRecordWithFlags", cuEventRecordWithFlags}, {"cuEventSynchronize", cuEventSynchronize},
+  {"cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain}, {"cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2},
+  {"cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState}, {"cuFakeSetActive", cuFakeSetActive},
+  {"cuFakeStateQueries", cuFakeStateQueries},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)ver; (void)flags;

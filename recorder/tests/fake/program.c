@@ -55,6 +55,24 @@ int main(int argc, char **argv) {
     if (ecreate(&ev, 0) || dtoh_async(third, d, sizeof third, stream) || erecord(ev, stream, 0) || esync(ev)) return 13;
     return 0;
   }
+  if (iters == -4) { /* a stable query asked 1000 times in each of three states of the context */
+    int (*retain)(void **, int) = get("cuDevicePrimaryCtxRetain");
+    int (*prelease)(int) = get("cuDevicePrimaryCtxRelease");
+    int (*state)(int, unsigned *, int *) = get("cuDevicePrimaryCtxGetState");
+    int (*set_active)(int) = get("cuFakeSetActive");
+    int (*asked)(int *) = get("cuFakeStateQueries");
+    void *pc; unsigned fl = 0; int act = -1, n = 0;
+    if (retain(&pc, 0)) return 14;
+    for (int i = 0; i < 1000; i++) if (state(0, &fl, &act) || act != 1 || fl != 4) return 15;
+    if (prelease(0)) return 16;
+    for (int i = 0; i < 1000; i++) if (state(0, &fl, &act) || act != 0) return 17;
+    set_active(1);
+    for (int i = 0; i < 1000; i++) if (state(0, &fl, &act) || act != 1) return 18;
+    if (state(1, &fl, &act) != 101 || state(0, &fl, 0) != 1) return 19;
+    asked(&n);
+    printf("driver_answered=%d\n", n);
+    return 0;
+  }
   double sum = 0; for (int i = 0; i < 64; i++) sum += h[i];
   printf("sum=%.1f\n", sum);
   uint64_t base = 0; size_t size = 0; int chunks = -1;

@@ -118,6 +118,8 @@ pub struct HotReport {
     pub graph: Option<super::lower::GraphTiming>,
     /// Why the body could not become a graph.
     pub graph_refused: Option<String>,
+    /// GPU time per launch and per kernel (`--profile`).
+    pub profile: Option<super::profile::Profile>,
 }
 
 /// Median of `v` (sorted in place).

@@ -15,6 +15,7 @@ mod load;
 pub mod lower;
 mod memory;
 mod objects;
+pub mod profile;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::c_int;
@@ -228,6 +229,8 @@ pub struct Options {
     /// Most bytes of device memory the replay may allocate (e.g. an emulated MIG profile's
     /// memory size); an allocation beyond it fails with a clear error. `None`: no limit.
     pub memory_limit: Option<u64>,
+    /// With `iterations`: time every launch of the body ([`profile`]).
+    pub profile: bool,
 }
 
 /// Handle maps and device memory of a replay in progress.
@@ -396,6 +399,17 @@ fn replay_hot(
     }
     // The same body as one CUDA graph per iteration.
     let graph = lower::run(st, trace, report, &split.body, iterations);
+    let profile = if st.opts.profile {
+        match profile::run(st, trace, report, &split.body, 5) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                report.warnings.push(format!("profiling the body: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
     let mean = wall.iter().sum::<f64>() / wall.len().max(1) as f64;
     let min = wall.iter().copied().fold(f64::INFINITY, f64::min);
     Ok(hot::HotReport {
@@ -410,6 +424,7 @@ fn replay_hot(
         gpu_ms_median: hot::median(&mut gpu),
         graph: graph.as_ref().ok().cloned(),
         graph_refused: graph.err(),
+        profile,
     })
 }
 
