@@ -99,6 +99,24 @@ pub fn run(path: &Path, opts: &RunOptions, part: &PartitionArgs) -> anyhow::Resu
                      {} differ",
                     g.wall_ms_median, g.wall_ms_min, g.results_verified, g.mismatches
                 );
+                for m in &g.moved {
+                    let to = match m.to {
+                        gpuless_replayer::replay::lower::Side::Branch => "on a side branch",
+                        gpuless_replayer::replay::lower::Side::Setup => "moved to the set-up (constants)",
+                    };
+                    println!(
+                        "           {} launches whose inputs the body never writes {to}: median {:.3} ms wall, min \
+                         {:.3} ms ({:.1} MiB kept resident); {} results verified",
+                        m.launches,
+                        m.wall_ms_median,
+                        m.wall_ms_min,
+                        m.bytes as f64 / (1u64 << 20) as f64,
+                        m.results_verified
+                    );
+                }
+                if let Some(note) = &g.moved_note {
+                    println!("           {note}");
+                }
             } else if let Some(why) = &h.graph_refused {
                 println!("graph      not used: {why}");
             }

@@ -507,6 +507,29 @@ pub(crate) fn translated<'b>(
     std::borrow::Cow::Owned(owned)
 }
 
+/// Parameter bytes with the words that point into a range moved for this launch
+/// (`State::relocations`, see `dataflow.rs`) pointed at the range's new place.
+fn relocated<'b>(st: &State, seq: u64, b: std::borrow::Cow<'b, [u8]>) -> std::borrow::Cow<'b, [u8]> {
+    let Some(moves) = st.relocations.get(&seq) else { return b };
+    let mut owned = b.into_owned();
+    relocate_words(&mut owned, moves);
+    std::borrow::Cow::Owned(owned)
+}
+
+/// Points every 8-byte-aligned word inside a moved range `[start, end)` at the same offset
+/// from the range's new base. Returns how many words changed.
+pub(crate) fn relocate_words(bytes: &mut [u8], moves: &[(super::blockhash::Span, u64)]) -> usize {
+    let mut n = 0;
+    for w in bytes.chunks_exact_mut(8) {
+        let v = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+        if let Some(&((start, _), to)) = moves.iter().find(|((start, end), _)| *start <= v && v < *end) {
+            w.copy_from_slice(&(to + (v - start)).to_le_bytes());
+            n += 1;
+        }
+    }
+    n
+}
+
 unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<(), ReplayError> {
     let seq = c.rec.seq;
     let rec_f = c.word("f")?;
@@ -519,13 +542,13 @@ unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<()
     };
     // Parameter bytes are used in place unless a pointer in them must be translated (the
     // driver only reads them).
-    let bytes = translated(st, bytes, layout, report);
+    let bytes = relocated(st, seq, translated(st, bytes, layout, report));
     let mut ptrs: Vec<*mut c_void> =
         layout.iter().map(|&(off, _)| bytes.as_ptr().wrapping_add(off as usize).cast_mut().cast()).collect();
     let params = if ptrs.is_empty() { std::ptr::null_mut() } else { ptrs.as_mut_ptr() };
     // Parameters passed as one packed buffer through `extra` (cuDNN and cuBLAS do this).
     let packed = match c.arg("extra") {
-        Some(Value::Bytes(b)) => translated(st, b, &[], report),
+        Some(Value::Bytes(b)) => relocated(st, seq, translated(st, b, &[], report)),
         _ => std::borrow::Cow::Borrowed(&[][..]),
     };
     let mut packed_len = packed.len();

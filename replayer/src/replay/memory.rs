@@ -327,6 +327,11 @@ impl Memory {
         }
     }
 
+    /// (recorded base, live base, size) of every live allocation and module global.
+    pub fn ranges(&self) -> Vec<(u64, u64, u64)> {
+        self.allocs.values().filter(|a| a.size > 0).map(|a| (a.recorded, a.live, a.size)).collect()
+    }
+
     /// The allocation containing recorded address `p`.
     pub fn find(&self, p: u64) -> Option<&Allocation> {
         self.allocs.range(..=p).next_back().map(|(_, a)| a).filter(|a| p < a.recorded + a.size.max(1))

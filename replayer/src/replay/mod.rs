@@ -3,7 +3,9 @@
 //! VMM API allows, and every device-to-host result is compared with the recording.
 
 mod args;
+mod blockhash;
 pub mod compat;
+pub mod dataflow;
 pub mod dryrun;
 mod exec;
 mod exec_array;
@@ -16,6 +18,7 @@ pub mod lower;
 mod memory;
 mod objects;
 pub mod profile;
+mod side;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::c_int;
@@ -252,6 +255,9 @@ pub(crate) struct State {
     pub start: Instant,
     /// While a hot body is captured into a graph: the stream every recorded stream maps to.
     pub stream_override: Option<sys::CUstream>,
+    /// Launches (by sequence number) whose parameter words pointing into a recorded range
+    /// are pointed at that range's new place instead (`dataflow.rs`).
+    pub relocations: HashMap<u64, Vec<(blockhash::Span, u64)>>,
 }
 
 /// A device ready to replay on: the primary context of device 0.
@@ -319,6 +325,7 @@ pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<R
         opts,
         start: Instant::now(),
         stream_override: None,
+        relocations: HashMap::new(),
     };
     let device_sm = device_sm();
     if device_sm != 0 {
@@ -373,7 +380,14 @@ fn replay_hot(
         }
         Ok(())
     };
-    run_body(st, report)?;
+    // The warm-up pass; when the body can become a verified graph, it also finds what each call
+    // wrote (for the graph's side branch).
+    let effects = if lower::refusal(trace, &split.body).is_none() && !st.opts.no_verify {
+        side::first_pass(st, trace, report, &split.body)?
+    } else {
+        run_body(st, report)?;
+        None
+    };
     // SAFETY: waits for the warm-up pass.
     unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")? };
     let body_launches = report.launches - launches_before;
@@ -398,7 +412,7 @@ fn replay_hot(
         sys::cuEventDestroy_v2(b);
     }
     // The same body as one CUDA graph per iteration.
-    let graph = lower::run(st, trace, report, &split.body, iterations);
+    let graph = lower_hot(st, trace, report, &split.body, iterations, effects.as_deref());
     let profile = if st.opts.profile {
         match profile::run(st, trace, report, &split.body, 5) {
             Ok(p) => Some(p),
@@ -426,6 +440,69 @@ fn replay_hot(
         graph_refused: graph.err(),
         profile,
     })
+}
+
+/// The body as one CUDA graph; then, when its first pass showed launches whose inputs the body
+/// never writes (`side.rs`), the same graph with them on a side branch and with them moved to
+/// the set-up, each kept only when every result is the recorded one.
+fn lower_hot(
+    st: &mut State,
+    trace: &LoadedTrace,
+    report: &mut Report,
+    body: &[usize],
+    iterations: u32,
+    effects: Option<&[dataflow::Effect]>,
+) -> Result<lower::GraphTiming, String> {
+    let mut g = lower::run(st, trace, report, body, iterations, &[], lower::Side::Setup)?;
+    let plan = match effects {
+        Some(e) => side::plan(st, trace, report, body, e),
+        None => Err("the body's first pass could not see what its calls wrote".into()),
+    };
+    let plan = match plan {
+        Ok(p) => p,
+        Err(why) => {
+            st.relocations.clear();
+            g.moved_note = Some(why);
+            return Ok(g);
+        }
+    };
+    if plan.rejected > 0 {
+        g.moved_note = Some(format!("{} candidates read their output's old bytes and stayed", plan.rejected));
+    }
+    if plan.side.is_empty() {
+        plan.drop_from(st);
+        return Ok(g);
+    }
+    for to in [lower::Side::Branch, lower::Side::Setup] {
+        let (mismatches, verified) = (report.mismatches.len(), report.results_verified);
+        match lower::run(st, trace, report, body, iterations, &plan.side, to) {
+            Ok(m) if m.mismatches == 0 && m.results_verified > 0 => g.moved.push(lower::Moved {
+                to,
+                launches: plan.side.len() as u64,
+                bytes: plan.bytes,
+                wall_ms_median: m.wall_ms_median,
+                wall_ms_min: m.wall_ms_min,
+                results_verified: m.results_verified,
+                mismatches: 0,
+            }),
+            other => {
+                // Not the recorded results (or none to compare): the variant is dropped.
+                report.mismatches.truncate(mismatches);
+                report.results_verified = verified;
+                g.moved_note = Some(match other {
+                    Ok(m) if m.mismatches > 0 => format!(
+                        "{to:?} dropped: {} of {} results differed",
+                        m.mismatches,
+                        m.mismatches + m.results_verified
+                    ),
+                    Ok(_) => format!("{to:?} dropped: no result to verify it with"),
+                    Err(e) => format!("{to:?} dropped: {e}"),
+                });
+            }
+        }
+    }
+    plan.drop_from(st);
+    Ok(g)
 }
 
 /// Reads and replays the trace at `path`.
