@@ -473,7 +473,7 @@ fn lower_hot(
         plan.drop_from(st);
         return Ok(g);
     }
-    for to in [lower::Side::Branch, lower::Side::Setup] {
+    for to in [lower::Side::Setup, lower::Side::Branch] {
         let (mismatches, verified) = (report.mismatches.len(), report.results_verified);
         match lower::run(st, trace, report, body, iterations, &plan.side, to) {
             Ok(m) if m.mismatches == 0 && m.results_verified > 0 => g.moved.push(lower::Moved {
