@@ -1,6 +1,7 @@
 //! What a call wrote, seen from the device: every allocation hashed in 256-byte blocks by a
-//! small kernel (`gpu/blockhash.cu`, shipped as PTX and compiled by the driver at run time),
-//! before and after the call; the blocks whose hash changed are the call's writes.
+//! small kernel (`gpu/blockhash.cu`, shipped as PTX and compiled by the driver at run time)
+//! that keeps the hashes on the device and lists the blocks whose hash changed since its last
+//! pass: the call's writes. Only that list crosses to the host.
 //!
 //! A write of the bytes already there is invisible, which is why the body is examined in its
 //! first pass after the set-up (fresh memory), not in a steady state.
@@ -21,16 +22,18 @@ const PTX: &str = concat!(include_str!("gpu/blockhash.ptx"), "\0");
 /// A recorded address range `[start, end)`.
 pub type Span = (u64, u64);
 
-/// The hashing kernel, its output buffer and the allocations it covers.
+/// The hashing kernel, its buffers and the allocations it covers.
 pub(crate) struct Hasher {
     module: sys::CUmodule,
     func: sys::CUfunction,
     /// (recorded base, live base, size) of every allocation hashed, in order.
     ranges: Vec<(u64, u64, u64)>,
-    /// First block of each range in `out`.
+    /// First block of each range in the hashes.
     first: Vec<u64>,
-    out: sys::CUdeviceptr,
-    host: Vec<u64>,
+    /// One hash per block, on the device.
+    hashes: sys::CUdeviceptr,
+    /// A count, then the blocks whose hash changed in the last pass (room for every block).
+    changed: sys::CUdeviceptr,
 }
 
 fn ok(what: &str, r: sys::CUresult) -> Result<(), String> {
@@ -42,7 +45,8 @@ fn ok(what: &str, r: sys::CUresult) -> Result<(), String> {
 }
 
 impl Hasher {
-    /// Loads the kernel and sizes its output for every allocation of `mem` now.
+    /// Loads the kernel, sizes its buffers for every allocation of `mem` now, and hashes them
+    /// once (the state later passes are compared with).
     pub fn new(mem: &Memory) -> Result<Self, String> {
         let ranges = mem.ranges();
         let mut first = Vec::with_capacity(ranges.len());
@@ -51,30 +55,44 @@ impl Hasher {
             first.push(blocks);
             blocks += size.div_ceil(BLOCK);
         }
-        let (mut module, mut func, mut out) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
-        // SAFETY: a NUL-terminated PTX image; out-pointers valid; handles owned by the result.
+        let mut h =
+            Hasher { module: std::ptr::null_mut(), func: std::ptr::null_mut(), ranges, first, hashes: 0, changed: 0 };
+        // SAFETY: a NUL-terminated PTX image; out-pointers valid; handles owned by `h` (freed
+        // by its Drop, also when a later step fails).
         unsafe {
-            ok("loading the block-hash kernel (PTX)", sys::cuModuleLoadData(&mut module, PTX.as_ptr().cast()))?;
-            ok("cuModuleGetFunction", sys::cuModuleGetFunction(&mut func, module, c"gpuless_block_hash".as_ptr()))?;
-            ok("cuMemAlloc", sys::cuMemAlloc_v2(&mut out, (blocks.max(1) * 8) as usize))?;
+            ok("loading the block-hash kernel (PTX)", sys::cuModuleLoadData(&mut h.module, PTX.as_ptr().cast()))?;
+            ok("cuModuleGetFunction", sys::cuModuleGetFunction(&mut h.func, h.module, c"gpuless_block_hash".as_ptr()))?;
+            ok("cuMemAlloc", sys::cuMemAlloc_v2(&mut h.hashes, (blocks.max(1) * 8) as usize))?;
+            ok("cuMemAlloc", sys::cuMemAlloc_v2(&mut h.changed, ((blocks + 1) * 8) as usize))?;
         }
-        Ok(Hasher { module, func, ranges, first, out, host: vec![0; blocks as usize] })
+        h.changes()?;
+        Ok(h)
     }
 
-    /// Hashes every block now (after the device finished what came before: the caller
-    /// synchronizes). Returns one hash per block.
-    pub fn hash(&mut self) -> Result<Vec<u64>, String> {
+    /// The recorded ranges written since the last pass (after the device finished what came
+    /// before: the caller synchronizes), merged.
+    pub fn changes(&mut self) -> Result<Vec<Span>, String> {
         const THREADS: u32 = 256;
+        // SAFETY: our own buffer; the legacy stream orders it before the kernels.
+        unsafe { ok("cuMemsetD8", sys::cuMemsetD8_v2(self.changed, 0, 8))? };
         for (k, &(_, live, size)) in self.ranges.iter().enumerate() {
             let mut words = size / 8;
             let mut src = live;
-            let mut dst = self.out + self.first[k] * 8;
+            let mut hashes = self.hashes + self.first[k] * 8;
+            let mut first = self.first[k];
+            let mut changed = self.changed;
             let warps = words.div_ceil(32);
             let grid = u32::try_from(warps.div_ceil(u64::from(THREADS / 32))).map_err(|_| "allocation too large")?;
-            let mut params: [*mut std::ffi::c_void; 3] =
-                [(&mut src as *mut u64).cast(), (&mut words as *mut u64).cast(), (&mut dst as *mut u64).cast()];
-            // SAFETY: the kernel reads `words` words at a live allocation and writes one word
-            // per block into our buffer, sized for every range.
+            let mut params: [*mut std::ffi::c_void; 5] = [
+                (&mut src as *mut u64).cast(),
+                (&mut words as *mut u64).cast(),
+                (&mut hashes as *mut u64).cast(),
+                (&mut first as *mut u64).cast(),
+                (&mut changed as *mut u64).cast(),
+            ];
+            // SAFETY: the kernel reads `words` words at a live allocation, updates one hash
+            // per block in this range's slice of our buffer and appends to our list, which has
+            // room for every block.
             unsafe {
                 ok(
                     "launching the block-hash kernel",
@@ -94,35 +112,44 @@ impl Hasher {
                 )?;
             }
         }
-        // SAFETY: copies the hashes into our own host buffer of the same size (after the
-        // kernel: same stream).
-        unsafe {
-            ok("cuMemcpyDtoH", sys::cuMemcpyDtoH_v2(self.host.as_mut_ptr().cast(), self.out, self.host.len() * 8))?;
-        }
-        Ok(self.host.clone())
-    }
-
-    /// The recorded ranges whose blocks differ between two hashings, merged.
-    pub fn changed(&self, before: &[u64], after: &[u64]) -> Vec<Span> {
-        changed(&self.ranges, &self.first, before, after)
+        // SAFETY: synchronous copies (after the kernels: same stream) into host memory of the
+        // sizes asked for; the count is bounded by the list's room.
+        let blocks = unsafe {
+            let mut n = 0u64;
+            ok("cuMemcpyDtoH", sys::cuMemcpyDtoH_v2((&mut n as *mut u64).cast(), self.changed, 8))?;
+            let total = self.first.last().zip(self.ranges.last()).map_or(0, |(f, r)| f + r.2.div_ceil(BLOCK));
+            let mut blocks = vec![0u64; n.min(total) as usize];
+            if !blocks.is_empty() {
+                ok(
+                    "cuMemcpyDtoH",
+                    sys::cuMemcpyDtoH_v2(blocks.as_mut_ptr().cast(), self.changed + 8, blocks.len() * 8),
+                )?;
+            }
+            blocks
+        };
+        Ok(spans(&self.ranges, &self.first, blocks))
     }
 }
 
-/// [`Hasher::changed`]: `ranges` as (recorded base, live base, size), `first` their first
-/// block in the hashes.
-fn changed(ranges: &[(u64, u64, u64)], first: &[u64], before: &[u64], after: &[u64]) -> Vec<Span> {
+/// The recorded ranges of the hashed `blocks` (indices over all ranges, in any order), merged:
+/// `ranges` as (recorded base, live base, size), `first` their first block.
+fn spans(ranges: &[(u64, u64, u64)], first: &[u64], mut blocks: Vec<u64>) -> Vec<Span> {
+    blocks.sort_unstable();
+    blocks.dedup();
     let mut spans: Vec<Span> = Vec::new();
-    for (&(recorded, _, size), &first) in ranges.iter().zip(first) {
-        for b in 0..size.div_ceil(BLOCK) {
-            let i = (first + b) as usize;
-            if before.get(i) != after.get(i) {
-                let start = recorded + b * BLOCK;
-                let end = (start + BLOCK).min(recorded + size);
-                match spans.last_mut() {
-                    Some(last) if last.1 == start => last.1 = end,
-                    _ => spans.push((start, end)),
-                }
-            }
+    for b in blocks {
+        // The range holding block `b`: the last whose first block is at most `b`.
+        let k = first.partition_point(|&f| f <= b);
+        let Some(k) = k.checked_sub(1) else { continue };
+        let (Some(&(recorded, _, size)), Some(&f)) = (ranges.get(k), first.get(k)) else { continue };
+        let start = recorded + (b - f) * BLOCK;
+        if start >= recorded + size {
+            continue;
+        }
+        let end = (start + BLOCK).min(recorded + size);
+        match spans.last_mut() {
+            Some(last) if last.1 == start => last.1 = end,
+            _ => spans.push((start, end)),
         }
     }
     spans
@@ -130,11 +157,18 @@ fn changed(ranges: &[(u64, u64, u64)], first: &[u64], before: &[u64], after: &[u
 
 impl Drop for Hasher {
     fn drop(&mut self) {
-        // SAFETY: handles created in `new`, used by nothing else.
+        // SAFETY: handles created in `new` (null or 0 when not), used by nothing else.
         unsafe {
             sys::cuCtxSynchronize();
-            sys::cuMemFree_v2(self.out);
-            sys::cuModuleUnload(self.module);
+            if self.hashes != 0 {
+                sys::cuMemFree_v2(self.hashes);
+            }
+            if self.changed != 0 {
+                sys::cuMemFree_v2(self.changed);
+            }
+            if !self.module.is_null() {
+                sys::cuModuleUnload(self.module);
+            }
         }
     }
 }
@@ -151,12 +185,11 @@ mod tests {
         const B: u64 = A + 1000;
         let ranges = [(A, 0x10, 1000), (B, 0x9000, 512)];
         let first = [0, 4];
-        let before = [0u64; 6];
-        let after = [0, 1, 1, 1, 1, 0];
-        // Blocks 1-3 of A merge and end at its size; B's first block joins them (contiguous).
-        assert_eq!(changed(&ranges, &first, &before, &after), [(A + 256, B + 256)]);
-        let after = [1, 0, 0, 1, 0, 1];
-        assert_eq!(changed(&ranges, &first, &before, &after), [(A, A + 256), (A + 768, A + 1000), (B + 256, B + 512)]);
-        assert!(changed(&ranges, &first, &before, &before).is_empty());
+        // Blocks 1-3 of A merge and end at its size; B's first block joins them (contiguous),
+        // in whatever order the device listed them.
+        assert_eq!(spans(&ranges, &first, vec![4, 2, 1, 3]), [(A + 256, B + 256)]);
+        assert_eq!(spans(&ranges, &first, vec![5, 0, 3, 3]), [(A, A + 256), (A + 768, A + 1000), (B + 256, B + 512)]);
+        assert!(spans(&ranges, &first, vec![]).is_empty());
+        assert!(spans(&ranges, &first, vec![6, 99]).is_empty(), "blocks past the last range are ignored");
     }
 }

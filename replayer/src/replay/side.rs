@@ -51,31 +51,27 @@ pub(crate) fn first_pass(
         .count() as u64;
     let bytes: u64 = st.mem.ranges().iter().map(|r| r.2).sum();
     let mut hasher = if touching.saturating_mul(bytes) <= MAX_BYTES_READ { Hasher::new(&st.mem).ok() } else { None };
-    let mut before = hasher.as_mut().and_then(|h| h.hash().ok());
     let mut effects = Vec::with_capacity(body.len());
     for &i in body {
         let rec = &trace.calls[i];
         exec::call(st, trace, rec, report)?;
-        let (Some(h), Some(prev)) = (hasher.as_mut(), before.as_ref()) else { continue };
+        let Some(h) = hasher.as_mut() else { continue };
         let group = rec.function.api().map(|f| f.group);
         let mut e = Effect { launch: group == Some(Group::Launch), words: words(st, rec), writes: Vec::new() };
         if matches!(group, Some(Group::Launch | Group::Copy | Group::Set)) {
             // SAFETY: waits for the call just made.
             let synced = unsafe { sys::cuCtxSynchronize() } == sys::CUresult::CUDA_SUCCESS;
-            match h.hash() {
-                Ok(now) if synced => {
-                    e.writes = h.changed(prev, &now);
-                    before = Some(now);
-                }
+            match h.changes() {
+                Ok(w) if synced => e.writes = w,
                 _ => {
-                    before = None;
+                    hasher = None;
                     continue;
                 }
             }
         }
         effects.push(e);
     }
-    Ok(before.is_some().then_some(effects))
+    Ok(hasher.is_some().then_some(effects))
 }
 
 /// Launches moved to the side branch, with their buffers.
