@@ -3,7 +3,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use gpuless_analyzer::api::{self, HandleKind};
 use gpuless_traces::model::{Function, KernelParams};
-use gpuless_traces::synthetic::synthetic_meta;
+use gpuless_traces::synthetic::{launch_args, synthetic_meta};
 use gpuless_traces::{CallRecord, TraceWriter, Value, WriterOptions};
 
 fn launch(seq: u64) -> CallRecord {
@@ -17,19 +17,9 @@ fn launch(seq: u64) -> CallRecord {
     r.timestamp_ns = seq * 1000;
     r.duration_ns = 150 + seq % 7;
     // cuLaunchKernel's 11 arguments as the recorder stores them.
-    r.args = vec![
-        Value::Handle(HandleKind::Function, 0x1234 + seq % 50),
-        Value::U64(64),
-        Value::U64(1),
-        Value::U64(1),
-        Value::U64(256),
-        Value::U64(1),
-        Value::U64(1),
-        Value::U64(0),
-        Value::Handle(HandleKind::Stream, 7),
-        Value::KernelParams(KernelParams { bytes: vec![0u8; 28], layout: vec![(0, 8), (8, 8), (16, 8), (24, 4)] }),
-        Value::Null,
-    ];
+    let params = KernelParams { bytes: vec![0u8; 28], layout: vec![(0, 8), (8, 8), (16, 8), (24, 4)] };
+    r.args =
+        launch_args(Value::Handle(HandleKind::Function, 0x1234 + seq % 50), 64, 256, 7, Value::KernelParams(params));
     r
 }
 

@@ -10,7 +10,7 @@ use std::time::Instant;
 use gpuless_analyzer::api::{self, ApiLevel, HandleKind};
 use gpuless_traces::format::{ChunkHeader, CHUNK_HEADER_LEN, CODEC_ZSTD, FILE_HEADER_LEN};
 use gpuless_traces::model::{BlobKind, Function, KernelParams};
-use gpuless_traces::synthetic::{synthetic_meta, Rng};
+use gpuless_traces::synthetic::{launch_args, synthetic_meta, Rng};
 use gpuless_traces::{CallRecord, TraceWriter, Value, WriterOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -41,22 +41,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for i in 0..400u64 {
             let mut rec = CallRecord::new(seq, ApiLevel::Driver, Function::Known(launch));
             rec.timestamp_ns = seq * 900;
-            rec.args = vec![
+            let params =
+                KernelParams { bytes: (seq * 4096).to_le_bytes().repeat(3), layout: vec![(0, 8), (8, 8), (16, 8)] };
+            rec.args = launch_args(
                 Value::Handle(HandleKind::Function, 0x5000 + i % 50),
-                Value::U64(64),
-                Value::U64(1),
-                Value::U64(1),
-                Value::U64(256),
-                Value::U64(1),
-                Value::U64(1),
-                Value::Size(0),
-                Value::Handle(HandleKind::Stream, 7),
-                Value::KernelParams(KernelParams {
-                    bytes: (seq * 4096).to_le_bytes().repeat(3),
-                    layout: vec![(0, 8), (8, 8), (16, 8)],
-                }),
-                Value::Null,
-            ];
+                64,
+                256,
+                7,
+                Value::KernelParams(params),
+            );
             w.record(rec)?;
             seq += 1;
         }

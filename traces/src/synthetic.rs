@@ -135,6 +135,25 @@ impl<'w> Recorder<'w> {
     }
 }
 
+/// The arguments of a one-dimensional `cuLaunchKernel` as the recorder stores them: the
+/// function (or kernel) handle, grid and block in x, no dynamic shared memory, the stream, the
+/// parameters and no `extra` buffer.
+pub fn launch_args(func: Value, grid: u64, block: u64, stream: u64, params: Value) -> Vec<Value> {
+    vec![
+        func,
+        Value::U64(grid),
+        Value::U64(1),
+        Value::U64(1),
+        Value::U64(block),
+        Value::U64(1),
+        Value::U64(1),
+        Value::Size(0),
+        Value::Handle(HandleKind::Stream, stream),
+        params,
+        Value::Null,
+    ]
+}
+
 fn h(kind: HandleKind, v: u64) -> Value {
     Value::Handle(kind, v)
 }
@@ -215,19 +234,7 @@ pub fn vector_add(w: &TraceWriter, n: u32) -> Result<(), TraceError> {
     let grid = n.div_ceil(256);
     r.call(
         "cuLaunchKernel",
-        vec![
-            h(HandleKind::Kernel, 0x2000),
-            Value::U64(u64::from(grid)),
-            Value::U64(1),
-            Value::U64(1),
-            Value::U64(256),
-            Value::U64(1),
-            Value::U64(1),
-            Value::Size(0),
-            h(HandleKind::Stream, 0),
-            params(&ptrs, n),
-            Value::Null,
-        ],
+        launch_args(h(HandleKind::Kernel, 0x2000), u64::from(grid), 256, 0, params(&ptrs, n)),
         vec![],
     )?;
     r.call("cuCtxSynchronize", vec![], vec![])?;
@@ -350,23 +357,8 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
             let k = kernels.get((l as usize * 7) % kernels.len().max(1)).copied().unwrap_or(0);
             let p = params(&[base + u64::from(l) * 4096, ws], 4096);
             if l % 3 == 0 {
-                r.call(
-                    "cuLaunchKernel",
-                    vec![
-                        h(HandleKind::Kernel, k),
-                        Value::U64(u64::from(1 + l % 64)),
-                        Value::U64(1),
-                        Value::U64(1),
-                        Value::U64(256),
-                        Value::U64(1),
-                        Value::U64(1),
-                        Value::Size(0),
-                        h(HandleKind::Stream, stream),
-                        p,
-                        Value::Null,
-                    ],
-                    vec![],
-                )?;
+                let args = launch_args(h(HandleKind::Kernel, k), u64::from(1 + l % 64), 256, stream, p);
+                r.call("cuLaunchKernel", args, vec![])?;
             } else {
                 let cfg = LaunchConfig {
                     grid: Dim3 { x: 1 + l % 128, y: 2, z: 1 },
