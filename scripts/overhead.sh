@@ -5,9 +5,10 @@
 #   scripts/overhead.sh [ROUNDS] [MODE...]      default: 6 native full
 #   scripts/overhead.sh selftime                 the recorder's self time per function
 #
-# MODE: native | full | hooks (calls passed through, nothing recorded) | nowrite (records built,
-# dropped) | noarena (full, arena off) | hooks-noarena | pinned (native on CPUs 4,5) |
-# full-pinned. Environment: BIN (gpuless and libgpuless_recorder.so; default .device/bin),
+# MODE: native | full | bare (the recorder loaded, nothing interposed) | hooks (calls passed
+# through, nothing recorded) | hooks-driver (the same, cuDNN/cuBLAS not interposed) | nowrite
+# (records built, dropped) | noarena (full, arena off) | hooks-noarena | pinned (native on CPUs
+# 4,5) | full-pinned | norand (native, address randomization off). Environment: BIN (gpuless and libgpuless_recorder.so; default .device/bin),
 # WORKLOAD (default ../shared/workloads/resnet50.py, else .device/workloads/resnet50.py),
 # HOT_ITERS (default 200). Prints each mode's medians and its ratios to native: median of the
 # per-round ratios, median of medians, minimum over minimum (one process's median varies by up
@@ -39,7 +40,10 @@ for _ in $(seq "$rounds"); do
       pinned) taskset -c 4,5 python3 "$w" ;;
       full) rec env ;;
       full-pinned) rec taskset -c 4,5 ;;
+      bare) rec env GPULESS_DIAG=bare ;;
       hooks) rec env GPULESS_DIAG=hooks ;;
+      hooks-driver) rec env GPULESS_DIAG=hooks GPULESS_LEVELS=runtime ;;
+      norand) setarch "$(uname -m)" -R python3 "$w" ;;
       nowrite) rec env GPULESS_DIAG=nowrite ;;
       noarena) rec env GPULESS_ARENA=off ;;
       hooks-noarena) rec env GPULESS_DIAG=hooks GPULESS_ARENA=off ;;

@@ -1,10 +1,15 @@
 //! Diagnostics of the recorder's own cost (`GPULESS_DIAG`), for measurements only: the trace
 //! they leave is incomplete (`hooks`, `nowrite`) or the calls are slower (`selftime`).
 //!
+//! - `bare`: the library is loaded but hands out the driver's own entry points (nothing is
+//!   interposed or recorded: the cost of being loaded);
 //! - `hooks`: every hooked call passes straight through (interposition cost only);
 //! - `nowrite`: records are built on the program's threads and dropped (no writer work);
 //! - `selftime`: normal recording, and each hooked call's time outside the driver is summed
-//!   per function and recording path; the table goes to stderr at exit.
+//!   per function and recording path; the table goes to stderr at exit;
+//! - `pause`: normal recording, which the program can pause and resume by calling the exported
+//!   [`gpuless_diag_pause`] (for A/B measurements inside one process, where the noise between
+//!   processes is far larger than the recorder's cost).
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
@@ -22,12 +27,16 @@ pub const ENV_DIAG: &str = "GPULESS_DIAG";
 pub enum Diag {
     /// Normal recording.
     Off,
+    /// Nothing interposed: `dlsym` and `cuGetProcAddress` hand out the driver's entry points.
+    Bare,
     /// Hooks pass calls through unrecorded.
     HooksOnly,
     /// Records are built and dropped.
     NoWrite,
     /// Normal recording, the recorder's time per call summed.
     SelfTime,
+    /// Normal recording that [`gpuless_diag_pause`] pauses and resumes.
+    Pause,
 }
 
 /// The diagnostics mode (read on every call: one byte, decided on first use).
@@ -38,16 +47,30 @@ pub fn diag() -> Diag {
         2 => Diag::HooksOnly,
         3 => Diag::NoWrite,
         4 => Diag::SelfTime,
+        5 => Diag::Bare,
+        6 => Diag::Pause,
         _ => {
             let (d, code) = match std::env::var(ENV_DIAG).as_deref() {
                 Ok("hooks") => (Diag::HooksOnly, 2),
                 Ok("nowrite") => (Diag::NoWrite, 3),
                 Ok("selftime") => (Diag::SelfTime, 4),
+                Ok("bare") => (Diag::Bare, 5),
+                Ok("pause") => (Diag::Pause, 6),
                 _ => (Diag::Off, 1),
             };
             D.store(code, Ordering::Relaxed);
             d
         }
+    }
+}
+
+/// Pauses (`paused` not 0) or resumes recording under `GPULESS_DIAG=pause`: while paused,
+/// hooked calls pass straight through unrecorded, as when recording is off. Does nothing in
+/// other modes. For measurements only: the trace misses the paused calls.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpuless_diag_pause(paused: i32) {
+    if diag() == Diag::Pause {
+        crate::state::pause(paused != 0);
     }
 }
 

@@ -152,7 +152,7 @@ unsafe fn dlsym_inner(handle: *mut c_void, symbol: *const c_char) -> *mut c_void
     let Some(real) = real_dlsym() else { return std::ptr::null_mut() };
     // SAFETY: forwarded with the caller's arguments.
     let found = unsafe { real(handle, symbol) };
-    if found.is_null() || symbol.is_null() || !state::enabled() {
+    if found.is_null() || symbol.is_null() || !state::enabled() || crate::diag::diag() == crate::diag::Diag::Bare {
         return found;
     }
     // SAFETY: dlsym's contract: `symbol` is a NUL-terminated string.
@@ -274,7 +274,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
 }
 
 unsafe fn patch(r: u32, symbol: *const c_char, pfn: *mut *mut c_void) {
-    if r != 0 || symbol.is_null() || pfn.is_null() || !state::enabled() {
+    if r != 0 || symbol.is_null() || pfn.is_null() || !state::enabled() || crate::diag::diag() == crate::diag::Diag::Bare {
         return;
     }
     if crate::diag::diag() == crate::diag::Diag::SelfTime {

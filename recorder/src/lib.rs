@@ -35,6 +35,7 @@ mod state;
 mod unmodeled;
 
 pub use intercept::{cuGetProcAddress, cuGetProcAddress_v2, dlsym};
+pub use diag::gpuless_diag_pause;
 pub use state::{ENV_CAPTURE_OUTPUTS, ENV_TRACE};
 
 /// Records are built on the program's threads and freed on the writer's: mimalloc handles

@@ -69,11 +69,23 @@ struct Hot {
     disabled: AtomicBool,
     /// Whether a trace path was given: 0 not asked yet, 1 yes, 2 no.
     recording: AtomicU8,
+    /// Paused by `gpuless_diag_pause` (`GPULESS_DIAG=pause` only).
+    paused: AtomicBool,
     /// The next sequence number.
     seq: AtomicU64,
 }
 
-static HOT: Hot = Hot { disabled: AtomicBool::new(false), recording: AtomicU8::new(0), seq: AtomicU64::new(0) };
+static HOT: Hot = Hot {
+    disabled: AtomicBool::new(false),
+    recording: AtomicU8::new(0),
+    paused: AtomicBool::new(false),
+    seq: AtomicU64::new(0),
+};
+
+/// Pauses or resumes recording (`diag::gpuless_diag_pause`).
+pub(crate) fn pause(paused: bool) {
+    HOT.paused.store(paused, Ordering::Relaxed);
+}
 static DISABLED: &AtomicBool = &HOT.disabled;
 static SEQ: &AtomicU64 = &HOT.seq;
 
@@ -111,7 +123,7 @@ pub fn enabled() -> bool {
         }
         r => r == 1,
     };
-    on && !DISABLED.load(Ordering::Relaxed)
+    on && !DISABLED.load(Ordering::Relaxed) && !HOT.paused.load(Ordering::Relaxed)
 }
 
 /// Whether device-to-host results are stored in full.
