@@ -223,14 +223,14 @@ fn prefetch_write(p: *const u8, len: usize) {
 }
 
 /// Records per hand-over.
-const BATCH: usize = 512;
+const BATCH: usize = 4096;
 /// Bytes (kernel parameters) per hand-over, at most about.
-const BATCH_BYTES: usize = 256 << 10;
+const BATCH_BYTES: usize = 1 << 20;
 
 /// Emptied chunks the writer gave back: a thread refills warm memory instead of fresh.
 static SPARE: Mutex<Vec<Chunk>> = Mutex::new(Vec::new());
 /// Most spare chunks kept.
-const SPARE_MAX: usize = 16;
+const SPARE_MAX: usize = 4;
 
 fn spare() -> Chunk {
     SPARE.lock().ok().and_then(|mut s| s.pop()).unwrap_or_else(Chunk::with_capacity)
