@@ -373,23 +373,34 @@ impl Folds {
     }
 
     /// Records standing for every repeat counted since the last call; counters restart.
+    /// Their sequence numbers are one block, taken at once, in the order of their times.
     pub fn drain(&mut self) -> Vec<Repeats> {
-        let mut out: Vec<Repeats> = self.map.values().filter_map(|e| take(e)).collect();
+        let mut out: Vec<Repeats> = self.map.values().filter_map(|e| counted(e)).collect();
         out.sort_by_key(|r| r.timestamp_ns);
+        let first = crate::state::next_seqs(out.len() as u64);
+        for (r, seq) in out.iter_mut().zip(first..) {
+            r.seq = seq;
+        }
         out
     }
 }
 
-/// The repeats counted for one question, if any; its counter restarts.
-fn take(e: &Entry) -> Option<Repeats> {
+/// The repeats counted for one question, if any, without a sequence number yet; its counter
+/// restarts.
+fn counted(e: &Entry) -> Option<Repeats> {
     // The record stands for the `repeats` calls since: itself and `repeat` more.
     let n = e.repeats.swap(0, Ordering::Relaxed);
     (n > 0).then(|| Repeats {
         template: e.template.clone(),
         repeat: n - 1,
-        seq: crate::state::next_seq(),
+        seq: 0,
         timestamp_ns: e.last_ns.load(Ordering::Relaxed),
     })
+}
+
+/// [`counted`], numbered.
+fn take(e: &Entry) -> Option<Repeats> {
+    counted(e).map(|r| Repeats { seq: crate::state::next_seq(), ..r })
 }
 
 #[cfg(test)]

@@ -141,6 +141,11 @@ pub fn next_seq() -> u64 {
     SEQ.fetch_add(1, Ordering::Relaxed)
 }
 
+/// The first of `n` consecutive sequence numbers.
+pub fn next_seqs(n: u64) -> u64 {
+    SEQ.fetch_add(n, Ordering::Relaxed)
+}
+
 /// Stops recording after an internal error, saying so once; the program runs on unchanged.
 pub fn fail(what: &str) {
     if !DISABLED.swap(true, Ordering::Relaxed) {
@@ -166,11 +171,21 @@ struct Chunk {
     recs: Vec<Rec>,
     /// Kernel parameters and launch attributes of the raw calls in `recs`.
     bytes: Vec<u8>,
+    /// The folded queries' repeat records of the hand-over, after `recs` (their sequence
+    /// numbers are the newest): kept apart, they are moved, not copied into `recs`' slots.
+    repeats: Vec<crate::fold::Repeats>,
 }
 
 impl Chunk {
     fn with_capacity() -> Self {
-        Chunk { recs: Vec::with_capacity(BATCH), bytes: Vec::with_capacity(BATCH_BYTES) }
+        // Small at first: a program that synchronizes often hands over small chunks (and a
+        // new chunk's memory is faulted in on the program's thread); chunks grow to a batch
+        // and keep their capacity when the writer gives them back.
+        Chunk {
+            recs: Vec::with_capacity(FIRST_BATCH),
+            bytes: Vec::with_capacity(FIRST_BATCH_BYTES),
+            repeats: Vec::new(),
+        }
     }
 
     /// Asks for the cache lines the next record and its bytes will be written to, with intent
@@ -226,6 +241,9 @@ fn prefetch_write(p: *const u8, len: usize) {
 const BATCH: usize = 4096;
 /// Bytes (kernel parameters) per hand-over, at most about.
 const BATCH_BYTES: usize = 1 << 20;
+/// A new chunk's room, in records and bytes.
+const FIRST_BATCH: usize = 256;
+const FIRST_BATCH_BYTES: usize = 64 << 10;
 
 /// Emptied chunks the writer gave back: a thread refills warm memory instead of fresh.
 static SPARE: Mutex<Vec<Chunk>> = Mutex::new(Vec::new());
@@ -239,7 +257,8 @@ fn spare() -> Chunk {
 /// Builds the records of a chunk (on the writer thread) and keeps the emptied chunk.
 fn build(mut c: Chunk) -> Vec<CallRecord> {
     let bytes = std::mem::take(&mut c.bytes);
-    let out = c.recs.drain(..).map(|r| r.into_record(&bytes)).collect();
+    let mut out: Vec<CallRecord> = c.recs.drain(..).map(|r| r.into_record(&bytes)).collect();
+    out.extend(c.repeats.drain(..).map(crate::fold::Repeats::into_record));
     c.bytes = bytes;
     c.bytes.clear();
     if let Ok(mut s) = SPARE.lock() {
@@ -340,9 +359,8 @@ pub fn emit_query(rec: CallRecord, key: fold::Key, answer: fold::Answer, confirm
 fn hand_over(b: &Mutex<Batch>) {
     let chunk = {
         let mut b = b.lock().unwrap_or_else(|e| e.into_inner());
-        let folded = b.folds.drain();
-        b.chunk.recs.extend(folded.into_iter().map(Rec::Repeats));
-        if b.chunk.recs.is_empty() {
+        b.chunk.repeats = b.folds.drain();
+        if b.chunk.recs.is_empty() && b.chunk.repeats.is_empty() {
             return;
         }
         std::mem::replace(&mut b.chunk, spare())
@@ -370,8 +388,9 @@ fn send(chunk: Chunk) {
     if let Ok(mut s) = SINK.write() {
         match &mut *s {
             Sink::Pending(pending, _) => {
-                let Chunk { recs, bytes } = chunk;
+                let Chunk { recs, bytes, repeats } = chunk;
                 pending.extend(recs.into_iter().map(|r| r.into_record(&bytes)));
+                pending.extend(repeats.into_iter().map(crate::fold::Repeats::into_record));
             }
             Sink::Open(w) => {
                 let _ = w.records_with(move || build(chunk));
