@@ -274,7 +274,12 @@ pub unsafe extern "C" fn cuGetProcAddress(
 }
 
 unsafe fn patch(r: u32, symbol: *const c_char, pfn: *mut *mut c_void) {
-    if r != 0 || symbol.is_null() || pfn.is_null() || !state::enabled() || crate::diag::diag() == crate::diag::Diag::Bare {
+    if r != 0
+        || symbol.is_null()
+        || pfn.is_null()
+        || !state::enabled()
+        || crate::diag::diag() == crate::diag::Diag::Bare
+    {
         return;
     }
     if crate::diag::diag() == crate::diag::Diag::SelfTime {

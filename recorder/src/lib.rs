@@ -34,8 +34,8 @@ mod slots;
 mod state;
 mod unmodeled;
 
-pub use intercept::{cuGetProcAddress, cuGetProcAddress_v2, dlsym};
 pub use diag::gpuless_diag_pause;
+pub use intercept::{cuGetProcAddress, cuGetProcAddress_v2, dlsym};
 pub use state::{ENV_CAPTURE_OUTPUTS, ENV_TRACE};
 
 /// Records are built on the program's threads and freed on the writer's: mimalloc handles
