@@ -12,6 +12,7 @@ use gpuless_traces::{BlobKind, Dim3, KernelParams, LaunchAttr, LaunchConfig, Val
 
 use crate::hooks::struct_size;
 use crate::intercept::libcuda_symbol;
+use crate::lane::{Lane, LAYOUTS};
 use crate::state;
 
 /// Longest C string read from an argument.
@@ -379,26 +380,20 @@ type ParamInfo = unsafe extern "C" fn(*mut c_void, usize, *mut usize, *mut usize
 /// kernel's without a reference count shared with the writer thread.
 pub(crate) type Layout = &'static [(u32, u32)];
 
-/// Parameter layout of a function or kernel handle, asked of the driver once per handle.
-fn layout(handle: u64) -> Layout {
-    /// Entries of this thread's layout cache, by a hash of the handle.
-    const WAYS: usize = 512;
-    thread_local! {
-        /// This thread's recent layouts: a launch finds its kernel's in one cache line, without
-        /// a lock.
-        static MINE: std::cell::RefCell<Vec<(u64, Layout)>> = std::cell::RefCell::new(vec![(0, &[]); WAYS]);
-    }
-    let i = (handle.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 55) as usize % WAYS;
-    let hit = MINE.try_with(|m| m.borrow().get(i).filter(|e| e.0 == handle && handle != 0).map(|e| e.1));
-    if let Ok(Some(l)) = hit {
+/// Parameter layout of a function or kernel handle, asked of the driver once per handle and
+/// kept in the thread's lane: a launch finds its kernel's in one cache line, without a lock.
+fn layout(handle: u64, lane: &Lane) -> Layout {
+    let i = (handle.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 55) as usize % LAYOUTS;
+    let hit = lane.layouts.try_borrow().ok().and_then(|m| m.get(i).filter(|e| e.0 == handle && handle != 0).map(|e| e.1));
+    if let Some(l) = hit {
         return l;
     }
     let l = shared_layout(handle);
-    let _ = MINE.try_with(|m| {
-        if let Some(e) = m.borrow_mut().get_mut(i) {
+    if let Ok(mut m) = lane.layouts.try_borrow_mut() {
+        if let Some(e) = m.get_mut(i) {
             *e = (handle, l);
         }
-    });
+    }
     l
 }
 
@@ -449,7 +444,7 @@ unsafe fn kernel_params(f: &ApiFunction, p: u64, raw: &[u64]) -> Value {
 unsafe fn packed_params(handle: u64, p: u64) -> Value {
     // SAFETY: forwarded from the caller.
     let mut bytes = Vec::new();
-    let (_, layout) = unsafe { pack(handle, p, &mut bytes) };
+    let (_, layout) = crate::lane::with(|lane| unsafe { pack(handle, p, &mut bytes, lane) });
     Value::KernelParams(KernelParams { bytes, layout: layout.to_vec() })
 }
 
@@ -458,8 +453,8 @@ unsafe fn packed_params(handle: u64, p: u64) -> Value {
 ///
 /// # Safety
 /// `p` holds one pointer per parameter of the kernel, each to the parameter's bytes.
-pub(crate) unsafe fn pack(handle: u64, p: u64, bytes: &mut Vec<u8>) -> (usize, Layout) {
-    let layout = layout(handle);
+pub(crate) unsafe fn pack(handle: u64, p: u64, bytes: &mut Vec<u8>, lane: &Lane) -> (usize, Layout) {
+    let layout = layout(handle, lane);
     let total = layout.iter().map(|&(o, s)| o + s).max().unwrap_or(0) as usize;
     let start = bytes.len();
     bytes.resize(start + total, 0);

@@ -15,7 +15,6 @@
 //! gave an answer, a repeat of the question is answered from the memo without calling the
 //! driver ([`answer`]), and counted like any other repeat.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -46,6 +45,7 @@ pub fn invalidate() {
 use gpuless_traces::CallRecord;
 
 use crate::capture::{prim, Prim};
+use crate::lane::{Lane, MEMO};
 
 /// Most arguments a foldable query has in each direction.
 const MAX: usize = 4;
@@ -175,7 +175,7 @@ pub unsafe fn observe(plan: &Plan, slot: usize, raw: &[u64], status: u32) -> (Ke
 /// A remembered question, its answer and the first record that gave it, with the repeats
 /// counted since the last hand-over. Immutable but for the counters: a changed answer makes a
 /// new entry.
-struct Entry {
+pub(crate) struct Entry {
     key: Key,
     answer: Answer,
     template: Arc<CallRecord>,
@@ -231,14 +231,6 @@ impl Repeats {
     }
 }
 
-/// Entries of the recent questions, by a hash of the question: a repeat is counted without
-/// taking the thread's batch lock or searching the map.
-const MEMO: usize = 2048;
-
-thread_local! {
-    static RECENT: RefCell<Vec<Option<Arc<Entry>>>> = RefCell::new(vec![None; MEMO]);
-}
-
 #[inline]
 fn memo_index(key: &Key) -> usize {
     let mut h = u64::from(key.slot).wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -248,32 +240,27 @@ fn memo_index(key: &Key) -> usize {
     (h >> 53) as usize % MEMO
 }
 
-fn memo(entry: &Arc<Entry>) {
-    let _ = RECENT.try_with(|r| {
-        if let Ok(mut r) = r.try_borrow_mut() {
-            if let Some(slot) = r.get_mut(memo_index(&entry.key)) {
-                if !slot.as_ref().is_some_and(|e| Arc::ptr_eq(e, entry)) {
-                    *slot = Some(entry.clone());
-                }
+/// Makes `entry` the recent one of its question in this thread's lane.
+fn memo(entry: &Arc<Entry>, lane: &Lane) {
+    if let Ok(mut r) = lane.recent.try_borrow_mut() {
+        if let Some(slot) = r.get_mut(memo_index(&entry.key)) {
+            if !slot.as_ref().is_some_and(|e| Arc::ptr_eq(e, entry)) {
+                *slot = Some(entry.clone());
             }
         }
-    });
+    }
 }
 
 /// Counts the call if it repeats a recent answer of this thread's, without a lock; `true` when
 /// it was folded. Otherwise [`Folds::fold`] decides, under the batch lock. `confirmed`: the
 /// epoch in which the driver gave this answer to a stable query (0 for other queries).
 #[inline]
-pub fn repeat(key: &Key, answer: &Answer, now_ns: u64, confirmed: u64) -> bool {
-    RECENT
-        .try_with(|r| {
-            let Ok(r) = r.try_borrow() else { return false };
-            match r.get(memo_index(key)) {
-                Some(Some(e)) if e.key == *key && e.answer == *answer => e.confirm(confirmed) && e.count(now_ns),
-                _ => false,
-            }
-        })
-        .unwrap_or(false)
+pub fn repeat(key: &Key, answer: &Answer, now_ns: u64, confirmed: u64, lane: &Lane) -> bool {
+    let Ok(r) = lane.recent.try_borrow() else { return false };
+    match r.get(memo_index(key)) {
+        Some(Some(e)) if e.key == *key && e.answer == *answer => e.confirm(confirmed) && e.count(now_ns),
+        _ => false,
+    }
 }
 
 /// Answers a stable query from this thread's memo without calling the driver, when the driver
@@ -284,34 +271,30 @@ pub fn repeat(key: &Key, answer: &Answer, now_ns: u64, confirmed: u64) -> bool {
 /// `raw` are the call's arguments: its out pointers, when not null, are writable for their
 /// width.
 #[inline]
-pub unsafe fn answer(plan: &Plan, slot: usize, raw: &[u64], epoch: u64, now_ns: u64) -> bool {
+pub unsafe fn answer(plan: &Plan, slot: usize, raw: &[u64], epoch: u64, now_ns: u64, lane: &Lane) -> bool {
     let key = question(plan, slot, raw);
     let outs = &plan.outs[..usize::from(plan.n_out)];
-    RECENT
-        .try_with(|r| {
-            let Ok(r) = r.try_borrow() else { return false };
-            let Some(Some(e)) = r.get(memo_index(&key)) else { return false };
-            if e.key != key || e.confirmed.load(Ordering::Relaxed) != epoch || e.answer.status != 0 {
-                return false;
+    let Ok(r) = lane.recent.try_borrow() else { return false };
+    let Some(Some(e)) = r.get(memo_index(&key)) else { return false };
+    if e.key != key || e.confirmed.load(Ordering::Relaxed) != epoch || e.answer.status != 0 {
+        return false;
+    }
+    if outs.iter().any(|&(i, _)| raw.get(usize::from(i)).is_none_or(|&p| p == 0)) || !e.count(now_ns) {
+        return false;
+    }
+    for (k, &(i, width)) in outs.iter().enumerate() {
+        let p = raw.get(usize::from(i)).copied().unwrap_or(0);
+        // SAFETY: a non-null out pointer of this width (the caller's contract); the driver
+        // wrote the same width there for the same question.
+        unsafe {
+            if width == 4 {
+                std::ptr::write_unaligned(p as *mut u32, e.answer.outs[k] as u32);
+            } else {
+                std::ptr::write_unaligned(p as *mut u64, e.answer.outs[k]);
             }
-            if outs.iter().any(|&(i, _)| raw.get(usize::from(i)).is_none_or(|&p| p == 0)) || !e.count(now_ns) {
-                return false;
-            }
-            for (k, &(i, width)) in outs.iter().enumerate() {
-                let p = raw.get(usize::from(i)).copied().unwrap_or(0);
-                // SAFETY: a non-null out pointer of this width (the caller's contract); the
-                // driver wrote the same width there for the same question.
-                unsafe {
-                    if width == 4 {
-                        std::ptr::write_unaligned(p as *mut u32, e.answer.outs[k] as u32);
-                    } else {
-                        std::ptr::write_unaligned(p as *mut u64, e.answer.outs[k]);
-                    }
-                }
-            }
-            true
-        })
-        .unwrap_or(false)
+        }
+    }
+    true
 }
 
 /// A multiply-rotate hasher for [`Key`]s (a few machine words, hashed on every query).
@@ -347,10 +330,10 @@ pub struct Folds {
 impl Folds {
     /// Counts the call if it repeats the remembered answer; `true` when it was folded.
     /// `confirmed` as in [`repeat`].
-    pub fn fold(&mut self, key: &Key, answer: &Answer, now_ns: u64, confirmed: u64) -> bool {
+    pub fn fold(&mut self, key: &Key, answer: &Answer, now_ns: u64, confirmed: u64, lane: &Lane) -> bool {
         match self.map.get(key) {
             Some(e) if e.answer == *answer && e.confirm(confirmed) && e.count(now_ns) => {
-                memo(e);
+                memo(e, lane);
                 true
             }
             _ => false,
@@ -359,7 +342,14 @@ impl Folds {
 
     /// Remembers a recorded call's question and answer; returns the record standing for the
     /// repeats of the answer it replaces, if any. `confirmed` as in [`repeat`].
-    pub fn remember(&mut self, key: Key, answer: Answer, rec: &CallRecord, confirmed: u64) -> Option<Repeats> {
+    pub fn remember(
+        &mut self,
+        key: Key,
+        answer: Answer,
+        rec: &CallRecord,
+        confirmed: u64,
+        lane: &Lane,
+    ) -> Option<Repeats> {
         let e = Arc::new(Entry {
             key,
             answer,
@@ -368,7 +358,7 @@ impl Folds {
             last_ns: AtomicU64::new(rec.timestamp_ns),
             confirmed: AtomicU64::new(confirmed),
         });
-        memo(&e);
+        memo(&e, lane);
         self.map.insert(key, e).and_then(|old| take(&old))
     }
 

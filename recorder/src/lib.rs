@@ -24,6 +24,7 @@ mod diag;
 mod fold;
 mod hooks;
 mod intercept;
+mod lane;
 mod loaded;
 mod pending;
 mod raw;

@@ -76,7 +76,7 @@ impl Plan {
     /// # Safety
     /// `raw` are the arguments the program passed, in the API table's order, and the call has
     /// not returned to the program yet.
-    pub unsafe fn params(&self, raw: &[u64], bytes: &mut Vec<u8>) -> Option<Params> {
+    pub unsafe fn params(&self, raw: &[u64], bytes: &mut Vec<u8>, lane: &crate::lane::Lane) -> Option<Params> {
         let (p, func) = self.params?;
         let p = raw.get(usize::from(p)).copied().unwrap_or(0);
         if p == 0 {
@@ -84,7 +84,7 @@ impl Plan {
         }
         let handle = raw.get(usize::from(func)).copied().unwrap_or(0);
         // SAFETY: forwarded: `p` is the launch's kernelParams, read by the driver too.
-        let (start, layout) = unsafe { capture::pack(handle, p, bytes) };
+        let (start, layout) = unsafe { capture::pack(handle, p, bytes, lane) };
         Some(Params { start: start as u32, len: (bytes.len() - start) as u32, layout })
     }
 

@@ -1,55 +1,34 @@
 //! The one function every hook calls: capture inputs, call the driver, capture outputs,
 //! queue the record. Internal failures never reach the program: it gets the driver's answer.
 
-use std::cell::Cell;
 use std::ffi::c_void;
 
 use gpuless_analyzer::api::SyncClass;
 use gpuless_traces::{CallRecord, Function};
 
 use crate::hooks::{HOOKS, NOT_FOUND};
+use crate::lane::{self, Lane};
 use crate::{arena, capture, diag, fold, pending, raw, slots, state};
-
-thread_local! {
-    /// Sequence number of the hooked call this thread is inside, if any.
-    static CURRENT: Cell<Option<u64>> = const { Cell::new(None) };
-    static TID: Cell<u64> = const { Cell::new(0) };
-    /// The last time this thread read the clock.
-    static LAST_NS: Cell<u64> = const { Cell::new(0) };
-}
 
 /// The last time this thread read the clock (0 before it did).
 pub(crate) fn last_ns() -> u64 {
-    LAST_NS.with(Cell::get)
-}
-
-/// The time now, remembered as this thread's last.
-fn stamp() -> u64 {
-    let t = state::now_ns();
-    LAST_NS.with(|l| l.set(t));
-    t
+    lane::with(|l| l.last_ns.get())
 }
 
 /// The caller's OS thread id (cached per thread).
 pub(crate) fn tid() -> u64 {
-    TID.with(|t| {
-        if t.get() == 0 {
-            // SAFETY: gettid has no preconditions.
-            t.set(unsafe { libc::gettid() } as u64);
-        }
-        t.get()
-    })
+    lane::with(Lane::tid)
 }
 
 /// Marks the call `seq` as the one this thread is inside, so that driver calls made from it
 /// name it as their parent; returns the previous mark, for [`leave`].
 pub(crate) fn enter(seq: u64) -> Option<u64> {
-    CURRENT.with(|c| c.replace(Some(seq)))
+    lane::with(|l| l.current.replace(Some(seq)))
 }
 
 /// Restores the mark [`enter`] replaced.
 pub(crate) fn leave(previous: Option<u64>) {
-    CURRENT.with(|c| c.set(previous));
+    lane::with(|l| l.current.set(previous));
 }
 
 /// Records one call of the hook in `slot`, whose raw arguments are `raw`; `real` performs
@@ -98,19 +77,21 @@ unsafe fn call_dyn(slot: usize, raw: &[u64], real: &mut dyn FnMut(*mut c_void) -
     let Some(s) = slots::get(slot) else { return NOT_FOUND };
     let Some(p) = s.real(slot) else { return NOT_FOUND };
     let mut real = Real::new(real, p);
-    if s.timed {
+    lane::with(|lane| {
+        if s.timed {
+            // SAFETY: forwarded from the caller.
+            return diag::timed(slot, &mut real, |real| unsafe { hooked(slot, s, raw, real, lane) });
+        }
         // SAFETY: forwarded from the caller.
-        return diag::timed(slot, &mut real, |real| unsafe { hooked(slot, s, raw, real) });
-    }
-    // SAFETY: forwarded from the caller.
-    unsafe { hooked(slot, s, raw, &mut real) }
+        unsafe { hooked(slot, s, raw, &mut real, lane) }
+    })
 }
 
 /// [`call`] itself.
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real) -> u32 {
+unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane: &Lane) -> u32 {
     let status = if !state::enabled() {
         state::unrecorded(s.func.name);
         // Arena memory stays the arena's after recording stops (late frees at exit).
@@ -120,9 +101,9 @@ unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real) -> 
         match s.path {
             // SAFETY (all arms): forwarded from the caller.
             slots::Path::Pass => unsafe { with_arena(s, raw, real) },
-            slots::Path::Fold(ref plan) => unsafe { query(slot, s, plan, raw, real) },
-            slots::Path::Raw(ref plan) if plan.fits(raw) => unsafe { raw_call(slot, s, plan, raw, real) },
-            _ => unsafe { full(slot, s, raw, real) },
+            slots::Path::Fold(ref plan) => unsafe { query(slot, s, plan, raw, real, lane) },
+            slots::Path::Raw(ref plan) if plan.fits(raw) => unsafe { raw_call(slot, s, plan, raw, real, lane) },
+            _ => unsafe { full(slot, s, raw, real, lane) },
         }
     };
     if s.invalidates {
@@ -136,17 +117,17 @@ unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real) -> 
 /// # Safety
 /// As [`call`].
 #[inline(never)]
-unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real) -> u32 {
+unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane: &Lane) -> u32 {
     let f = s.func;
     let seq = state::next_seq();
     let t0 = state::now_ns();
     // SAFETY: forwarded from the caller.
     let args = std::panic::catch_unwind(|| unsafe { capture::inputs(f, raw) });
-    let parent = CURRENT.with(|c| c.replace(Some(seq)));
+    let parent = lane.current.replace(Some(seq));
     // SAFETY: forwarded from the caller.
     let status = unsafe { with_arena(s, raw, real) };
-    CURRENT.with(|c| c.set(parent));
-    let t1 = stamp();
+    lane.current.set(parent);
+    let t1 = lane.stamp();
     if s.init && status == 0 {
         state::open(true);
     }
@@ -164,7 +145,7 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real) -> u3
     };
     let rec = CallRecord {
         seq,
-        thread: tid(),
+        thread: lane.tid(),
         timestamp_ns: t0,
         duration_ns: t1.saturating_sub(t0),
         level: f.level,
@@ -196,13 +177,20 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real) -> u3
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], real: &mut Real) -> u32 {
+unsafe fn raw_call(
+    slot: usize,
+    s: &slots::Slot,
+    plan: &raw::Plan,
+    raw: &[u64],
+    real: &mut Real,
+    lane: &Lane,
+) -> u32 {
     let seq = state::next_seq();
     let t0 = state::now_ns();
-    let parent = CURRENT.with(|c| c.replace(Some(seq)));
+    let parent = lane.current.replace(Some(seq));
     let status = real.call();
-    CURRENT.with(|c| c.set(parent));
-    let t1 = stamp();
+    lane.current.set(parent);
+    let t1 = lane.stamp();
     let mut words = [0u64; raw::MAX_WORDS];
     let n = raw.len().min(raw::MAX_WORDS);
     words[..n].copy_from_slice(&raw[..n]);
@@ -213,7 +201,7 @@ unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], 
         let start = bytes.len();
         let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // SAFETY: forwarded from the caller; the call has not returned to the program.
-            unsafe { (plan.params(raw, bytes), plan.config(raw, bytes)) }
+            unsafe { (plan.params(raw, bytes, lane), plan.config(raw, bytes)) }
         }));
         let (params, config) = read.unwrap_or_else(|_| {
             bytes.truncate(start);
@@ -222,7 +210,7 @@ unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], 
         });
         raw::RawCall {
             seq,
-            thread: tid(),
+            thread: lane.tid(),
             timestamp_ns: t0,
             duration_ns: t1.saturating_sub(t0),
             parent,
@@ -267,17 +255,24 @@ unsafe fn with_arena(s: &slots::Slot, raw: &[u64], real: &mut Real) -> u32 {
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn query(slot: usize, s: &slots::Slot, plan: &fold::Plan, raw: &[u64], real: &mut Real) -> u32 {
+unsafe fn query(
+    slot: usize,
+    s: &slots::Slot,
+    plan: &fold::Plan,
+    raw: &[u64],
+    real: &mut Real,
+    lane: &Lane,
+) -> u32 {
     let f = s.func;
     // Queries call no other hooked function: no need to mark this call as the current parent.
     // Nor are they timed: a repeat is stamped with the time this thread last took (reading
     // the clock would be a third of a folded query's cost), a first answer when it returns.
-    let now = LAST_NS.with(Cell::get);
+    let now = lane.last_ns.get();
     // A stable query's repeat in the epoch its answer was confirmed in: answered from memory.
     let epoch = if s.stable {
         let epoch = fold::epoch();
         // SAFETY: `raw` are the program's arguments (the caller's contract).
-        if unsafe { fold::answer(plan, slot, raw, epoch, now) } {
+        if unsafe { fold::answer(plan, slot, raw, epoch, now, lane) } {
             return 0;
         }
         epoch
@@ -291,11 +286,11 @@ unsafe fn query(slot: usize, s: &slots::Slot, plan: &fold::Plan, raw: &[u64], re
         pending::after(f, raw);
     }
     let confirmed = if status == 0 { epoch } else { 0 };
-    if fold::repeat(&key, &answer, now, confirmed) || state::fold(&key, &answer, now, confirmed) {
+    if fold::repeat(&key, &answer, now, confirmed, lane) || state::fold(&key, &answer, now, confirmed, lane) {
         return status;
     }
     // SAFETY: forwarded from the caller.
-    unsafe { first_answer(slot, f, raw, status, key, answer, confirmed) };
+    unsafe { first_answer(slot, f, raw, status, (key, answer), confirmed, lane) };
     status
 }
 
@@ -311,11 +306,11 @@ unsafe fn first_answer(
     f: &'static gpuless_analyzer::api::ApiFunction,
     raw: &[u64],
     status: u32,
-    key: fold::Key,
-    answer: fold::Answer,
+    (key, answer): (fold::Key, fold::Answer),
     confirmed: u64,
+    lane: &Lane,
 ) {
-    let t0 = stamp();
+    let t0 = lane.stamp();
     // SAFETY: as above; inputs are plain values, read the same after the call.
     let captured = std::panic::catch_unwind(|| unsafe { (capture::inputs(f, raw), capture::outputs(f, raw, status)) });
     let Ok((args, results)) = captured else {
@@ -324,11 +319,11 @@ unsafe fn first_answer(
     };
     let rec = CallRecord {
         seq: state::next_seq(),
-        thread: tid(),
+        thread: lane.tid(),
         timestamp_ns: t0,
         duration_ns: 0,
         level: f.level,
-        parent: CURRENT.with(Cell::get),
+        parent: lane.current.get(),
         function: Function::Known(f.id),
         variant: HOOKS[slot].variant,
         status: status as i32,
@@ -336,5 +331,5 @@ unsafe fn first_answer(
         results,
         repeat: 0,
     };
-    state::emit_query(rec, key, answer, confirmed);
+    state::emit_query(rec, key, answer, confirmed, lane);
 }

@@ -11,6 +11,7 @@ use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, TraceMeta, TraceWr
 use crate::diag::{diag, Diag};
 use crate::fold::{self, Folds};
 use crate::intercept::libcuda_symbol;
+use crate::lane::Lane;
 use crate::raw::{RawCall, Rec};
 
 /// Environment variable naming the trace file to write.
@@ -340,14 +341,15 @@ pub fn flush_thread() {
 
 /// Counts a query that repeats this thread's remembered answer; `true` when folded.
 /// `confirmed` as in [`fold::repeat`].
-pub fn fold(key: &fold::Key, answer: &fold::Answer, now_ns: u64, confirmed: u64) -> bool {
-    LOCAL.try_with(|l| l.0.lock().is_ok_and(|mut b| b.folds.fold(key, answer, now_ns, confirmed))).unwrap_or(false)
+pub fn fold(key: &fold::Key, answer: &fold::Answer, now_ns: u64, confirmed: u64, lane: &Lane) -> bool {
+    LOCAL.try_with(|l| l.0.lock().is_ok_and(|mut b| b.folds.fold(key, answer, now_ns, confirmed, lane))).unwrap_or(false)
 }
 
 /// Queues the record of a query not folded, remembering its answer for the next ones.
 /// `confirmed` as in [`fold::repeat`].
-pub fn emit_query(rec: CallRecord, key: fold::Key, answer: fold::Answer, confirmed: u64) {
-    let replaced = LOCAL.try_with(|l| l.0.lock().ok().and_then(|mut b| b.folds.remember(key, answer, &rec, confirmed)));
+pub fn emit_query(rec: CallRecord, key: fold::Key, answer: fold::Answer, confirmed: u64, lane: &Lane) {
+    let replaced =
+        LOCAL.try_with(|l| l.0.lock().ok().and_then(|mut b| b.folds.remember(key, answer, &rec, confirmed, lane)));
     if let Ok(Some(repeats)) = replaced {
         push(|_| Rec::Repeats(repeats));
     }

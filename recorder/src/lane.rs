@@ -1,0 +1,76 @@
+//! What a recording thread keeps for itself, in one thread-local. In a preloaded library every
+//! thread-local access is a call into the dynamic loader (`__tls_get_addr`); a launch made six of
+//! them and a remembered query two. Now a hooked call takes the thread's [`Lane`] once and hands
+//! it down.
+
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+use crate::capture::Layout;
+use crate::fold::Entry;
+
+/// Entries of a thread's recent questions (`fold.rs`), by a hash of the question.
+pub(crate) const MEMO: usize = 2048;
+/// Entries of a thread's layout cache (`capture.rs`), by a hash of the function handle.
+pub(crate) const LAYOUTS: usize = 512;
+
+/// One thread's recording state.
+pub(crate) struct Lane {
+    /// Sequence number of the hooked call this thread is inside, if any.
+    pub current: Cell<Option<u64>>,
+    /// OS thread id (0 until asked).
+    tid: Cell<u64>,
+    /// The last time this thread read the clock.
+    pub last_ns: Cell<u64>,
+    /// Recent questions and their answers, found without the batch lock (`fold.rs`).
+    pub recent: RefCell<Vec<Option<Arc<Entry>>>>,
+    /// Recent kernel parameter layouts, found without a lock (`capture.rs`).
+    pub layouts: RefCell<Vec<(u64, Layout)>>,
+}
+
+impl Lane {
+    fn new() -> Self {
+        Lane {
+            current: Cell::new(None),
+            tid: Cell::new(0),
+            last_ns: Cell::new(0),
+            recent: RefCell::new(vec![None; MEMO]),
+            layouts: RefCell::new(vec![(0, &[]); LAYOUTS]),
+        }
+    }
+
+    /// The caller's OS thread id.
+    pub fn tid(&self) -> u64 {
+        if self.tid.get() == 0 {
+            // SAFETY: gettid has no preconditions.
+            self.tid.set(unsafe { libc::gettid() } as u64);
+        }
+        self.tid.get()
+    }
+
+    /// The time now, remembered as this thread's last.
+    pub fn stamp(&self) -> u64 {
+        let t = crate::state::now_ns();
+        self.last_ns.set(t);
+        t
+    }
+}
+
+thread_local! {
+    static LANE: Lane = Lane::new();
+}
+
+/// Runs `f` with this thread's lane; while the thread is being torn down (its lane destroyed),
+/// with a lane of this call's own, so that calls made from other thread-local destructors are
+/// still recorded.
+#[inline]
+pub(crate) fn with<R>(f: impl FnOnce(&Lane) -> R) -> R {
+    let mut f = Some(f);
+    if let Ok(Some(r)) = LANE.try_with(|l| f.take().map(|f| f(l))) {
+        return r;
+    }
+    match f.take() {
+        Some(f) => f(&Lane::new()),
+        None => unreachable!("the lane's closure returned"),
+    }
+}
