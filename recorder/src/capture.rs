@@ -313,6 +313,7 @@ unsafe fn launch_config(p: u64) -> Value {
 
 /// A `CUlaunchConfig` as read at the call: its fields and its attribute array's bytes (kept by
 /// raw calls, turned into a [`Value::LaunchConfig`] on the writer thread).
+#[derive(Clone, Copy)]
 pub(crate) struct RawConfig {
     grid: [u32; 3],
     block: [u32; 3],
@@ -320,6 +321,38 @@ pub(crate) struct RawConfig {
     stream: u64,
     /// Where its `numAttrs` `CUlaunchAttribute`s were appended to the byte buffer.
     attrs: (u32, u32),
+}
+
+impl RawConfig {
+    /// Reads a configuration with `read` into `bytes`: the struct itself first, its attributes
+    /// after it. Returns where it starts, or `raw::NO_CONFIG` (nothing kept).
+    pub(crate) fn stash(bytes: &mut Vec<u8>, read: impl FnOnce(&mut Vec<u8>) -> Option<RawConfig>) -> u32 {
+        let at = bytes.len();
+        bytes.resize(at + std::mem::size_of::<RawConfig>(), 0);
+        match read(bytes) {
+            Some(c) => {
+                // SAFETY: `size_of::<RawConfig>()` bytes from `at` were just made part of
+                // `bytes`; an unaligned write of a plain-data struct.
+                unsafe { std::ptr::write_unaligned(bytes.as_mut_ptr().add(at).cast::<RawConfig>(), c) };
+                at as u32
+            }
+            None => {
+                bytes.truncate(at);
+                crate::raw::NO_CONFIG
+            }
+        }
+    }
+
+    /// The configuration [`RawConfig::stash`] put at `at` in `bytes`, if any.
+    pub(crate) fn unstash(bytes: &[u8], at: u32) -> Option<RawConfig> {
+        if at == crate::raw::NO_CONFIG {
+            return None;
+        }
+        let b = bytes.get(at as usize..at as usize + std::mem::size_of::<RawConfig>())?;
+        // SAFETY: `b` holds the bytes of a RawConfig written by `stash` (plain data, any bit
+        // pattern of its fields is valid).
+        Some(unsafe { std::ptr::read_unaligned(b.as_ptr().cast::<RawConfig>()) })
+    }
 }
 
 /// Reads the `CUlaunchConfig` at `p`, appending its attributes' bytes to `bytes`.

@@ -15,7 +15,12 @@ use crate::capture::{self, Layout};
 use crate::hooks::HOOKS;
 
 /// Most arguments a raw call keeps (`cuLaunchKernel` has 11).
-pub const MAX_WORDS: usize = 12;
+pub const MAX_WORDS: usize = 11;
+
+/// [`RawCall::parent`] of a call made outside any other hooked call.
+pub const NO_PARENT: u64 = u64::MAX;
+/// [`RawCall::config_at`] of a call without a launch configuration.
+pub const NO_CONFIG: u32 = u32::MAX;
 
 /// How a function's calls are kept raw.
 #[derive(Debug, Clone, Copy)]
@@ -88,14 +93,16 @@ impl Plan {
         Some(Params { start: start as u32, len: (bytes.len() - start) as u32, layout })
     }
 
-    /// The launch configuration of a `cuLaunchKernelEx`, its attributes appended to `bytes`.
+    /// The launch configuration of a `cuLaunchKernelEx`, stashed in `bytes` with its attributes
+    /// after it: where it starts, or [`NO_CONFIG`].
     ///
     /// # Safety
     /// As [`Plan::params`].
-    pub unsafe fn config(&self, raw: &[u64], bytes: &mut Vec<u8>) -> Option<capture::RawConfig> {
-        let p = raw.get(usize::from(self.config?)).copied().unwrap_or(0);
+    pub unsafe fn config(&self, raw: &[u64], bytes: &mut Vec<u8>) -> u32 {
+        let Some(i) = self.config else { return NO_CONFIG };
+        let p = raw.get(usize::from(i)).copied().unwrap_or(0);
         // SAFETY: forwarded: the launch's `CUlaunchConfig`, read by the driver too.
-        unsafe { capture::read_config(p, bytes) }
+        capture::RawConfig::stash(bytes, |bytes| unsafe { capture::read_config(p, bytes) })
     }
 }
 
@@ -106,37 +113,39 @@ pub struct Params {
     layout: Layout,
 }
 
-/// One call's facts, kept until the writer thread builds its record.
+/// One call's facts, kept until the writer thread builds its record: 152 bytes, so that a
+/// launch writes three cache lines of its thread's batch (its thread is the batch's).
 pub struct RawCall {
     /// Sequence number.
     pub seq: u64,
-    /// OS thread id.
-    pub thread: u64,
     /// Nanoseconds since the start, at entry.
     pub timestamp_ns: u64,
-    /// Nanoseconds in the call.
-    pub duration_ns: u64,
-    /// Enclosing hooked call.
-    pub parent: Option<u64>,
-    /// Hook slot (function and variant).
-    pub slot: u16,
+    /// Enclosing hooked call, or [`NO_PARENT`].
+    pub parent: u64,
+    /// Nanoseconds in the call (saturating).
+    pub duration_ns: u32,
     /// The driver's answer.
     pub status: i32,
+    /// Hook slot (function and variant).
+    pub slot: u16,
+    /// Where the launch configuration (`cuLaunchKernelEx`) was stashed in the batch's bytes, its
+    /// attributes after it, or [`NO_CONFIG`] (`capture::RawConfig::stash`).
+    pub config_at: u32,
     /// The argument words, `args.len()` of them.
     pub words: [u64; MAX_WORDS],
     /// Packed kernel parameters (in the batch's bytes) and their layout.
     pub params: Option<Params>,
-    /// The launch configuration (`cuLaunchKernelEx`), its attributes in the batch's bytes.
-    pub config: Option<capture::RawConfig>,
 }
 
 impl RawCall {
-    /// The record this call stands for; `bytes` are its batch's bytes.
-    pub fn into_record(self, bytes: &[u8]) -> CallRecord {
+    /// The record this call stands for; `bytes` are its batch's bytes, `thread` the batch's
+    /// thread.
+    pub fn into_record(self, bytes: &[u8], thread: u64) -> CallRecord {
         let hook = &HOOKS[usize::from(self.slot)];
         let f = api::get(hook.func);
         let prims = f.map(capture::plans).unwrap_or(&[]);
         let mut params = self.params;
+        let config = capture::RawConfig::unstash(bytes, self.config_at);
         let args = f
             .map(|f| f.args)
             .unwrap_or(&[])
@@ -155,7 +164,7 @@ impl RawCall {
                         None => Value::HostPtr(w),
                     },
                     ArgKind::Extra => Value::Null,
-                    ArgKind::Struct(_) => self.config.as_ref().map_or(Value::Null, |c| capture::config_value(c, bytes)),
+                    ArgKind::Struct(_) => config.as_ref().map_or(Value::Null, |c| capture::config_value(c, bytes)),
                     k => capture::word_value(k, prims.get(i).copied().unwrap_or(capture::Prim::Word), w)
                         .unwrap_or(Value::U64(w)),
                 }
@@ -163,11 +172,11 @@ impl RawCall {
             .collect();
         CallRecord {
             seq: self.seq,
-            thread: self.thread,
+            thread,
             timestamp_ns: self.timestamp_ns,
-            duration_ns: self.duration_ns,
+            duration_ns: u64::from(self.duration_ns),
             level: f.map_or(api::ApiLevel::Driver, |f| f.level),
-            parent: self.parent,
+            parent: (self.parent != NO_PARENT).then_some(self.parent),
             function: Function::Known(hook.func),
             variant: hook.variant,
             status: self.status,
@@ -189,12 +198,23 @@ pub enum Rec {
 }
 
 impl Rec {
-    /// The record; `bytes` are its batch's bytes.
-    pub fn into_record(self, bytes: &[u8]) -> CallRecord {
+    /// The record; `bytes` are its batch's bytes, `thread` the batch's thread.
+    pub fn into_record(self, bytes: &[u8], thread: u64) -> CallRecord {
         match self {
             Rec::Full(r) => r,
-            Rec::Raw(r) => r.into_record(bytes),
+            Rec::Raw(r) => r.into_record(bytes, thread),
             Rec::Repeats(r) => r.into_record(),
         }
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    /// A launch's record fills three cache lines of the batch, not four.
+    #[test]
+    fn a_raw_call_is_at_most_three_cache_lines() {
+        assert!(std::mem::size_of::<super::RawCall>() <= 160, "{}", std::mem::size_of::<super::RawCall>());
+        assert!(std::mem::size_of::<super::Rec>() <= 160, "{}", std::mem::size_of::<super::Rec>());
     }
 }

@@ -203,22 +203,21 @@ unsafe fn raw_call(
             // SAFETY: forwarded from the caller; the call has not returned to the program.
             unsafe { (plan.params(raw, bytes, lane), plan.config(raw, bytes)) }
         }));
-        let (params, config) = read.unwrap_or_else(|_| {
+        let (params, config_at) = read.unwrap_or_else(|_| {
             bytes.truncate(start);
             failed = true;
-            (None, None)
+            (None, raw::NO_CONFIG)
         });
         raw::RawCall {
             seq,
-            thread: lane.tid(),
             timestamp_ns: t0,
-            duration_ns: t1.saturating_sub(t0),
-            parent,
-            slot: slot as u16,
+            parent: parent.unwrap_or(raw::NO_PARENT),
+            duration_ns: u32::try_from(t1.saturating_sub(t0)).unwrap_or(u32::MAX),
             status: status as i32,
+            slot: slot as u16,
+            config_at,
             words,
             params,
-            config,
         }
     });
     if failed {

@@ -175,6 +175,8 @@ struct Chunk {
     /// The folded queries' repeat records of the hand-over, after `recs` (their sequence
     /// numbers are the newest): kept apart, they are moved, not copied into `recs`' slots.
     repeats: Vec<crate::fold::Repeats>,
+    /// The OS thread whose calls these are (raw calls do not repeat it).
+    thread: u64,
 }
 
 impl Chunk {
@@ -186,6 +188,7 @@ impl Chunk {
             recs: Vec::with_capacity(FIRST_BATCH),
             bytes: Vec::with_capacity(FIRST_BATCH_BYTES),
             repeats: Vec::new(),
+            thread: 0,
         }
     }
 
@@ -258,7 +261,8 @@ fn spare() -> Chunk {
 /// Builds the records of a chunk (on the writer thread) and keeps the emptied chunk.
 fn build(mut c: Chunk) -> Vec<CallRecord> {
     let bytes = std::mem::take(&mut c.bytes);
-    let mut out: Vec<CallRecord> = c.recs.drain(..).map(|r| r.into_record(&bytes)).collect();
+    let thread = c.thread;
+    let mut out: Vec<CallRecord> = c.recs.drain(..).map(|r| r.into_record(&bytes, thread)).collect();
     out.extend(c.repeats.drain(..).map(crate::fold::Repeats::into_record));
     c.bytes = bytes;
     c.bytes.clear();
@@ -287,7 +291,9 @@ impl Drop for Local {
 
 thread_local! {
     static LOCAL: Local = {
-        let b = Arc::new(Mutex::new(Batch { chunk: Chunk::with_capacity(), folds: Folds::default() }));
+        let mut chunk = Chunk::with_capacity();
+        chunk.thread = crate::record::tid();
+        let b = Arc::new(Mutex::new(Batch { chunk, folds: Folds::default() }));
         if let Ok(mut all) = BATCHES.lock() {
             all.push(b.clone());
         }
@@ -323,7 +329,7 @@ fn push(make: impl FnOnce(&mut Vec<u8>) -> Rec) {
         Ok(false) => {}
         // The thread is exiting and its batch is gone: hand the record over alone.
         Err(_) => {
-            let mut c = Chunk::default();
+            let mut c = Chunk { thread: crate::record::tid(), ..Chunk::default() };
             if let Some(m) = make.take() {
                 let rec = m(&mut c.bytes);
                 c.recs.push(rec);
@@ -365,7 +371,9 @@ fn hand_over(b: &Mutex<Batch>) {
         if b.chunk.recs.is_empty() && b.chunk.repeats.is_empty() {
             return;
         }
-        std::mem::replace(&mut b.chunk, spare())
+        let mut next = spare();
+        next.thread = b.chunk.thread;
+        std::mem::replace(&mut b.chunk, next)
     };
     send(chunk);
 }
@@ -390,8 +398,8 @@ fn send(chunk: Chunk) {
     if let Ok(mut s) = SINK.write() {
         match &mut *s {
             Sink::Pending(pending, _) => {
-                let Chunk { recs, bytes, repeats } = chunk;
-                pending.extend(recs.into_iter().map(|r| r.into_record(&bytes)));
+                let Chunk { recs, bytes, repeats, thread } = chunk;
+                pending.extend(recs.into_iter().map(|r| r.into_record(&bytes, thread)));
                 pending.extend(repeats.into_iter().map(crate::fold::Repeats::into_record));
             }
             Sink::Open(w) => {

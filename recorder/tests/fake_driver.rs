@@ -119,6 +119,8 @@ fn records_a_driver_api_program() {
     assert_eq!(&kp.bytes[0..8], &ptr.to_le_bytes());
     assert_eq!(&kp.bytes[8..12], &2.5f32.to_le_bytes());
     assert_eq!(&kp.bytes[12..16], &64i32.to_le_bytes());
+    // A raw call's thread is its batch's: the same as the calls recorded in full around it.
+    assert!(launch.thread != 0 && launch.thread == htod.thread, "{} vs {}", launch.thread, htod.thread);
 
     // cuLaunchKernelEx takes the raw path: its config and parameters are read at the call and
     // turned into values on the writer thread.
