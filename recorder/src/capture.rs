@@ -417,7 +417,8 @@ pub(crate) type Layout = &'static [(u32, u32)];
 /// kept in the thread's lane: a launch finds its kernel's in one cache line, without a lock.
 fn layout(handle: u64, lane: &Lane) -> Layout {
     let i = (handle.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 55) as usize % LAYOUTS;
-    let hit = lane.layouts.try_borrow().ok().and_then(|m| m.get(i).filter(|e| e.0 == handle && handle != 0).map(|e| e.1));
+    let hit =
+        lane.layouts.try_borrow().ok().and_then(|m| m.get(i).filter(|e| e.0 == handle && handle != 0).map(|e| e.1));
     if let Some(l) = hit {
         return l;
     }

@@ -208,7 +208,6 @@ impl Rec {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     /// A launch's record fills three cache lines of the batch, not four.

@@ -177,14 +177,7 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn raw_call(
-    slot: usize,
-    s: &slots::Slot,
-    plan: &raw::Plan,
-    raw: &[u64],
-    real: &mut Real,
-    lane: &Lane,
-) -> u32 {
+unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], real: &mut Real, lane: &Lane) -> u32 {
     let seq = state::next_seq();
     let t0 = state::now_ns();
     let parent = lane.current.replace(Some(seq));
@@ -254,14 +247,7 @@ unsafe fn with_arena(s: &slots::Slot, raw: &[u64], real: &mut Real) -> u32 {
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn query(
-    slot: usize,
-    s: &slots::Slot,
-    plan: &fold::Plan,
-    raw: &[u64],
-    real: &mut Real,
-    lane: &Lane,
-) -> u32 {
+unsafe fn query(slot: usize, s: &slots::Slot, plan: &fold::Plan, raw: &[u64], real: &mut Real, lane: &Lane) -> u32 {
     let f = s.func;
     // Queries call no other hooked function: no need to mark this call as the current parent.
     // Nor are they timed: a repeat is stamped with the time this thread last took (reading

@@ -348,7 +348,9 @@ pub fn flush_thread() {
 /// Counts a query that repeats this thread's remembered answer; `true` when folded.
 /// `confirmed` as in [`fold::repeat`].
 pub fn fold(key: &fold::Key, answer: &fold::Answer, now_ns: u64, confirmed: u64, lane: &Lane) -> bool {
-    LOCAL.try_with(|l| l.0.lock().is_ok_and(|mut b| b.folds.fold(key, answer, now_ns, confirmed, lane))).unwrap_or(false)
+    LOCAL
+        .try_with(|l| l.0.lock().is_ok_and(|mut b| b.folds.fold(key, answer, now_ns, confirmed, lane)))
+        .unwrap_or(false)
 }
 
 /// Queues the record of a query not folded, remembering its answer for the next ones.
