@@ -20,6 +20,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use gpuless_analyzer::api::{self, ApiFunction, ArgKind, Direction, SyncClass};
+use gpuless_traces::CallRecord;
+
+use crate::capture::{prim, Prim};
+use crate::lane::{Lane, MEMO};
 
 /// The number of calls so far that may change what a stable query answers, in a cache line of
 /// its own (read on every stable query, written rarely).
@@ -42,10 +46,6 @@ pub fn epoch() -> u64 {
 pub fn invalidate() {
     EPOCH.0.fetch_add(1, Ordering::Relaxed);
 }
-use gpuless_traces::CallRecord;
-
-use crate::capture::{prim, Prim};
-use crate::lane::{Lane, MEMO};
 
 /// Most arguments a foldable query has in each direction.
 const MAX: usize = 4;

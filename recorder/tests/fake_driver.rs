@@ -279,6 +279,31 @@ fn stable_queries_are_answered_until_something_may_change_them() {
     assert_eq!(queries.iter().map(|c| c.calls_represented()).sum::<u64>(), 3002);
 }
 
+/// `GPULESS_DIAG=pause`: calls made while the program has paused recording through
+/// `gpuless_diag_pause` pass through unrecorded, the others are recorded; without the mode the
+/// pause does nothing.
+#[test]
+fn pause_leaves_out_only_the_paused_calls() {
+    let launches = |diag: Option<&str>| {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = build(dir.path());
+        let mut cmd = Command::new(&prog);
+        cmd.arg("-5")
+            .env("LD_LIBRARY_PATH", dir.path())
+            .env("LD_PRELOAD", recorder_lib())
+            .env("GPULESS_TRACE", dir.path().join("t.gl"));
+        if let Some(d) = diag {
+            cmd.env("GPULESS_DIAG", d);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        calls_of(&dir.path().join("t.gl")).iter().filter(|c| c.function.name() == "cuLaunchKernel").count()
+    };
+    // One launch before the three phases of 10.
+    assert_eq!(launches(Some("pause")), 21);
+    assert_eq!(launches(None), 31);
+}
+
 /// An async device-to-host copy completed by an event recorded with `cuEventRecordWithFlags`
 /// gets its hash at the event's synchronization.
 #[test]

@@ -80,6 +80,14 @@ int main(int argc, char **argv) {
   fake_mapped(&chunks);
   fprintf(stderr, "mapped_chunks=%d\n", chunks);
   if (release(d)) return 10;
+  if (iters == -5) { /* 10 launches, 10 with recording paused (GPULESS_DIAG=pause), 10 more */
+    void (*pause_rec)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "gpuless_diag_pause");
+    for (int phase = 0; phase < 3; phase++) {
+      if (pause_rec) pause_rec(phase == 1);
+      for (int i = 0; i < 10; i++) if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0)) return 20;
+    }
+    return 0;
+  }
   if (iters == -2) { /* a child forked without exec calls the driver: not recorded, said once */
     pid_t pid = fork();
     if (pid == 0) { void *c; cur(&c); cur(&c); exit(0); } /* exit: atexit handlers run in the child */
