@@ -165,4 +165,8 @@ pub fn report() {
             *ns as f64 / *n as f64
         );
     }
+    for (i, name, driver, calls) in crate::unmodeled::trampolines() {
+        let kind = if driver { "dtramp (new epoch)" } else { "tramp" };
+        eprintln!("gpuless selftime: trampoline {i:>3} {kind:<18} {calls:>9} calls  {name}");
+    }
 }

@@ -181,6 +181,12 @@ fn stable_queries_and_the_calls_that_may_change_their_answers() {
     for n in ["cuDevicePrimaryCtxGetState", "cuKernelGetAttribute", "cuFuncGetAttribute", "cuDeviceGetAttribute"] {
         assert!(f(n).stable && !f(n).may_change_answers(), "{n}");
     }
+    // The current context's device: per thread, like the memo that answers it; every call that
+    // changes a thread's current context starts a new epoch.
+    for v in [Variant::BASE, Variant { version: 2, per_thread: false }] {
+        let d = lookup("cuCtxGetDevice", v).unwrap_or_else(|| panic!("cuCtxGetDevice {v:?}"));
+        assert!(d.stable && !d.may_change_answers(), "{v:?}");
+    }
     for n in [
         "cuDevicePrimaryCtxRetain",
         "cuDevicePrimaryCtxRelease",
@@ -188,6 +194,8 @@ fn stable_queries_and_the_calls_that_may_change_their_answers() {
         "cuCtxSetCurrent",
         "cuCtxPushCurrent",
         "cuCtxPopCurrent",
+        "cuCtxCreate",
+        "cuCtxDestroy",
         "cuFuncSetAttribute",
         "cuKernelSetAttribute",
         "cuLibraryUnload",

@@ -1,11 +1,14 @@
 /* Recorder cost per "inference" on the fake driver: the call mix PyTorch's ResNet-50 makes per
  * inference (measured: ~1,250 repeated queries over a few hundred distinct questions, ~220
  * launches, one synchronization). Prints ns per inference, per launch and per query.
- *   bench [INFERENCES]   (LD_LIBRARY_PATH must find the fake libcuda.so.1) */
+ * With "wide", every launch also passes a 640-byte struct, different at each of the 220 launch
+ * sites and the same in every inference (as PyTorch's element-wise kernels do).
+ *   bench [INFERENCES] [wide]   (LD_LIBRARY_PATH must find the fake libcuda.so.1) */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "driver.h"
@@ -25,18 +28,22 @@ int main(int argc, char **argv) {
   int (*sync)(void *) = get("cuStreamSynchronize");
   static const char ptx[] = ".version 9.0\n.target sm_90\n.address_size 64\n";
   uint64_t d; void *mod, *fn, *c;
-  if (init(0) || alloc(&d, 256) || load(&mod, ptx) || getf(&fn, mod, "scale")) return 4;
-  float k = 2.5f; int cnt = 64; void *params[] = {&d, &k, &cnt};
+  int wide = argc > 2 && !strcmp(argv[2], "wide");
+  if (init(0) || alloc(&d, 256) || load(&mod, ptx) || getf(&fn, mod, wide ? "wide" : "scale")) return 4;
+  static struct { char b[640]; } meta[220];
+  for (int l = 0; l < 220; l++) memset(meta[l].b, l, sizeof meta[l].b);
+  float k = 2.5f; int cnt = 64; void *params[] = {&d, &k, &cnt, &meta[0]};
   double t0 = now();
   for (int it = 0; it < n; it++) {
     for (int l = 0; l < 220; l++) {
       for (int q = 0; q < 5; q++) { int v; attr(&v, (l * 5 + q) % 300, 0); }
       cur(&c);
+      params[3] = &meta[l];
       launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0);
     }
     sync(0);
   }
   double t = (now() - t0) / n;
-  printf("ns_per_inference=%.0f (220 launches, 1320 queries, 1 sync)\n", t);
+  printf("ns_per_inference=%.0f (220 launches%s, 1320 queries, 1 sync)\n", t, wide ? " of 656 parameter bytes" : "");
   return 0;
 }

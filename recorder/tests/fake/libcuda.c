@@ -11,7 +11,7 @@ typedef int CUresult;
 typedef uint64_t CUdeviceptr;
 static unsigned char heap[4 << 20]; /* device memory: the driver's at 0x7e0000000000, the arena's at 0x640000000000 */
 static size_t heap_top = 256;
-static int kernel_token, module_token, ctx_token;
+static int kernel_token, wide_token, module_token, ctx_token;
 
 CUresult cuInit(unsigned flags) { (void)flags; return 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
@@ -32,22 +32,30 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream
 CUresult cuStreamSynchronize(void *stream) { (void)stream; return 0; }
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = &module_token; return 0; }
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
-  (void)m; if (strcmp(name, "scale")) return 500; *f = &kernel_token; return 0; }
+  (void)m;
+  if (!strcmp(name, "wide")) { *f = &wide_token; return 0; }
+  if (strcmp(name, "scale")) return 500; *f = &kernel_token; return 0; }
 /* scale(float* data, float factor, int n): offsets 0, 8, 12; sizes 8, 4, 4 */
 CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *off, size_t *size) {
-  static const size_t o[] = {0, 8, 12}, s[] = {8, 4, 4};
-  if (f != &kernel_token || i > 2) return 1;
+  /* wide(float* data, float factor, int n, struct { char meta[640]; }): like PyTorch's
+   * element-wise kernels, a few scalars and a large struct (the median launch passes ~650 bytes). */
+  static const size_t o[] = {0, 8, 12, 16}, s[] = {8, 4, 4, 640};
+  if (!((f == &kernel_token && i <= 2) || (f == &wide_token && i <= 3))) return 1;
   *off = o[i]; *size = s[i]; return 0; }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
   (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)stream; (void)extra;
-  if (f != &kernel_token) return 400;
+  if (f != &kernel_token && f != &wide_token) return 400;
   float *d = (float *)host(*(CUdeviceptr *)params[0]);
   float k = *(float *)params[1]; int n = *(int *)params[2];
   for (int i = 0; i < n; i++) d[i] *= k;
   return 0; }
 CUresult cuCtxSynchronize(void) { return 0; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
+/* CUDA 13 hands out versions with new signatures for old names: cuGetProcAddress("cuCtxGetDevice")
+ * gives cuCtxGetDevice_v2. cuCtxGetFlags_v2 stands for a version newer than the recorder's table. */
+CUresult cuCtxGetDevice_v2(int *d, void *ctx) { (void)ctx; *d = 0; return 0; }
+CUresult cuCtxGetFlags_v2(unsigned *f) { *f = 0; return 0; }
 CUresult cuMemFree_v2(CUdeviceptr p) { (void)p; return 0; }
 /* Native answer for the one 256-byte allocation the program makes. */
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *b, size_t *s, CUdeviceptr p) { *b = p & ~255ull; *s = 256; return 0; }
@@ -142,7 +150,8 @@ static const struct entry table[] = {
   {"cuEventRecordWithFlags", cuEventRecordWithFlags}, {"cuEventSynchronize", cuEventSynchronize},
   {"cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain}, {"cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2},
   {"cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState}, {"cuFakeSetActive", cuFakeSetActive},
-  {"cuFakeStateQueries", cuFakeStateQueries},
+  {"cuFakeStateQueries", cuFakeStateQueries}, {"cuCtxGetDevice", cuCtxGetDevice_v2},
+  {"cuCtxGetFlags", cuCtxGetFlags_v2},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)ver; (void)flags;

@@ -73,6 +73,19 @@ int main(int argc, char **argv) {
     printf("driver_answered=%d\n", n);
     return 0;
   }
+  if (iters == -6) { /* versions of old names: 1000 cuCtxGetDevice (given as its _v2) between
+                        stable queries, and 5 calls of a version the table does not know */
+    int (*dev)(int *, void *) = get("cuCtxGetDevice");
+    int (*flags)(unsigned *) = get("cuCtxGetFlags");
+    int (*state)(int, unsigned *, int *) = get("cuDevicePrimaryCtxGetState");
+    int (*asked)(int *) = get("cuFakeStateQueries");
+    int dv = -1, act = -1, n = 0; unsigned fl = 9;
+    for (int i = 0; i < 1000; i++) if (dev(&dv, 0) || dv != 0 || state(0, &fl, &act) || fl != 4) return 21;
+    for (int i = 0; i < 5; i++) if (flags(&fl) || fl != 0) return 22;
+    asked(&n);
+    printf("driver_answered=%d\n", n);
+    return 0;
+  }
   double sum = 0; for (int i = 0; i < 64; i++) sum += h[i];
   printf("sum=%.1f\n", sum);
   uint64_t base = 0; size_t size = 0; int chunks = -1;
