@@ -198,11 +198,19 @@ impl Entry {
         true
     }
 
-    /// Counts one more repeat (owning thread only); `false` when the counter is full.
-    fn count(&self, now_ns: u64) -> bool {
+    /// Counts one more repeat (owning thread only); `false` when the counter is full. The
+    /// first repeat since the last hand-over lists the entry in `lane`, so that the hand-over
+    /// visits the questions asked since, not every question ever asked ([`Folds::drain`]).
+    fn count(self: &Arc<Self>, now_ns: u64, lane: &Lane) -> bool {
         let n = self.repeats.load(Ordering::Relaxed);
         if n == u32::MAX {
             return false;
+        }
+        if n == 0 {
+            match lane.counted.try_borrow_mut() {
+                Ok(mut c) => c.push(self.clone()),
+                Err(_) => lane.scan.set(true),
+            }
         }
         self.repeats.store(n + 1, Ordering::Relaxed);
         self.last_ns.store(now_ns, Ordering::Relaxed);
@@ -258,7 +266,7 @@ fn memo(entry: &Arc<Entry>, lane: &Lane) {
 pub fn repeat(key: &Key, answer: &Answer, now_ns: u64, confirmed: u64, lane: &Lane) -> bool {
     let Ok(r) = lane.recent.try_borrow() else { return false };
     match r.get(memo_index(key)) {
-        Some(Some(e)) if e.key == *key && e.answer == *answer => e.confirm(confirmed) && e.count(now_ns),
+        Some(Some(e)) if e.key == *key && e.answer == *answer => e.confirm(confirmed) && e.count(now_ns, lane),
         _ => false,
     }
 }
@@ -279,7 +287,7 @@ pub unsafe fn answer(plan: &Plan, slot: usize, raw: &[u64], epoch: u64, now_ns: 
     if e.key != key || e.confirmed.load(Ordering::Relaxed) != epoch || e.answer.status != 0 {
         return false;
     }
-    if outs.iter().any(|&(i, _)| raw.get(usize::from(i)).is_none_or(|&p| p == 0)) || !e.count(now_ns) {
+    if outs.iter().any(|&(i, _)| raw.get(usize::from(i)).is_none_or(|&p| p == 0)) || !e.count(now_ns, lane) {
         return false;
     }
     for (k, &(i, width)) in outs.iter().enumerate() {
@@ -332,7 +340,7 @@ impl Folds {
     /// `confirmed` as in [`repeat`].
     pub fn fold(&mut self, key: &Key, answer: &Answer, now_ns: u64, confirmed: u64, lane: &Lane) -> bool {
         match self.map.get(key) {
-            Some(e) if e.answer == *answer && e.confirm(confirmed) && e.count(now_ns) => {
+            Some(e) if e.answer == *answer && e.confirm(confirmed) && e.count(now_ns, lane) => {
                 memo(e, lane);
                 true
             }
@@ -364,8 +372,24 @@ impl Folds {
 
     /// Records standing for every repeat counted since the last call; counters restart.
     /// Their sequence numbers are one block, taken at once, in the order of their times.
-    pub fn drain(&mut self) -> Vec<Repeats> {
-        let mut out: Vec<Repeats> = self.map.values().filter_map(|e| counted(e)).collect();
+    /// `lane`: the owning thread's own lane, whose list of counted questions is complete unless
+    /// it says otherwise; without it (another thread, or a thread being torn down) every
+    /// remembered question is visited.
+    pub fn drain(&mut self, lane: Option<&Lane>) -> Vec<Repeats> {
+        let listed = lane.filter(|l| !l.scan.replace(false)).and_then(|l| l.counted.try_borrow_mut().ok());
+        let mut out: Vec<Repeats> = match listed {
+            Some(mut list) => {
+                let out = list.iter().filter_map(|e| counted(e)).collect();
+                list.clear();
+                out
+            }
+            None => {
+                if let Some(mut list) = lane.and_then(|l| l.counted.try_borrow_mut().ok()) {
+                    list.clear();
+                }
+                self.map.values().filter_map(|e| counted(e)).collect()
+            }
+        };
         out.sort_by_key(|r| r.timestamp_ns);
         let first = crate::state::next_seqs(out.len() as u64);
         for (r, seq) in out.iter_mut().zip(first..) {
@@ -396,6 +420,39 @@ fn take(e: &Entry) -> Option<Repeats> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpuless_traces::Function;
+
+    /// A hand-over takes the repeats counted since the previous one, whether counted under
+    /// the batch lock or from the memo, from the owning thread's list or, for another thread,
+    /// by visiting every question; nothing is counted twice.
+    #[test]
+    fn a_hand_over_takes_the_repeats_since_the_last_one() {
+        let lane = Lane::new();
+        let mut folds = Folds::default();
+        let (key, other) = (Key { slot: 1, ins: [7, 0, 0, 0] }, Key { slot: 1, ins: [8, 0, 0, 0] });
+        let answer = Answer { status: 0, outs: [3, 0, 0, 0] };
+        let rec = CallRecord::new(0, api::ApiLevel::Driver, Function::Other("cuQuery".into()));
+        assert!(folds.remember(key, answer, &rec, 0, &lane).is_none());
+        assert!(folds.remember(other, answer, &rec, 0, &lane).is_none());
+        let repeats = |r: Vec<Repeats>| r.iter().map(|r| r.repeat + 1).collect::<Vec<_>>();
+        for _ in 0..5 {
+            assert!(folds.fold(&key, &answer, 10, 0, &lane));
+        }
+        assert_eq!(repeats(folds.drain(Some(&lane))), [5]);
+        assert!(folds.drain(Some(&lane)).is_empty());
+        for _ in 0..3 {
+            assert!(repeat(&key, &answer, 11, 0, &lane));
+        }
+        assert!(folds.fold(&other, &answer, 12, 0, &lane));
+        assert_eq!(repeats(folds.drain(Some(&lane))), [3, 1]);
+        assert!(folds.fold(&key, &answer, 13, 0, &lane));
+        assert_eq!(repeats(folds.drain(None)), [1], "another thread visits every question");
+        assert!(folds.drain(Some(&lane)).is_empty(), "already taken");
+        // Counted where this lane's list did not see it (as when a list could not be borrowed).
+        assert!(folds.fold(&other, &answer, 14, 0, &Lane::new()));
+        lane.scan.set(true);
+        assert_eq!(repeats(folds.drain(Some(&lane))), [1], "a list said incomplete is not trusted");
+    }
 
     /// Every query the table marks `stable` has plain outputs the memo can hand back.
     #[test]

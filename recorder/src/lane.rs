@@ -26,16 +26,22 @@ pub(crate) struct Lane {
     pub recent: RefCell<Vec<Option<Arc<Entry>>>>,
     /// Recent kernel parameter layouts, found without a lock (`capture.rs`).
     pub layouts: RefCell<Vec<(u64, Layout)>>,
+    /// Remembered questions counted since the last hand-over (`fold.rs`).
+    pub counted: RefCell<Vec<Arc<Entry>>>,
+    /// Whether `counted` may miss some: the next hand-over visits every question.
+    pub scan: Cell<bool>,
 }
 
 impl Lane {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Lane {
             current: Cell::new(None),
             tid: Cell::new(0),
             last_ns: Cell::new(0),
             recent: RefCell::new(vec![None; MEMO]),
             layouts: RefCell::new(vec![(0, &[]); LAYOUTS]),
+            counted: RefCell::new(Vec::new()),
+            scan: Cell::new(false),
         }
     }
 
@@ -70,7 +76,12 @@ pub(crate) fn with<R>(f: impl FnOnce(&Lane) -> R) -> R {
         return r;
     }
     match f.take() {
-        Some(f) => f(&Lane::new()),
+        Some(f) => {
+            // The thread's own list of counted questions is gone with its lane.
+            let lane = Lane::new();
+            lane.scan.set(true);
+            f(&lane)
+        }
         None => unreachable!("the lane's closure returned"),
     }
 }

@@ -167,7 +167,7 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
     }
     if s.waits || f.sync == SyncClass::DeviceToHost {
         // The program waits here anyway: hand this thread's records to the writer.
-        state::flush_thread();
+        state::flush_thread(lane);
     }
     status
 }
@@ -220,7 +220,7 @@ unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], 
         pending::after(s.func, raw);
     }
     if s.waits {
-        state::flush_thread();
+        state::flush_thread(lane);
     }
     status
 }

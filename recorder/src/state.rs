@@ -282,7 +282,7 @@ struct Local(Arc<Mutex<Batch>>);
 
 impl Drop for Local {
     fn drop(&mut self) {
-        hand_over(&self.0);
+        hand_over(&self.0, None);
         if let Ok(mut all) = BATCHES.lock() {
             all.retain(|b| !Arc::ptr_eq(b, &self.0));
         }
@@ -325,7 +325,7 @@ fn push(make: impl FnOnce(&mut Vec<u8>) -> Rec) {
         c.full()
     });
     match queued {
-        Ok(true) => flush_thread(),
+        Ok(true) => crate::lane::with(flush_thread),
         Ok(false) => {}
         // The thread is exiting and its batch is gone: hand the record over alone.
         Err(_) => {
@@ -341,8 +341,9 @@ fn push(make: impl FnOnce(&mut Vec<u8>) -> Rec) {
 
 /// Hands this thread's records to the writer (at synchronizations, so a killed program
 /// loses little).
-pub fn flush_thread() {
-    let _ = LOCAL.try_with(|l| hand_over(&l.0));
+/// `lane` is this thread's (`lane::with`).
+pub fn flush_thread(lane: &Lane) {
+    let _ = LOCAL.try_with(|l| hand_over(&l.0, Some(lane)));
 }
 
 /// Counts a query that repeats this thread's remembered answer; `true` when folded.
@@ -366,10 +367,10 @@ pub fn emit_query(rec: CallRecord, key: fold::Key, answer: fold::Answer, confirm
 
 #[cold]
 #[inline(never)]
-fn hand_over(b: &Mutex<Batch>) {
+fn hand_over(b: &Mutex<Batch>, lane: Option<&Lane>) {
     let chunk = {
         let mut b = b.lock().unwrap_or_else(|e| e.into_inner());
-        b.chunk.repeats = b.folds.drain();
+        b.chunk.repeats = b.folds.drain(lane);
         if b.chunk.recs.is_empty() && b.chunk.repeats.is_empty() {
             return;
         }
@@ -416,7 +417,7 @@ fn send(chunk: Chunk) {
 fn flush_all() {
     let all: Vec<Arc<Mutex<Batch>>> = BATCHES.lock().map(|v| v.clone()).unwrap_or_default();
     for b in all {
-        hand_over(&b);
+        hand_over(&b, None);
     }
 }
 
