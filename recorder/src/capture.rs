@@ -413,9 +413,12 @@ type ParamInfo = unsafe extern "C" fn(*mut c_void, usize, *mut usize, *mut usize
 /// kernel's without a reference count shared with the writer thread.
 pub(crate) type Layout = &'static [(u32, u32)];
 
+/// A layout and the bytes its parameters span (the packed size of a launch's parameters).
+pub(crate) type Packing = (Layout, u32);
+
 /// Parameter layout of a function or kernel handle, asked of the driver once per handle and
 /// kept in the thread's lane: a launch finds its kernel's in one cache line, without a lock.
-fn layout(handle: u64, lane: &Lane) -> Layout {
+fn layout(handle: u64, lane: &Lane) -> Packing {
     let i = (handle.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 55) as usize % LAYOUTS;
     let hit =
         lane.layouts.try_borrow().ok().and_then(|m| m.get(i).filter(|e| e.0 == handle && handle != 0).map(|e| e.1));
@@ -432,8 +435,8 @@ fn layout(handle: u64, lane: &Lane) -> Layout {
 }
 
 /// The process-wide layout cache, filled from the driver on a miss.
-fn shared_layout(handle: u64) -> Layout {
-    type Layouts = HashMap<u64, Layout>;
+fn shared_layout(handle: u64) -> Packing {
+    type Layouts = HashMap<u64, Packing>;
     static CACHE: Mutex<Option<Layouts>> = Mutex::new(None);
     if let Some(l) = CACHE.lock().ok().and_then(|c| c.as_ref().and_then(|m| m.get(&handle).copied())) {
         return l;
@@ -458,8 +461,9 @@ fn shared_layout(handle: u64) -> Layout {
             break;
         }
     }
-    let Ok(mut c) = CACHE.lock() else { return Vec::leak(out) };
-    c.get_or_insert_with(HashMap::new).entry(handle).or_insert_with(|| Vec::leak(out))
+    let total = out.iter().map(|&(o, s)| o.saturating_add(s)).max().unwrap_or(0);
+    let Ok(mut c) = CACHE.lock() else { return (Vec::leak(out), total) };
+    *c.get_or_insert_with(HashMap::new).entry(handle).or_insert_with(|| (Vec::leak(out), total))
 }
 
 unsafe fn kernel_params(f: &ApiFunction, p: u64, raw: &[u64]) -> Value {
@@ -488,8 +492,8 @@ unsafe fn packed_params(handle: u64, p: u64) -> Value {
 /// # Safety
 /// `p` holds one pointer per parameter of the kernel, each to the parameter's bytes.
 pub(crate) unsafe fn pack(handle: u64, p: u64, bytes: &mut Vec<u8>, lane: &Lane) -> (usize, Layout) {
-    let layout = layout(handle, lane);
-    let total = layout.iter().map(|&(o, s)| o + s).max().unwrap_or(0) as usize;
+    let (layout, total) = layout(handle, lane);
+    let total = total as usize;
     let start = bytes.len();
     bytes.resize(start + total, 0);
     // SAFETY: `total` bytes from `start` were just made part of `bytes`.

@@ -370,32 +370,31 @@ impl Folds {
         self.map.insert(key, e).and_then(|old| take(&old))
     }
 
-    /// Records standing for every repeat counted since the last call; counters restart.
-    /// Their sequence numbers are one block, taken at once, in the order of their times.
+    /// Appends to `out` (empty, with the capacity of an earlier hand-over) the records
+    /// standing for every repeat counted since the last call; counters restart. Their sequence
+    /// numbers are one block, taken at once, in the order of their times.
     /// `lane`: the owning thread's own lane, whose list of counted questions is complete unless
     /// it says otherwise; without it (another thread, or a thread being torn down) every
     /// remembered question is visited.
-    pub fn drain(&mut self, lane: Option<&Lane>) -> Vec<Repeats> {
+    pub fn drain(&mut self, lane: Option<&Lane>, out: &mut Vec<Repeats>) {
         let listed = lane.filter(|l| !l.scan.replace(false)).and_then(|l| l.counted.try_borrow_mut().ok());
-        let mut out: Vec<Repeats> = match listed {
+        match listed {
             Some(mut list) => {
-                let out = list.iter().filter_map(|e| counted(e)).collect();
+                out.extend(list.iter().filter_map(|e| counted(e)));
                 list.clear();
-                out
             }
             None => {
                 if let Some(mut list) = lane.and_then(|l| l.counted.try_borrow_mut().ok()) {
                     list.clear();
                 }
-                self.map.values().filter_map(|e| counted(e)).collect()
+                out.extend(self.map.values().filter_map(|e| counted(e)));
             }
-        };
+        }
         out.sort_by_key(|r| r.timestamp_ns);
         let first = crate::state::next_seqs(out.len() as u64);
         for (r, seq) in out.iter_mut().zip(first..) {
             r.seq = seq;
         }
-        out
     }
 }
 
@@ -434,24 +433,28 @@ mod tests {
         let rec = CallRecord::new(0, api::ApiLevel::Driver, Function::Other("cuQuery".into()));
         assert!(folds.remember(key, answer, &rec, 0, &lane).is_none());
         assert!(folds.remember(other, answer, &rec, 0, &lane).is_none());
-        let repeats = |r: Vec<Repeats>| r.iter().map(|r| r.repeat + 1).collect::<Vec<_>>();
+        let drain = |folds: &mut Folds, lane: Option<&Lane>| {
+            let mut out = Vec::new();
+            folds.drain(lane, &mut out);
+            out.iter().map(|r| r.repeat + 1).collect::<Vec<_>>()
+        };
         for _ in 0..5 {
             assert!(folds.fold(&key, &answer, 10, 0, &lane));
         }
-        assert_eq!(repeats(folds.drain(Some(&lane))), [5]);
-        assert!(folds.drain(Some(&lane)).is_empty());
+        assert_eq!(drain(&mut folds, Some(&lane)), [5]);
+        assert!(drain(&mut folds, Some(&lane)).is_empty());
         for _ in 0..3 {
             assert!(repeat(&key, &answer, 11, 0, &lane));
         }
         assert!(folds.fold(&other, &answer, 12, 0, &lane));
-        assert_eq!(repeats(folds.drain(Some(&lane))), [3, 1]);
+        assert_eq!(drain(&mut folds, Some(&lane)), [3, 1]);
         assert!(folds.fold(&key, &answer, 13, 0, &lane));
-        assert_eq!(repeats(folds.drain(None)), [1], "another thread visits every question");
-        assert!(folds.drain(Some(&lane)).is_empty(), "already taken");
+        assert_eq!(drain(&mut folds, None), [1], "another thread visits every question");
+        assert!(drain(&mut folds, Some(&lane)).is_empty(), "already taken");
         // Counted where this lane's list did not see it (as when a list could not be borrowed).
         assert!(folds.fold(&other, &answer, 14, 0, &Lane::new()));
         lane.scan.set(true);
-        assert_eq!(repeats(folds.drain(Some(&lane))), [1], "a list said incomplete is not trusted");
+        assert_eq!(drain(&mut folds, Some(&lane)), [1], "a list said incomplete is not trusted");
     }
 
     /// Every query the table marks `stable` has plain outputs the memo can hand back.

@@ -1,8 +1,7 @@
-//! The hook table: one slot per exported driver symbol of the API table, holding the real
-//! function's address once known, plus look-ups from symbol names to slots.
+//! The hook table: one slot per exported driver symbol of the API table (the real function's
+//! address is kept in the slot's entry, `slots.rs`), plus look-ups from symbol names to slots.
 
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::OnceLock;
 
 use gpuless_analyzer::api::{ApiId, Variant};
@@ -49,11 +48,6 @@ pub mod generated_trampolines {
 
 /// `CUDA_ERROR_NOT_FOUND`, returned by a hook whose real function cannot be found.
 pub const NOT_FOUND: u32 = 500;
-
-/// Records the real address behind `slot` (kept in the slot's entry, `slots.rs`).
-pub fn set_real(slot: usize, addr: *mut c_void) {
-    crate::slots::set_real(slot, addr);
-}
 
 /// Slots by exported symbol name.
 pub fn slot_of(symbol: &str) -> Option<usize> {

@@ -187,7 +187,7 @@ fn substitute(name: &str, p: *mut c_void, exact: bool) -> *mut c_void {
         // dlsym names the exact exported symbol.
         if let Some(slot) = hooks::slot_of(name) {
             if !real.is_null() {
-                hooks::set_real(slot, real);
+                crate::slots::set_real(slot, real);
             }
             return HOOKS[slot].hook.ptr();
         }
@@ -196,7 +196,7 @@ fn substitute(name: &str, p: *mut c_void, exact: bool) -> *mut c_void {
         // exported variants it returned.
         for &slot in hooks::slots_of_base(name) {
             if libcuda_symbol(HOOKS[slot].cname) == p {
-                hooks::set_real(slot, p);
+                crate::slots::set_real(slot, p);
                 return HOOKS[slot].hook.ptr();
             }
         }

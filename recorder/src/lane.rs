@@ -6,7 +6,7 @@
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
-use crate::capture::Layout;
+use crate::capture::Packing;
 use crate::fold::Entry;
 
 /// Entries of a thread's recent questions (`fold.rs`), by a hash of the question.
@@ -25,7 +25,7 @@ pub(crate) struct Lane {
     /// Recent questions and their answers, found without the batch lock (`fold.rs`).
     pub recent: RefCell<Vec<Option<Arc<Entry>>>>,
     /// Recent kernel parameter layouts, found without a lock (`capture.rs`).
-    pub layouts: RefCell<Vec<(u64, Layout)>>,
+    pub layouts: RefCell<Vec<(u64, Packing)>>,
     /// Remembered questions counted since the last hand-over (`fold.rs`).
     pub counted: RefCell<Vec<Arc<Entry>>>,
     /// Whether `counted` may miss some: the next hand-over visits every question.
@@ -34,12 +34,18 @@ pub(crate) struct Lane {
 
 impl Lane {
     pub(crate) fn new() -> Self {
+        Self::with_tables(MEMO, LAYOUTS)
+    }
+
+    /// A lane whose memo and layout cache have these many entries (0: nothing is found in
+    /// them, nothing kept).
+    fn with_tables(memo: usize, layouts: usize) -> Self {
         Lane {
             current: Cell::new(None),
             tid: Cell::new(0),
             last_ns: Cell::new(0),
-            recent: RefCell::new(vec![None; MEMO]),
-            layouts: RefCell::new(vec![(0, &[]); LAYOUTS]),
+            recent: RefCell::new(vec![None; memo]),
+            layouts: RefCell::new(vec![(0, (&[], 0)); layouts]),
             counted: RefCell::new(Vec::new()),
             scan: Cell::new(false),
         }
@@ -77,8 +83,9 @@ pub(crate) fn with<R>(f: impl FnOnce(&Lane) -> R) -> R {
     }
     match f.take() {
         Some(f) => {
+            // Without tables (nothing is found in them, nothing kept): no allocation per call.
             // The thread's own list of counted questions is gone with its lane.
-            let lane = Lane::new();
+            let lane = Lane::with_tables(0, 0);
             lane.scan.set(true);
             f(&lane)
         }

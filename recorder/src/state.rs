@@ -369,8 +369,9 @@ pub fn emit_query(rec: CallRecord, key: fold::Key, answer: fold::Answer, confirm
 #[inline(never)]
 fn hand_over(b: &Mutex<Batch>, lane: Option<&Lane>) {
     let chunk = {
-        let mut b = b.lock().unwrap_or_else(|e| e.into_inner());
-        b.chunk.repeats = b.folds.drain(lane);
+        let mut guard = b.lock().unwrap_or_else(|e| e.into_inner());
+        let b = &mut *guard;
+        b.folds.drain(lane, &mut b.chunk.repeats);
         if b.chunk.recs.is_empty() && b.chunk.repeats.is_empty() {
             return;
         }

@@ -87,20 +87,61 @@ fn waits(sync: SyncClass) -> bool {
     matches!(sync, SyncClass::CtxSync | SyncClass::StreamSync | SyncClass::EventSync)
 }
 
+/// The driver objects of one capture, destroyed however [`run`] ends.
+struct Objects {
+    cap: sys::CUstream,
+    branch: sys::CUstream,
+    events: Vec<sys::CUevent>,
+    graph: sys::CUgraph,
+    exe: sys::CUgraphExec,
+}
+
+impl Drop for Objects {
+    fn drop(&mut self) {
+        // SAFETY: objects created by `run` (null where not created); a capture is ended before
+        // `run` returns, and an executable graph still running is freed when it completes.
+        unsafe {
+            if !self.exe.is_null() {
+                sys::cuGraphExecDestroy(self.exe);
+            }
+            if !self.graph.is_null() {
+                sys::cuGraphDestroy(self.graph);
+            }
+            for &ev in self.events.iter().filter(|e| !e.is_null()) {
+                sys::cuEventDestroy_v2(ev);
+            }
+            for s in [self.branch, self.cap] {
+                if !s.is_null() {
+                    sys::cuStreamDestroy_v2(s);
+                }
+            }
+        }
+    }
+}
+
+/// Notes the first failure of the capture's own fork and join calls.
+fn note(failed: &mut Option<String>, what: &str, r: sys::CUresult) {
+    if r != sys::CUresult::CUDA_SUCCESS && failed.is_none() {
+        *failed = Some(format!("{what} failed with {r:?}"));
+    }
+}
+
 /// Captures the body, then launches the graph `iterations` times (after one verified warm-up).
+/// `moving`: launches whose inputs the body never writes, and where they go (`None`: the
+/// plain graph of the body).
 pub(crate) fn run(
     st: &mut State,
     trace: &LoadedTrace,
     report: &mut Report,
     body: &[usize],
     iterations: u32,
-    side: &[super::dataflow::SideLaunch],
-    to: Side,
+    moving: Option<(&[super::dataflow::SideLaunch], Side)>,
 ) -> Result<GraphTiming, String> {
     // Moved to the set-up: left out of the capture. On a branch: captured from a second stream.
-    let (skip, side): (std::collections::HashSet<usize>, _) = match to {
-        Side::Setup => (side.iter().map(|l| l.call).collect(), &[][..]),
-        Side::Branch => (Default::default(), side),
+    let (skip, side): (std::collections::HashSet<usize>, _) = match moving {
+        None => (Default::default(), &[][..]),
+        Some((side, Side::Setup)) => (side.iter().map(|l| l.call).collect(), &[][..]),
+        Some((side, Side::Branch)) => (Default::default(), side),
     };
     if let Some(why) = refusal(trace, body) {
         return Err(why);
@@ -113,28 +154,35 @@ pub(crate) fn run(
         }
     }
     let e = |what: &str, r: sys::CUresult| format!("{what} failed with {r:?}");
-    // SAFETY (whole function): driver calls on a stream, graph and buffers created here.
+    let mut o = Objects {
+        cap: std::ptr::null_mut(),
+        branch: std::ptr::null_mut(),
+        events: vec![std::ptr::null_mut(); if side.is_empty() { 0 } else { side.len() + 1 }],
+        graph: std::ptr::null_mut(),
+        exe: std::ptr::null_mut(),
+    };
+    // SAFETY (whole function): driver calls on streams, events, a graph and buffers created
+    // here (destroyed with `o`).
     unsafe {
-        let mut cap = std::ptr::null_mut();
-        let r = sys::cuStreamCreate(&mut cap, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32);
+        let r = sys::cuStreamCreate(&mut o.cap, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32);
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(e("cuStreamCreate", r));
         }
+        let cap = o.cap;
         // The side branch: a stream forked from the capturing one, an event after each launch.
-        let mut branch = std::ptr::null_mut();
-        let mut events = vec![std::ptr::null_mut(); side.len() + 1];
         if !side.is_empty() {
-            let r = sys::cuStreamCreate(&mut branch, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32);
+            let r = sys::cuStreamCreate(&mut o.branch, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32);
             if r != sys::CUresult::CUDA_SUCCESS {
                 return Err(e("cuStreamCreate", r));
             }
-            for ev in events.iter_mut() {
+            for ev in o.events.iter_mut() {
                 let r = sys::cuEventCreate(ev, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32);
                 if r != sys::CUresult::CUDA_SUCCESS {
                     return Err(e("cuEventCreate", r));
                 }
             }
         }
+        let (branch, events) = (o.branch, o.events.clone());
         let r = sys::cuStreamBeginCapture_v2(cap, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(e("cuStreamBeginCapture", r));
@@ -143,16 +191,19 @@ pub(crate) fn run(
         let mut captured = 0u64;
         let mut failed = None;
         if !side.is_empty() {
-            sys::cuEventRecord(events[side.len()], cap);
-            sys::cuStreamWaitEvent(branch, events[side.len()], 0);
+            note(&mut failed, "cuEventRecord (fork)", sys::cuEventRecord(events[side.len()], cap));
+            note(&mut failed, "cuStreamWaitEvent (fork)", sys::cuStreamWaitEvent(branch, events[side.len()], 0));
         }
         for (k, &i) in body.iter().enumerate() {
+            if failed.is_some() {
+                break;
+            }
             let rec = &trace.calls[i];
             if skip.contains(&k) || rec.function.api().is_some_and(|f| waits(f.sync)) {
                 continue;
             }
             for &n in wait_at.get(&k).into_iter().flatten() {
-                sys::cuStreamWaitEvent(cap, events[n], 0);
+                note(&mut failed, "cuStreamWaitEvent (join)", sys::cuStreamWaitEvent(cap, events[n], 0));
             }
             let on_side = side_at.get(&k).copied();
             if on_side.is_some() {
@@ -165,18 +216,17 @@ pub(crate) fn run(
                 break;
             }
             if let Some(n) = on_side {
-                sys::cuEventRecord(events[n], branch);
+                note(&mut failed, "cuEventRecord (side)", sys::cuEventRecord(events[n], branch));
             }
             captured += 1;
         }
         if !side.is_empty() {
             // Join: the branch's last launch before the end of the graph.
-            sys::cuEventRecord(events[side.len()], branch);
-            sys::cuStreamWaitEvent(cap, events[side.len()], 0);
+            note(&mut failed, "cuEventRecord (join)", sys::cuEventRecord(events[side.len()], branch));
+            note(&mut failed, "cuStreamWaitEvent (join)", sys::cuStreamWaitEvent(cap, events[side.len()], 0));
         }
         st.stream_override = None;
-        let mut graph = std::ptr::null_mut();
-        let r = sys::cuStreamEndCapture(cap, &mut graph);
+        let r = sys::cuStreamEndCapture(cap, &mut o.graph);
         if let Some(why) = failed {
             return Err(format!("capturing the body: {why}"));
         }
@@ -185,11 +235,11 @@ pub(crate) fn run(
         }
         // Every result the capture deferred: compared after each launch.
         let results = st.objects.complete(SyncPoint::Stream(1));
-        let mut exe = std::ptr::null_mut();
-        let r = sys::cuGraphInstantiateWithFlags(&mut exe, graph, 0);
+        let r = sys::cuGraphInstantiateWithFlags(&mut o.exe, o.graph, 0);
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(e("cuGraphInstantiateWithFlags", r));
         }
+        let exe = o.exe;
         let (mut verified, mut mismatches) = (0u64, 0u64);
         let mut wall = Vec::new();
         for k in 0..=iterations {
@@ -216,15 +266,7 @@ pub(crate) fn run(
                 }
             }
         }
-        sys::cuGraphExecDestroy(exe);
-        sys::cuGraphDestroy(graph);
-        sys::cuStreamDestroy_v2(cap);
-        if !side.is_empty() {
-            for ev in events {
-                sys::cuEventDestroy_v2(ev);
-            }
-            sys::cuStreamDestroy_v2(branch);
-        }
+        drop(o);
         let min = wall.iter().copied().fold(f64::INFINITY, f64::min);
         Ok(GraphTiming {
             captured_calls: captured,

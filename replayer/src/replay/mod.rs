@@ -453,7 +453,7 @@ fn lower_hot(
     iterations: u32,
     effects: Option<&[dataflow::Effect]>,
 ) -> Result<lower::GraphTiming, String> {
-    let mut g = lower::run(st, trace, report, body, iterations, &[], lower::Side::Setup)?;
+    let mut g = lower::run(st, trace, report, body, iterations, None)?;
     let plan = match effects {
         Some(e) => side::plan(st, trace, report, body, e),
         None => Err("the body's first pass could not see what its calls wrote".into()),
@@ -475,7 +475,7 @@ fn lower_hot(
     }
     for to in [lower::Side::Setup, lower::Side::Branch] {
         let (mismatches, verified) = (report.mismatches.len(), report.results_verified);
-        match lower::run(st, trace, report, body, iterations, &plan.side, to) {
+        match lower::run(st, trace, report, body, iterations, Some((&plan.side, to))) {
             Ok(m) if m.mismatches == 0 && m.results_verified > 0 => g.moved.push(lower::Moved {
                 to,
                 launches: plan.side.len() as u64,

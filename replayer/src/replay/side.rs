@@ -143,7 +143,11 @@ pub(crate) fn plan(
         let len = (l.out.1 - l.out.0) as usize;
         let mut buf = 0;
         // SAFETY: an out-pointer for a new allocation.
-        ok("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut buf, len) })?;
+        if let Err(e) = ok("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut buf, len) }) {
+            // The buffers placed so far go back with their relocations.
+            plan.drop_from(st);
+            return Err(e);
+        }
         let rec = &trace.calls[body[l.call]];
         st.relocations.entry(rec.seq).or_default().push((l.out, buf));
         let zero = run_alone(st, trace, report, rec, buf, len, 0);
