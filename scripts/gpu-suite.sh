@@ -264,6 +264,24 @@ PY2
     rm -f "$out/ab.gl"
     row "overhead: recording over pass-through, inside one process (informational)" INFO \
       "median block ratio ${ab[*]} (scripts/overhead-ab/ab.py, 12 ABBA block pairs of 25 inferences each)"
+    # The same blocks, sampled: the main thread's time in the recorder, in libcuda (stable
+    # queries answered from memory skip it) and in the C library. Informational.
+    prof="?"
+    if cc -O2 -shared -fPIC -o "$out/sampler.so" "$root/scripts/overhead-ab/sampler.c" 2>"$out/sampler.err"; then
+      SAMPLER="$out/sampler.so" GPULESS_DIAG=pause GPULESS_RECORDER="$rec_lib" ${limit[@]+"${limit[@]}"} "$gl" record \
+        -o "$out/ab.gl" -- python3 "$root/scripts/overhead-ab/profile.py" 2>/dev/null | tail -n 1 >"$out/profile.json"
+      prof=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+def f(m):
+    x = d[m]
+    return "recorder %s%%, libcuda %s%%, libc %s%%" % (x.get("recorder_pct", 0), x.get("libcuda_pct", 0), x.get("libc_pct", 0))
+top = ", ".join("%s %s%%" % (k, v) for k, v in d["rec"]["recorder_top"][:4])
+print("recording: %s (%d samples); passed through: %s; recorder top: %s" % (f("rec"), d["rec"]["samples"], f("pass"), top))' "$out/profile.json" 2>/dev/null || echo "?")
+    fi
+    rm -f "$out/ab.gl"
+    row "overhead: main thread sampled every 50 us, recording / passed through (informational)" INFO \
+      "$prof (scripts/overhead-ab/profile.py)"
     # Where the recorder's time goes (GPULESS_DIAG=selftime: time outside the driver per
     # function, summed; slightly inflated by its own clock reads). Informational.
     HOT_ITERS=100 GPULESS_DIAG=selftime GPULESS_RECORDER="$rec_lib" ${limit[@]+"${limit[@]}"} "$gl" record \
