@@ -269,7 +269,7 @@ PY2
     prof="?"
     if cc -O2 -shared -fPIC -o "$out/sampler.so" "$root/scripts/overhead-ab/sampler.c" 2>"$out/sampler.err"; then
       SAMPLER="$out/sampler.so" GPULESS_DIAG=pause GPULESS_RECORDER="$rec_lib" ${limit[@]+"${limit[@]}"} "$gl" record \
-        -o "$out/ab.gl" -- python3 "$root/scripts/overhead-ab/profile.py" 2>/dev/null | tail -n 1 >"$out/profile.json"
+        -o "$out/ab.gl" -- python3 "$root/scripts/overhead-ab/sample_thread.py" 2>/dev/null | tail -n 1 >"$out/profile.json"
       prof=$(python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -281,7 +281,7 @@ print("recording: %s (%d samples); passed through: %s; recorder top: %s" % (f("r
     fi
     rm -f "$out/ab.gl"
     row "overhead: main thread sampled every 50 us, recording / passed through (informational)" INFO \
-      "$prof (scripts/overhead-ab/profile.py)"
+      "$prof (scripts/overhead-ab/sample_thread.py)"
     # Where the recorder's time goes (GPULESS_DIAG=selftime: time outside the driver per
     # function, summed; slightly inflated by its own clock reads). Informational.
     HOT_ITERS=100 GPULESS_DIAG=selftime GPULESS_RECORDER="$rec_lib" ${limit[@]+"${limit[@]}"} "$gl" record \

@@ -1,4 +1,4 @@
-/* A wall-clock sampling profiler for one thread, loaded with ctypes by profile.py: a POSIX timer
+/* A wall-clock sampling profiler for one thread, loaded with ctypes by sample_thread.py: a POSIX timer
  * on CLOCK_MONOTONIC delivers SIGPROF to the thread that started it (CPU-time timers tick at the
  * kernel's HZ in the device's VMs: too coarse); the handler keeps the interrupted instruction
  * address. sampler_start(period_ns), sampler_stop(), sampler_take(out, max) -> count (and reset).

@@ -7,6 +7,8 @@ Prints one JSON line: per mode, the share of samples in the recorder, in libcuda
 C library, and the recorder's functions with the most samples (symbols from `nm`, when found).
 Sampling shows the recorder's own time directly, and what recording saves in the driver
 (stable queries answered from memory), without the noise between processes.
+(Not named profile.py: a script's folder comes first on sys.path, and PyTorch imports the
+standard library's `profile` through cProfile.)
 """
 import bisect, collections, ctypes, json, os, statistics as st, subprocess, sys, time
 
