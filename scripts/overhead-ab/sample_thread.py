@@ -1,7 +1,8 @@
 """Where the recorded program's main thread spends its time, recording and paused: ResNet-50
 inferences in blocks (as ab.py), sampled by a SIGPROF timer every 50 us of wall time (the
 thread is busy throughout: it launches, then spins in the synchronization). Run under
-`GPULESS_DIAG=pause gpuless record`, with sampler.so (built from sampler.c) next to this file.
+`GPULESS_DIAG=pause gpuless record`, with sampler.so (built from sampler.c) next to this file
+or named by SAMPLER.
 
 Prints one JSON line: per mode, the share of samples in the recorder, in libcuda and in the
 C library, and the recorder's functions with the most samples (symbols from `nm`, when found).
@@ -10,45 +11,31 @@ Sampling shows the recorder's own time directly, and what recording saves in the
 (Not named profile.py: a script's folder comes first on sys.path, and PyTorch imports the
 standard library's `profile` through cProfile.)
 """
-import bisect, collections, ctypes, json, os, statistics as st, subprocess, sys, time
+import bisect, collections, contextlib, ctypes, json, os, statistics as st, subprocess
 
-import torch, torchvision
+import ab_blocks as blocks
 
-blocks = int(os.environ.get("AB_BLOCKS", 12))
-per = int(os.environ.get("AB_ITERS", 25))
 here = os.path.dirname(os.path.abspath(__file__))
-pause = getattr(ctypes.CDLL(None), "gpuless_diag_pause", None)
-if pause is None:
-    sys.exit("gpuless_diag_pause not found: run under GPULESS_DIAG=pause gpuless record")
 sampler = ctypes.CDLL(os.environ.get("SAMPLER", os.path.join(here, "sampler.so")))
 sampler.sampler_take.restype = ctypes.c_long
-torch.manual_seed(0)
-model = torchvision.models.resnet50(weights=None).eval().cuda()
-x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1)).cuda()
 cap = 1 << 22
 buf = (ctypes.c_uint64 * cap)()
-samples = {"rec": [], "pass": []}
-ms = {"rec": [], "pass": []}
-with torch.no_grad():
-    for _ in range(30):
-        model(x)
-    torch.cuda.synchronize()
-    for b in range(blocks):
-        for mode in (("rec", "pass") if b % 2 == 0 else ("pass", "rec")):
-            pause(1 if mode == "pass" else 0)
-            ts = []
-            sampler.sampler_take(buf, cap)
-            sampler.sampler_start(50_000)
-            for _ in range(per):
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                model(x)
-                torch.cuda.synchronize()
-                ts.append((time.perf_counter() - t0) * 1e3)
-            sampler.sampler_stop()
-            samples[mode].extend(buf[: sampler.sampler_take(buf, cap)])
-            ms[mode].append(st.median(ts))
-    pause(0)
+samples = {m: [] for m in blocks.MODES}
+
+
+@contextlib.contextmanager
+def sampled(mode):
+    """Samples the block into `samples[mode]`."""
+    sampler.sampler_take(buf, cap)
+    sampler.sampler_start(50_000)
+    try:
+        yield
+    finally:
+        sampler.sampler_stop()
+        samples[mode].extend(buf[: sampler.sampler_take(buf, cap)])
+
+
+ms = blocks.run(sampled)
 
 maps = []
 for line in open("/proc/self/maps"):

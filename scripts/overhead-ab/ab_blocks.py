@@ -1,0 +1,40 @@
+"""What ab.py and sample_thread.py share: ResNet-50 inferences in blocks, recording and paused
+(calls passed through the hooks) in turn, ABBA order, inside one process run under
+`GPULESS_DIAG=pause gpuless record`. AB_BLOCKS pairs of blocks (12) of AB_ITERS inferences (25)."""
+import contextlib, ctypes, os, statistics as st, sys, time
+
+MODES = ("rec", "pass")
+
+
+def run(around=None):
+    """Each mode's block medians in ms. `around(mode)`, when given, returns a context manager
+    entered for each block (a sampler)."""
+    import torch, torchvision
+
+    blocks = int(os.environ.get("AB_BLOCKS", 12))
+    per = int(os.environ.get("AB_ITERS", 25))
+    pause = getattr(ctypes.CDLL(None), "gpuless_diag_pause", None)
+    if pause is None:
+        sys.exit("gpuless_diag_pause not found: run under GPULESS_DIAG=pause gpuless record")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50(weights=None).eval().cuda()
+    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1)).cuda()
+    out = {m: [] for m in MODES}
+    with torch.no_grad():
+        for _ in range(30):
+            model(x)
+        torch.cuda.synchronize()
+        for b in range(blocks):
+            for mode in MODES if b % 2 == 0 else MODES[::-1]:
+                pause(1 if mode == "pass" else 0)
+                ts = []
+                with around(mode) if around else contextlib.nullcontext():
+                    for _ in range(per):
+                        torch.cuda.synchronize()
+                        t0 = time.perf_counter()
+                        model(x)
+                        torch.cuda.synchronize()
+                        ts.append((time.perf_counter() - t0) * 1e3)
+                out[mode].append(st.median(ts))
+        pause(0)
+    return out
