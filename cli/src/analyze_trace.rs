@@ -177,8 +177,13 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
     row(out, "blobs stored", s.blobs.count, Some(s.blobs.bytes))?;
     row(out, "  code images", s.code_images.count, Some(s.code_images.bytes))?;
     row(out, "unmodeled calls", s.unmodeled_calls, None)?;
-    for (name, c) in s.unmodeled.iter().take(10) {
-        writeln!(out, "  {name:<20} {c:>10}")?;
+    let listed = &s.unmodeled[..s.unmodeled.len().min(10)];
+    let width = listed.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(20);
+    for (name, c) in listed {
+        writeln!(out, "  {name:<width$} {c:>10}")?;
+    }
+    if s.unmodeled.len() > listed.len() {
+        writeln!(out, "  ... and {} more functions (--json lists all)", s.unmodeled.len() - listed.len())?;
     }
     writeln!(out)?;
     writeln!(

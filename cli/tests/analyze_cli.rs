@@ -178,3 +178,21 @@ fn real_format_2_trace_with_registrations() {
     assert_eq!(names, ["_Z3mixPiii", "_Z6affinePiiii", "_Z7combinePKiS0_Pii"]);
     assert_eq!(v["stats"]["kernel_launches"], 10);
 }
+
+/// The unmodeled functions of a PyTorch trace are listed in one column, however long their
+/// names (cuDNN's are longer than the column was).
+#[test]
+fn unmodeled_functions_are_listed_in_a_column() {
+    let (code, out, err) = gpuless(&["analyze", "--no-progress", trace("tiny_pytorch.gl").to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("unmodeled calls"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter(|l| !l.contains("more functions"))
+        .collect();
+    assert!(lines.iter().any(|l| l.contains("cudnnBackendDestroyDescriptor")), "{out}");
+    let ends: std::collections::HashSet<usize> = lines.iter().map(|l| l.trim_end().len()).collect();
+    assert_eq!(ends.len(), 1, "counts right-aligned in one column: {lines:#?}");
+}
