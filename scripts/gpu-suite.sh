@@ -282,6 +282,31 @@ print("recording: %s (%d samples); passed through: %s; recorder top: %s" % (f("r
     rm -f "$out/ab.gl"
     row "overhead: main thread sampled every 50 us, recording / passed through (informational)" INFO \
       "$prof (scripts/overhead-ab/sample_thread.py)"
+    # From the first result on, window by window (the workload as shipped times 20 iterations
+    # right after it): native and recorded, 3 pairs interleaved. Informational.
+    for i in 1 2 3; do
+      for who in native rec; do
+        if [[ $who == native ]]; then
+          ${limit[@]+"${limit[@]}"} python3 "$root/scripts/overhead-ab/timeline.py" >"$out/timeline-native-$i.json" 2>/dev/null
+        else
+          GPULESS_RECORDER="$rec_lib" ${limit[@]+"${limit[@]}"} "$gl" record -o "$out/timeline.gl" -- \
+            python3 "$root/scripts/overhead-ab/timeline.py" >"$out/timeline-rec-$i.json" 2>/dev/null
+        fi
+      done
+    done
+    rm -f "$out/timeline.gl"
+    tl=$(python3 -c '
+import json, statistics as st, sys
+d = sys.argv[1]
+load = lambda w, i: json.loads(open("%s/timeline-%s-%d.json" % (d, w, i)).read().strip().splitlines()[-1])
+pairs = [(load("native", i), load("rec", i)) for i in (1, 2, 3)]
+n = min(len(p[0]["windows"]) for p in pairs)
+ratio = [st.median(r["windows"][k]["ms"] / a["windows"][k]["ms"] for a, r in pairs) for k in range(n)]
+w = pairs[0][0]["window"]
+cpu = [st.median(sum(v for t, v in r["windows"][k]["other_threads_cpu_ms"].items() if t.startswith("gpuless")) for _, r in pairs) for k in range(n)]
+print("recorded / native per %d-iteration window from the first result (median of 3 pairs): %s; the trace writer'"'"'s CPU ms per window: %s" % (
+    w, " ".join("x%.3f" % x for x in ratio), " ".join("%.0f" % c for c in cpu)))' "$out" 2>/dev/null || echo "?")
+    row "overhead: start-up, hot latency window by window (informational)" INFO "$tl (scripts/overhead-ab/timeline.py)"
     # Where the recorder's time goes (GPULESS_DIAG=selftime: time outside the driver per
     # function, summed; slightly inflated by its own clock reads). Informational.
     HOT_ITERS=100 GPULESS_DIAG=selftime GPULESS_RECORDER="$rec_lib" ${limit[@]+"${limit[@]}"} "$gl" record \
