@@ -1,24 +1,44 @@
-"""What ab.py and sample_thread.py share: ResNet-50 inferences in blocks, recording and paused
-(calls passed through the hooks) in turn, ABBA order, inside one process run under
-`GPULESS_DIAG=pause gpuless record`. AB_BLOCKS pairs of blocks (12) of AB_ITERS inferences (25)."""
+"""What the overhead scripts share: the workload's model ([`resnet50`]), one timed inference
+([`timed`]), and for ab.py and sample_thread.py ([`run`]) ResNet-50 inferences in blocks,
+recording and paused (calls passed through the hooks) in turn, ABBA order, inside one process run
+under `GPULESS_DIAG=pause gpuless record`: AB_BLOCKS pairs of blocks (12) of AB_ITERS
+inferences (25)."""
 import contextlib, ctypes, os, statistics as st, sys, time
 
 MODES = ("rec", "pass")
 
 
+def resnet50():
+    """The workload's model and input (../shared/workloads/resnet50.py), on the GPU."""
+    import torch, torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50(weights=None).eval().cuda()
+    return model, torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1)).cuda()
+
+
+def timed(model, x):
+    """One inference's latency in ms, the GPU idle before and after."""
+    import torch
+
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    model(x)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
 def run(around=None):
     """Each mode's block medians in ms. `around(mode)`, when given, returns a context manager
     entered for each block (a sampler)."""
-    import torch, torchvision
+    import torch
 
     blocks = int(os.environ.get("AB_BLOCKS", 12))
     per = int(os.environ.get("AB_ITERS", 25))
     pause = getattr(ctypes.CDLL(None), "gpuless_diag_pause", None)
     if pause is None:
         sys.exit("gpuless_diag_pause not found: run under GPULESS_DIAG=pause gpuless record")
-    torch.manual_seed(0)
-    model = torchvision.models.resnet50(weights=None).eval().cuda()
-    x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1)).cuda()
+    model, x = resnet50()
     out = {m: [] for m in MODES}
     with torch.no_grad():
         for _ in range(30):
@@ -30,11 +50,7 @@ def run(around=None):
                 ts = []
                 with around(mode) if around else contextlib.nullcontext():
                     for _ in range(per):
-                        torch.cuda.synchronize()
-                        t0 = time.perf_counter()
-                        model(x)
-                        torch.cuda.synchronize()
-                        ts.append((time.perf_counter() - t0) * 1e3)
+                        ts.append(timed(model, x))
                 out[mode].append(st.median(ts))
         pause(0)
     return out

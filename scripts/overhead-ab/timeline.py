@@ -9,9 +9,11 @@ Why: the workload as shipped times 20 iterations right after the first result, a
 loop was ~9% slower than native (median of a day's suite runs) while 200-iteration loops were
 ~3% slower — the recorded process is slower for a while after start-up.
 """
-import collections, json, os, statistics as st, threading, time
+import collections, json, os, statistics as st, threading
 
-import torch, torchvision
+import torch
+
+import ab_blocks
 
 iters = int(os.environ.get("TIMELINE_ITERS", 400))
 window = int(os.environ.get("TIMELINE_WINDOW", 20))
@@ -37,20 +39,14 @@ def threads():
     return out
 
 
-torch.manual_seed(0)
-model = torchvision.models.resnet50(weights=None).eval().cuda()
-x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1)).cuda()
+model, x = ab_blocks.resnet50()
 windows = []
 with torch.no_grad():
     model(x).float().cpu()
     before = threads()
     ts = []
     for i in range(iters):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        model(x)
-        torch.cuda.synchronize()
-        ts.append((time.perf_counter() - t0) * 1e3)
+        ts.append(ab_blocks.timed(model, x))
         if len(ts) == window or i == iters - 1:
             now = threads()
             busy = {k: round(v - before.get(k, 0), 1) for k, v in now.items() if v - before.get(k, 0) > 0}
