@@ -346,7 +346,7 @@ fn event_recorded_with_flags_completes_async_copies() {
 }
 
 /// `GPULESS_DIAG=selftime` records as usual and says at exit how long each function spent in
-/// the recorder, with its call count.
+/// the recorder, with its call count, and lists the counting trampolines with their calls.
 #[test]
 fn selftime_lists_each_function_with_its_calls() {
     let dir = tempfile::tempdir().unwrap();
@@ -366,6 +366,11 @@ fn selftime_lists_each_function_with_its_calls() {
         .find(|l| l.starts_with("gpuless selftime:") && !l.contains("look-up") && l.ends_with(" cuLaunchKernel"));
     let launch = launch.unwrap_or_else(|| panic!("no cuLaunchKernel row in:\n{err}"));
     assert!(launch.contains(" 51 calls") && launch.contains(" raw "), "{launch}");
+    // The counting trampolines are listed too, with their kind: that is how a hot unmodeled
+    // driver function (CUDA 13's cuCtxGetDevice_v2, session 7) shows itself.
+    let tramp = err.lines().find(|l| l.contains("trampoline") && l.ends_with(" cuFakeUnmodeled"));
+    let tramp = tramp.unwrap_or_else(|| panic!("no trampoline row for cuFakeUnmodeled in:\n{err}"));
+    assert!(tramp.contains("dtramp (new epoch)") && tramp.contains(" 2 calls"), "{tramp}");
     let calls = calls_of(&dir.path().join("t.gl"));
     let launches: Vec<_> = calls.iter().filter(|c| c.function.name() == "cuLaunchKernel").collect();
     assert_eq!(launches.len(), 51, "the trace is complete under selftime");
