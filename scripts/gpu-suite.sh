@@ -304,8 +304,13 @@ n = min(len(p[0]["windows"]) for p in pairs)
 ratio = [st.median(r["windows"][k]["ms"] / a["windows"][k]["ms"] for a, r in pairs) for k in range(n)]
 w = pairs[0][0]["window"]
 cpu = [st.median(sum(v for t, v in r["windows"][k]["other_threads_cpu_ms"].items() if t.startswith("gpuless")) for _, r in pairs) for k in range(n)]
-print("recorded / native per %d-iteration window from the first result (median of 3 pairs): %s; the trace writer'"'"'s CPU ms per window: %s" % (
-    w, " ".join("x%.3f" % x for x in ratio), " ".join("%.0f" % c for c in cpu)))' "$out" 2>/dev/null || echo "?")
+# Within each process (free of the noise between processes): its first window over the median
+# of its windows after the first 100 iterations; a recorder start-up transient shows as a
+# recorded excess above the native one.
+excess = lambda run: run["windows"][0]["ms"] / st.median(x["ms"] for x in run["windows"][max(1, 100 // w):n])
+en, er = st.median(excess(a) for a, _ in pairs), st.median(excess(r) for _, r in pairs)
+print("first %d iterations over the steady ones, within each process: native x%.3f, recorded x%.3f (start-up excess of recording x%.3f); recorded / native per window (median of 3 pairs): %s; the trace writer'"'"'s CPU ms per window: %s" % (
+    w, en, er, er / en, " ".join("x%.3f" % x for x in ratio), " ".join("%.0f" % c for c in cpu)))' "$out" 2>/dev/null || echo "?")
     row "overhead: start-up, hot latency window by window (informational)" INFO "$tl (scripts/overhead-ab/timeline.py)"
     # Where the recorder's time goes (GPULESS_DIAG=selftime: time outside the driver per
     # function, summed; slightly inflated by its own clock reads). Informational.

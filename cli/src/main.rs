@@ -54,6 +54,10 @@ enum Command {
         /// trace is finished normally and a message says at which call it stopped.
         #[arg(long, value_name = "SIZE")]
         max_size: Option<String>,
+        /// Threads compressing the trace beside the program, at the lowest CPU priority
+        /// (default: a quarter of the CPUs, 1 to 4; 0 compresses on the writer thread).
+        #[arg(long, value_name = "N")]
+        compress_threads: Option<usize>,
         /// At exit, print how long the recorder spent in each intercepted driver function
         /// (outside the driver), with call counts: what recording costs this program. Each call
         /// is timed, so recording is slightly slower.
@@ -174,8 +178,19 @@ fn is_trace_file(path: &std::path::Path) -> bool {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Record { output, capture_outputs, code, arena, levels, max_size, self_time, command } => {
-            let opts = record::RecordOptions { capture_outputs, code, arena, levels, max_size, self_time };
+        Command::Record {
+            output,
+            capture_outputs,
+            code,
+            arena,
+            levels,
+            max_size,
+            compress_threads,
+            self_time,
+            command,
+        } => {
+            let opts =
+                record::RecordOptions { capture_outputs, code, arena, levels, max_size, compress_threads, self_time };
             record::run(&output, &opts, &command)
         }
         Command::Replay {

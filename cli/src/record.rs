@@ -42,6 +42,8 @@ pub struct RecordOptions {
     pub levels: String,
     /// Trace size limit.
     pub max_size: Option<String>,
+    /// Compression threads (`GPULESS_COMPRESS_THREADS`); `None`: the writer's default.
+    pub compress_threads: Option<usize>,
     /// Print the recorder's time per function at exit (`GPULESS_DIAG=selftime`).
     pub self_time: bool,
 }
@@ -136,6 +138,9 @@ pub fn run(out: &Path, opts: &RecordOptions, cmd: &[String]) -> anyhow::Result<E
     }
     if let Some(m) = &opts.max_size {
         child.env("GPULESS_MAX_SIZE", parse_size(m)?.to_string());
+    }
+    if let Some(n) = opts.compress_threads {
+        child.env("GPULESS_COMPRESS_THREADS", n.to_string());
     }
     let mut running = child.spawn().with_context(|| format!("cannot start {program}"))?;
     // Ctrl-C reaches the program from the terminal; this process waits for it instead of

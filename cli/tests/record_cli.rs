@@ -56,3 +56,34 @@ fn without_self_time_nothing_extra_is_printed() {
     assert!(out.status.success(), "{out:?}");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("selftime"), "{out:?}");
 }
+
+/// The calls of a trace, in order: function, status and the blobs its arguments hold (host
+/// addresses and handles differ between processes).
+fn calls(trace: &Path) -> Vec<String> {
+    use gpuless_traces::{ChunkBody, ReaderOptions, TraceReader};
+    let mut out = Vec::new();
+    for c in TraceReader::open(trace, ReaderOptions::default()).unwrap() {
+        if let ChunkBody::Calls(cs) = c.unwrap().body {
+            out.extend(cs.into_iter().map(|r| {
+                let blobs: Vec<_> = r.args.iter().filter(|a| matches!(a, gpuless_traces::Value::Blob(_))).collect();
+                format!("{} {:?} {} {blobs:?}", r.seq, r.function, r.status)
+            }));
+        }
+    }
+    out
+}
+
+#[test]
+fn compress_threads_keep_the_trace_the_same() {
+    let inline = tempfile::tempdir().unwrap();
+    let out = record(inline.path(), &["--compress-threads", "0"]);
+    assert!(out.status.success(), "{out:?}");
+    let threaded = tempfile::tempdir().unwrap();
+    let out = record(threaded.path(), &["--compress-threads", "3"]);
+    assert!(out.status.success(), "{out:?}");
+    let (a, b) = (calls(&inline.path().join("t.gl")), calls(&threaded.path().join("t.gl")));
+    assert!(a.len() > 20, "{} calls", a.len());
+    assert_eq!(a, b, "compressed on the writer thread or by three threads, the same calls");
+    let bad = record(inline.path(), &["--compress-threads", "many"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--compress-threads"), "{bad:?}");
+}

@@ -26,6 +26,9 @@ pub const ENV_CODE: &str = "GPULESS_CODE";
 pub const ENV_LEVELS: &str = "GPULESS_LEVELS";
 /// Trace size limit in bytes; once reached the rest of the run is not recorded.
 pub const ENV_MAX_SIZE: &str = "GPULESS_MAX_SIZE";
+/// Threads compressing the trace (0: on the writer thread); default
+/// [`gpuless_traces::default_compression_threads`].
+pub const ENV_COMPRESS_THREADS: &str = "GPULESS_COMPRESS_THREADS";
 
 /// Whether calls of `level` are recorded (`GPULESS_LEVELS`).
 pub fn level_enabled(level: gpuless_analyzer::api::ApiLevel) -> bool {
@@ -544,7 +547,10 @@ pub fn open(driver_ready: bool) {
         }
     };
     let max_file_bytes = std::env::var(ENV_MAX_SIZE).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&m| m > 0);
-    let opts = WriterOptions { queue_capacity: 1 << 20, max_file_bytes, ..WriterOptions::default() };
+    let mut opts = WriterOptions { queue_capacity: 1 << 20, max_file_bytes, ..WriterOptions::default() };
+    if let Some(n) = std::env::var(ENV_COMPRESS_THREADS).ok().and_then(|v| v.trim().parse::<usize>().ok()) {
+        opts.compression_threads = n.min(64);
+    }
     let writer = match TraceWriter::create(&path, &meta, opts) {
         Ok(w) => w,
         Err(e) => {

@@ -31,7 +31,7 @@ pub use model::{
     TraceIndex, TraceMeta, Value,
 };
 pub use reader::{Chunk, ChunkBody, ReaderOptions, Recovery, TraceFile, TraceReader};
-pub use writer::{TraceWriter, WriterOptions, WriterStats};
+pub use writer::{default_compression_threads, TraceWriter, WriterOptions, WriterStats};
 
 /// Whether a file starting with `prefix` is a gpuless trace (checks the magic).
 pub fn is_trace(prefix: &[u8]) -> bool {

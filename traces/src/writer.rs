@@ -45,8 +45,13 @@ pub struct WriterOptions {
     pub blob_chunk_bytes: usize,
     /// Pending records are written at least this often.
     pub flush_interval: Duration,
-    /// Compression threads (0: compress on the writer thread).
+    /// Compression threads (0: compress on the writer thread). Default: a quarter of the
+    /// CPUs, 1 to 4 (see [`default_compression_threads`]).
     pub compression_threads: usize,
+    /// Nice value the compression threads give themselves (Linux: per thread; 0 leaves them
+    /// at the process's priority). Default 19: a recorded program's own threads come first;
+    /// `max_queued_blob_bytes` bounds what waits meanwhile.
+    pub compression_nice: i32,
     /// Blob bytes allowed in the queue; `blob()` waits while more are queued (the queue's
     /// capacity counts messages, this bounds its memory).
     pub max_queued_blob_bytes: u64,
@@ -65,11 +70,20 @@ impl Default for WriterOptions {
             call_chunk_bytes: 1 << 20,
             blob_chunk_bytes: 4 << 20,
             flush_interval: Duration::from_millis(200),
-            compression_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            compression_threads: default_compression_threads(),
+            compression_nice: 19,
             max_queued_blob_bytes: 256 << 20,
             max_file_bytes: None,
         }
     }
+}
+
+/// A quarter of the CPUs, at least 1 and at most 4. Compression runs beside the recorded
+/// program: every busy core lowers the clock the program's own threads get and competes for
+/// shared caches, and a burst of GPU code at `code_zstd_level` right after start-up made a
+/// recorded hot loop measurably slower with one thread per CPU (docs/BENCHMARKS.md, session 8).
+pub fn default_compression_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get() / 4).clamp(1, 4)
 }
 
 /// What the writer did.
@@ -322,6 +336,19 @@ struct Done {
 /// A compressor and the level it is set to.
 type Cctx = Option<(i32, zstd::bulk::Compressor<'static>)>;
 
+/// Gives the calling thread the nice value `nice` (Linux: `setpriority` on a thread id affects
+/// that thread only). Best effort: a refusal leaves the thread as it was.
+fn lower_priority(nice: i32) {
+    if nice == 0 {
+        return;
+    }
+    // SAFETY: gettid and setpriority take no pointers; they act on the calling thread.
+    unsafe {
+        let tid = libc::gettid();
+        let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice);
+    }
+}
+
 fn compress(job: Job, cctx: &mut Cctx) {
     let (buf, head) = match job.payload {
         Payload::Encoded(b) => (b, 0),
@@ -401,7 +428,9 @@ impl<W: Write> WriterThread<W> {
             let (tx, rx) = bounded::<Job>(opts.compression_threads * 2);
             for i in 0..opts.compression_threads {
                 let rx = rx.clone();
+                let nice = opts.compression_nice;
                 let h = std::thread::Builder::new().name(format!("gpuless-trace-zstd{i}")).spawn(move || {
+                    lower_priority(nice);
                     let mut cctx = None;
                     for job in rx {
                         compress(job, &mut cctx);
