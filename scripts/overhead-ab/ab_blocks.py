@@ -28,29 +28,38 @@ def timed(model, x):
     return (time.perf_counter() - t0) * 1e3
 
 
-def run(around=None):
+def inferences():
+    """Inferences per mode that [`run`] times: AB_BLOCKS × AB_ITERS."""
+    return int(os.environ.get("AB_BLOCKS", 12)) * int(os.environ.get("AB_ITERS", 25))
+
+
+def run(around=None, native=False):
     """Each mode's block medians in ms. `around(mode)`, when given, returns a context manager
-    entered for each block (a sampler)."""
+    entered for each block (a sampler). With `native`, a process without the recorder runs the
+    same blocks in one mode, `native`."""
     import torch
 
     blocks = int(os.environ.get("AB_BLOCKS", 12))
     per = int(os.environ.get("AB_ITERS", 25))
     pause = getattr(ctypes.CDLL(None), "gpuless_diag_pause", None)
-    if pause is None:
+    if pause is None and not native:
         sys.exit("gpuless_diag_pause not found: run under GPULESS_DIAG=pause gpuless record")
+    modes = MODES if pause else ("native",)
     model, x = resnet50()
-    out = {m: [] for m in MODES}
+    out = {m: [] for m in modes}
     with torch.no_grad():
         for _ in range(30):
             model(x)
         torch.cuda.synchronize()
         for b in range(blocks):
-            for mode in MODES if b % 2 == 0 else MODES[::-1]:
-                pause(1 if mode == "pass" else 0)
+            for mode in modes if b % 2 == 0 else modes[::-1]:
+                if pause:
+                    pause(1 if mode == "pass" else 0)
                 ts = []
                 with around(mode) if around else contextlib.nullcontext():
                     for _ in range(per):
                         ts.append(timed(model, x))
                 out[mode].append(st.median(ts))
-        pause(0)
+        if pause:
+            pause(0)
     return out

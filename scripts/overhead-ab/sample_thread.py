@@ -5,7 +5,11 @@ thread is busy throughout: it launches, then spins in the synchronization). Run 
 or named by SAMPLER.
 
 Prints one JSON line: per mode, the share of samples in the recorder, in libcuda and in the
-C library, and the recorder's functions with the most samples (symbols from `nm`, when found).
+C library, the recorder's functions with the most samples (symbols from `nm`, when found), and
+the main thread's microseconds per inference in each library (`us_per_inference`). Run without
+the recorder and with SAMPLE_NATIVE=1, it samples the same blocks in one mode, `native`: the
+per-library times of native and recorded processes side by side say where the time a recorded
+process loses outside the recorder's own code goes.
 Sampling shows the recorder's own time directly, and what recording saves in the driver
 (stable queries answered from memory), without the noise between processes.
 (Not named profile.py: a script's folder comes first on sys.path, and PyTorch imports the
@@ -20,7 +24,7 @@ sampler = ctypes.CDLL(os.environ.get("SAMPLER", os.path.join(here, "sampler.so")
 sampler.sampler_take.restype = ctypes.c_long
 cap = 1 << 22
 buf = (ctypes.c_uint64 * cap)()
-samples = {m: [] for m in blocks.MODES}
+samples = collections.defaultdict(list)
 
 
 @contextlib.contextmanager
@@ -35,7 +39,7 @@ def sampled(mode):
         samples[mode].extend(buf[: sampler.sampler_take(buf, cap)])
 
 
-ms = blocks.run(sampled)
+ms = blocks.run(sampled, native=os.environ.get("SAMPLE_NATIVE") == "1")
 
 maps = []
 for line in open("/proc/self/maps"):
@@ -80,10 +84,11 @@ syms = symbols(recorder) if recorder else []
 sym_starts = [s[0] for s in syms]
 out = {"ms": {m: round(st.median(v), 4) for m, v in ms.items()}}
 for mode, v in samples.items():
-    lib, fns = collections.Counter(), collections.Counter()
+    lib, fns, by_lib = collections.Counter(), collections.Counter(), collections.Counter()
     for a in v:
         path, off = where(a)
         name = os.path.basename(path)
+        by_lib["gpuless_recorder" if path == recorder else name.split(".so")[0]] += 1
         lib["recorder" if path == recorder else "libcuda" if name.startswith("libcuda.so") else
             "libc" if name.startswith("libc.so") else "other"] += 1
         if path == recorder and syms:
@@ -91,5 +96,6 @@ for mode, v in samples.items():
             fns[syms[i][1][:60] if i >= 0 else "?"] += 1
     n = max(len(v), 1)
     out[mode] = {"samples": len(v), **{k + "_pct": round(100 * c / n, 2) for k, c in sorted(lib.items())},
-                 "recorder_top": [(k, round(100 * c / n, 2)) for k, c in fns.most_common(6)]}
+                 "recorder_top": [(k, round(100 * c / n, 2)) for k, c in fns.most_common(6)],
+                 "us_per_inference": {k: round(c * 50 / blocks.inferences(), 1) for k, c in by_lib.most_common(12)}}
 print(json.dumps(out))
