@@ -17,6 +17,8 @@
 #   4. replayer: every trace of section 3 (and the committed ones) replayed and verified; bad
 #      input (scripts/gpu-suite-bad-input.sh): arena range taken, a 200 GiB trace, sm_100 code.
 #   5. devices: `gpuless devices` against `nvidia-smi mig -lgip` (read-only).
+# GPULESS_SUITE_SKIP_SPEED=1 leaves out section 2; GPULESS_SUITE_SKIP_OVERHEAD=1 the overhead
+# measurements of section 3 (side-by-side pairs and the informational rows).
 # Every run of sections 3 and 4 is limited to $GPULESS_CHECK_TIMEOUT seconds (default 300).
 # The small traces of streams and tiny travel back inside details.tgz (traces/NAME.trace).
 set -uo pipefail
@@ -212,7 +214,10 @@ print(("PASS" if ok else "FAIL") + f"|{fb} fatbins, {fn} kernels, {vr} variables
     row "record: ResNet-50 (PyTorch)" FAIL "resnet50.py not found"
   fi
   # Issue 4: recorder overhead, native and recorded runs interleaved (one run each is noise).
-  if [[ -f $workloads/resnet50.py ]]; then
+  # GPULESS_SUITE_SKIP_OVERHEAD=1 leaves this block out (~6 minutes): a correctness-only run.
+  if [[ -n ${GPULESS_SUITE_SKIP_OVERHEAD:-} ]]; then
+    row "overhead: skipped (GPULESS_SUITE_SKIP_OVERHEAD=1)" INFO "a correctness-only run"
+  elif [[ -f $workloads/resnet50.py ]]; then
     # One process's hot median varies by up to a quarter between processes on the same host:
     # 12 pairs of 200 iterations, in ABBA order (native first in odd pairs, recorded first in
     # even ones) so that a drift of the host cancels; the row passes on the median of the pair

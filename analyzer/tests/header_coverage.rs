@@ -13,11 +13,10 @@ use std::path::Path;
 
 use gpuless_analyzer::api::{self, ApiLevel};
 
-/// The legacy (before CUDA 3.2) bare symbols whose 32-bit ABI (`unsigned int` sizes,
-/// `CUdeviceptr_v1`, the `_v1` descriptor structs) the table still gives the `_v2` signature:
-/// a KNOWN DEFECT found by this test (session 8), to be fixed by modeling them apart (or not at
-/// all) together with a GPU suite run; until then they are listed here so that any other drift
-/// still fails. Programs built with cuda.h 3.2 or later, and `cuGetProcAddress`, use `_v2`.
+/// The legacy (before CUDA 3.2) bare symbols with a 32-bit ABI (`unsigned int` sizes,
+/// `CUdeviceptr_v1`, the `_v1` descriptor structs): deliberately not modeled. Their calls are
+/// counted as unmodeled and passed through untouched (the arena cannot serve a 64-bit address
+/// into a 32-bit one). Programs built with cuda.h 3.2 or later, and `cuGetProcAddress`, use `_v2`.
 const LEGACY_V1: &[&str] = &[
     "cuDeviceTotalMem",
     "cuModuleGetGlobal",
@@ -117,7 +116,7 @@ fn modeled_driver_symbols_have_the_headers_parameter_types() {
             }
         }
     }
-    assert!(checked > 400, "only {checked} modeled symbols found in the header listing");
+    assert!(checked > 380, "only {checked} modeled symbols found in the header listing");
     assert!(wrong.is_empty(), "{} symbols differ from cuda.h:\n{}", wrong.len(), wrong.join("\n"));
 }
 
@@ -136,6 +135,15 @@ fn every_declared_version_of_a_modeled_function_is_modeled() {
          signature): {missing:?}",
         missing.len()
     );
+}
+
+#[test]
+fn legacy_32_bit_symbols_are_not_modeled() {
+    let header = header();
+    for s in LEGACY_V1 {
+        assert!(header.contains_key(*s), "{s} is not in the listing");
+        assert!(api::lookup_symbol(s).is_none(), "{s} has the 32-bit ABI and must not get a _v2 line");
+    }
 }
 
 #[test]

@@ -305,6 +305,27 @@ fn versions_handed_out_for_old_names_are_recorded_as_themselves() {
     assert_eq!(flags.map(|c| c.args.clone()), Some(vec![Value::U64(5)]), "counted under its own name");
 }
 
+/// A legacy (before CUDA 3.2) bare symbol has a 32-bit ABI (`cuMemAlloc(unsigned int *, unsigned
+/// int)`): the recorder does not treat it as `cuMemAlloc_v2` (whose arena answer writes 64 bits)
+/// but passes it through and counts it as unmodeled.
+#[test]
+fn legacy_32_bit_symbols_pass_through_and_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = record_program(dir.path(), "-7");
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("legacy=0x1000 canary=0xdeadbeef"), "the driver's 32-bit answer, untouched: {stdout}");
+    let calls = calls_of(&dir.path().join("t.gl"));
+    let legacy = calls.iter().find(|c| matches!(&c.function, Function::Other(n) if n == "cuMemAlloc"));
+    assert_eq!(legacy.map(|c| c.args.clone()), Some(vec![Value::U64(1)]), "counted as unmodeled, once");
+    // The program's own allocation, asked for through cuGetProcAddress, is the modeled _v2.
+    let modeled: Vec<_> = calls
+        .iter()
+        .filter(|c| matches!(c.function, Function::Known(_)) && c.function.name() == "cuMemAlloc")
+        .collect();
+    assert!(!modeled.is_empty() && modeled.iter().all(|c| c.variant.version == 2 && c.args.len() == 2), "{modeled:?}");
+}
+
 /// `GPULESS_DIAG=pause`: calls made while the program has paused recording through
 /// `gpuless_diag_pause` pass through unrecorded, the others are recorded; without the mode the
 /// pause does nothing.

@@ -82,10 +82,20 @@ pub fn by_name(name: &str) -> Option<&'static ApiFunction> {
     name_map().get(name).and_then(|id| get(*id))
 }
 
-/// The entry for a base name and variant, falling back to any entry with that base name
-/// (a variant newer than this table still gets its function's classes).
+/// The entry for a base name and variant, falling back to the newest entry with that base name
+/// when the variant is newer than any the table has (a trace from a newer table still gets its
+/// function's classes). An older variant the table does not model (the legacy 32-bit symbols
+/// such as the bare `cuMemAlloc`) has another signature: no entry.
 pub fn resolve(name: &str, variant: Variant) -> Option<&'static ApiFunction> {
-    lookup(name, variant).or_else(|| by_name(name))
+    if let Some(f) = lookup(name, variant) {
+        return Some(f);
+    }
+    let newest = FUNCTIONS
+        .iter()
+        .filter(|f| f.name == name)
+        .flat_map(|f| f.symbols.iter().map(move |s| (s.variant.version, f)))
+        .max_by_key(|(v, _)| *v)?;
+    (variant.version > newest.0).then_some(newest.1)
 }
 
 #[cfg(test)]

@@ -37,6 +37,9 @@ fn symbol_lookup() {
         Some(7)
     );
     assert!(resolve("cuMemAlloc", Variant { version: 7, per_thread: false }).is_some());
+    // The bare cuMemAlloc is the legacy 32-bit one: another signature, not modeled.
+    assert!(resolve("cuMemAlloc", Variant::BASE).is_none());
+    assert_eq!(resolve("cuMemAlloc", Variant { version: 2, per_thread: false }).map(|f| f.args.len()), Some(2));
     // Variants whose C signatures differ have lines of their own (the hooks' ABI follows them).
     let args = |name: &str, version: u8| -> Vec<&str> {
         lookup(name, Variant { version, per_thread: false }).map(|f| f.args.iter().map(|a| a.name).collect()).unwrap()

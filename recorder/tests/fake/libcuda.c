@@ -25,6 +25,9 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
   if (heap_top + n > sizeof heap) return 2;
   *p = 0x7e0000000000ull + heap_top; heap_top += (n + 255) & ~(size_t)255; return 0; }
 static unsigned char *host(CUdeviceptr p) { return heap + (p - (p >= 0x7e0000000000ull ? 0x7e0000000000ull : 0x640000000000ull)); }
+/* The legacy 32-bit ABI (before CUDA 3.2): a 32-bit device address and size. Only a program
+ * that asks for the bare symbol by name gets it (cuGetProcAddress gives cuMemAlloc_v2). */
+CUresult cuMemAlloc(unsigned int *p, unsigned int n) { (void)n; *p = 0x1000u; return 0; }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { memcpy(host(dst), src, n); return 0; }
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, host(src), n); return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream) {
