@@ -59,11 +59,6 @@ const LEGACY_V1: &[&str] = &[
 
 /// Known differences, each with the reason it is accepted.
 const ACCEPTED: &[(&str, &str)] = &[
-    // The table declares the legacy symbols' (CUDA 10.0) single-argument form as the two-argument
-    // form of `_v2`: a program calling them reads an undefined capture mode. Programs built since
-    // CUDA 10.1 call `_v2` (what `cuGetProcAddress` hands out for the name).
-    ("cuStreamBeginCapture", "legacy one-argument form recorded with the _v2 signature"),
-    ("cuStreamBeginCapture_ptsz", "legacy one-argument form recorded with the _v2 signature"),
     // `cuGetProcAddress` (v11030) took no `symbolStatus`; the table's line is the CUDA 12 form
     // (`_v2`), and the recorder answers both itself (REFERENCE.md §3).
     ("cuGetProcAddress", "the recorder serves both versions itself"),

@@ -307,7 +307,8 @@ fn versions_handed_out_for_old_names_are_recorded_as_themselves() {
 
 /// A legacy (before CUDA 3.2) bare symbol has a 32-bit ABI (`cuMemAlloc(unsigned int *, unsigned
 /// int)`): the recorder does not treat it as `cuMemAlloc_v2` (whose arena answer writes 64 bits)
-/// but passes it through and counts it as unmodeled.
+/// but passes it through and counts it as unmodeled. The CUDA 10.0 `cuStreamBeginCapture(CUstream)`
+/// is recorded with its one argument.
 #[test]
 fn legacy_32_bit_symbols_pass_through_and_are_counted() {
     let dir = tempfile::tempdir().unwrap();
@@ -318,6 +319,10 @@ fn legacy_32_bit_symbols_pass_through_and_are_counted() {
     let calls = calls_of(&dir.path().join("t.gl"));
     let legacy = calls.iter().find(|c| matches!(&c.function, Function::Other(n) if n == "cuMemAlloc"));
     assert_eq!(legacy.map(|c| c.args.clone()), Some(vec![Value::U64(1)]), "counted as unmodeled, once");
+    // The CUDA 10.0 cuStreamBeginCapture has one argument; its line says so.
+    let capture: Vec<_> = calls.iter().filter(|c| c.function.name() == "cuStreamBeginCapture").collect();
+    assert_eq!(capture.len(), 1, "{capture:?}");
+    assert_eq!((capture[0].variant.version, capture[0].args.len(), capture[0].status), (1, 1, 0), "{capture:?}");
     // The program's own allocation, asked for through cuGetProcAddress, is the modeled _v2.
     let modeled: Vec<_> = calls
         .iter()

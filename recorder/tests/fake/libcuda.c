@@ -28,6 +28,8 @@ static unsigned char *host(CUdeviceptr p) { return heap + (p - (p >= 0x7e0000000
 /* The legacy 32-bit ABI (before CUDA 3.2): a 32-bit device address and size. Only a program
  * that asks for the bare symbol by name gets it (cuGetProcAddress gives cuMemAlloc_v2). */
 CUresult cuMemAlloc(unsigned int *p, unsigned int n) { (void)n; *p = 0x1000u; return 0; }
+/* The CUDA 10.0 form, without a capture mode. */
+CUresult cuStreamBeginCapture(void *stream) { return stream == (void *)0x5 ? 0 : 1; }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { memcpy(host(dst), src, n); return 0; }
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, host(src), n); return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream) {

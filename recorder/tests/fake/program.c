@@ -92,6 +92,8 @@ int main(int argc, char **argv) {
       (unsigned int (*)(unsigned int *, unsigned int))dlsym(dlopen("libcuda.so.1", RTLD_NOW), "cuMemAlloc");
     unsigned int out[2] = {0, 0xdeadbeefu};
     if (!legacy || legacy(out, 256)) return 23;
+    int (*capture10)(void *) = (int (*)(void *))dlsym(dlopen("libcuda.so.1", RTLD_NOW), "cuStreamBeginCapture");
+    if (!capture10 || capture10((void *)0x5)) return 24;
     printf("legacy=%#x canary=%#x\n", out[0], out[1]);
     return 0;
   }

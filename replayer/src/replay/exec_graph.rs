@@ -311,7 +311,8 @@ pub(crate) fn call(
                 }
             }
             "cuStreamBeginCapture" => {
-                let mode = capture_mode(c.word("mode")?);
+                // The CUDA 10.0 form has no mode: it captured globally.
+                let mode = if c.arg("mode").is_some() { capture_mode(c.word("mode")?) } else { capture_mode(0) };
                 check(sys::cuStreamBeginCapture_v2(st.stream(c.word("hStream")?), mode), seq, name)?;
             }
             "cuStreamBeginCaptureToGraph" => {
