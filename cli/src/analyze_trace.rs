@@ -63,6 +63,32 @@ pub fn analyze_trace(path: &Path, opts: &TraceAnalyzeOpts) -> anyhow::Result<()>
     }
 }
 
+/// What an unmodeled function is when the table models its base name: an older form with
+/// another signature (the legacy 32-bit symbols such as the bare `cuMemAlloc`), passed through,
+/// or a version newer than this table (`cuCtxGetFlags_v2`, `BASE@unexported-version`).
+fn unmodeled_hint(name: &str) -> Option<String> {
+    use gpuless_analyzer::api;
+    if let Some(base) = name.strip_suffix("@unexported-version") {
+        return api::by_name(base).map(|_| format!("(a version of {base} newer than this table)"));
+    }
+    let trimmed = name.strip_suffix("_ptsz").or_else(|| name.strip_suffix("_ptds")).unwrap_or(name);
+    let base = match trimmed.rfind("_v") {
+        Some(i) if trimmed[i + 2..].parse::<u8>().is_ok() => &trimmed[..i],
+        _ => trimmed,
+    };
+    let (version, _) = api::parse::suffix_variant(&name[base.len()..])?;
+    let newest = api::functions()
+        .iter()
+        .filter(|f| f.name == base)
+        .flat_map(|f| f.symbols.iter().map(|s| s.variant.version))
+        .max()?;
+    Some(if version > newest {
+        format!("(a version of {base} newer than this table)")
+    } else {
+        format!("(an older form of {base} with another signature, passed through)")
+    })
+}
+
 fn bytes(b: f64) -> String {
     let units = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = b;
@@ -180,7 +206,10 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
     let listed = &s.unmodeled[..s.unmodeled.len().min(10)];
     let width = listed.iter().map(|(n, _)| n.len()).max().unwrap_or(0).max(20);
     for (name, c) in listed {
-        writeln!(out, "  {name:<width$} {c:>10}")?;
+        match unmodeled_hint(name) {
+            Some(h) => writeln!(out, "  {name:<width$} {c:>10}  {h}")?,
+            None => writeln!(out, "  {name:<width$} {c:>10}")?,
+        }
     }
     if s.unmodeled.len() > listed.len() {
         writeln!(out, "  ... and {} more functions (--json lists all)", s.unmodeled.len() - listed.len())?;
@@ -220,4 +249,28 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
         writeln!(out, "     ...  {} more functions (--json lists all)", s.by_function.len() - 25)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unmodeled_hint;
+
+    #[test]
+    fn unmodeled_versions_of_modeled_functions_are_explained() {
+        assert_eq!(
+            unmodeled_hint("cuMemAlloc").as_deref(),
+            Some("(an older form of cuMemAlloc with another signature, passed through)")
+        );
+        assert_eq!(
+            unmodeled_hint("cuMemcpyHtoD").as_deref(),
+            Some("(an older form of cuMemcpyHtoD with another signature, passed through)")
+        );
+        assert_eq!(unmodeled_hint("cuMemAlloc_v9").as_deref(), Some("(a version of cuMemAlloc newer than this table)"));
+        assert_eq!(
+            unmodeled_hint("cuCtxGetDevice@unexported-version").as_deref(),
+            Some("(a version of cuCtxGetDevice newer than this table)")
+        );
+        assert_eq!(unmodeled_hint("cudnnBackendExecute"), None);
+        assert_eq!(unmodeled_hint("cuFakeUnmodeled"), None);
+    }
 }
