@@ -85,11 +85,7 @@ fn normal(t: &str) -> String {
 
 /// The base name of a symbol: without `_vN`, `_ptsz`, `_ptds`.
 fn base(symbol: &str) -> &str {
-    let s = symbol.strip_suffix("_ptsz").or_else(|| symbol.strip_suffix("_ptds")).unwrap_or(symbol);
-    match s.rfind("_v") {
-        Some(i) if s[i + 2..].chars().all(|c| c.is_ascii_digit()) && i + 2 < s.len() => &s[..i],
-        _ => s,
-    }
+    api::parse::split_symbol(symbol).0
 }
 
 fn accepted(symbol: &str) -> bool {

@@ -71,17 +71,8 @@ fn unmodeled_hint(name: &str) -> Option<String> {
     if let Some(base) = name.strip_suffix("@unexported-version") {
         return api::by_name(base).map(|_| format!("(a version of {base} newer than this table)"));
     }
-    let trimmed = name.strip_suffix("_ptsz").or_else(|| name.strip_suffix("_ptds")).unwrap_or(name);
-    let base = match trimmed.rfind("_v") {
-        Some(i) if trimmed[i + 2..].parse::<u8>().is_ok() => &trimmed[..i],
-        _ => trimmed,
-    };
-    let (version, _) = api::parse::suffix_variant(&name[base.len()..])?;
-    let newest = api::functions()
-        .iter()
-        .filter(|f| f.name == base)
-        .flat_map(|f| f.symbols.iter().map(|s| s.variant.version))
-        .max()?;
+    let (base, version, _) = api::parse::split_symbol(name);
+    let (newest, _) = api::newest(base)?;
     Some(if version > newest {
         format!("(a version of {base} newer than this table)")
     } else {

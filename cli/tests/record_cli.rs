@@ -20,6 +20,11 @@ fn stand_in(dir: &Path) -> std::path::PathBuf {
 }
 
 fn record(dir: &Path, extra: &[&str]) -> std::process::Output {
+    record_mode(dir, extra, "20")
+}
+
+/// [`record`] with the stand-in program's argument (its mode).
+fn record_mode(dir: &Path, extra: &[&str], mode: &str) -> std::process::Output {
     let prog = stand_in(dir);
     Command::new(env!("CARGO_BIN_EXE_gpuless"))
         .arg("record")
@@ -28,7 +33,7 @@ fn record(dir: &Path, extra: &[&str]) -> std::process::Output {
         .arg(dir.join("t.gl"))
         .arg("--")
         .arg(&prog)
-        .arg("20")
+        .arg(mode)
         .env("GPULESS_RECORDER", common::recorder_lib())
         .env("LD_LIBRARY_PATH", dir)
         .output()
@@ -74,7 +79,7 @@ fn calls(trace: &Path) -> Vec<String> {
 }
 
 #[test]
-fn compress_threads_keep_the_trace_the_same() {
+fn compress_threads_reach_the_recorder_and_keep_the_trace_the_same() {
     let inline = tempfile::tempdir().unwrap();
     let out = record(inline.path(), &["--compress-threads", "0"]);
     assert!(out.status.success(), "{out:?}");
@@ -84,6 +89,13 @@ fn compress_threads_keep_the_trace_the_same() {
     let (a, b) = (calls(&inline.path().join("t.gl")), calls(&threaded.path().join("t.gl")));
     assert!(a.len() > 20, "{} calls", a.len());
     assert_eq!(a, b, "compressed on the writer thread or by three threads, the same calls");
+    // The option reaches the recorder: the program counts the compression threads beside it.
+    for (n, want) in [("0", "compression_threads=0"), ("3", "compression_threads=3")] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = record_mode(dir.path(), &["--compress-threads", n], "-8");
+        assert!(out.status.success(), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains(want), "--compress-threads {n}: {out:?}");
+    }
     let bad = record(inline.path(), &["--compress-threads", "many"]);
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--compress-threads"), "{bad:?}");
 }

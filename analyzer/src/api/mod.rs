@@ -90,12 +90,17 @@ pub fn resolve(name: &str, variant: Variant) -> Option<&'static ApiFunction> {
     if let Some(f) = lookup(name, variant) {
         return Some(f);
     }
-    let newest = FUNCTIONS
+    let (version, f) = newest(name)?;
+    (variant.version > version).then_some(f)
+}
+
+/// The highest `_vN` version the table models for a base name, and its entry.
+pub fn newest(name: &str) -> Option<(u8, &'static ApiFunction)> {
+    FUNCTIONS
         .iter()
         .filter(|f| f.name == name)
         .flat_map(|f| f.symbols.iter().map(move |s| (s.variant.version, f)))
-        .max_by_key(|(v, _)| *v)?;
-    (variant.version > newest.0).then_some(newest.1)
+        .max_by_key(|(v, _)| *v)
 }
 
 #[cfg(test)]

@@ -301,6 +301,23 @@ fn parse_arg(line: usize, text: &str) -> Result<ParsedArg, ParseError> {
     Ok(ParsedArg { dir: dir.to_string(), kind, kind_params, name: name.to_string(), c_type })
 }
 
+/// Split an exported symbol into its base name and [`suffix_variant`]'s (version, per-thread):
+/// `cuMemcpyHtoDAsync_v2_ptsz` → (`cuMemcpyHtoDAsync`, 2, true), `cuMemAlloc` → (`cuMemAlloc`,
+/// 1, false). Whether the base is modeled is the table's business.
+pub fn split_symbol(symbol: &str) -> (&str, u8, bool) {
+    let (rest, per_thread) = match symbol.strip_suffix("_ptsz").or_else(|| symbol.strip_suffix("_ptds")) {
+        Some(r) => (r, true),
+        None => (symbol, false),
+    };
+    match rest.rfind("_v") {
+        Some(i) => match rest[i + 2..].parse::<u8>() {
+            Ok(v) if v >= 2 => (&rest[..i], v, per_thread),
+            _ => (rest, 1, per_thread),
+        },
+        None => (rest, 1, per_thread),
+    }
+}
+
 /// Split a symbol suffix into (version, per-thread default stream).
 ///
 /// `""` → (1, false), `"_v2"` → (2, false), `"_ptsz"` → (1, true), `"_v3_ptds"` → (3, true).

@@ -37,6 +37,14 @@ fn symbol_lookup() {
         Some(7)
     );
     assert!(resolve("cuMemAlloc", Variant { version: 7, per_thread: false }).is_some());
+    use super::parse::split_symbol;
+    assert_eq!(split_symbol("cuMemcpyHtoDAsync_v2_ptsz"), ("cuMemcpyHtoDAsync", 2, true));
+    assert_eq!(split_symbol("cuMemcpy3DBatchAsync_v2"), ("cuMemcpy3DBatchAsync", 2, false));
+    assert_eq!(split_symbol("cuStreamBeginCapture_ptsz"), ("cuStreamBeginCapture", 1, true));
+    assert_eq!(split_symbol("cuMemAlloc"), ("cuMemAlloc", 1, false));
+    assert_eq!(split_symbol("cuGraphAddNode_v2"), ("cuGraphAddNode", 2, false));
+    assert_eq!(split_symbol("cudnnGetVersion"), ("cudnnGetVersion", 1, false));
+    assert_eq!(newest("cuMemAlloc").map(|(v, f)| (v, f.args.len())), Some((2, 2)));
     // The bare cuMemAlloc is the legacy 32-bit one: another signature, not modeled.
     assert!(resolve("cuMemAlloc", Variant::BASE).is_none());
     assert_eq!(resolve("cuMemAlloc", Variant { version: 2, per_thread: false }).map(|f| f.args.len()), Some(2));

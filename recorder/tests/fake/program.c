@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "driver.h"
+#include <dirent.h>
+#include <string.h>
 #include <sys/wait.h>
 
 int main(int argc, char **argv) {
@@ -84,6 +86,26 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 5; i++) if (flags(&fl) || fl != 0) return 22;
     asked(&n);
     printf("driver_answered=%d\n", n);
+    return 0;
+  }
+  if (iters == -8) { /* how many trace compression threads run beside this program (they
+                        name themselves as they start: counted until the count holds 100 ms) */
+    int n = -1, last = -2;
+    for (int round = 0; round < 50 && n != last; round++) {
+      last = n; n = 0;
+      DIR *d = opendir("/proc/self/task"); struct dirent *e;
+      while (d && (e = readdir(d))) {
+        char path[300], name[32] = {0};
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(name, sizeof name, f) && !strncmp(name, "gpuless-trace-z", 15)) n++;
+        fclose(f);
+      }
+      if (d) closedir(d);
+      usleep(100000);
+    }
+    printf("compression_threads=%d\n", n);
     return 0;
   }
   if (iters == -7) { /* the legacy bare cuMemAlloc, asked for by name: a 32-bit address is
