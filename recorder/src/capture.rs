@@ -479,9 +479,12 @@ unsafe fn kernel_params(f: &ApiFunction, p: u64, raw: &[u64]) -> Value {
 
 /// The parameters behind a `void** kernelParams` of the function or kernel `handle`, packed
 /// at the offsets `cuFuncGetParamInfo` gives.
+///
+/// # Safety
+/// As [`pack`]: `p` (not null) holds one pointer per parameter of the kernel.
 unsafe fn packed_params(handle: u64, p: u64) -> Value {
-    // SAFETY: forwarded from the caller.
     let mut bytes = Vec::new();
+    // SAFETY: forwarded from the caller.
     let (_, layout) = crate::lane::with(|lane| unsafe { pack(handle, p, &mut bytes, lane) });
     Value::KernelParams(KernelParams { bytes, layout: layout.to_vec() })
 }

@@ -211,16 +211,17 @@ fn substitute(name: &str, p: *mut c_void, exact: bool) -> *mut c_void {
 }
 
 /// The name to count an entry point under that `cuGetProcAddress` gave for a modeled base
-/// `name` but that is none of the table's variants (a version newer than the table): its
-/// exported symbol when one has that address, so that the trace does not mistake its count for
-/// a call of the modeled function with the same base name.
+/// `name` but that is none of the table's variants (a version newer than the table, or a legacy
+/// bare symbol asked for with a pre-3.2 version): its exported symbol when one has that address,
+/// so that the trace does not mistake its count for a call of the modeled function with the same
+/// base name.
 fn unmodeled_version(name: &str, p: *mut c_void) -> String {
-    const SUFFIXES: [&str; 11] =
-        ["_v2", "_v3", "_v4", "_v5", "_v6", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds", "_v3_ptsz", "_v3_ptds"];
+    const SUFFIXES: [&str; 12] =
+        ["", "_v2", "_v3", "_v4", "_v5", "_v6", "_ptsz", "_ptds", "_v2_ptsz", "_v2_ptds", "_v3_ptsz", "_v3_ptds"];
     SUFFIXES
         .iter()
         .map(|s| format!("{name}{s}"))
-        .find(|full| libcuda_symbol(&format!("{full}\0")) == p && gpuless_analyzer::api::by_name(full).is_none())
+        .find(|full| libcuda_symbol(&format!("{full}\0")) == p && gpuless_analyzer::api::lookup_symbol(full).is_none())
         .unwrap_or_else(|| format!("{name}@unexported-version"))
 }
 

@@ -35,8 +35,6 @@ unsafe extern "C" {
 /// Names of the functions behind each used trampoline, and the reverse map.
 struct Table {
     names: Vec<String>,
-    /// Whether each trampoline was handed out as the driver kind (`dtramp`).
-    driver: Vec<bool>,
     by_target: HashMap<(String, usize), usize>,
     /// Functions handed out unwrapped because the trampolines ran out.
     overflow: Vec<String>,
@@ -47,12 +45,7 @@ static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 /// Returns a counting stand-in for the real function `p` named `name`.
 pub fn wrap(name: &str, p: *mut c_void) -> *mut c_void {
     let mut guard = TABLE.lock().unwrap_or_else(|e| e.into_inner());
-    let t = guard.get_or_insert_with(|| Table {
-        names: Vec::new(),
-        driver: Vec::new(),
-        by_target: HashMap::new(),
-        overflow: Vec::new(),
-    });
+    let t = guard.get_or_insert_with(|| Table { names: Vec::new(), by_target: HashMap::new(), overflow: Vec::new() });
     let driver = level_of(name) == ApiLevel::Driver;
     if let Some(&i) = t.by_target.get(&(name.to_string(), p as usize)) {
         return stub(i, driver).unwrap_or(p);
@@ -62,7 +55,6 @@ pub fn wrap(name: &str, p: *mut c_void) -> *mut c_void {
         Some(s) => {
             TARGETS[i].store(p as usize, Ordering::Release);
             t.names.push(name.to_string());
-            t.driver.push(driver);
             t.by_target.insert((name.to_string(), p as usize), i);
             s
         }
@@ -121,7 +113,7 @@ pub fn trampolines() -> Vec<(usize, String, bool, u64)> {
     t.names
         .iter()
         .enumerate()
-        .map(|(i, n)| (i, n.clone(), t.driver.get(i).copied().unwrap_or(false), COUNTS[i].load(Ordering::Relaxed)))
+        .map(|(i, n)| (i, n.clone(), level_of(n) == ApiLevel::Driver, COUNTS[i].load(Ordering::Relaxed)))
         .collect()
 }
 

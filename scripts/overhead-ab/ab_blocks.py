@@ -17,6 +17,16 @@ def resnet50():
     return model, torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(1)).cuda()
 
 
+def since_process_start():
+    """Seconds from the process's start to now, as the workload's harness measures its time to
+    first result (../shared/workloads/_common.py)."""
+    with open("/proc/self/stat") as f:
+        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
 def timed(model, x):
     """One inference's latency in ms, the GPU idle before and after."""
     import torch

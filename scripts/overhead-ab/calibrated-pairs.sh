@@ -2,11 +2,14 @@
 # Native and recorded ResNet-50 hot latency, each normalised by the speed of the CPU it ran on
 # (calibrated.py), in N pairs (ABBA order); prints the median of the pair ratios, raw and
 # normalised, with bootstrap 90% intervals. Device machine:
-#   scripts/overhead-ab/calibrated-pairs.sh BIN_DIR [N]   (BIN_DIR holds gpuless and the recorder)
+#   scripts/overhead-ab/calibrated-pairs.sh BIN_DIR [N [KEEP_DIR]]
+# (BIN_DIR holds gpuless and the recorder; KEEP_DIR, when given, gets each process's JSON line,
+# native-I.json and rec-I.json, for pooling runs.)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-bin=$(cd "${1:?usage: calibrated-pairs.sh BIN_DIR [N]}" && pwd); n=${2:-12}
-d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+bin=$(cd "${1:?usage: calibrated-pairs.sh BIN_DIR [N [KEEP_DIR]]}" && pwd); n=${2:-12}
+keep=${3:-}; [[ -n $keep ]] && mkdir -p "$keep" && keep=$(cd "$keep" && pwd)
+d=$(mktemp -d); trap '[[ -n $keep ]] && cp "$d"/*.json "$keep"/; rm -rf "$d"' EXIT
 cd "$here"
 for i in $(seq "$n"); do
   for who in $( ((i % 2)) && echo "native rec" || echo "rec native"); do

@@ -9,8 +9,10 @@ noise between processes in every native-vs-recorded comparison. The loop makes n
 the recorder does not touch it; dividing by it cancels the CPU's speed, not the recorder's cost.
 
 Runs like the workload (build, upload, one inference = first result, CALIBRATE_WARMUP (30) more,
-then CALIBRATE_ITERS (200) timed pairs); prints one JSON line. Run it natively and under
-`gpuless record`; compare `normalised_median` (scripts/overhead-ab/calibrated-pairs.sh).
+then CALIBRATE_ITERS (200) timed pairs); prints one JSON line with the workload's fields
+(`checksum`, `first_result_s`, `hot_ms_median`) and the calibrated ones. Run it natively and
+under `gpuless record`; compare `normalised_median` (scripts/overhead-ab/calibrated-pairs.sh, the
+GPU suite's overhead row).
 """
 import json, os, statistics as st, time
 
@@ -35,13 +37,16 @@ def spin():
 model, x = ab_blocks.resnet50()
 lat, cal = [], []
 with torch.no_grad():
-    model(x).float().cpu()
+    out = model(x).float().cpu()
+    first = ab_blocks.since_process_start()
     for _ in range(warmup):
         model(x)
     for _ in range(iters):
         cal.append(spin())
         lat.append(ab_blocks.timed(model, x))
 print(json.dumps({
+    "checksum": float(out.double().abs().sum()),
+    "first_result_s": round(first, 4),
     "hot_ms_median": round(st.median(lat), 4),
     "spin_ms_median": round(st.median(cal), 4),
     "normalised_median": round(st.median(l / c for l, c in zip(lat, cal)), 5),

@@ -159,7 +159,9 @@ static const struct entry table[] = {
   {"cuCtxGetFlags", cuCtxGetFlags_v2},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
-  (void)ver; (void)flags;
+  (void)flags;
+  /* Like the real driver, a version before CUDA 3.2 gets the legacy 32-bit cuMemAlloc. */
+  if (ver < 3020 && !strcmp(sym, "cuMemAlloc")) { *pfn = (void *)cuMemAlloc; if (status) *status = 1; return 0; }
   for (size_t i = 0; i < sizeof table / sizeof *table; i++)
     if (!strcmp(sym, table[i].name)) { *pfn = table[i].fn; if (status) *status = 1; return 0; }
   *pfn = 0; if (status) *status = 2; return 500; }

@@ -114,6 +114,11 @@ int main(int argc, char **argv) {
       (unsigned int (*)(unsigned int *, unsigned int))dlsym(dlopen("libcuda.so.1", RTLD_NOW), "cuMemAlloc");
     unsigned int out[2] = {0, 0xdeadbeefu};
     if (!legacy || legacy(out, 256)) return 23;
+    /* ... and through cuGetProcAddress with a pre-3.2 version: the same legacy function */
+    unsigned int (*legacy_gpa)(unsigned int *, unsigned int) = 0; int st = 0;
+    if (gpa("cuMemAlloc", (void **)&legacy_gpa, 3000, 0, &st) || !legacy_gpa) return 25;
+    unsigned int again[2] = {0, 0xdeadbeefu};
+    if (legacy_gpa(again, 256) || again[0] != out[0] || again[1] != 0xdeadbeefu) return 26;
     int (*capture10)(void *) = (int (*)(void *))dlsym(dlopen("libcuda.so.1", RTLD_NOW), "cuStreamBeginCapture");
     if (!capture10 || capture10((void *)0x5)) return 24;
     printf("legacy=%#x canary=%#x\n", out[0], out[1]);
