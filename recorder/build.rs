@@ -212,14 +212,15 @@ fn trampolines(n: usize) -> String {
     // epoch of stable answers (they might change one; `fold.rs`).
     let mut s = String::from(".pushsection .text.gpuless_trampolines,\"ax\",@progbits\n");
     for i in 0..n {
-        let off = i * 8;
+        // `Tramp` (unmodeled.rs): the counter, then the target, 16 bytes per trampoline.
+        let off = i * 16;
         writeln!(
             s,
             ".p2align 4\n.globl gpuless_tramp_{i}\n.hidden gpuless_tramp_{i}\ngpuless_tramp_{i}:\n    \
-             lock inc qword ptr [rip + {{counts}} + {off}]\n    jmp qword ptr [rip + {{targets}} + {off}]\n\
+             lock inc qword ptr [rip + {{tramps}} + {off}]\n    jmp qword ptr [rip + {{tramps}} + {off} + 8]\n\
              .p2align 4\n.globl gpuless_dtramp_{i}\n.hidden gpuless_dtramp_{i}\ngpuless_dtramp_{i}:\n    \
-             lock inc qword ptr [rip + {{counts}} + {off}]\n    lock inc qword ptr [rip + {{epoch}}]\n    \
-             jmp qword ptr [rip + {{targets}} + {off}]"
+             lock inc qword ptr [rip + {{tramps}} + {off}]\n    lock inc qword ptr [rip + {{hot}} + {{epoch_at}}]\n    \
+             jmp qword ptr [rip + {{tramps}} + {off} + 8]"
         )
         .unwrap();
     }

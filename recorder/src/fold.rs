@@ -11,7 +11,7 @@
 //! thread read the clock before the last repeat (at most one recorded call earlier).
 //!
 //! Queries the API table marks `stable` go further: while no call that may change answers
-//! ([`ApiFunction::may_change_answers`], counted in [`EPOCH`]) has run since the driver last
+//! ([`ApiFunction::may_change_answers`], counted in `hot::Hot::epoch`) has run since the driver last
 //! gave an answer, a repeat of the question is answered from the memo without calling the
 //! driver ([`answer`]), and counted like any other repeat.
 
@@ -25,18 +25,10 @@ use gpuless_traces::CallRecord;
 use crate::capture::{prim, Prim};
 use crate::lane::{Lane, MEMO};
 
-/// The number of calls so far that may change what a stable query answers, in a cache line of
-/// its own (read on every stable query, written rarely).
-#[repr(align(64))]
-pub struct Epoch(AtomicU64);
-
-/// See [`Epoch`]; starts at 1 (0 marks an answer never confirmed).
-pub static EPOCH: Epoch = Epoch(AtomicU64::new(1));
-
 /// The current epoch.
 #[inline(always)]
 pub fn epoch() -> u64 {
-    EPOCH.0.load(Ordering::Relaxed)
+    crate::hot::HOT.epoch.load(Ordering::Relaxed)
 }
 
 /// A call that may change answers has returned: every remembered stable answer must be asked
@@ -44,7 +36,7 @@ pub fn epoch() -> u64 {
 /// the new epoch by coherence; a racing thread may see either, as it would see either answer.)
 #[inline(always)]
 pub fn invalidate() {
-    EPOCH.0.fetch_add(1, Ordering::Relaxed);
+    crate::hot::HOT.epoch.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Most arguments a foldable query has in each direction.
@@ -174,7 +166,9 @@ pub unsafe fn observe(plan: &Plan, slot: usize, raw: &[u64], status: u32) -> (Ke
 
 /// A remembered question, its answer and the first record that gave it, with the repeats
 /// counted since the last hand-over. Immutable but for the counters: a changed answer makes a
-/// new entry.
+/// new entry. Aligned to a cache line, so that what a repeat reads and counts (the question,
+/// the answer, the counters: 120 bytes) spans two lines, never three.
+#[repr(align(64))]
 pub(crate) struct Entry {
     key: Key,
     answer: Answer,

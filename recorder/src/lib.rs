@@ -23,6 +23,7 @@ mod cudart;
 mod diag;
 mod fold;
 mod hooks;
+mod hot;
 mod intercept;
 mod lane;
 mod loaded;
@@ -33,6 +34,7 @@ mod record;
 mod signals;
 mod slots;
 mod state;
+mod tls;
 mod unmodeled;
 
 pub use diag::gpuless_diag_pause;

@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use gpuless_analyzer::api::{self, ApiFunction, SyncClass};
 
 use crate::diag::{diag, Diag};
-use crate::hooks::HOOKS;
+use crate::hooks::{HOOKS, SLOTS};
+use crate::hot::HOT;
 use crate::{arena, fold, intercept, pending, raw};
 
 /// How a slot's calls are recorded.
@@ -26,7 +27,8 @@ pub enum Path {
     Full,
 }
 
-/// One slot's entry.
+/// One slot's entry, in a cache line of its own (a call reads one line of the entries).
+#[repr(align(64))]
 pub struct Slot {
     /// The real function (0 until known): read with the rest of the entry, one cache line.
     real: AtomicUsize,
@@ -106,8 +108,35 @@ fn make(slot: usize) -> Option<Slot> {
     })
 }
 
-/// The entry of hook slot `slot`.
+/// The entry of hook slot `slot`. The entries' address is kept in the line every hooked call
+/// reads anyway (`hot.rs`), not in a line of its own.
+#[inline]
 pub fn get(slot: usize) -> Option<&'static Slot> {
-    static SLOTS: OnceLock<Vec<Option<Slot>>> = OnceLock::new();
-    SLOTS.get_or_init(|| (0..HOOKS.len()).map(make).collect()).get(slot)?.as_ref()
+    let p = HOT.slots.load(Ordering::Acquire);
+    let all: &'static [Option<Slot>; SLOTS] = if p.is_null() {
+        build()
+    } else {
+        // SAFETY: a non-null pointer is the array `build` made, kept for the whole process.
+        unsafe { &*(p as *const [Option<Slot>; SLOTS]) }
+    };
+    all.get(slot)?.as_ref()
+}
+
+/// Builds the entries once (the first hooked call; racing first calls build one).
+#[cold]
+#[inline(never)]
+fn build() -> &'static [Option<Slot>; SLOTS] {
+    static BUILT: OnceLock<Box<[Option<Slot>; SLOTS]>> = OnceLock::new();
+    let all = BUILT.get_or_init(|| Box::new(std::array::from_fn(make)));
+    HOT.slots.store(all.as_ptr() as *mut Option<Slot>, Ordering::Release);
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    /// An entry is one cache line.
+    #[test]
+    fn a_slot_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Option<super::Slot>>(), 64);
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, TraceMeta, TraceWriter, Value, WriterOptions};
@@ -66,25 +66,7 @@ pub fn keep_all_code() -> bool {
     *ALL.get_or_init(|| std::env::var(ENV_CODE).is_ok_and(|v| v == "all"))
 }
 
-/// What every recorded call reads and counts, in one cache line.
-#[repr(align(64))]
-struct Hot {
-    /// Set once recording stops for good (internal error, exit, forked child).
-    disabled: AtomicBool,
-    /// Whether a trace path was given: 0 not asked yet, 1 yes, 2 no.
-    recording: AtomicU8,
-    /// Paused by `gpuless_diag_pause` (`GPULESS_DIAG=pause` only).
-    paused: AtomicBool,
-    /// The next sequence number.
-    seq: AtomicU64,
-}
-
-static HOT: Hot = Hot {
-    disabled: AtomicBool::new(false),
-    recording: AtomicU8::new(0),
-    paused: AtomicBool::new(false),
-    seq: AtomicU64::new(0),
-};
+use crate::hot::HOT;
 
 /// Pauses or resumes recording (`diag::gpuless_diag_pause`).
 pub(crate) fn pause(paused: bool) {
@@ -285,6 +267,7 @@ struct Local(Arc<Mutex<Batch>>);
 
 impl Drop for Local {
     fn drop(&mut self) {
+        crate::tls::set::<{ crate::tls::BATCH }>(std::ptr::null());
         hand_over(&self.0, None);
         if let Ok(mut all) = BATCHES.lock() {
             all.retain(|b| !Arc::ptr_eq(b, &self.0));
@@ -300,8 +283,22 @@ thread_local! {
         if let Ok(mut all) = BATCHES.lock() {
             all.push(b.clone());
         }
+        crate::tls::set::<{ crate::tls::BATCH }>(Arc::as_ptr(&b) as *const ());
         Local(b)
     };
+}
+
+/// Runs `f` with this thread's batch; `Err` while the thread is being torn down (its batch
+/// handed over and gone). The batch is found through its TLS word (`tls.rs`), else `LOCAL`.
+#[inline]
+fn with_batch<R>(f: impl FnOnce(&Mutex<Batch>) -> R) -> Result<R, std::thread::AccessError> {
+    let p = crate::tls::get::<{ crate::tls::BATCH }>() as *const Mutex<Batch>;
+    if !p.is_null() {
+        // SAFETY: a non-null word is this thread's batch, kept alive by `LOCAL`, whose
+        // destructor clears the word before dropping it.
+        return Ok(f(unsafe { &*p }));
+    }
+    LOCAL.try_with(|l| f(&l.0))
 }
 
 /// Queues a record.
@@ -317,8 +314,8 @@ pub fn emit_raw(make: impl FnOnce(&mut Vec<u8>) -> RawCall) {
 
 fn push(make: impl FnOnce(&mut Vec<u8>) -> Rec) {
     let mut make = Some(make);
-    let queued = LOCAL.try_with(|l| {
-        let mut b = l.0.lock().unwrap_or_else(|e| e.into_inner());
+    let queued = with_batch(|l| {
+        let mut b = l.lock().unwrap_or_else(|e| e.into_inner());
         let c = &mut b.chunk;
         if let Some(m) = make.take() {
             let rec = m(&mut c.bytes);
@@ -346,22 +343,19 @@ fn push(make: impl FnOnce(&mut Vec<u8>) -> Rec) {
 /// loses little).
 /// `lane` is this thread's (`lane::with`).
 pub fn flush_thread(lane: &Lane) {
-    let _ = LOCAL.try_with(|l| hand_over(&l.0, Some(lane)));
+    let _ = with_batch(|b| hand_over(b, Some(lane)));
 }
 
 /// Counts a query that repeats this thread's remembered answer; `true` when folded.
 /// `confirmed` as in [`fold::repeat`].
 pub fn fold(key: &fold::Key, answer: &fold::Answer, now_ns: u64, confirmed: u64, lane: &Lane) -> bool {
-    LOCAL
-        .try_with(|l| l.0.lock().is_ok_and(|mut b| b.folds.fold(key, answer, now_ns, confirmed, lane)))
-        .unwrap_or(false)
+    with_batch(|b| b.lock().is_ok_and(|mut b| b.folds.fold(key, answer, now_ns, confirmed, lane))).unwrap_or(false)
 }
 
 /// Queues the record of a query not folded, remembering its answer for the next ones.
 /// `confirmed` as in [`fold::repeat`].
 pub fn emit_query(rec: CallRecord, key: fold::Key, answer: fold::Answer, confirmed: u64, lane: &Lane) {
-    let replaced =
-        LOCAL.try_with(|l| l.0.lock().ok().and_then(|mut b| b.folds.remember(key, answer, &rec, confirmed, lane)));
+    let replaced = with_batch(|b| b.lock().ok().and_then(|mut b| b.folds.remember(key, answer, &rec, confirmed, lane)));
     if let Ok(Some(repeats)) = replaced {
         push(|_| Rec::Repeats(repeats));
     }
@@ -547,7 +541,10 @@ pub fn open(driver_ready: bool) {
         }
     };
     let max_file_bytes = std::env::var(ENV_MAX_SIZE).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&m| m > 0);
-    let mut opts = WriterOptions { queue_capacity: 1 << 20, max_file_bytes, ..WriterOptions::default() };
+    // The writer's default queue (16 Ki messages, ~1 MiB): records travel in batches, one
+    // message per hand-over, so a deeper queue only costs memory — 1 Mi slots were 56 MiB
+    // written at cuInit, in every recorded process.
+    let mut opts = WriterOptions { max_file_bytes, ..WriterOptions::default() };
     if let Some(n) = std::env::var(ENV_COMPRESS_THREADS).ok().and_then(|v| v.trim().parse::<usize>().ok()) {
         opts.compression_threads = n.min(64);
     }
@@ -565,9 +562,9 @@ pub fn open(driver_ready: bool) {
         for (kind, data) in blobs {
             let _ = writer.blob_owned(kind, data);
         }
-        for r in recs {
-            let _ = writer.record(r);
-        }
+        // One message for what came before the trace opened (tens of thousands of kernel
+        // registrations in a PyTorch process).
+        let _ = writer.records(recs);
     }
     *s = Sink::Open(writer);
 }

@@ -11,19 +11,25 @@ use gpuless_analyzer::api::ApiLevel;
 
 use crate::hooks::generated_trampolines as n;
 
+/// One trampoline's counter and target, side by side: a call reads one cache line of them.
+#[repr(C, align(16))]
+struct Tramp {
+    /// Calls so far (`lock inc` in the trampoline).
+    count: AtomicU64,
+    /// The real function (the trampoline jumps to it).
+    target: AtomicUsize,
+}
+
 #[allow(clippy::declare_interior_mutable_const)]
-const ZERO: AtomicU64 = AtomicU64::new(0);
-#[allow(clippy::declare_interior_mutable_const)]
-const NULL: AtomicUsize = AtomicUsize::new(0);
-static COUNTS: [AtomicU64; n::TRAMPOLINES] = [ZERO; n::TRAMPOLINES];
-static TARGETS: [AtomicUsize; n::TRAMPOLINES] = [NULL; n::TRAMPOLINES];
+const UNUSED: Tramp = Tramp { count: AtomicU64::new(0), target: AtomicUsize::new(0) };
+static TRAMPS: [Tramp; n::TRAMPOLINES] = [UNUSED; n::TRAMPOLINES];
 
 #[cfg(target_arch = "x86_64")]
 core::arch::global_asm!(
     include_str!(concat!(env!("OUT_DIR"), "/trampolines.s")),
-    counts = sym COUNTS,
-    targets = sym TARGETS,
-    epoch = sym crate::fold::EPOCH,
+    tramps = sym TRAMPS,
+    hot = sym crate::hot::HOT,
+    epoch_at = const crate::hot::EPOCH_AT,
 );
 
 #[cfg(target_arch = "x86_64")]
@@ -53,7 +59,7 @@ pub fn wrap(name: &str, p: *mut c_void) -> *mut c_void {
     let i = t.names.len();
     match stub(i, driver) {
         Some(s) => {
-            TARGETS[i].store(p as usize, Ordering::Release);
+            TRAMPS[i].target.store(p as usize, Ordering::Release);
             t.names.push(name.to_string());
             t.by_target.insert((name.to_string(), p as usize), i);
             s
@@ -113,7 +119,7 @@ pub fn trampolines() -> Vec<(usize, String, bool, u64)> {
     t.names
         .iter()
         .enumerate()
-        .map(|(i, n)| (i, n.clone(), level_of(n) == ApiLevel::Driver, COUNTS[i].load(Ordering::Relaxed)))
+        .map(|(i, n)| (i, n.clone(), level_of(n) == ApiLevel::Driver, TRAMPS[i].count.load(Ordering::Relaxed)))
         .collect()
 }
 
@@ -124,7 +130,7 @@ pub fn counts() -> (Vec<(String, u64)>, Vec<String>) {
     let Some(t) = guard.as_ref() else { return (Vec::new(), Vec::new()) };
     let mut merged: Vec<(String, u64)> = Vec::new();
     for (i, name) in t.names.iter().enumerate() {
-        let c = COUNTS[i].load(Ordering::Relaxed);
+        let c = TRAMPS[i].count.load(Ordering::Relaxed);
         match merged.iter_mut().find(|(n, _)| n == name) {
             Some(e) => e.1 += c,
             None => merged.push((name.clone(), c)),

@@ -37,7 +37,9 @@ pub struct WriterOptions {
     /// when compression time costs nothing; after it, call chunks use `zstd_level`, so the
     /// compression thread keeps up with a hot loop.
     pub setup_zstd_level: i32,
-    /// Capacity of the queue between recording threads and the writer thread.
+    /// Capacity of the queue between recording threads and the writer thread, in messages
+    /// (a record, a batch of records or a blob). Its slots are allocated and written when the
+    /// writer is created, about 56 bytes each: the default 16 Ki is under 1 MiB.
     pub queue_capacity: usize,
     /// Encoded call bytes per call chunk before it is cut.
     pub call_chunk_bytes: usize,
