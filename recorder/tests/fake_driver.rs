@@ -449,3 +449,19 @@ fn forked_child_is_reported() {
     assert!(err.contains("(first: cuCtxGetCurrent)"), "{err}");
     assert!(calls_of(&dir.path().join("t.gl")).len() > 5, "the parent's calls are recorded");
 }
+
+/// Recording costs a program little memory: the writer's queue is allocated (and written) when
+/// the trace opens, and a queue of a million slots once added 56 MiB to every recorded process.
+#[test]
+fn recording_adds_little_resident_memory() {
+    let peak = |out: std::process::Output| -> i64 {
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        stdout.trim().strip_prefix("peak_kib=").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{stdout}"))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let recorded = peak(record_program(dir.path(), "-9"));
+    let prog = build(dir.path());
+    let native = peak(Command::new(&prog).arg("-9").env("LD_LIBRARY_PATH", dir.path()).output().unwrap());
+    assert!(recorded - native < 24 * 1024, "recording added {} KiB (native {native} KiB)", recorded - native);
+}
