@@ -13,6 +13,7 @@ CUresult cuDeviceGetName(char *n, int l, int d) { (void)d; strncpy(n, "Fake GPU"
 CUresult cuDeviceGetAttribute(int *v, int a, int d) { (void)d; *v = a == 75 ? 9 : a == 76 ? 0 : 1; return 0; }
 CUresult cuDeviceGetUuid_v2(unsigned char *u, int d) { (void)d; memset(u, 0xab, 16); return 0; }
 CUresult cuCtxGetCurrent(void **c) { *c = &ctx_token; return 0; }
+CUresult cuCtxGetDevice_v2(int *d, void *c) { (void)c; *d = 0; return 0; }
 CUresult cuDevicePrimaryCtxGetState(int d, unsigned *f, int *a) { (void)d; *f = 0; *a = 1; return 0; }
 CUresult cuKernelGetAttribute(int *v, int a, void *k, int d) { (void)k; (void)d; *v = a * 3; return 0; }
 CUresult cuMemAlloc_v2(uint64_t *p, size_t n) { static size_t top = 256; *p = 0x7e0000000000ull + top; top += (n + 255) & ~255ul; return 0; }
@@ -33,7 +34,7 @@ struct entry { const char *name; void *fn; };
 static const struct entry table[] = {
   {"cuInit", cuInit}, {"cuDriverGetVersion", cuDriverGetVersion}, {"cuDeviceGet", cuDeviceGet},
   {"cuDeviceGetName", cuDeviceGetName}, {"cuDeviceGetAttribute", cuDeviceGetAttribute},
-  {"cuDeviceGetUuid", cuDeviceGetUuid_v2}, {"cuCtxGetCurrent", cuCtxGetCurrent},
+  {"cuDeviceGetUuid", cuDeviceGetUuid_v2}, {"cuCtxGetCurrent", cuCtxGetCurrent}, {"cuCtxGetDevice", cuCtxGetDevice_v2},
   {"cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState}, {"cuKernelGetAttribute", cuKernelGetAttribute},
   {"cuMemAlloc", cuMemAlloc_v2}, {"cuModuleLoadData", cuModuleLoadData}, {"cuModuleGetFunction", cuModuleGetFunction},
   {"cuFuncGetParamInfo", cuFuncGetParamInfo}, {"cuLaunchKernel", cuLaunchKernel}, {"cuStreamSynchronize", cuStreamSynchronize},
