@@ -5,8 +5,8 @@
 //!
 //! Why: CUDA 13's `cuGetProcAddress("cuCtxGetDevice")` hands out `cuCtxGetDevice_v2`, a second
 //! signature the table lacked; its calls were counted under the wrong function, and every one of
-//! them (1,600 per ResNet-50 inference) ended the recorder's stable answers (docs/BENCHMARKS.md,
-//! session 7). This test finds such gaps from the header alone.
+//! them (1,600 per ResNet-50 inference) ended the recorder's stable answers
+//! (docs/benchmarks/recorder-overhead-history.md, session 7). This test finds such gaps from the header alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

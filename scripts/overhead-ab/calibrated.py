@@ -4,9 +4,10 @@ reports the median of the per-iteration ratios inference / loop besides the plai
 
 Why: on the device host the speed of a vCPU varies up to 3x from moment to moment (a pure-Python
 loop took 230-690 ms for the same work, 2026-11-21), and a process that lands on a slow one is
-slower in every library by the same factor (docs/BENCHMARKS.md, session 8). That is most of the
-noise between processes in every native-vs-recorded comparison. The loop makes no CUDA call, so
-the recorder does not touch it; dividing by it cancels the CPU's speed, not the recorder's cost.
+slower in every library by the same factor (docs/benchmarks/recorder-overhead-history.md,
+session 8). That is most of the noise between processes in every native-vs-recorded comparison.
+The loop makes no CUDA call, so the recorder does not touch it; dividing by it cancels the CPU's
+speed, not the recorder's cost.
 
 Runs like the workload (build, upload, one inference = first result, CALIBRATE_WARMUP (30) more,
 then CALIBRATE_ITERS (200) timed pairs); prints one JSON line with the workload's fields

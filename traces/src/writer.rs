@@ -83,7 +83,7 @@ impl Default for WriterOptions {
 /// A quarter of the CPUs, at least 1 and at most 4. Compression runs beside the recorded
 /// program, often a tenant of a shared machine: a recorder should not keep one thread per CPU.
 /// Measured on a 16-vCPU GPU host, 4 threads at nice 19 and 16 at nice 0 gave the same program
-/// latency (docs/BENCHMARKS.md, session 8); the GPU code loaded at start-up is compressed
+/// latency (docs/benchmarks/recorder-overhead-history.md, session 8); the GPU code loaded at start-up is compressed
 /// before the program's first result either way.
 pub fn default_compression_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get() / 4).clamp(1, 4)
