@@ -4,25 +4,18 @@
  * cuLaunchKernel. calls N [MASK]: N rounds; MASK picks the calls (1, 2, 4; default 7). Prints each
  * call's median cycles per 1000 cycles of a fixed stretch of code timed in the same process (the
  * machine's speed changes between processes). misses.sh runs it under callgrind instead. */
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <x86intrin.h>
-typedef int (*gpa_t)(const char *, void **, int, uint64_t, int *);
-static gpa_t gpa;
-static void *get(const char *name) {
-  void *p = 0; int st = 0;
-  if (gpa(name, &p, 13000, 0, &st) || !p) { fprintf(stderr, "no %s\n", name); exit(3); }
-  return p; }
+
+#include "driver.h" /* recorder/tests/fake: get() and open_driver(), the way cudart reaches libcuda */
 static unsigned char data[96 << 10];
 uint32_t pollute_code(uint32_t);
 static int cmp(const void *a, const void *b) { uint64_t x = *(uint64_t *)a, y = *(uint64_t *)b; return x < y ? -1 : x > y; }
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 20000, mask = argc > 2 ? atoi(argv[2]) : 7;
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
-  if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 2; }
-  gpa = (gpa_t)dlsym(lib, "cuGetProcAddress_v2");
+  open_driver();
   int (*init)(unsigned) = get("cuInit");
   int (*getdev)(int *, void *) = get("cuCtxGetDevice");
   int (*state)(int, unsigned *, int *) = get("cuDevicePrimaryCtxGetState");

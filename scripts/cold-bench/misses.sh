@@ -12,7 +12,7 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 python3 "$here/gen_pollute.py" "$d/pollute.c" 8
 cc -shared -fPIC -O2 -o "$d/libcuda.so.1" "$here/libcuda_many.c"
 cc -O1 -c -o "$d/pollute.o" "$d/pollute.c"
-cc -O2 -o "$d/calls" "$here/calls.c" "$d/pollute.o" -ldl
+cc -O2 -I"$root/recorder/tests/fake" -o "$d/calls" "$here/calls.c" "$d/pollute.o" -ldl
 [[ $# -eq 0 ]] && set -- "$root/target/release/libgpuless_recorder.so"
 run() { # LIB|none MASK N: the main thread's totals
   local pre=()
