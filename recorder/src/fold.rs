@@ -167,7 +167,7 @@ pub unsafe fn observe(plan: &Plan, slot: usize, raw: &[u64], status: u32) -> (Ke
 /// A remembered question, its answer and the first record that gave it, with the repeats
 /// counted since the last hand-over. Immutable but for the counters: a changed answer makes a
 /// new entry. Aligned to a cache line, so that what a repeat reads and counts (the question,
-/// the answer, the counters: 120 bytes) spans two lines, never three.
+/// the answer, the counters: about 110 bytes) spans two lines, never three.
 #[repr(align(64))]
 pub(crate) struct Entry {
     key: Key,
