@@ -1,9 +1,9 @@
 //! What a recording thread keeps for itself, in one thread-local. In a preloaded library every
 //! Rust thread-local access is a call into the dynamic loader (`__tls_get_addr`); a launch made
 //! six of them and a remembered query two. Now a hooked call takes the thread's [`Lane`] once and
-//! hands it down, finding it through an initial-exec TLS word (`tls.rs`): simulated with
-//! callgrind on the stand-in driver, a remembered query's first-level read misses in the recorder
-//! went from 17 to 12 with it (and to 9 with `hot.rs` and this struct's layout).
+//! hands it down, finding it through an initial-exec TLS word (`tls.rs`). With that, `hot.rs` and
+//! this struct's layout, a remembered `cuCtxGetDevice` adds 10.5 first-level read misses to the
+//! program's thread instead of 14.5 (`scripts/cold-bench/misses.sh`, callgrind's model).
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;

@@ -34,11 +34,18 @@ fn record_program(dir: &Path, arg: &str) -> std::process::Output {
         .unwrap()
 }
 
-/// Records the stand-in program with `arg`, which must succeed; every call record of its trace.
-fn recorded_calls(arg: &str) -> Vec<gpuless_traces::CallRecord> {
+/// Records the stand-in program with `arg` in a new directory (its trace: `t.gl` there); the
+/// program must succeed.
+fn record_ok(arg: &str) -> (tempfile::TempDir, std::process::Output) {
     let dir = tempfile::tempdir().unwrap();
     let out = record_program(dir.path(), arg);
     assert!(out.status.success(), "{out:?}");
+    (dir, out)
+}
+
+/// Records the stand-in program with `arg`, which must succeed; every call record of its trace.
+fn recorded_calls(arg: &str) -> Vec<gpuless_traces::CallRecord> {
+    let (dir, _) = record_ok(arg);
     calls_of(&dir.path().join("t.gl"))
 }
 
@@ -292,9 +299,7 @@ fn stable_queries_are_answered_until_something_may_change_them() {
 /// mistaken in the trace for the modeled function of the same base name.
 #[test]
 fn versions_handed_out_for_old_names_are_recorded_as_themselves() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = record_program(dir.path(), "-6");
-    assert!(out.status.success(), "{out:?}");
+    let (dir, out) = record_ok("-6");
     let answered = driver_answered(&out);
     assert!(answered <= 3, "the driver answered {answered} of 1000 stable queries");
     let calls = calls_of(&dir.path().join("t.gl"));
@@ -311,9 +316,7 @@ fn versions_handed_out_for_old_names_are_recorded_as_themselves() {
 /// is recorded with its one argument.
 #[test]
 fn legacy_32_bit_symbols_pass_through_and_are_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = record_program(dir.path(), "-7");
-    assert!(out.status.success(), "{out:?}");
+    let (dir, out) = record_ok("-7");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("legacy=0x1000 canary=0xdeadbeef"), "the driver's 32-bit answer, untouched: {stdout}");
     let calls = calls_of(&dir.path().join("t.gl"));
@@ -441,9 +444,7 @@ fn sigterm_finishes_the_trace() {
 /// parent's trace is still written and the exit code is the program's.
 #[test]
 fn forked_child_is_reported() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = record_program(dir.path(), "-2");
-    assert!(out.status.success(), "{out:?}");
+    let (dir, out) = record_ok("-2");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("was forked from a recorded process without exec").count(), 1, "{err}");
     assert!(err.contains("(first: cuCtxGetCurrent)"), "{err}");
