@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 
 typedef int CUresult;
@@ -47,13 +48,19 @@ CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *off, size_t *size) {
   static const size_t o[] = {0, 8, 12, 16}, s[] = {8, 4, 4, 640};
   if (!((f == &kernel_token && i <= 2) || (f == &wide_token && i <= 3))) return 1;
   *off = o[i]; *size = s[i]; return 0; }
+/* FAKE_CUDA_SCALE_BIAS=x makes the kernels compute data * factor + x instead of data * factor
+ * (read once at load: a device whose results differ from the recording's, for replay tests). */
+static float scale_bias;
+__attribute__((constructor)) static void read_scale_bias(void) {
+  const char *b = getenv("FAKE_CUDA_SCALE_BIAS");
+  if (b) scale_bias = strtof(b, 0); }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
   (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)stream; (void)extra;
   if (f != &kernel_token && f != &wide_token) return 400;
   float *d = (float *)host(*(CUdeviceptr *)params[0]);
   float k = *(float *)params[1]; int n = *(int *)params[2];
-  for (int i = 0; i < n; i++) d[i] *= k;
+  for (int i = 0; i < n; i++) d[i] = d[i] * k + scale_bias;
   return 0; }
 CUresult cuCtxSynchronize(void) { return 0; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
@@ -137,6 +144,10 @@ CUresult cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active) {
   state_queries++; *flags = 4; *active = primary_active; return 0; }
 CUresult cuFakeSetActive(int a) { primary_active = a; return 0; }
 CUresult cuFakeStateQueries(int *n) { *n = state_queries; return 0; }
+
+/* What the replayer (gpuless replay, through cudarc: dlsym by name) calls beyond the above, so
+ * CI can execute traces of program.c on this stand-in (cli/tests/replay_fake.rs). */
+CUresult cuCtxSetCurrent(void *c) { return !c || c == &ctx_token ? 0 : 201; }
 
 struct entry { const char *name; void *fn; };
 static const struct entry table[] = {

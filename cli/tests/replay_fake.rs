@@ -1,0 +1,62 @@
+//! `gpuless replay` end to end without a GPU: the recorder's stand-in driver
+//! (`recorder/tests/fake/libcuda.c`) and its driver-API program are built, the program is
+//! recorded with the real preload library, and the `gpuless` binary replays the trace on the
+//! same stand-in (cudarc loads it from `LD_LIBRARY_PATH`). The stand-in's memory and kernel are
+//! real enough that the replay's device-to-host results are compared with the recording's.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+/// Runs `gpuless replay TRACE --json` on the stand-in in `libdir`, with `env` added:
+/// (exit code, the JSON report, the whole output for messages).
+fn replay(libdir: &Path, trace: &Path, env: &[(&str, &str)]) -> (i32, serde_json::Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
+        .arg("replay")
+        .arg(trace)
+        .arg("--json")
+        .env("LD_LIBRARY_PATH", libdir)
+        .env_remove("FAKE_CUDA_SCALE_BIAS")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run gpuless replay");
+    let shown = format!("{out:?}");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no JSON report ({e}): {shown}"));
+    (out.status.code().unwrap_or(-1), report, shown)
+}
+
+fn count(report: &serde_json::Value, key: &str) -> u64 {
+    report[key].as_u64().unwrap_or_else(|| panic!("no {key} in {report}"))
+}
+
+#[test]
+fn replays_a_recorded_program_on_the_stand_in_and_verifies_its_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = support::record_stand_in(dir.path(), None);
+    let (code, report, shown) = replay(dir.path(), &trace, &[]);
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
+    // cuMemcpyDtoH and cuMemcpyDtoHAsync: both hashed when recorded, both compared now.
+    assert!(count(&report, "results_verified") >= 1, "{shown}");
+    assert_eq!(count(&report, "results_verified"), 2, "{shown}");
+    // The one allocation was served by the recorder's arena and re-created there.
+    assert!(count(&report, "allocations_in_arena") >= 1, "{shown}");
+    assert_eq!(count(&report, "allocations_translated"), 0, "{shown}");
+    // cuLaunchKernel and cuLaunchKernelEx were executed, not skipped.
+    assert_eq!(count(&report, "launches"), 2, "{shown}");
+    assert_eq!(report["partition"]["kind"], "full", "{shown}");
+}
+
+#[test]
+fn a_device_computing_other_results_is_a_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = support::record_stand_in(dir.path(), None);
+    // The same stand-in, whose kernel now adds 1 to every element it scales.
+    let (code, report, shown) = replay(dir.path(), &trace, &[("FAKE_CUDA_SCALE_BIAS", "1")]);
+    assert_eq!(code, 3, "a mismatch exits with 3: {shown}");
+    let mismatches = report["mismatches"].as_array().unwrap_or_else(|| panic!("{shown}"));
+    assert_eq!(mismatches.len(), 2, "{shown}");
+    assert!(mismatches[0].as_str().is_some_and(|m| m.contains("cuMemcpyDtoH") && m.contains("scale")), "{shown}");
+    assert_eq!(count(&report, "results_verified"), 0, "{shown}");
+}
