@@ -14,7 +14,9 @@ mod driver_check;
 mod partition;
 mod progress;
 mod record;
+mod remote;
 mod replay;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -122,6 +124,51 @@ enum Command {
         /// Set by the parent process of a --create run.
         #[arg(long, hide = true, requires = "mig")]
         mig_created: bool,
+        /// Replay on a `gpuless serve` at ADDR (`HOST:PORT` or `unix:PATH`) instead of this
+        /// machine's GPU; --mig then names the partition to ask for (a profile, `sms:N`, `whole`).
+        #[arg(long, value_name = "ADDR", conflicts_with_all = ["dry_run", "create", "emulate", "profile", "partial"])]
+        remote: Option<String>,
+        /// With --remote: the server's token (default: $GPULESS_TOKEN).
+        #[arg(long, requires = "remote")]
+        token: Option<String>,
+        /// With --remote: ask for the best-effort priority class (default: latency-critical).
+        #[arg(long, requires = "remote")]
+        best_effort: bool,
+    },
+    /// Serve GPUs to remote clients: sessions on partitions, one executor process each, a
+    /// content cache, Prometheus metrics (docs/PROTOCOL.md). Runs until SIGTERM, then drains.
+    Serve {
+        /// TOML configuration (gpuless.toml); flags override it.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// TCP address to listen on (default 127.0.0.1:7011; `:0` picks a port).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Unix-domain socket to listen on.
+        #[arg(long)]
+        socket: Option<String>,
+        /// Address of the Prometheus endpoint (GET /metrics).
+        #[arg(long)]
+        metrics: Option<String>,
+        /// File holding the clients' token.
+        #[arg(long)]
+        token_file: Option<String>,
+        /// Warm executors per partition spec, e.g. `whole=2` or `sms:16=1` (repeatable).
+        #[arg(long, value_name = "SPEC=N")]
+        pool: Vec<String>,
+        /// End sessions idle this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        idle_timeout: Option<f64>,
+        /// Put both cache tiers under this directory.
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+    },
+    /// One session's executor process (started by `gpuless serve`).
+    #[command(name = "__executor", hide = true)]
+    Executor {
+        /// The partition spec.
+        #[arg(long)]
+        partition: String,
     },
     /// Report the GPU code in a host ELF (.so, executable), fatbin or cubin: entries, kernels,
     /// and each kernel's parameter layout read from the cubin (no GPU, no cuobjdump).
@@ -206,7 +253,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             emulate,
             exact_sms,
             mig_created,
+            remote,
+            token,
+            best_effort,
         } => {
+            if let Some(addr) = remote {
+                let args = remote::RemoteArgs { addr, partition: mig, token, best_effort, iterations, json, no_verify };
+                return remote::run(&trace, &args);
+            }
             if dry_run {
                 replay::dry_run(&trace, json, partial)
             } else {
@@ -215,6 +269,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 replay::run(&trace, &opts, &part)
             }
         }
+        Command::Serve { config, listen, socket, metrics, token_file, pool, idle_timeout, cache_dir } => {
+            serve::run(&serve::ServeArgs { config, listen, socket, metrics, token_file, pool, idle_timeout, cache_dir })
+        }
+        Command::Executor { partition } => serve::executor(&partition),
         Command::Devices { json } => devices::run(json).map(|()| ExitCode::SUCCESS),
         Command::Analyze { paths, arch, json, plot, check_driver, no_progress } => {
             if let Some(a) = &arch {

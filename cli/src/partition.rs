@@ -88,7 +88,7 @@ pub struct PartitionLabel {
     pub created: bool,
 }
 
-const SOFT: &str = "none: soft partition (SMs only; memory capacity limited by the replayer, memory bandwidth, \
+pub const SOFT: &str = "none: soft partition (SMs only; memory capacity limited by the replayer, memory bandwidth, \
                     L2 and copy engines shared with the rest of the GPU)";
 
 impl PartitionLabel {

@@ -5,3 +5,4 @@
 
 pub mod partition;
 pub mod replay;
+pub mod server;

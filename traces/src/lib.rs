@@ -20,6 +20,7 @@ pub mod error;
 pub mod format;
 mod generated;
 pub mod model;
+pub mod protocol;
 pub mod reader;
 pub mod synthetic;
 pub mod writer;

@@ -58,8 +58,14 @@ impl SyncAnalyzer {
     /// Feed the next call.
     pub fn push(&mut self, ev: &CallEvent) {
         for s in &mut self.states {
-            s.push(ev);
+            let _ = s.push(ev);
         }
+    }
+
+    /// Feeds the next call to the first policy only and says whether it synchronizes there:
+    /// how a client decides where a segment ends (`gpuless replay --remote`).
+    pub fn push_first(&mut self, ev: &CallEvent) -> bool {
+        self.states.first_mut().is_some_and(|s| s.push(ev))
     }
 
     /// Reports, one per policy, in the order given to [`new`](Self::new).

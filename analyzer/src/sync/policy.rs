@@ -127,7 +127,8 @@ impl PolicyState {
         }
     }
 
-    pub(crate) fn push(&mut self, ev: &CallEvent) {
+    /// Feeds one call; whether it is a synchronization point under this policy.
+    pub(crate) fn push(&mut self, ev: &CallEvent) -> bool {
         let index = self.calls;
         self.calls += 1;
         self.seg_calls += 1;
@@ -141,6 +142,7 @@ impl PolicyState {
         if sync {
             self.sync_point(index, down, reason);
         }
+        sync
     }
 
     /// Whether this call synchronizes, the bytes it brings down, and why.

@@ -456,6 +456,9 @@ pub(crate) fn verify_value(
     trace: &LoadedTrace,
     report: &mut Report,
 ) {
+    if let Some(o) = report.outputs.as_mut() {
+        o.push((seq, host.to_vec()));
+    }
     if st.opts.no_verify {
         return;
     }

@@ -19,6 +19,7 @@ mod memory;
 mod objects;
 pub mod profile;
 mod side;
+pub mod stream;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::c_int;
@@ -205,6 +206,10 @@ pub struct Report {
     pub hot: Option<hot::HotReport>,
     /// What the reader lost at the end of a damaged trace.
     pub trace_lost: Option<String>,
+    /// When set (a server's executor), every device-to-host result is kept here for the
+    /// client: (sequence number of the copy, bytes).
+    #[serde(skip)]
+    pub outputs: Option<Vec<(u64, Vec<u8>)>>,
 }
 
 /// Seconds since this process started (as the workloads measure it).
@@ -260,6 +265,27 @@ pub(crate) struct State {
     pub relocations: HashMap<u64, Vec<(blockhash::Span, u64)>>,
 }
 
+impl State {
+    pub(crate) fn new(mem: Memory, opts: Options) -> Self {
+        State {
+            mem,
+            modules: HashMap::new(),
+            libraries: HashMap::new(),
+            functions: HashMap::new(),
+            kernels: HashMap::new(),
+            streams: HashMap::new(),
+            events: HashMap::new(),
+            objects: Default::default(),
+            names: HashMap::new(),
+            recent: VecDeque::new(),
+            opts,
+            start: Instant::now(),
+            stream_override: None,
+            relocations: HashMap::new(),
+        }
+    }
+}
+
 /// A device ready to replay on: the primary context of device 0.
 #[derive(Debug, Clone, Copy)]
 pub struct Device {
@@ -311,22 +337,7 @@ pub fn replay(trace: &LoadedTrace, opts: Options) -> Result<Report, ReplayError>
 pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<Report, ReplayError> {
     // SAFETY: the context was retained by init_device and stays alive for the process.
     unsafe { check(sys::cuCtxSetCurrent(device.ctx as sys::CUcontext), 0, "cuCtxSetCurrent")? };
-    let mut st = State {
-        mem: Memory::with_limit(opts.memory_limit),
-        modules: HashMap::new(),
-        libraries: HashMap::new(),
-        functions: HashMap::new(),
-        kernels: HashMap::new(),
-        streams: HashMap::new(),
-        events: HashMap::new(),
-        objects: Default::default(),
-        names: HashMap::new(),
-        recent: VecDeque::new(),
-        opts,
-        start: Instant::now(),
-        stream_override: None,
-        relocations: HashMap::new(),
-    };
+    let mut st = State::new(Memory::with_limit(opts.memory_limit), opts);
     let device_sm = device_sm();
     if device_sm != 0 {
         let problems = compat::incompatible_code(trace, device_sm);

@@ -1,0 +1,341 @@
+//! `gpuless replay --remote ADDR trace.gl`: the first client of `gpuless serve`. It sends a
+//! recorded trace as the live client will — only the calls the server must execute (device
+//! queries are answered from the session's device description), in a segment per
+//! synchronization point of the `gpuless` policy, blobs by hash with their bytes only where the
+//! server misses them — verifies every result the server returns against the recording, and
+//! reports round trips, bytes and cache hits beside the replay report.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use gpuless_analyzer::api::SyncClass;
+use gpuless_analyzer::sync::{Policy, SyncAnalyzer};
+use gpuless_replayer::replay::{hot, load, since_process_start, LoadedTrace};
+use gpuless_traces::analysis::call_event;
+use gpuless_traces::protocol::{self, Connection, Endpoint, Hello, PartitionRequest, Priority, Traffic};
+use gpuless_traces::{CallRecord, Hash128, Value};
+use serde::Serialize;
+
+/// What `gpuless replay --remote` was asked for.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteArgs {
+    /// The server.
+    pub addr: String,
+    /// `--mig`: a profile, `sms:N` or `whole`.
+    pub partition: Option<String>,
+    /// `--token` (else `GPULESS_TOKEN`).
+    pub token: Option<String>,
+    /// `--best-effort`.
+    pub best_effort: bool,
+    /// Hot iterations.
+    pub iterations: u32,
+    /// Print JSON.
+    pub json: bool,
+    /// Skip comparing results.
+    pub no_verify: bool,
+}
+
+/// The report of a remote replay.
+#[derive(Debug, Default, Serialize)]
+pub struct RemoteReport {
+    /// The server's session id.
+    pub session: u64,
+    /// The partition granted, in words.
+    pub partition: String,
+    /// The device as the session sees it.
+    pub device: String,
+    /// Records in the trace.
+    pub calls: u64,
+    /// Records sent (the rest were answered locally).
+    pub sent: u64,
+    /// Records the server executed.
+    pub executed: u64,
+    /// Kernel launches on the server.
+    pub launches: u64,
+    /// Segments sent.
+    pub segments: u64,
+    /// Results equal to the recording.
+    pub results_verified: u64,
+    /// Results that differ.
+    pub mismatches: Vec<String>,
+    /// Results the recording holds no hash for.
+    pub results_unverified: u64,
+    /// Calls that failed on the server.
+    pub errors: Vec<String>,
+    /// Seconds from process start to the first result.
+    pub first_result_s: Option<f64>,
+    /// Seconds from connecting to the end of the set-up (with --iterations) or of the trace.
+    pub replay_s: f64,
+    /// Seconds from process start to the end.
+    pub total_s: f64,
+    /// What went over the wire.
+    pub traffic: Traffic,
+    /// Hot replay: per-iteration wall time.
+    pub hot: Option<RemoteHot>,
+}
+
+/// Hot remote replay timing.
+#[derive(Debug, Default, Serialize)]
+pub struct RemoteHot {
+    /// Iterations timed.
+    pub iterations: u32,
+    /// Records per body.
+    pub body_calls: u64,
+    /// Median wall time per iteration, ms.
+    pub wall_ms_median: f64,
+    /// Fastest iteration, ms.
+    pub wall_ms_min: f64,
+    /// Round trips per iteration.
+    pub round_trips_per_iteration: f64,
+    /// Bytes up per iteration.
+    pub bytes_up_per_iteration: f64,
+}
+
+/// Whether the server must see `r`: device and driver queries and client-local calls are
+/// answered by the client from the session's device description.
+fn must_send(r: &CallRecord) -> bool {
+    match r.function.api() {
+        Some(f) => !matches!(f.sync, SyncClass::Local | SyncClass::DeviceQuery),
+        None => false,
+    }
+}
+
+/// The recorded device-to-host result of `r` (a digest or the stored bytes).
+fn recorded_result(r: &CallRecord) -> Option<(Hash128, u64)> {
+    r.results.iter().find_map(|v| match v {
+        Value::Digest(d) | Value::Blob(d) => Some((d.hash, d.len)),
+        _ => None,
+    })
+}
+
+struct Client<'t> {
+    conn: Connection,
+    trace: &'t LoadedTrace,
+    by_seq: HashMap<u64, usize>,
+    on_server: HashSet<Hash128>,
+    report: RemoteReport,
+    verify: bool,
+    start: Instant,
+}
+
+impl Client<'_> {
+    /// Sends records `idx` (indices into the trace) in segments, answering at each
+    /// synchronization point and once at the end.
+    fn send(&mut self, idx: &[usize]) -> anyhow::Result<()> {
+        let mut policy = SyncAnalyzer::new(&[Policy::Gpuless]);
+        let mut seg: Vec<CallRecord> = Vec::new();
+        let sent: Vec<usize> = idx.iter().copied().filter(|&i| must_send(&self.trace.calls[i])).collect();
+        for (k, &i) in sent.iter().enumerate() {
+            let r = &self.trace.calls[i];
+            self.upload_blobs(r)?;
+            seg.push(r.clone());
+            let last = k + 1 == sent.len();
+            let sync = policy.push_first(&call_event(r));
+            if sync || last {
+                self.report.sent += seg.len() as u64;
+                self.report.segments += 1;
+                self.conn.send_segment(&seg, true)?;
+                seg.clear();
+                let a = self.conn.answer()?;
+                self.take(a);
+            } else if seg.len() >= 4096 {
+                self.report.sent += seg.len() as u64;
+                self.report.segments += 1;
+                self.conn.send_segment(&seg, false)?;
+                seg.clear();
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes sure the server holds the blobs `r` refers to: one query for those not known to
+    /// be there, then the bytes of the misses (pipelined with what follows).
+    fn upload_blobs(&mut self, r: &CallRecord) -> anyhow::Result<()> {
+        let mut new: Vec<Hash128> = Vec::new();
+        for v in &r.args {
+            v.visit(&mut |v| {
+                if let Value::Blob(b) = v {
+                    if !self.on_server.contains(&b.hash) && !new.contains(&b.hash) {
+                        new.push(b.hash);
+                    }
+                }
+            });
+        }
+        if new.is_empty() {
+            return Ok(());
+        }
+        let have = self.conn.query_blobs(&new)?;
+        for (h, held) in new.iter().zip(have) {
+            if !held {
+                let bytes = self.trace.blobs.get(h).with_context(|| format!("blob {h} is not in the trace"))?;
+                self.conn.send_blob(*h, bytes)?;
+            }
+            self.on_server.insert(*h);
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, a: protocol::Answer) {
+        self.report.executed += a.executed;
+        for e in a.errors {
+            self.report.errors.push(format!("call #{} {} failed on the server: {}", e.seq, e.function, e.message));
+        }
+        for (seq, bytes) in a.outputs {
+            if self.report.first_result_s.is_none() {
+                self.report.first_result_s = Some(since_process_start());
+            }
+            if !self.verify {
+                continue;
+            }
+            let rec = self.by_seq.get(&seq).map(|&i| &self.trace.calls[i]);
+            match rec.and_then(recorded_result) {
+                Some((h, n)) if n == bytes.len() as u64 && Hash128::of(&bytes) == h => {
+                    self.report.results_verified += 1
+                }
+                Some(_) => self.report.mismatches.push(format!(
+                    "call #{seq} {}: {} bytes differ from the recording",
+                    rec.map_or("?", |r| r.function.name()),
+                    bytes.len()
+                )),
+                None => self.report.results_unverified += 1,
+            }
+        }
+    }
+}
+
+/// Replays `path` on the server at `args.addr`.
+pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
+    let trace = load(path)?;
+    let endpoint = Endpoint::parse(&args.addr);
+    let mut conn = protocol::connect(&endpoint, Duration::from_secs(10))
+        .with_context(|| format!("connecting to the gpuless server at {endpoint}"))?;
+    conn.set_timeout(Some(Duration::from_secs(600)))?;
+    let token = args.token.clone().or_else(|| std::env::var("GPULESS_TOKEN").ok()).unwrap_or_default();
+    let hello = Hello {
+        protocol: protocol::PROTOCOL_VERSION,
+        tool: format!("gpuless {}", env!("CARGO_PKG_VERSION")),
+        token,
+        partition: PartitionRequest::parse(args.partition.as_deref().unwrap_or("whole")),
+        priority: if args.best_effort { Priority::BestEffort } else { Priority::LatencyCritical },
+        arena_base: trace.meta.arena_base,
+        arena_size: trace.meta.arena_size,
+        recorded_sm: trace.meta.sm,
+        program: format!("replay {}", path.display()),
+    };
+    let start = Instant::now();
+    let w = conn.handshake(&hello).with_context(|| format!("opening a session on {endpoint}"))?;
+    if w.device.sm() != 0 && trace.meta.sm != 0 && w.device.sm() != trace.meta.sm {
+        eprintln!(
+            "gpuless: note: the server's GPU is sm_{}, the trace was recorded on sm_{}",
+            w.device.sm(),
+            trace.meta.sm
+        );
+    }
+    let by_seq = trace.calls.iter().enumerate().map(|(i, c)| (c.seq, i)).collect();
+    let mut c = Client {
+        conn,
+        trace: &trace,
+        by_seq,
+        on_server: HashSet::new(),
+        report: RemoteReport {
+            session: w.session,
+            partition: format!(
+                "{} {} ({} SMs; {})",
+                w.partition.kind, w.partition.profile, w.partition.sms, w.partition.isolation
+            ),
+            device: format!("{} (sm_{}, {} SMs)", w.device.name, w.device.sm(), w.device.sm_count()),
+            calls: trace.calls.len() as u64,
+            ..RemoteReport::default()
+        },
+        verify: !args.no_verify,
+        start,
+    };
+    if args.iterations == 0 {
+        let all: Vec<usize> = (0..trace.calls.len()).collect();
+        c.send(&all)?;
+        c.report.replay_s = c.start.elapsed().as_secs_f64();
+    } else {
+        let split = hot::split(&trace.calls);
+        c.send(&split.setup)?;
+        c.send(&split.body)?; // warm-up, verified
+        c.report.replay_s = c.start.elapsed().as_secs_f64();
+        let (rt0, up0) = (c.conn.traffic.round_trips, c.conn.traffic.bytes_up);
+        let mut wall = Vec::with_capacity(args.iterations as usize);
+        for _ in 0..args.iterations {
+            let t = Instant::now();
+            c.send(&split.body)?;
+            wall.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        let n = f64::from(args.iterations);
+        let min = wall.iter().copied().fold(f64::INFINITY, f64::min);
+        c.report.hot = Some(RemoteHot {
+            iterations: args.iterations,
+            body_calls: split.body.len() as u64,
+            wall_ms_median: hot::median(&mut wall),
+            wall_ms_min: min,
+            round_trips_per_iteration: (c.conn.traffic.round_trips - rt0) as f64 / n,
+            bytes_up_per_iteration: (c.conn.traffic.bytes_up - up0) as f64 / n,
+        });
+    }
+    let stats = c.conn.close().context("closing the session")?;
+    c.report.launches = stats.launches;
+    c.report.traffic = c.conn.traffic;
+    c.report.total_s = since_process_start();
+    let r = c.report;
+    print(&r, path, args.json)?;
+    if !r.errors.is_empty() {
+        bail!("{} calls failed on the server; the first: {}", r.errors.len(), r.errors[0]);
+    }
+    Ok(if r.mismatches.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(3) })
+}
+
+fn print(r: &RemoteReport, path: &Path, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+        return Ok(());
+    }
+    let t = &r.traffic;
+    println!("session    {} on {}", r.session, r.partition);
+    println!("device     {}", r.device);
+    println!(
+        "replayed   {} ({} records, {} sent in {} segments, {} executed, {} launches)",
+        path.display(),
+        r.calls,
+        r.sent,
+        r.segments,
+        r.executed,
+        r.launches
+    );
+    println!(
+        "verified   {} results equal, {} differ, {} not verifiable",
+        r.results_verified,
+        r.mismatches.len(),
+        r.results_unverified
+    );
+    for m in &r.mismatches {
+        println!("MISMATCH   {m}");
+    }
+    for e in &r.errors {
+        println!("ERROR      {e}");
+    }
+    println!(
+        "traffic    {} round trips, {} bytes up, {} bytes down; blobs: {} bytes sent, {} cache hits, {} misses",
+        t.round_trips, t.bytes_up, t.bytes_down, t.blob_bytes, t.blob_hits, t.blob_misses
+    );
+    if let Some(f) = r.first_result_s {
+        println!(
+            "time       first result {f:.3} s after process start; replay {:.3} s; total {:.3} s",
+            r.replay_s, r.total_s
+        );
+    }
+    if let Some(h) = &r.hot {
+        println!(
+            "hot        {} iterations of {} records: median {:.3} ms, min {:.3} ms; {:.1} round trips and {:.0} bytes up per iteration",
+            h.iterations, h.body_calls, h.wall_ms_median, h.wall_ms_min, h.round_trips_per_iteration, h.bytes_up_per_iteration
+        );
+    }
+    Ok(())
+}

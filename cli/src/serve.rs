@@ -1,0 +1,152 @@
+//! `gpuless serve` (the server) and `gpuless __executor` (one session's executor process,
+//! started by the server): flags over the TOML configuration, the partition an executor runs
+//! on (`whole`, `sms:N`, a MIG profile), logs.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use gpuless_replayer::partition::sm_split::SplitPreference;
+use gpuless_replayer::replay::green::init_green_device;
+use gpuless_replayer::server::cache::Dirs;
+use gpuless_replayer::server::config::Config;
+use gpuless_replayer::server::control::{Channel, Control};
+use gpuless_replayer::server::executor::{self, Setup};
+use gpuless_replayer::server::manager::CONTROL_FD;
+use gpuless_traces::protocol::PartitionInfo;
+
+use crate::partition::{self, PartitionArgs, Prepared};
+
+/// The flags of `gpuless serve`.
+#[derive(Debug, Clone, Default)]
+pub struct ServeArgs {
+    /// `--config`.
+    pub config: Option<PathBuf>,
+    /// `--listen`.
+    pub listen: Option<String>,
+    /// `--socket`.
+    pub socket: Option<String>,
+    /// `--metrics`.
+    pub metrics: Option<String>,
+    /// `--token-file`.
+    pub token_file: Option<String>,
+    /// `--pool SPEC=N`.
+    pub pool: Vec<String>,
+    /// `--idle-timeout`.
+    pub idle_timeout: Option<f64>,
+    /// `--cache-dir`: both tiers under one directory (tests).
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// Runs the server until SIGTERM/SIGINT.
+pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPULESS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let mut cfg = match &args.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    if let Some(l) = &args.listen {
+        cfg.listen = l.clone();
+    }
+    if let Some(s) = &args.socket {
+        cfg.socket = s.clone();
+    }
+    if let Some(m) = &args.metrics {
+        cfg.metrics = m.clone();
+    }
+    if let Some(t) = &args.token_file {
+        cfg.token_file = t.clone();
+    }
+    if let Some(t) = args.idle_timeout {
+        cfg.idle_timeout_s = t;
+    }
+    if let Some(d) = &args.cache_dir {
+        cfg.cache.memory_dir = d.join("memory").display().to_string();
+        cfg.cache.disk_dir = d.join("disk").display().to_string();
+    }
+    if !args.pool.is_empty() {
+        cfg.pool.clear();
+        for p in &args.pool {
+            let (spec, n) = p.rsplit_once('=').with_context(|| format!("--pool {p}: expected SPEC=N"))?;
+            let n: usize = n.parse().with_context(|| format!("--pool {p}: N is not a number"))?;
+            cfg.pool.insert(spec.to_string(), n);
+        }
+    }
+    let cfg = cfg.resolve()?;
+    let exe = if cfg.executor.is_empty() {
+        std::env::current_exe().context("finding this program for the executors")?
+    } else {
+        PathBuf::from(&cfg.executor)
+    };
+    gpuless_replayer::server::serve(cfg, exe, |tcp, metrics| {
+        // One line on stdout that scripts wait for.
+        println!(
+            "gpuless serve: listening{}{}",
+            tcp.map(|a| format!(" tcp={a}")).unwrap_or_default(),
+            metrics.map(|a| format!(" metrics={a}")).unwrap_or_default()
+        );
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The executor process: initializes its partition, then serves one session.
+pub fn executor(spec: &str) -> anyhow::Result<ExitCode> {
+    // SAFETY: the server placed the control channel at CONTROL_FD for this process alone.
+    let control = Channel::from_fd(unsafe { OwnedFd::from_raw_fd(CONTROL_FD) });
+    let cache = Dirs {
+        memory: std::env::var_os("GPULESS_CACHE_MEMORY")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "/tmp/gpuless-mem".into()),
+        disk: std::env::var_os("GPULESS_CACHE_DISK").map(PathBuf::from).unwrap_or_else(|| "/tmp/gpuless-disk".into()),
+    };
+    let init = || -> anyhow::Result<(gpuless_replayer::replay::Device, PartitionInfo, Option<u64>)> {
+        if let Some(n) = spec.strip_prefix("sms:") {
+            let n: u32 = n.parse().with_context(|| format!("partition `{spec}`"))?;
+            let (dev, part) = init_green_device(n, SplitPreference::Coscheduled)
+                .with_context(|| format!("creating a green context of {n} SMs"))?;
+            let info = PartitionInfo {
+                kind: "emulated".into(),
+                profile: spec.into(),
+                sms: part.granted_sms,
+                memory_limit: 0,
+                isolation: partition::SOFT.into(),
+            };
+            return Ok((dev, info, None));
+        }
+        let prepared = if spec == "whole" {
+            Prepared::Full
+        } else {
+            // An existing MIG instance of the profile where MIG is on, else a soft partition.
+            let mig = PartitionArgs { mig: Some(spec.into()), ..PartitionArgs::default() };
+            partition::prepare(&mig).or_else(|_| {
+                partition::prepare(&PartitionArgs { mig: Some(spec.into()), emulate: true, ..PartitionArgs::default() })
+            })?
+        };
+        let (dev, label, limit) = partition::init(&prepared)?;
+        let info = PartitionInfo {
+            kind: label.kind.into(),
+            profile: label.profile.clone().unwrap_or_default(),
+            sms: label.sms.unwrap_or(0),
+            memory_limit: limit.unwrap_or(0),
+            isolation: label.isolation.into(),
+        };
+        Ok((dev, info, limit))
+    };
+    match init() {
+        Ok((device, partition, memory_limit)) => {
+            let code = executor::run(Setup { control, device, partition, memory_limit, cache });
+            Ok(ExitCode::from(code as u8))
+        }
+        Err(e) => {
+            let _ = control.send(&Control::Failed(format!("{e:#}")), None);
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! A replay fed record by record: the engine of a server's executor. Records arrive in
+//! segments from a client; blobs arrive by hash; device-to-host bytes are kept for the client's
+//! next answer instead of (or besides) being compared with a recording.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use cudarc::driver::sys;
+use gpuless_traces::{CallRecord, Hash128, TraceMeta};
+
+use super::{check, exec, explain, memory::Memory, Device, LoadedTrace, Options, ReplayError, Report, State};
+
+/// A replay in progress whose records come one at a time.
+pub struct Stream {
+    st: State,
+    trace: LoadedTrace,
+    report: Report,
+}
+
+impl Stream {
+    /// Makes `device`'s context current and reserves the client's arena (`meta.arena_base`,
+    /// `meta.arena_size`) so the client's addresses are valid here.
+    pub fn new(device: Device, meta: TraceMeta, opts: Options) -> Result<Self, ReplayError> {
+        // SAFETY: the context was retained by init_device (or is a green context) and lives
+        // as long as the process.
+        unsafe { check(sys::cuCtxSetCurrent(device.ctx as sys::CUcontext), 0, "cuCtxSetCurrent")? };
+        let mut st = State::new(Memory::with_limit(opts.memory_limit), opts);
+        let mut report = Report { outputs: Some(Vec::new()), ..Report::default() };
+        report.warnings.extend(st.mem.reserve_arena(meta.arena_base, meta.arena_size));
+        Ok(Stream { st, trace: LoadedTrace { meta, calls: Vec::new(), blobs: HashMap::new(), lost: None }, report })
+    }
+
+    /// Whether the session holds blob `h`.
+    pub fn has_blob(&self, h: &Hash128) -> bool {
+        self.trace.blobs.contains_key(h)
+    }
+
+    /// Adds a blob the records may refer to.
+    pub fn add_blob(&mut self, h: Hash128, bytes: Vec<u8>) {
+        self.trace.blobs.insert(h, bytes);
+    }
+
+    /// Executes one record. A device fault after allocations moved is explained as in a
+    /// whole-trace replay.
+    pub fn call(&mut self, rec: &CallRecord) -> Result<(), ReplayError> {
+        self.report.calls += 1;
+        exec::call(&mut self.st, &self.trace, rec, &mut self.report)
+            .map_err(|e| explain(e, self.st.mem.translated, &self.report.warnings))
+    }
+
+    /// Waits for every call executed so far.
+    pub fn synchronize(&mut self) -> Result<(), ReplayError> {
+        // SAFETY: a plain synchronization of the current context.
+        unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize") }
+    }
+
+    /// Device-to-host results since the last call: (sequence number of the copy, bytes).
+    pub fn take_outputs(&mut self) -> Vec<(u64, Vec<u8>)> {
+        self.report.outputs.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// What the replay did so far (peak memory and allocation counts filled in).
+    pub fn report(&mut self) -> &Report {
+        self.report.allocations_exact = self.st.mem.exact;
+        self.report.allocations_translated = self.st.mem.translated;
+        self.report.allocations_in_arena = self.st.mem.in_arena;
+        self.report.peak_memory = self.st.mem.peak();
+        self.report.replay_s = self.st.start.elapsed().as_secs_f64();
+        &self.report
+    }
+
+    /// When the stream started.
+    pub fn started(&self) -> Instant {
+        self.st.start
+    }
+}
+
+/// Everything a program can ask of the current context's device: name, UUID, total memory
+/// (`memory_limit` where the partition has one), driver version and every attribute the
+/// driver answers (ids 1 up to the first run of 16 unanswered ids past the newest known).
+pub fn describe_device(memory_limit: Option<u64>) -> gpuless_traces::protocol::DeviceDescription {
+    type Attr = unsafe extern "C" fn(*mut i32, u32, i32) -> sys::CUresult;
+    type Name = unsafe extern "C" fn(*mut std::ffi::c_char, i32, i32) -> sys::CUresult;
+    type Uuid = unsafe extern "C" fn(*mut u8, i32) -> sys::CUresult;
+    type Total = unsafe extern "C" fn(*mut usize, i32) -> sys::CUresult;
+    type Version = unsafe extern "C" fn(*mut i32) -> sys::CUresult;
+    let ok = sys::CUresult::CUDA_SUCCESS;
+    let mut d = gpuless_traces::protocol::DeviceDescription::default();
+    // SAFETY: each entry point is typed with its C signature (enums as integers) and given
+    // valid out-pointers; device 0 of the current process is the session's device.
+    unsafe {
+        let mut dev = 0i32;
+        if sys::cuCtxGetDevice(&mut dev) != ok {
+            dev = 0;
+        }
+        if let Ok(f) = exec::raw_fn::<Attr>(b"cuDeviceGetAttribute\0", 0) {
+            let mut misses = 0;
+            for id in 1u32.. {
+                let mut v = 0i32;
+                if f(&mut v, id, dev) == ok {
+                    d.attributes.push((id, v));
+                    misses = 0;
+                } else {
+                    misses += 1;
+                    if misses >= 16 && id > 150 {
+                        break;
+                    }
+                }
+                if id > 1024 {
+                    break;
+                }
+            }
+        }
+        if let Ok(f) = exec::raw_fn::<Name>(b"cuDeviceGetName\0", 0) {
+            let mut buf = [0 as std::ffi::c_char; 256];
+            if f(buf.as_mut_ptr(), 255, dev) == ok {
+                d.name = std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned();
+            }
+        }
+        if let Ok(f) = exec::raw_fn::<Uuid>(b"cuDeviceGetUuid_v2\0", 0) {
+            let _ = f(d.uuid.as_mut_ptr(), dev);
+        }
+        if let Ok(f) = exec::raw_fn::<Total>(b"cuDeviceTotalMem_v2\0", 0) {
+            let mut n = 0usize;
+            if f(&mut n, dev) == ok {
+                d.total_mem = n as u64;
+            }
+        }
+        if let Ok(f) = exec::raw_fn::<Version>(b"cuDriverGetVersion\0", 0) {
+            let _ = f(&mut d.driver_version);
+        }
+    }
+    if let Some(limit) = memory_limit {
+        d.total_mem = if d.total_mem == 0 { limit } else { d.total_mem.min(limit) };
+    }
+    d
+}

@@ -1,0 +1,174 @@
+//! `gpuless serve`'s configuration: a TOML file (`--config`) under the command-line flags.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The server's settings. Every field has a default; `gpuless.toml` overrides them and the
+/// command line overrides the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// TCP address to listen on (`127.0.0.1:7011`); empty: no TCP listener.
+    pub listen: String,
+    /// Unix-domain socket path; empty: none.
+    pub socket: String,
+    /// Prometheus metrics endpoint (`127.0.0.1:7012`, `GET /metrics`); empty: none.
+    pub metrics: String,
+    /// Access token clients must present. Empty: none needed (then TCP listens on loopback
+    /// only). Read from `token_file` if that is set.
+    pub token: String,
+    /// A file holding the token (first line), kept out of the config.
+    pub token_file: String,
+    /// Warm executors kept per partition spec (`whole`, `sms:N`, a profile name): started
+    /// ahead with their CUDA context initialized.
+    pub pool: BTreeMap<String, usize>,
+    /// Most sessions at once.
+    pub max_sessions: usize,
+    /// Most sessions waiting for a partition; beyond, new sessions are refused.
+    pub queue: usize,
+    /// How long a session waits in the queue before it is refused, in seconds.
+    pub queue_timeout_s: f64,
+    /// A session with no message for this long is ended, in seconds.
+    pub idle_timeout_s: f64,
+    /// How long a client may take to say Hello, in seconds.
+    pub handshake_timeout_s: f64,
+    /// How long an executor may take to initialize the GPU, in seconds.
+    pub executor_start_timeout_s: f64,
+    /// On SIGTERM, how long running sessions may go on before they are ended, in seconds.
+    pub drain_timeout_s: f64,
+    /// The blob cache.
+    pub cache: CacheConfig,
+    /// Whether sessions may ask for MIG instances to be created (only where MIG is on).
+    pub mig_create: bool,
+    /// The executor binary (default: this `gpuless`).
+    pub executor: String,
+}
+
+/// The content cache: a memory tier (a tmpfs directory) and a disk tier, each size-bounded,
+/// least recently used out first.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Memory tier directory (on tmpfs); default `/dev/shm/gpuless-cache-<uid>`.
+    pub memory_dir: String,
+    /// Bytes the memory tier may hold.
+    pub memory_bytes: u64,
+    /// Disk tier directory; default `$XDG_CACHE_HOME/gpuless/blobs`.
+    pub disk_dir: String,
+    /// Bytes the disk tier may hold.
+    pub disk_bytes: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { memory_dir: String::new(), memory_bytes: 4 << 30, disk_dir: String::new(), disk_bytes: 32 << 30 }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:7011".into(),
+            socket: String::new(),
+            metrics: String::new(),
+            token: String::new(),
+            token_file: String::new(),
+            pool: BTreeMap::from([("whole".to_string(), 1)]),
+            max_sessions: 64,
+            queue: 64,
+            queue_timeout_s: 30.0,
+            idle_timeout_s: 300.0,
+            handshake_timeout_s: 10.0,
+            executor_start_timeout_s: 120.0,
+            drain_timeout_s: 30.0,
+            cache: CacheConfig::default(),
+            mig_create: false,
+            executor: String::new(),
+        }
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct ConfigError {
+    /// The file.
+    pub path: String,
+    /// What is wrong, and where.
+    pub reason: String,
+}
+
+impl Config {
+    /// Reads a TOML file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let err = |reason: String| ConfigError { path: path.display().to_string(), reason };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        toml::from_str(&text).map_err(|e| err(e.to_string()))
+    }
+
+    /// Checks the settings and fills in what depends on the machine: the token from its file,
+    /// the cache directories.
+    pub fn resolve(mut self) -> Result<Config, ConfigError> {
+        let err = |reason: String| ConfigError { path: "configuration".into(), reason };
+        if !self.token_file.is_empty() {
+            let t = std::fs::read_to_string(&self.token_file).map_err(|e| err(format!("token_file: {e}")))?;
+            self.token = t.lines().next().unwrap_or("").trim().to_string();
+        }
+        if self.listen.is_empty() && self.socket.is_empty() {
+            return Err(err("neither `listen` nor `socket` is set: the server would accept no client".into()));
+        }
+        if self.token.is_empty() && !self.listen.is_empty() && !is_loopback(&self.listen) {
+            return Err(err(format!(
+                "`listen = {}` is not a loopback address and no token is set: set `token` or `token_file`",
+                self.listen
+            )));
+        }
+        if self.cache.memory_dir.is_empty() {
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            self.cache.memory_dir = format!("/dev/shm/gpuless-cache-{uid}");
+        }
+        if self.cache.disk_dir.is_empty() {
+            let base = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .unwrap_or_else(|| PathBuf::from("/tmp"));
+            self.cache.disk_dir = base.join("gpuless/blobs").display().to_string();
+        }
+        if self.max_sessions == 0 {
+            return Err(err("max_sessions must be at least 1".into()));
+        }
+        Ok(self)
+    }
+
+    /// Seconds as a duration.
+    pub fn secs(s: f64) -> Duration {
+        Duration::from_secs_f64(s.max(0.0))
+    }
+}
+
+/// Whether `addr` (`HOST:PORT`) names a loopback host.
+pub fn is_loopback(addr: &str) -> bool {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_matches(['[', ']']);
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_parse_unknown_keys_are_refused_and_open_tcp_needs_a_token() {
+        let c: Config = toml::from_str("listen = \"127.0.0.1:9\"\n[pool]\nwhole = 2\n\"sms:16\" = 1\n").unwrap();
+        assert_eq!(c.pool.get("sms:16"), Some(&1));
+        assert!(toml::from_str::<Config>("lisen = 1").is_err());
+        let open = Config { listen: "0.0.0.0:7011".into(), ..Config::default() };
+        assert!(open.resolve().unwrap_err().to_string().contains("no token"));
+        let ok = Config { listen: "0.0.0.0:7011".into(), token: "t".into(), ..Config::default() };
+        assert!(ok.resolve().is_ok());
+        assert!(is_loopback("[::1]:5") && is_loopback("localhost:1") && !is_loopback("10.0.0.1:1"));
+    }
+}

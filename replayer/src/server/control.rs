@@ -1,0 +1,293 @@
+//! The control channel between the server and one executor process: a `SOCK_SEQPACKET`
+//! socket pair (one message per packet), which also carries the client's connection to the
+//! executor as a file descriptor (`SCM_RIGHTS`), so the session's data never passes through
+//! the server.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use gpuless_traces::protocol::codec::{Get, Put};
+use gpuless_traces::protocol::message::{DeviceDescription, PartitionInfo, SessionStats};
+use gpuless_traces::protocol::ProtocolError;
+use gpuless_traces::Hash128;
+
+/// Largest control packet.
+const MAX_PACKET: usize = 1 << 20;
+
+/// A message on the control channel.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Control {
+    /// Executor → server: initialized, ready for a session.
+    Ready {
+        /// The partition it runs on.
+        partition: PartitionInfo,
+        /// The device as its sessions see it.
+        device: DeviceDescription,
+    },
+    /// Executor → server: the GPU could not be initialized.
+    Failed(String),
+    /// Server → executor: serve this session (the client's socket comes with it).
+    Start {
+        /// Session id.
+        session: u64,
+        /// Idle timeout, milliseconds.
+        idle_ms: u64,
+        /// The client's Hello payload.
+        hello: Vec<u8>,
+    },
+    /// Executor → server: blobs added to the cache, and blobs found in it.
+    Cache {
+        /// Added: (hash, length).
+        added: Vec<(Hash128, u64)>,
+        /// Found.
+        hits: Vec<Hash128>,
+    },
+    /// Executor → server: latencies, microseconds: (0 = segment execution, 1 = request to
+    /// answer), at most a few hundred per message.
+    Samples(Vec<(u8, u32)>),
+    /// Executor → server: the session ended.
+    Done {
+        /// Its totals.
+        stats: SessionStats,
+        /// Empty, or why it ended abnormally.
+        error: String,
+    },
+}
+
+impl Control {
+    fn encode(&self) -> Vec<u8> {
+        let mut p = Put::default();
+        match self {
+            Control::Ready { partition, device } => {
+                p.u8(1);
+                p.str(&partition.kind).str(&partition.profile).u32(partition.sms).u64(partition.memory_limit);
+                p.str(&partition.isolation);
+                // The description travels as a Welcome would carry it.
+                let w = gpuless_traces::protocol::Message::Welcome(Box::new(gpuless_traces::protocol::Welcome {
+                    session: 0,
+                    executor_pid: 0,
+                    server: String::new(),
+                    partition: PartitionInfo::default(),
+                    device: device.clone(),
+                }));
+                p.bytes(&w.encode());
+            }
+            Control::Failed(m) => {
+                p.u8(2).str(m);
+            }
+            Control::Start { session, idle_ms, hello } => {
+                p.u8(3).u64(*session).u64(*idle_ms).bytes(hello);
+            }
+            Control::Cache { added, hits } => {
+                p.u8(4).u32(added.len() as u32);
+                for (h, n) in added {
+                    p.u128(h.0).u64(*n);
+                }
+                p.u32(hits.len() as u32);
+                for h in hits {
+                    p.u128(h.0);
+                }
+            }
+            Control::Samples(s) => {
+                p.u8(5).u32(s.len() as u32);
+                for (k, v) in s {
+                    p.u8(*k).u32(*v);
+                }
+            }
+            Control::Done { stats, error } => {
+                p.u8(6);
+                let c = gpuless_traces::protocol::Message::Closed(stats.clone());
+                p.bytes(&c.encode()).str(error);
+            }
+        }
+        p.0
+    }
+
+    fn decode(b: &[u8]) -> Result<Control, ProtocolError> {
+        use gpuless_traces::protocol::message::kind;
+        use gpuless_traces::protocol::Message;
+        let mut g = Get::new(b, "control");
+        let m = match g.u8()? {
+            1 => {
+                let partition = PartitionInfo {
+                    kind: g.str()?,
+                    profile: g.str()?,
+                    sms: g.u32()?,
+                    memory_limit: g.u64()?,
+                    isolation: g.str()?,
+                };
+                let device = match Message::decode(kind::WELCOME, 0, g.bytes()?)? {
+                    Message::Welcome(w) => w.device,
+                    _ => return Err(g.error("device description")),
+                };
+                Control::Ready { partition, device }
+            }
+            2 => Control::Failed(g.str()?),
+            3 => Control::Start { session: g.u64()?, idle_ms: g.u64()?, hello: g.bytes()?.to_vec() },
+            4 => {
+                let n = g.count(24)?;
+                let mut added = Vec::with_capacity(n);
+                for _ in 0..n {
+                    added.push((Hash128(g.u128()?), g.u64()?));
+                }
+                let n = g.count(16)?;
+                let mut hits = Vec::with_capacity(n);
+                for _ in 0..n {
+                    hits.push(Hash128(g.u128()?));
+                }
+                Control::Cache { added, hits }
+            }
+            5 => {
+                let n = g.count(5)?;
+                let mut s = Vec::with_capacity(n);
+                for _ in 0..n {
+                    s.push((g.u8()?, g.u32()?));
+                }
+                Control::Samples(s)
+            }
+            6 => {
+                let stats = match Message::decode(kind::CLOSED, 0, g.bytes()?)? {
+                    Message::Closed(s) => s,
+                    _ => return Err(g.error("session stats")),
+                };
+                Control::Done { stats, error: g.str()? }
+            }
+            t => return Err(g.error(format!("control message {t}"))),
+        };
+        g.end()?;
+        Ok(m)
+    }
+}
+
+/// One end of a control channel.
+#[derive(Debug)]
+pub struct Channel {
+    fd: OwnedFd,
+}
+
+/// A connected pair: (server's end, executor's end).
+pub fn pair() -> io::Result<(Channel, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: fds has room for the two descriptors socketpair writes.
+    let r = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    unsafe { Ok((Channel { fd: OwnedFd::from_raw_fd(fds[0]) }, OwnedFd::from_raw_fd(fds[1]))) }
+}
+
+impl Channel {
+    /// Wraps an inherited descriptor (the executor's end).
+    pub fn from_fd(fd: OwnedFd) -> Channel {
+        Channel { fd }
+    }
+
+    /// A second handle on the same channel (for a reader thread).
+    pub fn try_clone(&self) -> io::Result<Channel> {
+        Ok(Channel { fd: self.fd.try_clone()? })
+    }
+
+    /// Sends a message, with a descriptor attached if given.
+    pub fn send(&self, m: &Control, fd: Option<RawFd>) -> io::Result<()> {
+        let bytes = m.encode();
+        let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
+        // Room for one descriptor, aligned as cmsghdr needs.
+        let mut cbuf = [0u64; 8];
+        // SAFETY: msghdr is plain data; every pointer in it refers to live buffers above, and
+        // the CMSG macros stay inside cbuf (checked by CMSG_SPACE ≤ its size).
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            if let Some(fd) = fd {
+                let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+                debug_assert!(space <= std::mem::size_of_val(&cbuf));
+                msg.msg_control = cbuf.as_mut_ptr().cast();
+                msg.msg_controllen = space;
+                let c = libc::CMSG_FIRSTHDR(&msg);
+                (*c).cmsg_level = libc::SOL_SOCKET;
+                (*c).cmsg_type = libc::SCM_RIGHTS;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+            }
+            if libc::sendmsg(self.fd.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives the next message and the descriptor sent with it. `Ok(None)`: the other end
+    /// closed.
+    pub fn recv(&self) -> io::Result<Option<(Control, Option<OwnedFd>)>> {
+        let mut buf = vec![0u8; MAX_PACKET];
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        let mut cbuf = [0u64; 8];
+        // SAFETY: as in send; the descriptor read from the control message is new and owned here.
+        let (n, fd) = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&cbuf);
+            let n = loop {
+                let n = libc::recvmsg(self.fd.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+                if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                break n;
+            };
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let mut fd = None;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            if !c.is_null() && (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                fd = Some(OwnedFd::from_raw_fd(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<RawFd>())));
+            }
+            (n as usize, fd)
+        };
+        if n == 0 {
+            return Ok(None);
+        }
+        let m = Control::decode(&buf[..n]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        Ok(Some((m, fd)))
+    }
+
+    /// The raw descriptor (to place it at a fixed number in a child).
+    pub fn raw(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_and_descriptors_cross_the_channel() {
+        let (a, b) = pair().unwrap();
+        let b = Channel::from_fd(b);
+        let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
+        let start = Control::Start { session: 3, idle_ms: 10, hello: vec![1, 2] };
+        a.send(&start, Some(w.as_raw_fd())).unwrap();
+        let (m, fd) = b.recv().unwrap().unwrap();
+        assert_eq!(m, start);
+        // The descriptor received is the same socket: a byte written through it arrives.
+        let mut got = std::os::unix::net::UnixStream::from(fd.unwrap());
+        use std::io::{Read, Write};
+        got.write_all(b"x").unwrap();
+        let mut one = [0u8; 1];
+        (&r).read_exact(&mut one).unwrap();
+        assert_eq!(&one, b"x");
+        let done = Control::Done { stats: SessionStats { records: 5, ..Default::default() }, error: "e".into() };
+        b.send(&done, None).unwrap();
+        let cache = Control::Cache { added: vec![(Hash128(9), 4)], hits: vec![Hash128(1)] };
+        b.send(&cache, None).unwrap();
+        assert_eq!(a.recv().unwrap().unwrap().0, done);
+        assert_eq!(a.recv().unwrap().unwrap().0, cache);
+        drop(b);
+        assert!(a.recv().unwrap().is_none());
+    }
+}

@@ -1,0 +1,348 @@
+//! The executor process: one per session. It initializes its partition of the GPU ahead of
+//! time (a warm executor), tells the server it is [`Control::Ready`], receives a session with
+//! the client's connection, and then serves that client directly — segments executed as they
+//! arrive on the replayer's engine ([`crate::replay::stream::Stream`]), answers at
+//! synchronization points, blobs through the content cache — until the client closes, goes
+//! idle or disconnects. Then it reports [`Control::Done`] and exits, so every CUDA resource of
+//! the session goes with the process.
+
+use std::collections::HashMap;
+use std::io::{BufReader, BufWriter, ErrorKind, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use gpuless_traces::protocol::client::Stream as Conn;
+use gpuless_traces::protocol::message::{code, kind, CallError, WANT_ANSWER};
+use gpuless_traces::protocol::{
+    read_frame, segment, write_frame, Answer, Message, PartitionInfo, ProtocolError, SessionStats, Welcome,
+};
+use gpuless_traces::{Hash128, TraceMeta};
+
+use super::cache::Dirs;
+use super::control::{Channel, Control};
+use crate::replay::stream::{describe_device, Stream};
+use crate::replay::{Device, Options, ReplayError};
+
+/// Most bytes of blobs a session may have in flight (received in part).
+const MAX_PARTIAL: u64 = 64 << 30;
+/// Latency samples sent to the server at a time.
+const SAMPLES: usize = 256;
+
+/// What the executor process was started with.
+pub struct Setup {
+    /// The control channel (inherited descriptor).
+    pub control: Channel,
+    /// The partition's device.
+    pub device: Device,
+    /// How the partition is reported.
+    pub partition: PartitionInfo,
+    /// Device memory the session may allocate.
+    pub memory_limit: Option<u64>,
+    /// The content cache.
+    pub cache: Dirs,
+}
+
+/// Runs the executor until its session ends. Returns the process exit code.
+pub fn run(setup: Setup) -> i32 {
+    let device = describe_device(setup.memory_limit);
+    let ready = Control::Ready { partition: setup.partition.clone(), device: device.clone() };
+    if setup.control.send(&ready, None).is_err() {
+        return 1;
+    }
+    let (session, idle_ms, hello, fd) = match setup.control.recv() {
+        Ok(Some((Control::Start { session, idle_ms, hello }, Some(fd)))) => (session, idle_ms, hello, fd),
+        // The server let this warm executor go (pool shrunk, server ending).
+        Ok(None) => return 0,
+        _ => return 1,
+    };
+    let hello = match Message::decode(kind::HELLO, 0, &hello) {
+        Ok(Message::Hello(h)) => h,
+        _ => return 1,
+    };
+    let meta = TraceMeta {
+        arena_base: hello.arena_base,
+        arena_size: hello.arena_size,
+        sm: hello.recorded_sm,
+        ..TraceMeta::default()
+    };
+    let opts = Options { no_verify: true, memory_limit: setup.memory_limit, ..Options::default() };
+    let mut s = Session {
+        stats: SessionStats::default(),
+        partial: HashMap::new(),
+        partial_bytes: 0,
+        errors: Vec::new(),
+        executed: 0,
+        last_seq: 0,
+        exec_us: 0,
+        samples: Vec::new(),
+        added: Vec::new(),
+        hits: Vec::new(),
+        control: &setup.control,
+        cache: &setup.cache,
+    };
+    let result = match (conn_of(fd), Stream::new(setup.device, meta, opts)) {
+        (Ok(conn), Ok(stream)) => {
+            let welcome = Welcome {
+                session,
+                executor_pid: std::process::id(),
+                server: format!("gpuless {}", env!("CARGO_PKG_VERSION")),
+                partition: setup.partition.clone(),
+                device,
+            };
+            s.serve(conn, stream, welcome, Duration::from_millis(idle_ms.max(1)))
+        }
+        (Err(e), _) => Err(format!("the client's connection: {e}")),
+        (_, Err(e)) => Err(format!("the session could not start: {e}")),
+    };
+    s.flush_notes();
+    let error = result.err().unwrap_or_default();
+    let _ = setup.control.send(&Control::Done { stats: s.stats.clone(), error }, None);
+    0
+}
+
+/// The client's socket, TCP or Unix, in blocking mode.
+fn conn_of(fd: OwnedFd) -> std::io::Result<Conn> {
+    let mut domain: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid socket descriptor and an out-buffer of the option's size.
+    let r = unsafe {
+        libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_DOMAIN, (&raw mut domain).cast(), &mut len)
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(if domain == libc::AF_UNIX {
+        let s = std::os::unix::net::UnixStream::from(fd);
+        s.set_nonblocking(false)?;
+        Conn::Unix(s)
+    } else {
+        let s = std::net::TcpStream::from(fd);
+        s.set_nonblocking(false)?;
+        s.set_nodelay(true)?;
+        Conn::Tcp(s)
+    })
+}
+
+struct Session<'a> {
+    stats: SessionStats,
+    partial: HashMap<Hash128, Vec<u8>>,
+    partial_bytes: u64,
+    errors: Vec<CallError>,
+    executed: u64,
+    last_seq: u64,
+    exec_us: u64,
+    samples: Vec<(u8, u32)>,
+    added: Vec<(Hash128, u64)>,
+    hits: Vec<Hash128>,
+    control: &'a Channel,
+    cache: &'a Dirs,
+}
+
+/// How a session ends: normally (`Ok`), or with an error for the client and the server.
+type End = Result<(), String>;
+
+impl Session<'_> {
+    fn serve(&mut self, conn: Conn, mut stream: Stream, welcome: Welcome, idle: Duration) -> End {
+        conn.set_read_timeout(Some(idle)).map_err(|e| e.to_string())?;
+        let mut reader = BufReader::with_capacity(
+            1 << 16,
+            match &conn {
+                Conn::Tcp(t) => Conn::Tcp(t.try_clone().map_err(|e| e.to_string())?),
+                Conn::Unix(u) => Conn::Unix(u.try_clone().map_err(|e| e.to_string())?),
+            },
+        );
+        let mut w = BufWriter::with_capacity(1 << 16, conn);
+        let send = |w: &mut BufWriter<Conn>, m: &Message| -> Result<(), String> {
+            write_frame(w, m.kind(), m.flags(), &m.encode()).and_then(|_| Ok(w.flush()?)).map_err(|e| e.to_string())
+        };
+        send(&mut w, &Message::Welcome(Box::new(welcome)))?;
+        let mut payload = Vec::new();
+        let fail = |w: &mut BufWriter<Conn>, code: u16, message: String| -> End {
+            let _ = send(w, &Message::Error { code, message: message.clone() });
+            Err(message)
+        };
+        loop {
+            let h = match read_frame(&mut reader, &mut payload) {
+                Ok(h) => h,
+                Err(ProtocolError::Io(e)) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return fail(
+                        &mut w,
+                        code::IDLE,
+                        format!("no message for {:.0} s: the session ended", idle.as_secs_f64()),
+                    );
+                }
+                // The client went away: nothing to tell it.
+                Err(ProtocolError::Io(e)) => return Err(format!("client disconnected ({e})")),
+                Err(e) => return fail(&mut w, code::BAD_MESSAGE, e.to_string()),
+            };
+            let t0 = Instant::now();
+            match h.kind {
+                kind::SEGMENT => {
+                    let records = match segment::decode(&payload, self.stats.segments) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            return fail(&mut w, code::BAD_MESSAGE, format!("segment {}: {e}", self.stats.segments))
+                        }
+                    };
+                    self.stats.segments += 1;
+                    self.stats.records += records.len() as u64;
+                    for rec in &records {
+                        self.last_seq = rec.seq;
+                        match stream.call(rec) {
+                            Ok(()) => self.executed += 1,
+                            // Driver errors reach the client at its next synchronization, as the
+                            // driver reports asynchronous errors.
+                            Err(ReplayError::Driver { seq, what, code }) => self.errors.push(CallError {
+                                seq,
+                                function: what,
+                                code: code as i32,
+                                message: format!("{code:?}"),
+                            }),
+                            Err(e @ (ReplayError::Inconsistent { .. } | ReplayError::Unsupported { .. })) => {
+                                return fail(&mut w, code::BAD_RECORD, e.to_string());
+                            }
+                            Err(e) => return fail(&mut w, code::EXECUTOR, e.to_string()),
+                        }
+                    }
+                    let us = t0.elapsed().as_micros() as u64;
+                    self.exec_us += us;
+                    self.sample(0, us);
+                    if h.flags & WANT_ANSWER != 0 {
+                        let outputs = stream.take_outputs();
+                        self.stats.answers += 1;
+                        let a = Answer {
+                            through_seq: self.last_seq,
+                            executed: std::mem::take(&mut self.executed),
+                            outputs,
+                            errors: std::mem::take(&mut self.errors),
+                            exec_us: std::mem::take(&mut self.exec_us),
+                        };
+                        self.stats.executed += a.executed;
+                        send(&mut w, &Message::Answer(a))?;
+                        self.sample(1, t0.elapsed().as_micros() as u64);
+                    }
+                }
+                kind::BLOB_QUERY => {
+                    let hashes = match Message::decode(h.kind, h.flags, &payload) {
+                        Ok(Message::BlobQuery(hs)) => hs,
+                        Ok(_) | Err(_) => return fail(&mut w, code::BAD_MESSAGE, "bad BlobQuery".into()),
+                    };
+                    let have: Vec<bool> = hashes.iter().map(|hh| self.find(&mut stream, hh)).collect();
+                    send(&mut w, &Message::BlobHave(have))?;
+                    self.flush_notes();
+                }
+                kind::BLOB_DATA => match Message::decode(h.kind, h.flags, &payload) {
+                    Ok(Message::BlobData { hash, total, offset, bytes }) => {
+                        if let Err(e) = self.blob_part(&mut stream, hash, total, offset, &bytes) {
+                            return fail(&mut w, code::BAD_MESSAGE, e);
+                        }
+                    }
+                    Ok(_) => return fail(&mut w, code::BAD_MESSAGE, "bad BlobData".into()),
+                    Err(e) => return fail(&mut w, code::BAD_MESSAGE, e.to_string()),
+                },
+                kind::CLOSE => {
+                    if let Err(e) = stream.synchronize() {
+                        return fail(&mut w, code::EXECUTOR, e.to_string());
+                    }
+                    self.stats.executed += std::mem::take(&mut self.executed);
+                    self.stats.launches = stream.report().launches;
+                    self.stats.peak_memory = stream.report().peak_memory;
+                    send(&mut w, &Message::Closed(self.stats.clone()))?;
+                    return Ok(());
+                }
+                k => {
+                    let name = gpuless_traces::protocol::message::kind_name(k);
+                    return fail(
+                        &mut w,
+                        code::BAD_MESSAGE,
+                        format!("a {name} message (kind {k}) is not allowed in a session"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Whether the session or the cache holds `h` (loading it into the session from the cache).
+    fn find(&mut self, stream: &mut Stream, h: &Hash128) -> bool {
+        if stream.has_blob(h) {
+            self.stats.blob_hits += 1;
+            return true;
+        }
+        match self.cache.read(h) {
+            Some(bytes) => {
+                stream.add_blob(*h, bytes);
+                self.hits.push(*h);
+                self.stats.blob_hits += 1;
+                true
+            }
+            None => {
+                self.stats.blob_misses += 1;
+                false
+            }
+        }
+    }
+
+    fn blob_part(
+        &mut self,
+        stream: &mut Stream,
+        hash: Hash128,
+        total: u64,
+        offset: u64,
+        bytes: &[u8],
+    ) -> Result<(), String> {
+        self.stats.blob_bytes_received += bytes.len() as u64;
+        if !self.partial.contains_key(&hash) {
+            if offset != 0 {
+                return Err(format!("blob {hash}: a part at {offset} before its first part"));
+            }
+            if self.partial_bytes.saturating_add(total) > MAX_PARTIAL {
+                return Err(format!("blob {hash} of {total} bytes: more than {MAX_PARTIAL} bytes of blobs in flight"));
+            }
+            self.partial_bytes += total;
+            self.partial.insert(hash, Vec::with_capacity(total as usize));
+        }
+        let buf = self.partial.get_mut(&hash).ok_or("blob")?;
+        if buf.len() as u64 != offset {
+            return Err(format!("blob {hash}: part at {offset}, expected {}", buf.len()));
+        }
+        buf.extend_from_slice(bytes);
+        if (buf.len() as u64) < total {
+            return Ok(());
+        }
+        let whole = self.partial.remove(&hash).unwrap_or_default();
+        self.partial_bytes -= total;
+        if Hash128::of(&whole) != hash {
+            return Err(format!("blob {hash}: its {total} bytes do not hash to it"));
+        }
+        if self.cache.write(&hash, &whole).is_ok() {
+            self.added.push((hash, total));
+        }
+        stream.add_blob(hash, whole);
+        Ok(())
+    }
+
+    fn sample(&mut self, which: u8, us: u64) {
+        self.samples.push((which, us.min(u64::from(u32::MAX)) as u32));
+        if self.samples.len() >= SAMPLES {
+            let s = std::mem::take(&mut self.samples);
+            let _ = self.control.send(&Control::Samples(s), None);
+        }
+    }
+
+    /// Tells the server what was added to and found in the cache, and the latencies so far.
+    fn flush_notes(&mut self) {
+        if !self.added.is_empty() || !self.hits.is_empty() {
+            // Large lists go in packets of a few thousand entries.
+            let (mut a, mut h) = (std::mem::take(&mut self.added), std::mem::take(&mut self.hits));
+            while !a.is_empty() || !h.is_empty() {
+                let added: Vec<_> = a.drain(..a.len().min(4096)).collect();
+                let hits: Vec<_> = h.drain(..h.len().min(4096)).collect();
+                let _ = self.control.send(&Control::Cache { added, hits }, None);
+            }
+        }
+        if !self.samples.is_empty() {
+            let s = std::mem::take(&mut self.samples);
+            let _ = self.control.send(&Control::Samples(s), None);
+        }
+    }
+}

@@ -1,0 +1,545 @@
+//! The resource manager: executor processes (a warm pool per partition spec, one process per
+//! session), admission of sessions to partitions (SMs of soft partitions, a session limit, a
+//! bounded queue ordered by priority), and the cache index — one state behind one lock,
+//! changed by session tasks and by each executor's control-reader thread.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use gpuless_traces::protocol::message::code;
+use gpuless_traces::protocol::{DeviceDescription, PartitionInfo, PartitionRequest, Priority};
+use tokio::sync::Notify;
+
+use super::cache::{Dirs, Index};
+use super::config::Config;
+use super::control::{self, Channel, Control};
+use super::metrics::{kind, Metrics, SessionLabels};
+
+/// The descriptor number an executor finds its control channel at.
+pub const CONTROL_FD: RawFd = 3;
+
+/// A refusal: a protocol error [`code`] and the message for the client.
+pub type Refusal = (u16, String);
+
+#[derive(Debug)]
+enum ExecState {
+    Starting,
+    Ready,
+    Busy(u64),
+    Failed(String),
+}
+
+struct Exec {
+    spec: String,
+    pid: u32,
+    state: ExecState,
+    channel: Arc<Channel>,
+    partition: PartitionInfo,
+    device: DeviceDescription,
+}
+
+/// A session as the manager tracks it.
+struct SessionEntry {
+    spec: String,
+    sms: u32,
+    priority: Priority,
+    exec: u64,
+    started: Instant,
+}
+
+struct Inner {
+    execs: HashMap<u64, Exec>,
+    sessions: HashMap<u64, SessionEntry>,
+    next_id: u64,
+    sms_in_use: u32,
+    total_sms: Option<u32>,
+    waiting: [usize; 2],
+    draining: bool,
+    cache: Index,
+}
+
+/// The server's shared state.
+pub struct Manager {
+    inner: Mutex<Inner>,
+    changed: Notify,
+    /// The metrics.
+    pub metrics: Metrics,
+    /// The configuration.
+    pub cfg: Config,
+    cache_dirs: Dirs,
+    exe: PathBuf,
+    profiles: HashMap<String, u32>,
+}
+
+/// A session admitted to a partition and handed an executor.
+#[derive(Debug)]
+pub struct Grant {
+    /// Session id.
+    pub session: u64,
+    /// The executor's id.
+    pub exec: u64,
+    /// Its control channel.
+    pub channel: Arc<Channel>,
+}
+
+fn rank(p: Priority) -> usize {
+    match p {
+        Priority::LatencyCritical => 0,
+        Priority::BestEffort => 1,
+    }
+}
+
+impl Manager {
+    /// A manager over `cfg`, executors run from `exe`; `profiles` maps MIG profile names and
+    /// ids to their SM counts (from NVML; empty without it).
+    pub fn new(cfg: Config, exe: PathBuf, profiles: HashMap<String, u32>) -> std::io::Result<Arc<Manager>> {
+        let dirs = Dirs { memory: cfg.cache.memory_dir.clone().into(), disk: cfg.cache.disk_dir.clone().into() };
+        let cache = Index::open(dirs.clone(), cfg.cache.memory_bytes, cfg.cache.disk_bytes)?;
+        let m = Arc::new(Manager {
+            inner: Mutex::new(Inner {
+                execs: HashMap::new(),
+                sessions: HashMap::new(),
+                next_id: 1,
+                sms_in_use: 0,
+                total_sms: None,
+                waiting: [0, 0],
+                draining: false,
+                cache,
+            }),
+            changed: Notify::new(),
+            metrics: Metrics::new(),
+            cfg,
+            cache_dirs: dirs,
+            exe,
+            profiles,
+        });
+        Ok(m)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The executor spec and the SMs a request needs (0: the whole GPU, time-shared).
+    pub fn resolve(&self, req: &PartitionRequest) -> Result<(String, u32), Refusal> {
+        match req {
+            PartitionRequest::Whole => Ok(("whole".into(), 0)),
+            PartitionRequest::Sms(0) => Err((code::NO_PARTITION, "a soft partition of 0 SMs".into())),
+            PartitionRequest::Sms(n) => Ok((format!("sms:{n}"), *n)),
+            PartitionRequest::Profile(p) => match self.profiles.get(p) {
+                Some(sms) => Ok((p.clone(), *sms)),
+                None => {
+                    let mut known: Vec<&String> = self.profiles.keys().filter(|k| k.contains('.')).collect();
+                    known.sort();
+                    Err((
+                        code::NO_PARTITION,
+                        if known.is_empty() {
+                            format!("profile `{p}`: this server knows no MIG profiles of its GPU (NVML unavailable); ask for `whole` or `sms:N`")
+                        } else {
+                            format!(
+                                "profile `{p}` is not a profile of this GPU; it offers {}",
+                                known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                            )
+                        },
+                    ))
+                }
+            },
+        }
+    }
+
+    /// Starts the configured warm executors.
+    pub fn fill_pool(self: &Arc<Self>) {
+        let specs: Vec<(String, usize)> = self.cfg.pool.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for (spec, want) in specs {
+            let have = {
+                let g = self.lock();
+                g.execs
+                    .values()
+                    .filter(|e| e.spec == spec && matches!(e.state, ExecState::Starting | ExecState::Ready))
+                    .count()
+            };
+            for _ in have..want {
+                if let Err(e) = self.spawn(&spec) {
+                    tracing::error!(spec, error = %e, "could not start an executor");
+                }
+            }
+        }
+    }
+
+    /// Starts an executor process for `spec`; its reader thread follows it.
+    fn spawn(self: &Arc<Self>, spec: &str) -> std::io::Result<u64> {
+        let (chan, child_end) = control::pair()?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("__executor").arg("--partition").arg(spec);
+        cmd.env("GPULESS_CACHE_MEMORY", &self.cache_dirs.memory).env("GPULESS_CACHE_DISK", &self.cache_dirs.disk);
+        cmd.stdin(std::process::Stdio::null());
+        // The executor's stdout (a driver's or library's messages) goes to the server's log.
+        if let Ok(err) = std::io::stderr().as_fd().try_clone_to_owned() {
+            cmd.stdout(std::process::Stdio::from(err));
+        }
+        let raw = child_end.as_raw_fd();
+        // SAFETY: between fork and exec only async-signal-safe calls: dup2 places the channel at
+        // CONTROL_FD without close-on-exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(raw, CONTROL_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        drop(child_end);
+        let channel = Arc::new(chan);
+        let id = {
+            let mut g = self.lock();
+            let id = g.next_id;
+            g.next_id += 1;
+            g.execs.insert(
+                id,
+                Exec {
+                    spec: spec.to_string(),
+                    pid: child.id(),
+                    state: ExecState::Starting,
+                    channel: channel.clone(),
+                    partition: PartitionInfo::default(),
+                    device: DeviceDescription::default(),
+                },
+            );
+            id
+        };
+        tracing::info!(exec = id, pid = child.id(), spec, "executor starting");
+        let me = self.clone();
+        std::thread::Builder::new().name(format!("exec-{id}")).spawn(move || me.follow(id, channel, child))?;
+        Ok(id)
+    }
+
+    /// The executor's control messages, until it exits.
+    fn follow(self: Arc<Self>, id: u64, channel: Arc<Channel>, mut child: Child) {
+        let mut done = false;
+        loop {
+            match channel.recv() {
+                Ok(Some((Control::Ready { partition, device }, _))) => {
+                    let mut g = self.lock();
+                    if g.total_sms.is_none() && partition.kind == "full" {
+                        g.total_sms = Some(device.sm_count());
+                    }
+                    if let Some(e) = g.execs.get_mut(&id) {
+                        e.state = ExecState::Ready;
+                        e.partition = partition;
+                        e.device = device;
+                    }
+                    drop(g);
+                    tracing::info!(exec = id, "executor ready");
+                    self.changed.notify_waiters();
+                }
+                Ok(Some((Control::Failed(why), _))) => {
+                    tracing::error!(exec = id, why, "executor could not initialize the GPU");
+                    if let Some(e) = self.lock().execs.get_mut(&id) {
+                        e.state = ExecState::Failed(why);
+                    }
+                    self.changed.notify_waiters();
+                }
+                Ok(Some((Control::Cache { added, hits }, _))) => {
+                    let mut g = self.lock();
+                    for (h, n) in added {
+                        g.cache.added(h, n);
+                        self.metrics.upload_bytes.inc_by(n);
+                    }
+                    for h in hits {
+                        g.cache.hit(h);
+                    }
+                }
+                Ok(Some((Control::Samples(s), _))) => {
+                    for (k, us) in s {
+                        let h = if k == 0 { &self.metrics.segment_seconds } else { &self.metrics.answer_seconds };
+                        h.observe(f64::from(us) * 1e-6);
+                    }
+                }
+                Ok(Some((Control::Done { stats, error }, _))) => {
+                    done = true;
+                    let g = self.lock();
+                    let session = match g.execs.get(&id).map(|e| &e.state) {
+                        Some(ExecState::Busy(s)) => *s,
+                        _ => 0,
+                    };
+                    drop(g);
+                    let outcome = if error.is_empty() { "closed" } else { "error" };
+                    self.metrics.sessions_total.get_or_create(&kind(outcome)).inc();
+                    self.metrics.cache_lookups.get_or_create(&kind("hit")).inc_by(stats.blob_hits);
+                    self.metrics.cache_lookups.get_or_create(&kind("miss")).inc_by(stats.blob_misses);
+                    tracing::info!(
+                        session,
+                        exec = id,
+                        records = stats.records,
+                        launches = stats.launches,
+                        answers = stats.answers,
+                        blob_bytes = stats.blob_bytes_received,
+                        error,
+                        "session ended"
+                    );
+                }
+                Ok(Some((Control::Start { .. }, _))) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        let status = child.wait();
+        let mut g = self.lock();
+        let e = g.execs.remove(&id);
+        if let Some(Exec { state: ExecState::Busy(s), .. }) = &e {
+            if !done {
+                self.metrics.executor_crashes.inc();
+                self.metrics.sessions_total.get_or_create(&kind("executor-died")).inc();
+                tracing::error!(session = s, exec = id, ?status, "executor died during its session");
+            }
+            Self::end_session(&mut g, &self.metrics, *s);
+        }
+        drop(g);
+        self.changed.notify_waiters();
+        if !self.is_draining() {
+            self.fill_pool();
+        }
+    }
+
+    fn end_session(g: &mut Inner, metrics: &Metrics, s: u64) {
+        if let Some(se) = g.sessions.remove(&s) {
+            g.sms_in_use -= se.sms;
+            metrics.session_memory.remove(&SessionLabels {
+                session: s.to_string(),
+                priority: se.priority.name().into(),
+                partition: se.spec.clone(),
+            });
+            tracing::debug!(session = s, secs = se.started.elapsed().as_secs_f64(), "session freed");
+        }
+    }
+
+    /// Whether SIGTERM arrived.
+    pub fn is_draining(&self) -> bool {
+        self.lock().draining
+    }
+
+    /// Refuse new sessions from now on.
+    pub fn drain(&self) {
+        self.lock().draining = true;
+        self.changed.notify_waiters();
+    }
+
+    /// Live sessions.
+    pub fn sessions(&self) -> usize {
+        self.lock().sessions.len()
+    }
+
+    /// Waits until sessions change.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// Kills every executor (after the drain timeout).
+    pub fn kill_all(&self) {
+        for e in self.lock().execs.values() {
+            // SAFETY: signalling a child process of ours.
+            unsafe { libc::kill(e.pid as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+
+    /// Admits a session asking for `req` at `priority`: waits in the queue while the
+    /// partition does not fit, then takes a ready executor of its spec (starting one if none
+    /// is warm).
+    pub async fn admit(self: &Arc<Self>, req: &PartitionRequest, priority: Priority) -> Result<Grant, Refusal> {
+        let (spec, sms) = self.resolve(req)?;
+        let deadline = Instant::now() + Config::secs(self.cfg.queue_timeout_s);
+        let mut queued = false;
+        let session = loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut g = self.lock();
+                if g.draining {
+                    if queued {
+                        g.waiting[rank(priority)] -= 1;
+                    }
+                    return Err((code::DRAINING, "the server is shutting down; try another server".into()));
+                }
+                if let (Some(total), true) = (g.total_sms, sms > 0) {
+                    if sms > total {
+                        if queued {
+                            g.waiting[rank(priority)] -= 1;
+                        }
+                        return Err((code::NO_PARTITION, format!("{sms} SMs asked for; this GPU has {total}")));
+                    }
+                }
+                let ahead = rank(priority) == 1 && g.waiting[0] > 0;
+                let fits = g.sessions.len() < self.cfg.max_sessions
+                    && (sms == 0 || g.total_sms.is_some_and(|t| g.sms_in_use + sms <= t))
+                    && !ahead;
+                if fits {
+                    if queued {
+                        g.waiting[rank(priority)] -= 1;
+                    }
+                    let id = g.next_id;
+                    g.next_id += 1;
+                    g.sms_in_use += sms;
+                    g.sessions.insert(
+                        id,
+                        SessionEntry { spec: spec.clone(), sms, priority, exec: 0, started: Instant::now() },
+                    );
+                    break id;
+                }
+                if !queued {
+                    if g.waiting.iter().sum::<usize>() >= self.cfg.queue {
+                        return Err((
+                            code::BUSY,
+                            format!(
+                                "no partition free and {} sessions already waiting; try again later",
+                                self.cfg.queue
+                            ),
+                        ));
+                    }
+                    g.waiting[rank(priority)] += 1;
+                    queued = true;
+                }
+            }
+            if tokio::time::timeout_at(deadline.into(), notified).await.is_err() {
+                let mut g = self.lock();
+                g.waiting[rank(priority)] -= 1;
+                return Err((
+                    code::BUSY,
+                    format!("no `{spec}` partition became free within {} s; try again later", self.cfg.queue_timeout_s),
+                ));
+            }
+        };
+        match self.take_executor(&spec, session).await {
+            Ok((exec, channel)) => Ok(Grant { session, exec, channel }),
+            Err(r) => {
+                let mut g = self.lock();
+                Self::end_session(&mut g, &self.metrics, session);
+                drop(g);
+                self.changed.notify_waiters();
+                Err(r)
+            }
+        }
+    }
+
+    async fn take_executor(self: &Arc<Self>, spec: &str, session: u64) -> Result<(u64, Arc<Channel>), Refusal> {
+        let deadline = Instant::now() + Config::secs(self.cfg.executor_start_timeout_s);
+        let mut mine: Option<u64> = None;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut g = self.lock();
+                if let Some(Exec { state: ExecState::Failed(why), .. }) = mine.and_then(|m| g.execs.get(&m)) {
+                    return Err((code::EXECUTOR, format!("the executor for `{spec}` could not start: {why}")));
+                }
+                if mine.is_some_and(|m| !g.execs.contains_key(&m)) {
+                    return Err((code::EXECUTOR, format!("the executor for `{spec}` exited while starting")));
+                }
+                let ready = g
+                    .execs
+                    .iter()
+                    .filter(|(_, e)| e.spec == spec && matches!(e.state, ExecState::Ready))
+                    .map(|(id, _)| *id)
+                    .min_by_key(|id| (Some(*id) != mine, *id));
+                if let Some(id) = ready {
+                    let e = g.execs.get_mut(&id).ok_or((code::EXECUTOR, "executor vanished".to_string()))?;
+                    e.state = ExecState::Busy(session);
+                    let ch = e.channel.clone();
+                    if let Some(s) = g.sessions.get_mut(&session) {
+                        s.exec = id;
+                    }
+                    drop(g);
+                    // Keep the pool warm behind this session.
+                    let me = self.clone();
+                    tokio::task::spawn_blocking(move || me.fill_pool());
+                    return Ok((id, ch));
+                }
+                let starting = g.execs.values().any(|e| e.spec == spec && matches!(e.state, ExecState::Starting));
+                drop(g);
+                if mine.is_none() && !starting {
+                    match self.spawn(spec) {
+                        Ok(id) => mine = Some(id),
+                        Err(e) => return Err((code::EXECUTOR, format!("could not start an executor: {e}"))),
+                    }
+                }
+            }
+            if tokio::time::timeout_at(deadline.into(), notified).await.is_err() {
+                return Err((
+                    code::EXECUTOR,
+                    format!("no `{spec}` executor was ready within {} s", self.cfg.executor_start_timeout_s),
+                ));
+            }
+        }
+    }
+
+    /// Refreshes the gauges (called before each scrape).
+    pub fn refresh_metrics(&self) {
+        let g = self.lock();
+        let m = &self.metrics;
+        for p in [Priority::LatencyCritical, Priority::BestEffort] {
+            m.sessions
+                .get_or_create(&kind(p.name()))
+                .set(g.sessions.values().filter(|s| s.priority == p).count() as i64);
+        }
+        m.sms_in_use.set(i64::from(g.sms_in_use));
+        m.queue.set(g.waiting.iter().sum::<usize>() as i64);
+        let mut counts: HashMap<&str, i64> = HashMap::from([("warm", 0), ("busy", 0), ("starting", 0), ("failed", 0)]);
+        for e in g.execs.values() {
+            let k = match e.state {
+                ExecState::Starting => "starting",
+                ExecState::Ready => "warm",
+                ExecState::Busy(_) => "busy",
+                ExecState::Failed(_) => "failed",
+            };
+            *counts.entry(k).or_insert(0) += 1;
+        }
+        for (k, v) in counts {
+            m.executors.get_or_create(&kind(k)).set(v);
+        }
+        let (mem, disk) = g.cache.bytes();
+        m.cache_bytes.get_or_create(&kind("memory")).set(mem as i64);
+        m.cache_bytes.get_or_create(&kind("disk")).set(disk as i64);
+        let used = super::gpu_memory_by_pid();
+        for (id, s) in &g.sessions {
+            let pid = g.execs.get(&s.exec).map(|e| e.pid);
+            if let Some(bytes) = pid.and_then(|p| used.get(&p)) {
+                m.session_memory
+                    .get_or_create(&SessionLabels {
+                        session: id.to_string(),
+                        priority: s.priority.name().into(),
+                        partition: s.spec.clone(),
+                    })
+                    .set(*bytes as i64);
+            }
+        }
+    }
+
+    /// The partition and device an executor reported.
+    pub fn executor_info(&self, exec: u64) -> Option<(PartitionInfo, DeviceDescription, u32)> {
+        self.lock().execs.get(&exec).map(|e| (e.partition.clone(), e.device.clone(), e.pid))
+    }
+
+    /// Ends a granted session whose hand-off failed.
+    pub fn abandon(&self, session: u64) {
+        let mut g = self.lock();
+        Self::end_session(&mut g, &self.metrics, session);
+        drop(g);
+        self.changed.notify_waiters();
+    }
+
+    /// Pids of live executors (for tests and the drain).
+    pub fn executor_pids(&self) -> Vec<u32> {
+        self.lock().execs.values().map(|e| e.pid).collect()
+    }
+
+    /// How long to wait for sessions at SIGTERM.
+    pub fn drain_timeout(&self) -> Duration {
+        Config::secs(self.cfg.drain_timeout_s)
+    }
+}

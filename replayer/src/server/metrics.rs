@@ -1,0 +1,110 @@
+//! The Prometheus metrics of `gpuless serve` and their HTTP endpoint (`GET /metrics`).
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// A label set with one label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Kind {
+    /// The label's value.
+    pub kind: String,
+}
+
+/// Labels of a live session.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SessionLabels {
+    /// Session id.
+    pub session: String,
+    /// Priority class.
+    pub priority: String,
+    /// Partition spec.
+    pub partition: String,
+}
+
+/// Every metric the server exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Live sessions by priority class.
+    pub sessions: Family<Kind, Gauge>,
+    /// Sessions ended, by outcome (`closed`, `error`, `refused-auth`, ...).
+    pub sessions_total: Family<Kind, Counter>,
+    /// SMs held by soft partitions.
+    pub sms_in_use: Gauge,
+    /// Sessions waiting for a partition.
+    pub queue: Gauge,
+    /// Executor processes by state (`warm`, `busy`, `starting`).
+    pub executors: Family<Kind, Gauge>,
+    /// Executor processes that died without ending their session.
+    pub executor_crashes: Counter,
+    /// Bytes in the cache, by tier.
+    pub cache_bytes: Family<Kind, Gauge>,
+    /// Cache lookups by result (`hit`, `miss`).
+    pub cache_lookups: Family<Kind, Counter>,
+    /// Blob bytes clients uploaded.
+    pub upload_bytes: Counter,
+    /// Peak device memory of each live session's executor (NVML, where available), and of
+    /// ended sessions as reported by their executor.
+    pub session_memory: Family<SessionLabels, Gauge>,
+    /// Executor time per segment, seconds.
+    pub segment_seconds: Histogram,
+    /// From a synchronizing segment's arrival to its answer leaving, seconds.
+    pub answer_seconds: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// All metrics, registered.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("gpuless");
+        let m = Metrics {
+            sessions: Family::default(),
+            sessions_total: Family::default(),
+            sms_in_use: Gauge::default(),
+            queue: Gauge::default(),
+            executors: Family::default(),
+            executor_crashes: Counter::default(),
+            cache_bytes: Family::default(),
+            cache_lookups: Family::default(),
+            upload_bytes: Counter::default(),
+            session_memory: Family::default(),
+            segment_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 24)),
+            answer_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 24)),
+            registry: Registry::default(),
+        };
+        registry.register("sessions", "Live sessions by priority class", m.sessions.clone());
+        registry.register("sessions_ended", "Sessions ended or refused, by outcome", m.sessions_total.clone());
+        registry.register("partition_sms_in_use", "SMs held by soft partitions", m.sms_in_use.clone());
+        registry.register("queue_waiting", "Sessions waiting for a partition", m.queue.clone());
+        registry.register("executors", "Executor processes by state", m.executors.clone());
+        registry.register("executor_crashes", "Executors that died inside a session", m.executor_crashes.clone());
+        registry.register("cache_bytes", "Bytes in the blob cache by tier", m.cache_bytes.clone());
+        registry.register("cache_lookups", "Blob cache lookups by result", m.cache_lookups.clone());
+        registry.register("upload_bytes", "Blob bytes uploaded by clients", m.upload_bytes.clone());
+        registry.register("session_gpu_memory_bytes", "Device memory per session", m.session_memory.clone());
+        registry.register("segment_seconds", "Executor time per segment", m.segment_seconds.clone());
+        registry.register("answer_seconds", "Synchronizing segment arrival to answer", m.answer_seconds.clone());
+        Metrics { registry, ..m }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = encode(&mut s, &self.registry);
+        s
+    }
+}
+
+/// One label value.
+pub fn kind(k: &str) -> Kind {
+    Kind { kind: k.to_string() }
+}

@@ -1,0 +1,323 @@
+//! `gpuless serve`: a server that owns the machine's GPUs and executes work for remote
+//! clients (docs/PROTOCOL.md, docs/ARCHITECTURE.md "Data flow: gpuless serve").
+//!
+//! - [`config`]: the TOML configuration.
+//! - [`manager`]: admission to partitions, the executor processes (warm pool, one per
+//!   session), the cache index.
+//! - [`control`]: the server ↔ executor channel, which also hands the client's connection
+//!   to the executor, so a session's data never passes through the server.
+//! - [`executor`]: the executor process's loop on the replayer's streaming engine.
+//! - [`cache`]: content-addressed blobs in a memory and a disk tier.
+//! - [`metrics`]: Prometheus metrics and their endpoint.
+//!
+//! The one entry is [`serve`].
+
+pub mod cache;
+pub mod config;
+pub mod control;
+pub mod executor;
+pub mod manager;
+pub mod metrics;
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use gpuless_traces::protocol::message::{code, kind};
+use gpuless_traces::protocol::{Message, FRAME_HEADER_LEN, PROTOCOL_VERSION};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
+
+pub use config::Config;
+use control::Control;
+use manager::Manager;
+use metrics::kind as label;
+
+/// Errors that stop the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A listener could not be opened.
+    #[error("cannot listen on {what}: {err}")]
+    Listen {
+        /// The address or path.
+        what: String,
+        /// Why.
+        err: std::io::Error,
+    },
+    /// Anything else at start-up.
+    #[error("{0}")]
+    Start(String),
+}
+
+/// Runs the server until SIGTERM or SIGINT, then drains: new sessions are refused, running
+/// ones may finish within the drain timeout, then their executors are ended. `exe` is the
+/// executor binary (`gpuless`, run as `gpuless __executor`). `ready` is called with the bound
+/// addresses (TCP, metrics) once the server accepts clients.
+pub fn serve(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Option<String>)) -> Result<(), ServeError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| ServeError::Start(format!("tokio runtime: {e}")))?;
+    rt.block_on(run(cfg, exe, ready))
+}
+
+async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Option<String>)) -> Result<(), ServeError> {
+    let profiles = profile_sms();
+    let mgr = Manager::new(cfg.clone(), exe, profiles).map_err(|e| ServeError::Start(format!("cache: {e}")))?;
+    let mut tcp_addr = None;
+    let mut tasks = Vec::new();
+    if !cfg.listen.is_empty() {
+        let l =
+            TcpListener::bind(&cfg.listen).await.map_err(|err| ServeError::Listen { what: cfg.listen.clone(), err })?;
+        tcp_addr = l.local_addr().ok().map(|a| a.to_string());
+        let m = mgr.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Ok((s, peer)) = l.accept().await {
+                let _ = s.set_nodelay(true);
+                let m = m.clone();
+                tokio::spawn(async move { session(m, s, peer.to_string()).await });
+            }
+        }));
+    }
+    if !cfg.socket.is_empty() {
+        let _ = std::fs::remove_file(&cfg.socket);
+        let l = UnixListener::bind(&cfg.socket).map_err(|err| ServeError::Listen { what: cfg.socket.clone(), err })?;
+        let m = mgr.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                let m = m.clone();
+                tokio::spawn(async move { session(m, s, "unix".into()).await });
+            }
+        }));
+    }
+    let mut metrics_addr = None;
+    if !cfg.metrics.is_empty() {
+        let l = TcpListener::bind(&cfg.metrics)
+            .await
+            .map_err(|err| ServeError::Listen { what: cfg.metrics.clone(), err })?;
+        metrics_addr = l.local_addr().ok().map(|a| a.to_string());
+        let m = mgr.clone();
+        tasks.push(tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                let m = m.clone();
+                tokio::spawn(async move { metrics_http(m, s).await });
+            }
+        }));
+    }
+    {
+        let m = mgr.clone();
+        tokio::task::spawn_blocking(move || m.fill_pool());
+    }
+    tracing::info!(tcp = ?tcp_addr, socket = cfg.socket, metrics = ?metrics_addr, "serving");
+    ready(tcp_addr, metrics_addr);
+    wait_for_signal().await;
+    tracing::info!(sessions = mgr.sessions(), "draining");
+    mgr.drain();
+    for t in &tasks {
+        t.abort();
+    }
+    let deadline = Instant::now() + mgr.drain_timeout();
+    while mgr.sessions() > 0 && Instant::now() < deadline {
+        let _ = tokio::time::timeout_at(deadline.into(), mgr.changed()).await;
+    }
+    mgr.kill_all();
+    if !cfg.socket.is_empty() {
+        let _ = std::fs::remove_file(&cfg.socket);
+    }
+    // Let the reader threads reap their executors.
+    let reap = Instant::now() + std::time::Duration::from_secs(5);
+    while !mgr.executor_pids().is_empty() && Instant::now() < reap {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! { _ = t.recv() => {}, _ = i.recv() => {} }
+        }
+        _ => std::future::pending::<()>().await,
+    }
+}
+
+/// Constant-time comparison of a presented token with the configured one.
+pub fn token_matches(given: &str, want: &str) -> bool {
+    let (a, b) = (given.as_bytes(), want.as_bytes());
+    let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
+    for i in 0..b.len() {
+        diff |= a.get(i).copied().unwrap_or(0) ^ b[i];
+    }
+    diff == 0
+}
+
+/// Reads one frame from an async stream (the Hello), bounded by `max` bytes.
+async fn read_hello<S: AsyncRead + Unpin>(s: &mut S, max: usize) -> Result<(u16, u16, Vec<u8>), String> {
+    let mut h = [0u8; FRAME_HEADER_LEN];
+    s.read_exact(&mut h).await.map_err(|e| format!("reading the Hello: {e}"))?;
+    let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+    if len > max {
+        return Err(format!("a first frame of {len} bytes: a Hello is at most {max}"));
+    }
+    let mut p = vec![0u8; len];
+    s.read_exact(&mut p).await.map_err(|e| format!("reading the Hello: {e}"))?;
+    Ok((u16::from_le_bytes([h[4], h[5]]), u16::from_le_bytes([h[6], h[7]]), p))
+}
+
+async fn refuse<S: AsyncWrite + Unpin>(m: &Manager, s: &mut S, code: u16, message: String, outcome: &str) {
+    tracing::info!(code, message, "session refused");
+    m.metrics.sessions_total.get_or_create(&label(outcome)).inc();
+    let msg = Message::Refused { code, message };
+    let p = msg.encode();
+    let mut buf = Vec::with_capacity(p.len() + FRAME_HEADER_LEN);
+    let _ = gpuless_traces::protocol::write_frame(&mut buf, msg.kind(), 0, &p);
+    let _ = s.write_all(&buf).await;
+    let _ = s.shutdown().await;
+}
+
+/// A stream the server can hand to an executor.
+trait Handoff: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The descriptor, switched to blocking mode for the executor.
+    fn into_blocking_fd(self) -> std::io::Result<std::os::fd::OwnedFd>;
+}
+
+impl Handoff for tokio::net::TcpStream {
+    fn into_blocking_fd(self) -> std::io::Result<std::os::fd::OwnedFd> {
+        let s = self.into_std()?;
+        s.set_nonblocking(false)?;
+        Ok(s.into())
+    }
+}
+
+impl Handoff for tokio::net::UnixStream {
+    fn into_blocking_fd(self) -> std::io::Result<std::os::fd::OwnedFd> {
+        let s = self.into_std()?;
+        s.set_nonblocking(false)?;
+        Ok(s.into())
+    }
+}
+
+/// One client: Hello, authentication, admission, then the connection goes to an executor.
+async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String) {
+    let timeout = Config::secs(m.cfg.handshake_timeout_s);
+    let hello = match tokio::time::timeout(timeout, read_hello(&mut s, 1 << 20)).await {
+        Ok(Ok(h)) => h,
+        Ok(Err(e)) => return refuse(&m, &mut s, code::BAD_MESSAGE, e, "refused-bad-message").await,
+        Err(_) => {
+            let e = format!("no Hello within {} s", m.cfg.handshake_timeout_s);
+            return refuse(&m, &mut s, code::BAD_MESSAGE, e, "refused-timeout").await;
+        }
+    };
+    let (k, flags, payload) = hello;
+    let h = match Message::decode(k, flags, &payload) {
+        Ok(Message::Hello(h)) if k == kind::HELLO => h,
+        Ok(other) => {
+            let e = format!("the first message must be Hello, not {}", other.name());
+            return refuse(&m, &mut s, code::BAD_MESSAGE, e, "refused-bad-message").await;
+        }
+        Err(e) => return refuse(&m, &mut s, code::BAD_MESSAGE, e.to_string(), "refused-bad-message").await,
+    };
+    if h.protocol != PROTOCOL_VERSION {
+        let e = format!(
+            "protocol version {} (from {}); this server ({}) speaks version {PROTOCOL_VERSION}: use matching gpuless versions",
+            h.protocol,
+            h.tool,
+            env!("CARGO_PKG_VERSION")
+        );
+        return refuse(&m, &mut s, code::VERSION, e, "refused-version").await;
+    }
+    if !token_matches(&h.token, &m.cfg.token) {
+        let e = "wrong or missing token: pass the server's token (--token or GPULESS_TOKEN)".to_string();
+        return refuse(&m, &mut s, code::AUTH, e, "refused-auth").await;
+    }
+    let grant = match m.admit(&h.partition, h.priority).await {
+        Ok(g) => g,
+        Err((c, e)) => return refuse(&m, &mut s, c, e, "refused-no-partition").await,
+    };
+    tracing::info!(session = grant.session, exec = grant.exec, peer, program = h.program, partition = %h.partition,
+        priority = h.priority.name(), "session starts");
+    let start = Control::Start { session: grant.session, idle_ms: (m.cfg.idle_timeout_s * 1e3) as u64, hello: payload };
+    let fd = match s.into_blocking_fd() {
+        Ok(fd) => fd,
+        Err(e) => {
+            tracing::error!(error = %e, "could not detach the client's connection");
+            m.abandon(grant.session);
+            return;
+        }
+    };
+    if let Err(e) = grant.channel.send(&start, Some(fd.as_raw_fd())) {
+        tracing::error!(error = %e, "could not hand the session to its executor");
+        m.abandon(grant.session);
+    }
+    // Our copy of the connection closes here; the executor holds it now.
+}
+
+async fn metrics_http(m: Arc<Manager>, mut s: tokio::net::TcpStream) {
+    let mut req = vec![0u8; 4096];
+    let n = match tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut req)).await {
+        Ok(Ok(n)) => n,
+        _ => return,
+    };
+    let line = String::from_utf8_lossy(&req[..n]);
+    let (status, body, ctype) = if line.starts_with("GET /metrics") {
+        m.refresh_metrics();
+        ("200 OK", m.metrics.render(), "application/openmetrics-text; version=1.0.0; charset=utf-8")
+    } else {
+        ("404 Not Found", "GET /metrics\n".to_string(), "text/plain")
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = s.write_all(head.as_bytes()).await;
+    let _ = s.write_all(body.as_bytes()).await;
+    let _ = s.shutdown().await;
+}
+
+/// MIG profile names and ids of GPU 0 with their SM counts (NVML; empty without it).
+fn profile_sms() -> HashMap<String, u32> {
+    let mut out = HashMap::new();
+    if let Ok(report) = crate::partition::nvml::query() {
+        if let Some(gpu) = report.gpus.first() {
+            for p in gpu.effective_profiles() {
+                out.insert(p.name.clone(), p.sms);
+                out.insert(p.id.to_string(), p.sms);
+            }
+        }
+    }
+    out
+}
+
+/// Device memory used per process id on GPU 0 (NVML; empty without it).
+pub(crate) fn gpu_memory_by_pid() -> HashMap<u32, u64> {
+    use nvml_wrapper::enums::device::UsedGpuMemory;
+    let mut out = HashMap::new();
+    static NVML: std::sync::OnceLock<Option<nvml_wrapper::Nvml>> = std::sync::OnceLock::new();
+    if let Some(nvml) = NVML.get_or_init(|| nvml_wrapper::Nvml::init().ok()) {
+        if let Ok(dev) = nvml.device_by_index(0) {
+            for p in dev.running_compute_processes().unwrap_or_default() {
+                if let UsedGpuMemory::Used(b) = p.used_gpu_memory {
+                    out.insert(p.pid, b);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(token_matches("abc", "abc") && token_matches("", ""));
+        assert!(!token_matches("abd", "abc") && !token_matches("ab", "abc") && !token_matches("abcd", "abc"));
+        assert!(!token_matches("x", ""));
+    }
+}

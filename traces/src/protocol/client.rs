@@ -1,0 +1,290 @@
+//! A blocking client connection: endpoints, the handshake, pipelined sends, answers, and the
+//! byte and round-trip counts a client reports.
+
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use super::frame::{read_frame, write_frame};
+use super::message::{kind, Answer, Hello, Message, Welcome, WANT_ANSWER};
+use super::ProtocolError;
+use crate::model::{CallRecord, Hash128};
+
+/// Blobs travel in parts of at most this many bytes.
+pub const BLOB_PART: usize = 16 << 20;
+
+/// Where a server listens: `unix:PATH` or `HOST:PORT` (TCP).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A TCP address.
+    Tcp(String),
+    /// A Unix-domain socket path.
+    Unix(std::path::PathBuf),
+}
+
+impl Endpoint {
+    /// Parses `unix:PATH`, `tcp://HOST:PORT` or `HOST:PORT`.
+    pub fn parse(s: &str) -> Self {
+        if let Some(p) = s.strip_prefix("unix:") {
+            Endpoint::Unix(p.into())
+        } else {
+            Endpoint::Tcp(s.strip_prefix("tcp://").unwrap_or(s).to_string())
+        }
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(a) => write!(f, "{a}"),
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// A connected stream of either kind.
+#[derive(Debug)]
+pub enum Stream {
+    /// TCP (no Nagle delay).
+    Tcp(TcpStream),
+    /// Unix-domain.
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn try_clone(&self) -> std::io::Result<Stream> {
+        Ok(match self {
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+        })
+    }
+    /// Sets the read timeout (None: wait forever).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_read_timeout(t),
+            Stream::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+        }
+    }
+}
+
+/// Opens a connection to `endpoint`, waiting at most `timeout` for it.
+pub fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Connection, ProtocolError> {
+    let stream = match endpoint {
+        Endpoint::Tcp(addr) => {
+            use std::net::ToSocketAddrs;
+            let mut last = None;
+            let mut found = None;
+            for a in addr.to_socket_addrs()? {
+                match TcpStream::connect_timeout(&a, timeout) {
+                    Ok(s) => {
+                        found = Some(s);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            let s = match (found, last) {
+                (Some(s), _) => s,
+                (None, Some(e)) => return Err(e.into()),
+                (None, None) => {
+                    return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{addr}: no address")).into())
+                }
+            };
+            s.set_nodelay(true)?;
+            Stream::Tcp(s)
+        }
+        Endpoint::Unix(p) => Stream::Unix(UnixStream::connect(p)?),
+    };
+    Connection::new(stream)
+}
+
+/// Counts of what a client sent and waited for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Traffic {
+    /// Bytes sent (frames and headers).
+    pub bytes_up: u64,
+    /// Bytes received.
+    pub bytes_down: u64,
+    /// Times the client waited for the server (handshake, blob queries, answers).
+    pub round_trips: u64,
+    /// Segments sent.
+    pub segments: u64,
+    /// Blob bytes sent.
+    pub blob_bytes: u64,
+    /// Blobs the server already held when asked.
+    pub blob_hits: u64,
+    /// Blobs it did not.
+    pub blob_misses: u64,
+}
+
+/// One session's connection, from the client's side.
+pub struct Connection {
+    reader: BufReader<Stream>,
+    writer: BufWriter<Stream>,
+    payload: Vec<u8>,
+    encoder: crate::encode::CallBatchEncoder,
+    /// What went over the wire so far.
+    pub traffic: Traffic,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").field("traffic", &self.traffic).finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// Wraps a connected stream.
+    pub fn new(stream: Stream) -> Result<Self, ProtocolError> {
+        let reader = BufReader::with_capacity(1 << 16, stream.try_clone()?);
+        Ok(Connection {
+            reader,
+            writer: BufWriter::with_capacity(1 << 16, stream),
+            payload: Vec::new(),
+            encoder: crate::encode::CallBatchEncoder::new(),
+            traffic: Traffic::default(),
+        })
+    }
+
+    /// Sets how long a wait for the server may last.
+    pub fn set_timeout(&self, t: Option<Duration>) -> Result<(), ProtocolError> {
+        Ok(self.reader.get_ref().set_read_timeout(t)?)
+    }
+
+    fn frame(&mut self, kind: u16, flags: u16, payload: &[u8]) -> Result<(), ProtocolError> {
+        write_frame(&mut self.writer, kind, flags, payload)?;
+        self.traffic.bytes_up += (payload.len() + super::FRAME_HEADER_LEN) as u64;
+        Ok(())
+    }
+
+    /// Queues a message (sent at the next flush or wait).
+    pub fn send(&mut self, m: &Message) -> Result<(), ProtocolError> {
+        self.frame(m.kind(), m.flags(), &m.encode())
+    }
+
+    /// Queues a segment of records; the server answers it only with `want_answer`.
+    pub fn send_segment(&mut self, records: &[CallRecord], want_answer: bool) -> Result<(), ProtocolError> {
+        for r in records {
+            self.encoder.push(r);
+        }
+        let bytes = self.encoder.finish();
+        self.traffic.segments += 1;
+        self.frame(kind::SEGMENT, if want_answer { WANT_ANSWER } else { 0 }, &bytes)
+    }
+
+    /// Queues a blob's bytes, in parts.
+    pub fn send_blob(&mut self, hash: Hash128, bytes: &[u8]) -> Result<(), ProtocolError> {
+        let total = bytes.len() as u64;
+        let mut offset = 0usize;
+        loop {
+            let end = (offset + BLOB_PART).min(bytes.len());
+            let mut head = super::codec::Put::default();
+            head.u128(hash.0).u64(total).u64(offset as u64);
+            let len = head.0.len() + (end - offset);
+            let h = super::FrameHeader { len: len as u32, kind: kind::BLOB_DATA, flags: 0 }.encode();
+            self.writer.write_all(&h)?;
+            self.writer.write_all(&head.0)?;
+            self.writer.write_all(&bytes[offset..end])?;
+            self.traffic.bytes_up += (len + super::FRAME_HEADER_LEN) as u64;
+            offset = end;
+            if offset >= bytes.len() {
+                break;
+            }
+        }
+        self.traffic.blob_bytes += total;
+        Ok(())
+    }
+
+    /// Sends what is queued.
+    pub fn flush(&mut self) -> Result<(), ProtocolError> {
+        Ok(self.writer.flush()?)
+    }
+
+    /// Flushes, then reads the next message.
+    pub fn recv(&mut self) -> Result<Message, ProtocolError> {
+        self.flush()?;
+        let h = read_frame(&mut self.reader, &mut self.payload)?;
+        self.traffic.bytes_down += u64::from(h.len) + super::FRAME_HEADER_LEN as u64;
+        Message::decode(h.kind, h.flags, &self.payload)
+    }
+
+    /// Sends `hello` and waits for the session.
+    pub fn handshake(&mut self, hello: &Hello) -> Result<Welcome, ProtocolError> {
+        self.send(&Message::Hello(hello.clone()))?;
+        self.traffic.round_trips += 1;
+        match self.recv()? {
+            Message::Welcome(w) => Ok(*w),
+            Message::Refused { code, message } | Message::Error { code, message } => {
+                Err(ProtocolError::Server(format!("refused the session (code {code}): {message}")))
+            }
+            m => Err(ProtocolError::Unexpected { expected: "Welcome", got: m.name() }),
+        }
+    }
+
+    /// Asks which of `hashes` the server holds; one flag per hash.
+    pub fn query_blobs(&mut self, hashes: &[Hash128]) -> Result<Vec<bool>, ProtocolError> {
+        self.send(&Message::BlobQuery(hashes.to_vec()))?;
+        self.traffic.round_trips += 1;
+        match self.recv()? {
+            Message::BlobHave(h) if h.len() == hashes.len() => {
+                let hits = h.iter().filter(|x| **x).count() as u64;
+                self.traffic.blob_hits += hits;
+                self.traffic.blob_misses += h.len() as u64 - hits;
+                Ok(h)
+            }
+            Message::Error { code, message } => {
+                Err(ProtocolError::Server(format!("ended the session (code {code}): {message}")))
+            }
+            m => Err(ProtocolError::Unexpected { expected: "BlobHave", got: m.name() }),
+        }
+    }
+
+    /// Waits for the answer to the last segment sent with `want_answer`.
+    pub fn answer(&mut self) -> Result<Answer, ProtocolError> {
+        self.traffic.round_trips += 1;
+        match self.recv()? {
+            Message::Answer(a) => Ok(a),
+            Message::Error { code, message } => {
+                Err(ProtocolError::Server(format!("ended the session (code {code}): {message}")))
+            }
+            m => Err(ProtocolError::Unexpected { expected: "Answer", got: m.name() }),
+        }
+    }
+
+    /// Ends the session; returns the server's totals.
+    pub fn close(&mut self) -> Result<super::SessionStats, ProtocolError> {
+        self.send(&Message::Close)?;
+        match self.recv()? {
+            Message::Closed(s) => Ok(s),
+            Message::Error { code, message } => {
+                Err(ProtocolError::Server(format!("ended the session (code {code}): {message}")))
+            }
+            m => Err(ProtocolError::Unexpected { expected: "Closed", got: m.name() }),
+        }
+    }
+}

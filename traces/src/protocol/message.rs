@@ -1,0 +1,677 @@
+//! The messages of a session, their kinds and payload layouts (docs/PROTOCOL.md).
+
+use super::codec::{Get, Put};
+use super::{ProtocolError, HELLO_MAGIC};
+use crate::model::Hash128;
+
+/// Which part of a GPU a session asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartitionRequest {
+    /// The whole GPU, exclusively.
+    Whole,
+    /// A MIG profile by name (`3g.71gb`) or id (`9`): a MIG instance where MIG is on, else a
+    /// soft partition of the profile's SMs and memory.
+    Profile(String),
+    /// A soft partition (green context) of at least this many SMs.
+    Sms(u32),
+}
+
+impl PartitionRequest {
+    /// Parses `whole`, `sms:N` or a profile name/id.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "" | "whole" | "full" => PartitionRequest::Whole,
+            _ => match s.strip_prefix("sms:").and_then(|n| n.parse().ok()) {
+                Some(n) => PartitionRequest::Sms(n),
+                None => PartitionRequest::Profile(s.to_string()),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for PartitionRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PartitionRequest::Whole => write!(f, "whole"),
+            PartitionRequest::Profile(p) => write!(f, "{p}"),
+            PartitionRequest::Sms(n) => write!(f, "sms:{n}"),
+        }
+    }
+}
+
+/// A session's priority class, kept by the executor's queue and reported in the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Priority {
+    /// Interactive work: served first.
+    LatencyCritical,
+    /// Batch work that may be preempted.
+    BestEffort,
+}
+
+impl Priority {
+    /// The metrics label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Priority::LatencyCritical => "latency-critical",
+            Priority::BestEffort => "best-effort",
+        }
+    }
+}
+
+/// The client's first message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// [`super::PROTOCOL_VERSION`] of the client.
+    pub protocol: u16,
+    /// The client's tool version (`gpuless 0.1.0`).
+    pub tool: String,
+    /// The server's access token (empty when the server needs none).
+    pub token: String,
+    /// The partition asked for.
+    pub partition: PartitionRequest,
+    /// Priority class.
+    pub priority: Priority,
+    /// The client's arena: addresses it allocates from (`traces::arena`).
+    pub arena_base: u64,
+    /// Its size.
+    pub arena_size: u64,
+    /// SM of the GPU the client's code was chosen for (0: not known).
+    pub recorded_sm: u32,
+    /// What the client runs (a label for logs and metrics).
+    pub program: String,
+}
+
+/// Everything a CUDA program can ask of a device, so a client answers device queries itself.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceDescription {
+    /// `cuDeviceGetName`.
+    pub name: String,
+    /// `cuDeviceGetUuid`.
+    pub uuid: [u8; 16],
+    /// `cuDeviceTotalMem` (of the session's partition where it has a memory limit).
+    pub total_mem: u64,
+    /// `cuDriverGetVersion`.
+    pub driver_version: i32,
+    /// Every `cuDeviceGetAttribute` the driver answered: (attribute id, value).
+    pub attributes: Vec<(u32, i32)>,
+}
+
+impl DeviceDescription {
+    /// The value of attribute `id`, if the driver answered it.
+    pub fn attribute(&self, id: u32) -> Option<i32> {
+        self.attributes.iter().find(|(a, _)| *a == id).map(|(_, v)| *v)
+    }
+    /// Compute capability as 10·major + minor (attributes 75, 76).
+    pub fn sm(&self) -> u32 {
+        (self.attribute(75).unwrap_or(0) * 10 + self.attribute(76).unwrap_or(0)) as u32
+    }
+    /// Multiprocessors (attribute 16).
+    pub fn sm_count(&self) -> u32 {
+        self.attribute(16).unwrap_or(0) as u32
+    }
+    fn put(&self, p: &mut Put) {
+        p.str(&self.name);
+        p.0.extend_from_slice(&self.uuid);
+        p.u64(self.total_mem).i32(self.driver_version).u32(self.attributes.len() as u32);
+        for (a, v) in &self.attributes {
+            p.u32(*a).i32(*v);
+        }
+    }
+    fn get(g: &mut Get<'_>) -> Result<Self, ProtocolError> {
+        let name = g.str()?;
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(g.take(16)?);
+        let (total_mem, driver_version) = (g.u64()?, g.i32()?);
+        let n = g.count(8)?;
+        let mut attributes = Vec::with_capacity(n);
+        for _ in 0..n {
+            attributes.push((g.u32()?, g.i32()?));
+        }
+        Ok(DeviceDescription { name, uuid, total_mem, driver_version, attributes })
+    }
+}
+
+/// The partition a session runs on, as granted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PartitionInfo {
+    /// `full`, `mig` or `emulated` (a soft partition: a green context).
+    pub kind: String,
+    /// Profile name, if any.
+    pub profile: String,
+    /// SMs the session's context holds.
+    pub sms: u32,
+    /// Bytes of device memory the session may allocate (0: the device's).
+    pub memory_limit: u64,
+    /// What isolation it gives, in words.
+    pub isolation: String,
+}
+
+/// The server's answer to [`Hello`]: the session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Welcome {
+    /// Session id (in the server's logs and metrics).
+    pub session: u64,
+    /// The executor process serving it.
+    pub executor_pid: u32,
+    /// The server's tool version.
+    pub server: String,
+    /// The partition granted.
+    pub partition: PartitionInfo,
+    /// The device as the session sees it.
+    pub device: DeviceDescription,
+}
+
+/// A call that failed on the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallError {
+    /// Sequence number of the call.
+    pub seq: u64,
+    /// Its driver function.
+    pub function: String,
+    /// `CUresult` (or 999 for a failure that is not the driver's).
+    pub code: i32,
+    /// The executor's message.
+    pub message: String,
+}
+
+/// What the server returns at a synchronization point.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Answer {
+    /// Sequence number of the last record executed.
+    pub through_seq: u64,
+    /// Records executed since the last answer.
+    pub executed: u64,
+    /// Device-to-host bytes since the last answer: (sequence number of the copy, bytes).
+    pub outputs: Vec<(u64, Vec<u8>)>,
+    /// Calls that failed since the last answer (an asynchronous error arrives here, at the next
+    /// synchronization, as the driver reports it).
+    pub errors: Vec<CallError>,
+    /// Microseconds the executor spent on the segments since the last answer.
+    pub exec_us: u64,
+}
+
+/// A session's totals, sent when it closes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SessionStats {
+    /// Records received.
+    pub records: u64,
+    /// Records executed.
+    pub executed: u64,
+    /// Kernel launches.
+    pub launches: u64,
+    /// Segments received.
+    pub segments: u64,
+    /// Answers sent.
+    pub answers: u64,
+    /// Blob bytes received from the client.
+    pub blob_bytes_received: u64,
+    /// Blobs the client asked about that the server held.
+    pub blob_hits: u64,
+    /// Blobs it did not.
+    pub blob_misses: u64,
+    /// Peak device memory of the session.
+    pub peak_memory: u64,
+}
+
+impl SessionStats {
+    fn fields(&self) -> [u64; 9] {
+        [
+            self.records,
+            self.executed,
+            self.launches,
+            self.segments,
+            self.answers,
+            self.blob_bytes_received,
+            self.blob_hits,
+            self.blob_misses,
+            self.peak_memory,
+        ]
+    }
+    fn from_fields(f: [u64; 9]) -> Self {
+        let [records, executed, launches, segments, answers, blob_bytes_received, blob_hits, blob_misses, peak_memory] =
+            f;
+        SessionStats {
+            records,
+            executed,
+            launches,
+            segments,
+            answers,
+            blob_bytes_received,
+            blob_hits,
+            blob_misses,
+            peak_memory,
+        }
+    }
+}
+
+/// Why the server refused or ended a session ([`Message::Refused`], [`Message::Error`]).
+pub mod code {
+    /// Another protocol version.
+    pub const VERSION: u16 = 1;
+    /// Wrong or missing token.
+    pub const AUTH: u16 = 2;
+    /// No partition of the server can ever fit the request.
+    pub const NO_PARTITION: u16 = 3;
+    /// The admission queue is full or the wait timed out.
+    pub const BUSY: u16 = 4;
+    /// The server is shutting down.
+    pub const DRAINING: u16 = 5;
+    /// A message the server could not decode or does not allow here.
+    pub const BAD_MESSAGE: u16 = 6;
+    /// The executor failed (crash, fault, lost GPU).
+    pub const EXECUTOR: u16 = 7;
+    /// The session was idle too long.
+    pub const IDLE: u16 = 8;
+    /// A record the executor cannot run (unknown handle, memory outside the session, ...).
+    pub const BAD_RECORD: u16 = 9;
+}
+
+/// One message of the protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// Client → server: open a session.
+    Hello(Hello),
+    /// Server → client: the session.
+    Welcome(Box<Welcome>),
+    /// Server → client: no session (a [`code`] and why); the connection closes.
+    Refused {
+        /// A [`code`].
+        code: u16,
+        /// The reason and the fix.
+        message: String,
+    },
+    /// Client → server: call records (a trace call batch) to execute in order.
+    Segment {
+        /// Whether the server answers after executing it (a synchronization point).
+        want_answer: bool,
+        /// The records, encoded as a trace call batch (`docs/TRACE_FORMAT.md`).
+        records: Vec<u8>,
+    },
+    /// Server → client: the results since the last answer.
+    Answer(Answer),
+    /// Client → server: which of these blobs does the server hold?
+    BlobQuery(Vec<Hash128>),
+    /// Server → client: one flag per queried hash.
+    BlobHave(Vec<bool>),
+    /// Client → server: bytes of a blob (whole or a part).
+    BlobData {
+        /// The blob's content hash (checked by the server).
+        hash: Hash128,
+        /// Its whole length.
+        total: u64,
+        /// Where this part starts.
+        offset: u64,
+        /// The part.
+        bytes: Vec<u8>,
+    },
+    /// Client → server: end the session.
+    Close,
+    /// Server → client: the session ended normally.
+    Closed(SessionStats),
+    /// Server → client: the session ended with an error.
+    Error {
+        /// A [`code`].
+        code: u16,
+        /// What happened.
+        message: String,
+    },
+}
+
+/// Frame kinds.
+pub mod kind {
+    /// [`super::Message::Hello`].
+    pub const HELLO: u16 = 1;
+    /// [`super::Message::Welcome`].
+    pub const WELCOME: u16 = 2;
+    /// [`super::Message::Refused`].
+    pub const REFUSED: u16 = 3;
+    /// [`super::Message::Segment`].
+    pub const SEGMENT: u16 = 4;
+    /// [`super::Message::Answer`].
+    pub const ANSWER: u16 = 5;
+    /// [`super::Message::BlobQuery`].
+    pub const BLOB_QUERY: u16 = 6;
+    /// [`super::Message::BlobHave`].
+    pub const BLOB_HAVE: u16 = 7;
+    /// [`super::Message::BlobData`].
+    pub const BLOB_DATA: u16 = 8;
+    /// [`super::Message::Close`].
+    pub const CLOSE: u16 = 9;
+    /// [`super::Message::Closed`].
+    pub const CLOSED: u16 = 10;
+    /// [`super::Message::Error`].
+    pub const ERROR: u16 = 11;
+}
+
+/// Flag of a segment frame: answer after it.
+pub const WANT_ANSWER: u16 = 1;
+
+impl Message {
+    /// The message's name, for errors and logs.
+    pub fn name(&self) -> &'static str {
+        kind_name(self.kind())
+    }
+
+    /// The frame kind.
+    pub fn kind(&self) -> u16 {
+        match self {
+            Message::Hello(_) => kind::HELLO,
+            Message::Welcome(_) => kind::WELCOME,
+            Message::Refused { .. } => kind::REFUSED,
+            Message::Segment { .. } => kind::SEGMENT,
+            Message::Answer(_) => kind::ANSWER,
+            Message::BlobQuery(_) => kind::BLOB_QUERY,
+            Message::BlobHave(_) => kind::BLOB_HAVE,
+            Message::BlobData { .. } => kind::BLOB_DATA,
+            Message::Close => kind::CLOSE,
+            Message::Closed(_) => kind::CLOSED,
+            Message::Error { .. } => kind::ERROR,
+        }
+    }
+
+    /// The frame flags.
+    pub fn flags(&self) -> u16 {
+        match self {
+            Message::Segment { want_answer: true, .. } => WANT_ANSWER,
+            _ => 0,
+        }
+    }
+
+    /// Encodes the payload.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut p = Put::default();
+        match self {
+            Message::Hello(h) => {
+                p.u32(HELLO_MAGIC).u16(h.protocol).str(&h.tool).str(&h.token);
+                match &h.partition {
+                    PartitionRequest::Whole => p.u8(0),
+                    PartitionRequest::Profile(s) => p.u8(1).str(s),
+                    PartitionRequest::Sms(n) => p.u8(2).u32(*n),
+                };
+                p.u8(match h.priority {
+                    Priority::LatencyCritical => 0,
+                    Priority::BestEffort => 1,
+                });
+                p.u64(h.arena_base).u64(h.arena_size).u32(h.recorded_sm).str(&h.program);
+            }
+            Message::Welcome(w) => {
+                p.u64(w.session).u32(w.executor_pid).str(&w.server);
+                let pi = &w.partition;
+                p.str(&pi.kind).str(&pi.profile).u32(pi.sms).u64(pi.memory_limit).str(&pi.isolation);
+                w.device.put(&mut p);
+            }
+            Message::Refused { code, message } | Message::Error { code, message } => {
+                p.u16(*code).str(message);
+            }
+            Message::Segment { records, .. } => p.0.extend_from_slice(records),
+            Message::Answer(a) => {
+                p.u64(a.through_seq).u64(a.executed).u64(a.exec_us).u32(a.outputs.len() as u32);
+                for (seq, bytes) in &a.outputs {
+                    p.u64(*seq).bytes(bytes);
+                }
+                p.u32(a.errors.len() as u32);
+                for e in &a.errors {
+                    p.u64(e.seq).str(&e.function).i32(e.code).str(&e.message);
+                }
+            }
+            Message::BlobQuery(hs) => {
+                p.u32(hs.len() as u32);
+                for h in hs {
+                    p.u128(h.0);
+                }
+            }
+            Message::BlobHave(have) => {
+                p.u32(have.len() as u32);
+                for h in have {
+                    p.u8(u8::from(*h));
+                }
+            }
+            Message::BlobData { hash, total, offset, bytes } => {
+                p.u128(hash.0).u64(*total).u64(*offset);
+                p.0.extend_from_slice(bytes);
+            }
+            Message::Close => {}
+            Message::Closed(s) => {
+                for f in s.fields() {
+                    p.u64(f);
+                }
+            }
+        }
+        p.0
+    }
+
+    /// Decodes a frame's payload as message `kind`.
+    pub fn decode(kind: u16, flags: u16, payload: &[u8]) -> Result<Message, ProtocolError> {
+        let name = kind_name(kind);
+        let mut g = Get::new(payload, name);
+        let m = match kind {
+            kind::HELLO => {
+                if g.u32()? != HELLO_MAGIC {
+                    return Err(g.error("not a gpuless client (magic)"));
+                }
+                let protocol = g.u16()?;
+                let tool = g.str()?;
+                let token = g.str()?;
+                let partition = match g.u8()? {
+                    0 => PartitionRequest::Whole,
+                    1 => PartitionRequest::Profile(g.str()?),
+                    2 => PartitionRequest::Sms(g.u32()?),
+                    t => return Err(g.error(format!("partition kind {t}"))),
+                };
+                let priority = match g.u8()? {
+                    0 => Priority::LatencyCritical,
+                    1 => Priority::BestEffort,
+                    t => return Err(g.error(format!("priority {t}"))),
+                };
+                let (arena_base, arena_size, recorded_sm) = (g.u64()?, g.u64()?, g.u32()?);
+                let program = g.str()?;
+                Message::Hello(Hello {
+                    protocol,
+                    tool,
+                    token,
+                    partition,
+                    priority,
+                    arena_base,
+                    arena_size,
+                    recorded_sm,
+                    program,
+                })
+            }
+            kind::WELCOME => {
+                let (session, executor_pid, server) = (g.u64()?, g.u32()?, g.str()?);
+                let partition = PartitionInfo {
+                    kind: g.str()?,
+                    profile: g.str()?,
+                    sms: g.u32()?,
+                    memory_limit: g.u64()?,
+                    isolation: g.str()?,
+                };
+                let device = DeviceDescription::get(&mut g)?;
+                Message::Welcome(Box::new(Welcome { session, executor_pid, server, partition, device }))
+            }
+            kind::REFUSED | kind::ERROR => {
+                let (code, message) = (g.u16()?, g.str()?);
+                if kind == kind::REFUSED {
+                    Message::Refused { code, message }
+                } else {
+                    Message::Error { code, message }
+                }
+            }
+            kind::SEGMENT => {
+                let records = g.take(g.remaining())?.to_vec();
+                Message::Segment { want_answer: flags & WANT_ANSWER != 0, records }
+            }
+            kind::ANSWER => {
+                let (through_seq, executed, exec_us) = (g.u64()?, g.u64()?, g.u64()?);
+                let n = g.count(12)?;
+                let mut outputs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    outputs.push((g.u64()?, g.bytes()?.to_vec()));
+                }
+                let n = g.count(20)?;
+                let mut errors = Vec::with_capacity(n);
+                for _ in 0..n {
+                    errors.push(CallError { seq: g.u64()?, function: g.str()?, code: g.i32()?, message: g.str()? });
+                }
+                Message::Answer(Answer { through_seq, executed, outputs, errors, exec_us })
+            }
+            kind::BLOB_QUERY => {
+                let n = g.count(16)?;
+                let mut hs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    hs.push(Hash128(g.u128()?));
+                }
+                Message::BlobQuery(hs)
+            }
+            kind::BLOB_HAVE => {
+                let n = g.count(1)?;
+                let mut have = Vec::with_capacity(n);
+                for _ in 0..n {
+                    have.push(g.u8()? != 0);
+                }
+                Message::BlobHave(have)
+            }
+            kind::BLOB_DATA => {
+                let (hash, total, offset) = (Hash128(g.u128()?), g.u64()?, g.u64()?);
+                let bytes = g.take(g.remaining())?.to_vec();
+                if offset.checked_add(bytes.len() as u64).is_none_or(|end| end > total) {
+                    return Err(g.error(format!(
+                        "part at {offset} of {} bytes lies outside the blob's {total} bytes",
+                        bytes.len()
+                    )));
+                }
+                Message::BlobData { hash, total, offset, bytes }
+            }
+            kind::CLOSE => Message::Close,
+            kind::CLOSED => {
+                let mut f = [0u64; 9];
+                for x in &mut f {
+                    *x = g.u64()?;
+                }
+                Message::Closed(SessionStats::from_fields(f))
+            }
+            k => return Err(ProtocolError::UnknownKind(k)),
+        };
+        g.end()?;
+        Ok(m)
+    }
+}
+
+/// The name of frame kind `k`.
+pub fn kind_name(k: u16) -> &'static str {
+    match k {
+        kind::HELLO => "Hello",
+        kind::WELCOME => "Welcome",
+        kind::REFUSED => "Refused",
+        kind::SEGMENT => "Segment",
+        kind::ANSWER => "Answer",
+        kind::BLOB_QUERY => "BlobQuery",
+        kind::BLOB_HAVE => "BlobHave",
+        kind::BLOB_DATA => "BlobData",
+        kind::CLOSE => "Close",
+        kind::CLOSED => "Closed",
+        kind::ERROR => "Error",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples() -> Vec<Message> {
+        vec![
+            Message::Hello(Hello {
+                protocol: 1,
+                tool: "gpuless 0.1.0".into(),
+                token: "s3cret".into(),
+                partition: PartitionRequest::Profile("3g.71gb".into()),
+                priority: Priority::BestEffort,
+                arena_base: 0x6400_0000_0000,
+                arena_size: 1 << 40,
+                recorded_sm: 90,
+                program: "resnet50".into(),
+            }),
+            Message::Welcome(Box::new(Welcome {
+                session: 7,
+                executor_pid: 1234,
+                server: "gpuless 0.1.0".into(),
+                partition: PartitionInfo { kind: "emulated".into(), sms: 66, ..Default::default() },
+                device: DeviceDescription {
+                    name: "NVIDIA H100".into(),
+                    uuid: [7; 16],
+                    total_mem: 80 << 30,
+                    driver_version: 13000,
+                    attributes: vec![(16, 132), (75, 9), (76, 0)],
+                },
+            })),
+            Message::Refused { code: code::AUTH, message: "wrong token".into() },
+            Message::Segment { want_answer: true, records: vec![1, 2, 3] },
+            Message::Answer(Answer {
+                through_seq: 99,
+                executed: 64,
+                outputs: vec![(98, vec![9; 4096])],
+                errors: vec![CallError { seq: 97, function: "cuLaunchKernel".into(), code: 700, message: "x".into() }],
+                exec_us: 12,
+            }),
+            Message::BlobQuery(vec![Hash128(1), Hash128(u128::MAX)]),
+            Message::BlobHave(vec![true, false]),
+            Message::BlobData { hash: Hash128(5), total: 10, offset: 4, bytes: vec![1; 6] },
+            Message::Close,
+            Message::Closed(SessionStats { records: 3, peak_memory: 9, ..Default::default() }),
+            Message::Error { code: code::EXECUTOR, message: "gone".into() },
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in samples() {
+            let p = m.encode();
+            assert_eq!(Message::decode(m.kind(), m.flags(), &p).unwrap(), m, "{}", m.name());
+        }
+        let d = match &samples()[1] {
+            Message::Welcome(w) => w.device.clone(),
+            _ => unreachable!(),
+        };
+        assert_eq!((d.sm(), d.sm_count()), (90, 132));
+    }
+
+    #[test]
+    fn every_cut_and_every_flipped_byte_is_an_error_or_a_message_never_a_panic() {
+        for m in samples() {
+            let p = m.encode();
+            for cut in 0..p.len() {
+                // A cut payload never decodes as the same message.
+                if let Ok(d) = Message::decode(m.kind(), m.flags(), &p[..cut]) {
+                    assert_ne!(d, m);
+                }
+            }
+            for i in 0..p.len() {
+                let mut q = p.clone();
+                q[i] ^= 0xff;
+                let _ = Message::decode(m.kind(), m.flags(), &q);
+            }
+        }
+        assert!(matches!(Message::decode(99, 0, &[]), Err(ProtocolError::UnknownKind(99))));
+        // A count that the payload cannot hold is refused before anything is allocated.
+        let mut p = Put::default();
+        p.u32(u32::MAX);
+        let e = Message::decode(kind::BLOB_QUERY, 0, &p.0).unwrap_err().to_string();
+        assert!(e.contains("elements announced"), "{e}");
+        let e = Message::decode(
+            kind::BLOB_DATA,
+            0,
+            &Message::BlobData { hash: Hash128(1), total: 2, offset: 1, bytes: vec![0; 5] }.encode(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("outside the blob"), "{e}");
+    }
+
+    #[test]
+    fn partition_requests_parse() {
+        assert_eq!(PartitionRequest::parse("whole"), PartitionRequest::Whole);
+        assert_eq!(PartitionRequest::parse("sms:16"), PartitionRequest::Sms(16));
+        assert_eq!(PartitionRequest::parse("1g.18gb"), PartitionRequest::Profile("1g.18gb".into()));
+    }
+}
