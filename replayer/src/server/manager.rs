@@ -61,6 +61,8 @@ struct Inner {
     waiting: [usize; 2],
     draining: bool,
     cache: Index,
+    /// Executors that exited before they were ready, and why (for the session that started them).
+    died_starting: HashMap<u64, String>,
 }
 
 /// The server's shared state.
@@ -74,6 +76,8 @@ pub struct Manager {
     cache_dirs: Dirs,
     exe: PathBuf,
     profiles: HashMap<String, u32>,
+    /// Held while the pool is topped up, so two top-ups never start the same executor twice.
+    filling: Mutex<()>,
 }
 
 /// A session admitted to a partition and handed an executor.
@@ -110,6 +114,7 @@ impl Manager {
                 waiting: [0, 0],
                 draining: false,
                 cache,
+                died_starting: HashMap::new(),
             }),
             changed: Notify::new(),
             metrics: Metrics::new(),
@@ -117,6 +122,7 @@ impl Manager {
             cache_dirs: dirs,
             exe,
             profiles,
+            filling: Mutex::new(()),
         });
         Ok(m)
     }
@@ -154,6 +160,10 @@ impl Manager {
 
     /// Starts the configured warm executors.
     pub fn fill_pool(self: &Arc<Self>) {
+        let _one = self.filling.lock().unwrap_or_else(|p| p.into_inner());
+        if self.is_draining() {
+            return;
+        }
         let specs: Vec<(String, usize)> = self.cfg.pool.iter().map(|(k, v)| (k.clone(), *v)).collect();
         for (spec, want) in specs {
             let have = {
@@ -291,6 +301,18 @@ impl Manager {
         let status = child.wait();
         let mut g = self.lock();
         let e = g.execs.remove(&id);
+        match &e {
+            Some(Exec { state: ExecState::Starting, .. }) => {
+                g.died_starting.insert(id, format!("exited with {status:?} before it was ready"));
+            }
+            Some(Exec { state: ExecState::Failed(why), .. }) => {
+                g.died_starting.insert(id, why.clone());
+            }
+            _ => {}
+        }
+        if g.died_starting.len() > 1024 {
+            g.died_starting.clear();
+        }
         if let Some(Exec { state: ExecState::Busy(s), .. }) = &e {
             if !done {
                 self.metrics.executor_crashes.inc();
@@ -301,7 +323,10 @@ impl Manager {
         }
         drop(g);
         self.changed.notify_waiters();
-        if !self.is_draining() {
+        // Replace an executor that served (or was ready to); one that could not start is not
+        // restarted in a loop: the next session that needs one starts it.
+        let served = matches!(e, Some(Exec { state: ExecState::Busy(_) | ExecState::Ready, .. }));
+        if served && !self.is_draining() {
             self.fill_pool();
         }
     }
@@ -429,6 +454,7 @@ impl Manager {
     async fn take_executor(self: &Arc<Self>, spec: &str, session: u64) -> Result<(u64, Arc<Channel>), Refusal> {
         let deadline = Instant::now() + Config::secs(self.cfg.executor_start_timeout_s);
         let mut mine: Option<u64> = None;
+        let mut spawned = 0;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -438,8 +464,22 @@ impl Manager {
                 if let Some(Exec { state: ExecState::Failed(why), .. }) = mine.and_then(|m| g.execs.get(&m)) {
                     return Err((code::EXECUTOR, format!("the executor for `{spec}` could not start: {why}")));
                 }
-                if mine.is_some_and(|m| !g.execs.contains_key(&m)) {
-                    return Err((code::EXECUTOR, format!("the executor for `{spec}` exited while starting")));
+                // The executor this session started may have died while starting (then it
+                // tries again, up to three times) or been taken by another waiting session
+                // (then it starts another).
+                if let Some(m) = mine {
+                    if let Some(why) = g.died_starting.remove(&m) {
+                        mine = None;
+                        if spawned >= 3 {
+                            return Err((
+                                code::EXECUTOR,
+                                format!("{spawned} executors for `{spec}` exited while starting: {why}"),
+                            ));
+                        }
+                    } else if !matches!(g.execs.get(&m).map(|e| &e.state), Some(ExecState::Starting | ExecState::Ready))
+                    {
+                        mine = None;
+                    }
                 }
                 let ready = g
                     .execs
@@ -464,7 +504,10 @@ impl Manager {
                 drop(g);
                 if mine.is_none() && !starting {
                     match self.spawn(spec) {
-                        Ok(id) => mine = Some(id),
+                        Ok(id) => {
+                            mine = Some(id);
+                            spawned += 1;
+                        }
                         Err(e) => return Err((code::EXECUTOR, format!("could not start an executor: {e}"))),
                     }
                 }

@@ -1,0 +1,485 @@
+//! `gpuless serve` end to end without a GPU: the real server, its real executor processes and
+//! real clients over loopback TCP and a Unix socket, with the executors on the recorder's
+//! stand-in driver (a tiny device in host memory; `cli/tests/support`). What the GPU does is
+//! proven by scripts/gpu-suite-server.sh on the device machine; this proves the server's own
+//! behaviour: handshake, segments, answers, the cache across sessions and restarts, refusals,
+//! timeouts, disconnects, crashes, admission, metrics, the drain, and many sessions at once.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpuless_traces::protocol::message::code;
+use gpuless_traces::protocol::{self, Endpoint, Hello, Message, PartitionRequest, Priority, ProtocolError};
+use gpuless_traces::{ChunkBody, ReaderOptions, TraceReader};
+
+mod support;
+
+const GL: &str = env!("CARGO_BIN_EXE_gpuless");
+
+/// A running `gpuless serve` on the stand-in driver; killed when dropped.
+struct Server {
+    child: Child,
+    tcp: String,
+    metrics: String,
+    socket: PathBuf,
+    _log: PathBuf,
+}
+
+impl Server {
+    /// Starts a server whose executors load the stand-in driver from `libdir`, with its cache
+    /// in `dir/cache`, and `extra` flags; `env` goes to the server and its executors.
+    fn start(dir: &Path, libdir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let socket = dir.join(format!("s{}.sock", rand_u64() % 100000));
+        let log = dir.join(format!("serve-{}.log", rand_u64() % 100000));
+        let mut cmd = Command::new(GL);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--socket"])
+            .arg(&socket)
+            .arg("--cache-dir")
+            .arg(dir.join("cache"))
+            .args(extra)
+            .env("LD_LIBRARY_PATH", libdir)
+            .env("GPULESS_LOG", "debug")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("start gpuless serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .unwrap_or_else(|| {
+                    panic!("no {k} in {line:?}; log: {}", std::fs::read_to_string(&log).unwrap_or_default())
+                })
+                .to_string()
+        };
+        let (tcp, metrics) = (field("tcp="), field("metrics="));
+        Server { child, tcp, metrics, socket, _log: log }
+    }
+
+    fn metrics(&self) -> String {
+        let mut s = TcpStream::connect(&self.metrics).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body
+    }
+
+    /// The value of metric line `name` (with labels), or 0.
+    fn metric(&self, name: &str) -> f64 {
+        self.metrics().lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.trim().parse().ok())).unwrap_or(0.0)
+    }
+
+    /// Executor processes the server has (children of its pid).
+    fn children(&self) -> Vec<u32> {
+        children_of(self.child.id())
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+            let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+            let f: Vec<&str> = after.split_whitespace().collect();
+            // state is f[0]; zombies are not live executors but must not stay either.
+            if f.get(1).and_then(|pp| pp.parse::<u32>().ok()) == Some(pid) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(Instant::now().elapsed().as_nanos() as u64);
+    h.finish()
+}
+
+fn hello(token: &str) -> Hello {
+    Hello {
+        protocol: protocol::PROTOCOL_VERSION,
+        tool: "test".into(),
+        token: token.into(),
+        partition: PartitionRequest::Whole,
+        priority: Priority::LatencyCritical,
+        arena_base: 0x6400_0000_0000,
+        arena_size: 1 << 40,
+        recorded_sm: 90,
+        program: "test".into(),
+    }
+}
+
+fn connect(s: &Server) -> protocol::Connection {
+    let c = protocol::connect(&Endpoint::parse(&s.tcp), Duration::from_secs(5)).unwrap();
+    c.set_timeout(Some(Duration::from_secs(20))).unwrap();
+    c
+}
+
+/// `gpuless replay --remote ADDR --json trace` (+ args): exit code and the JSON report.
+fn remote_replay(addr: &str, trace: &Path, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let out = Command::new(GL).args(["replay", "--remote", addr, "--json"]).args(args).arg(trace).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let v = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.code().unwrap_or(-1), v, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn stand_in() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = support::record_stand_in(dir.path(), None);
+    (dir, trace)
+}
+
+#[test]
+fn remote_replay_verifies_and_later_sessions_find_the_blobs_cached() {
+    let (dir, trace) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    let (rc, first, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{first} {err}");
+    assert_eq!(first["results_verified"], 2, "{first}");
+    assert_eq!(first["launches"], 2, "{first}");
+    let t = &first["traffic"];
+    assert!(t["blob_misses"].as_u64().unwrap() >= 2 && t["blob_bytes"].as_u64().unwrap() >= 256, "{t}");
+    // Device queries are answered by the client: fewer records sent than the trace holds.
+    assert!(first["sent"].as_u64().unwrap() < first["calls"].as_u64().unwrap(), "{first}");
+    // A second session, over the Unix socket: every blob is a cache hit, no blob bytes sent.
+    let unix = format!("unix:{}", s.socket.display());
+    let (rc, second, err) = remote_replay(&unix, &trace, &[]);
+    assert_eq!(rc, 0, "{second} {err}");
+    assert_eq!(second["traffic"]["blob_bytes"], 0, "{second}");
+    assert_eq!(second["traffic"]["blob_hits"], t["blob_misses"], "{second}");
+    assert!(second["traffic"]["bytes_up"].as_u64() < t["bytes_up"].as_u64(), "{second}");
+    // Hot: the body again and again, each verified.
+    // (The stand-in's body scales its buffer in place, so only the warm-up pass gives the
+    // recorded results; hot replay's verification is proven on ResNet-50 on the GPU.)
+    let (rc, hot, err) = remote_replay(&s.tcp, &trace, &["--iterations", "5"]);
+    assert!(rc == 0 || rc == 3, "{hot} {err}");
+    assert_eq!(hot["hot"]["iterations"], 5, "{hot}");
+    assert_eq!(
+        hot["results_verified"].as_u64().unwrap() + hot["mismatches"].as_array().unwrap().len() as u64,
+        2 * 6,
+        "{hot}"
+    );
+    let m = s.metrics();
+    assert!(m.contains("gpuless_sessions_ended_total{kind=\"closed\"} 3"), "{m}");
+    assert!(s.metric("gpuless_cache_bytes{kind=\"memory\"}") >= 256.0, "{m}");
+    assert!(m.contains("gpuless_segment_seconds_count"), "{m}");
+    drop(s);
+    // A new server on the same cache directory still holds the blobs.
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    let (rc, third, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{third} {err}");
+    assert_eq!(third["traffic"]["blob_bytes"], 0, "{third}");
+}
+
+#[test]
+fn a_device_with_other_results_is_a_mismatch_at_the_client() {
+    let (dir, trace) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &[], &[("FAKE_CUDA_SCALE_BIAS", "1")]);
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 3, "{r} {err}");
+    assert_eq!(r["mismatches"].as_array().unwrap().len(), 2, "{r}");
+}
+
+#[test]
+fn wrong_tokens_versions_and_garbage_are_refused_and_the_server_keeps_serving() {
+    let (dir, trace) = stand_in();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "s3cret\n").unwrap();
+    let s = Server::start(dir.path(), dir.path(), &["--token-file", token.to_str().unwrap()], &[]);
+    // Wrong token.
+    let (rc, _, err) = remote_replay(&s.tcp, &trace, &["--token", "nope"]);
+    assert_eq!(rc, 2);
+    assert!(err.contains("wrong or missing token") && err.contains("code 2"), "{err}");
+    // Another protocol version.
+    let mut c = connect(&s);
+    let e = c.handshake(&Hello { protocol: 99, ..hello("s3cret") }).unwrap_err().to_string();
+    assert!(e.contains("protocol version 99") && e.contains("code 1"), "{e}");
+    // Garbage instead of a Hello, and an absurd frame length.
+    for bytes in
+        [&b"GET / HTTP/1.1\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"[..], &[0xff, 0xff, 0xff, 0x7f, 1, 0, 0, 0][..]]
+    {
+        let mut t = TcpStream::connect(&s.tcp).unwrap();
+        t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        t.write_all(bytes).unwrap();
+        let mut payload = Vec::new();
+        let h = protocol::read_frame(&mut t, &mut payload).unwrap();
+        match Message::decode(h.kind, h.flags, &payload).unwrap() {
+            Message::Refused { code, message } => assert_eq!(code, code::BAD_MESSAGE, "{message}"),
+            m => panic!("{m:?}"),
+        }
+    }
+    // A profile the server does not know.
+    let mut c = connect(&s);
+    let e = c
+        .handshake(&Hello { partition: PartitionRequest::Profile("9g.999gb".into()), ..hello("s3cret") })
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("9g.999gb") && e.contains("code 3"), "{e}");
+    // Still serving.
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &["--token", "s3cret"]);
+    assert_eq!(rc, 0, "{r} {err}");
+    assert!(s.metric("gpuless_sessions_ended_total{kind=\"refused-auth\"}") >= 1.0);
+}
+
+/// The stand-in trace's records, in order.
+fn records(trace: &Path) -> Vec<gpuless_traces::CallRecord> {
+    let mut v: Vec<_> = TraceReader::open(trace, ReaderOptions::default())
+        .unwrap()
+        .flat_map(|c| match c.unwrap().body {
+            ChunkBody::Calls(c) => c,
+            _ => Vec::new(),
+        })
+        .collect();
+    v.sort_by_key(|r| r.seq);
+    v
+}
+
+/// The trace's blobs by hash.
+fn blob_store(trace: &Path) -> std::collections::HashMap<gpuless_traces::Hash128, Vec<u8>> {
+    gpuless_replayer::replay::load(trace).unwrap().blobs
+}
+
+fn session_error(c: &mut protocol::Connection) -> (u16, String) {
+    match c.recv() {
+        Ok(Message::Error { code, message }) => (code, message),
+        other => panic!("expected an Error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_input_inside_a_session_ends_that_session_with_a_clear_error() {
+    let (dir, trace) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    let recs = records(&trace);
+    // A segment that is not a call batch.
+    let mut c = connect(&s);
+    c.handshake(&hello("")).unwrap();
+    c.send(&Message::Segment { want_answer: true, records: vec![7; 100] }).unwrap();
+    let (code, m) = session_error(&mut c);
+    assert_eq!(code, code::BAD_MESSAGE, "{m}");
+    assert!(m.contains("segment 0"), "{m}");
+    // A function handle the session never created.
+    let mut c = connect(&s);
+    c.handshake(&hello("")).unwrap();
+    let get = recs.iter().find(|r| r.function.name() == "cuModuleGetFunction").unwrap().clone();
+    c.send_segment(&[get], true).unwrap();
+    let (code, m) = session_error(&mut c);
+    assert_eq!(code, code::BAD_RECORD, "{m}");
+    assert!(m.contains("unknown module"), "{m}");
+    // A blob whose bytes do not hash to its name.
+    let mut c = connect(&s);
+    c.handshake(&hello("")).unwrap();
+    c.send(&Message::BlobData { hash: gpuless_traces::Hash128(42), total: 3, offset: 0, bytes: vec![1, 2, 3] })
+        .unwrap();
+    c.send(&Message::Close).unwrap();
+    let (code, m) = session_error(&mut c);
+    assert_eq!(code, code::BAD_MESSAGE, "{m}");
+    assert!(m.contains("do not hash"), "{m}");
+    // A Hello inside a session.
+    let mut c = connect(&s);
+    c.handshake(&hello("")).unwrap();
+    c.send(&Message::Hello(hello(""))).unwrap();
+    assert_eq!(session_error(&mut c).0, code::BAD_MESSAGE);
+    // The server still serves.
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{r} {err}");
+}
+
+#[test]
+fn idle_sessions_end_and_their_executor_goes() {
+    let (dir, _) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &["--idle-timeout", "0.5", "--pool", "whole=0"], &[]);
+    let mut c = connect(&s);
+    let w = c.handshake(&hello("")).unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    let (code, m) = session_error(&mut c);
+    assert_eq!(code, code::IDLE, "{m}");
+    wait_until(|| !s.children().contains(&w.executor_pid), "the idle session's executor exits");
+}
+
+fn wait_until(mut f: impl FnMut() -> bool, what: &str) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < Duration::from_secs(20), "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_crashed_executor_ends_only_its_session() {
+    let (dir, trace) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    let mut c = connect(&s);
+    let w = c.handshake(&hello("")).unwrap();
+    // SAFETY: a signal to the executor process this test's server started.
+    unsafe { libc::kill(w.executor_pid as i32, libc::SIGKILL) };
+    let e = c.query_blobs(&[gpuless_traces::Hash128(1)]).unwrap_err();
+    assert!(matches!(e, ProtocolError::Io(_)), "{e}");
+    wait_until(|| s.metric("gpuless_executor_crashes_total") >= 1.0, "the crash is counted");
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{r} {err}");
+    // A client that disconnects mid-session: its executor ends too.
+    let mut c = connect(&s);
+    let w = c.handshake(&hello("")).unwrap();
+    drop(c);
+    wait_until(|| !s.children().contains(&w.executor_pid), "the abandoned session's executor exits");
+}
+
+#[test]
+fn admission_queues_then_refuses_and_admits_when_a_session_ends() {
+    let (dir, _) = stand_in();
+    let cfg = dir.path().join("gpuless.toml");
+    std::fs::write(&cfg, "max_sessions = 1\nqueue = 1\nqueue_timeout_s = 1.0\n[pool]\nwhole = 1\n").unwrap();
+    let s = Server::start(dir.path(), dir.path(), &["--config", cfg.to_str().unwrap()], &[]);
+    let mut a = connect(&s);
+    a.handshake(&hello("")).unwrap();
+    // B waits in the queue; C finds the queue full.
+    let tcp = s.tcp.clone();
+    let b = std::thread::spawn(move || {
+        let mut b = protocol::connect(&Endpoint::parse(&tcp), Duration::from_secs(5)).unwrap();
+        let t = Instant::now();
+        let r = b.handshake(&hello("")).map(|_| ());
+        (r.map_err(|e| e.to_string()), t.elapsed())
+    });
+    wait_until(|| s.metric("gpuless_queue_waiting") >= 1.0, "B waits");
+    let mut c = connect(&s);
+    let e = c.handshake(&hello("")).unwrap_err().to_string();
+    assert!(e.contains("code 4") && e.contains("already waiting"), "{e}");
+    let (rb, waited) = b.join().unwrap();
+    let e = rb.unwrap_err();
+    assert!(e.contains("code 4") && e.contains("within 1 s"), "{e}");
+    assert!(waited >= Duration::from_millis(900), "{waited:?}");
+    // A ends; D is admitted.
+    a.close().unwrap();
+    let mut d = connect(&s);
+    d.handshake(&hello("")).unwrap();
+    d.close().unwrap();
+}
+
+#[test]
+fn sigterm_drains_running_sessions_and_ends_every_executor() {
+    let (dir, trace) = stand_in();
+    let mut s = Server::start(dir.path(), dir.path(), &["--pool", "whole=2"], &[]);
+    wait_until(|| s.children().len() == 2, "two warm executors");
+    let recs = records(&trace);
+    let mut c = connect(&s);
+    c.handshake(&hello("")).unwrap();
+    let blobs: Vec<_> = recs.iter().flat_map(|r| r.blob_refs()).collect();
+    let have = c.query_blobs(&blobs.iter().map(|b| b.hash).collect::<Vec<_>>()).unwrap();
+    assert_eq!(have, vec![false; blobs.len()]);
+    let store = blob_store(&trace);
+    for b in &blobs {
+        c.send_blob(b.hash, &store[&b.hash]).unwrap();
+    }
+    // SAFETY: a signal to the server this test started.
+    unsafe { libc::kill(s.pid() as i32, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(300));
+    // New sessions are refused (the listeners are closed) ...
+    assert!(protocol::connect(&Endpoint::parse(&s.tcp), Duration::from_secs(2))
+        .and_then(|mut n| n.handshake(&hello("")).map(|_| ()))
+        .is_err());
+    // ... the running one finishes its work.
+    let sent: Vec<_> = recs.into_iter().filter(|r| r.function.name() != "cuDeviceGetAttribute").collect();
+    c.send_segment(&sent, true).unwrap();
+    let a = c.answer().unwrap();
+    assert!(a.errors.is_empty(), "{a:?}");
+    c.close().unwrap();
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(children_of(s.pid()).is_empty());
+}
+
+#[test]
+fn a_thousand_sessions_64_at_a_time_with_clients_killed_at_random_points() {
+    let (dir, trace) = stand_in();
+    let cfg = dir.path().join("gpuless.toml");
+    std::fs::write(&cfg, "max_sessions = 64\nqueue = 1000\nqueue_timeout_s = 60.0\n[pool]\nwhole = 8\n").unwrap();
+    let s = Server::start(dir.path(), dir.path(), &["--config", cfg.to_str().unwrap()], &[]);
+    let total = 1000usize;
+    let (mut ok, mut killed) = (0usize, 0usize);
+    let mut running: Vec<(Child, Option<Instant>, usize)> = Vec::new();
+    let mut started = 0usize;
+    let t0 = Instant::now();
+    let mut seed = rand_u64() | 1;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    while started < total || !running.is_empty() {
+        while started < total && running.len() < 64 {
+            let child = Command::new(GL)
+                .args(["replay", "--remote", &s.tcp])
+                .arg(&trace)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.path().join(format!("client-{started}.err"))).unwrap())
+                .spawn()
+                .unwrap();
+            // Every third client is killed after 0-30 ms: before, during or after its session.
+            let kill_at = (next() % 3 == 0).then(|| Instant::now() + Duration::from_millis(next() % 30));
+            running.push((child, kill_at, started));
+            started += 1;
+        }
+        running.retain_mut(|(c, kill_at, i)| {
+            if kill_at.is_some_and(|k| Instant::now() >= k) {
+                let _ = c.kill();
+                let _ = c.wait();
+                killed += 1;
+                return false;
+            }
+            match c.try_wait().unwrap() {
+                Some(st) => {
+                    if st.success() {
+                        ok += 1;
+                    } else if kill_at.is_none() {
+                        let err =
+                            std::fs::read_to_string(dir.path().join(format!("client-{i}.err"))).unwrap_or_default();
+                        panic!("client {i}, not killed, failed: {st:?}: {err}");
+                    }
+                    false
+                }
+                None => true,
+            }
+        });
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(t0.elapsed() < Duration::from_secs(600), "1000 sessions took over 10 minutes");
+    }
+    assert_eq!(ok + killed, total);
+    assert!(ok >= total / 2, "{ok} of {total} sessions succeeded");
+    // Every session ended; only the warm pool is left; the server still serves.
+    wait_until(|| s.metric("gpuless_sessions{kind=\"latency-critical\"}") == 0.0, "no session is left");
+    let t = Instant::now();
+    while s.children().len() > 8 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        s.children().len() <= 8,
+        "executors left: {:?}; log: {}",
+        s.children(),
+        std::fs::read_to_string(&s._log).unwrap_or_default().lines().rev().take(30).collect::<Vec<_>>().join("\n")
+    );
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{r} {err}");
+    eprintln!("1000 sessions: {ok} completed, {killed} killed, {:.1} s", t0.elapsed().as_secs_f64());
+}
