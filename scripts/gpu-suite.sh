@@ -17,6 +17,9 @@
 #   4. replayer: every trace of section 3 (and the committed ones) replayed and verified; bad
 #      input (scripts/gpu-suite-bad-input.sh): arena range taken, a 200 GiB trace, sm_100 code.
 #   5. devices: `gpuless devices` against `nvidia-smi mig -lgip` (read-only).
+#   Server (issue 18, scripts/gpu-suite-server.sh, after section 4's replays; leave it out with
+#   GPULESS_SUITE_SKIP_SERVER=1): remote replay beside local replay, cache cold and warm, hot,
+#   segment latency, upload speed, soft partitions at once, a fault, killed clients, the drain.
 # GPULESS_SUITE_SKIP_SPEED=1 leaves out section 2; GPULESS_SUITE_SKIP_OVERHEAD=1 the overhead
 # measurements of section 3 (side-by-side pairs and the informational rows).
 # Every run of sections 3 and 4 is limited to $GPULESS_CHECK_TIMEOUT seconds (default 300).
@@ -425,6 +428,16 @@ if [[ -f scripts/gpu-suite-partitions.sh && -f $out/resnet50_once.gl ]]; then
   while IFS='|' read -r a b c; do row "partitions: ${a#SUITE-ROW }" "$b" "$c"; done < <(grep '^SUITE-ROW ' "$out/partitions.txt")
   grep -q '^SUITE-ROW ' "$out/partitions.txt" || row "partitions" FAIL "rc=$prc $(tail -n 2 "$out/partitions.txt" | tr '\n' ' ')"
   cp "$out/partitions.txt" "$final/"
+fi
+# Issue 18: the server (scripts/gpu-suite-server.sh): remote replay of every trace above beside
+# its local replay, cold/warm/hot ResNet-50, segment latency, upload speed, soft partitions, a
+# fault, many sessions with killed clients, the drain.
+if [[ -f scripts/gpu-suite-server.sh && -z ${GPULESS_SUITE_SKIP_SERVER:-} ]]; then
+  bash scripts/gpu-suite-server.sh "$bin" "$out" "$suite_bin" "$out/server" >"$out/server.txt" 2>&1
+  src=$?
+  while IFS='|' read -r a b c; do row "${a#SUITE-ROW }" "$b" "$c"; done < <(grep '^SUITE-ROW ' "$out/server.txt")
+  grep -q '^SUITE-ROW ' "$out/server.txt" || row "server" FAIL "rc=$src $(tail -n 2 "$out/server.txt" | tr '\n' ' ')"
+  [[ -f $out/server/server.jsonl ]] && cp "$out/server/server.jsonl" "$final/"
 fi
 # Issue 5: bad input on the GPU: the arena's range taken, a trace larger than the GPU, code for
 # another GPU (scripts/gpu-suite-bad-input.sh; the suite programs include libblock_arena.so).

@@ -116,36 +116,63 @@ struct Client<'t> {
     trace: &'t LoadedTrace,
     by_seq: HashMap<u64, usize>,
     on_server: HashSet<Hash128>,
+    plans: HashMap<(Option<usize>, Option<usize>, usize), std::rc::Rc<Vec<Segment>>>,
     report: RemoteReport,
     verify: bool,
     start: Instant,
 }
 
+/// A segment as it is sent: its records (indices into the trace) encoded once.
+struct Segment {
+    records: Vec<usize>,
+    bytes: Vec<u8>,
+    flags: u16,
+    want_answer: bool,
+}
+
 impl Client<'_> {
-    /// Sends records `idx` (indices into the trace) in segments, answering at each
-    /// synchronization point and once at the end.
-    fn send(&mut self, idx: &[usize]) -> anyhow::Result<()> {
+    /// The segments of records `idx`: only those the server must see, cut at each
+    /// synchronization point of the `gpuless` policy and at the end (answered), and every
+    /// 4,096 records (pipelined, not answered). Encoded once per list of records: a hot loop
+    /// sends the same bytes again.
+    fn plan(&mut self, idx: &[usize]) -> std::rc::Rc<Vec<Segment>> {
+        let key = (idx.first().copied(), idx.last().copied(), idx.len());
+        if let Some(p) = self.plans.get(&key) {
+            return p.clone();
+        }
         let mut policy = SyncAnalyzer::new(&[Policy::Gpuless]);
-        let mut seg: Vec<CallRecord> = Vec::new();
         let sent: Vec<usize> = idx.iter().copied().filter(|&i| must_send(&self.trace.calls[i])).collect();
+        let mut segs = Vec::new();
+        let mut cur: Vec<usize> = Vec::new();
         for (k, &i) in sent.iter().enumerate() {
-            let r = &self.trace.calls[i];
-            self.upload_blobs(r)?;
-            seg.push(r.clone());
-            let last = k + 1 == sent.len();
-            let sync = policy.push_first(&call_event(r));
-            if sync || last {
-                self.report.sent += seg.len() as u64;
-                self.report.segments += 1;
-                self.conn.send_segment(&seg, true)?;
-                seg.clear();
+            cur.push(i);
+            let sync = policy.push_first(&call_event(&self.trace.calls[i]));
+            if sync || k + 1 == sent.len() || cur.len() >= 4096 {
+                let records: Vec<CallRecord> = cur.iter().map(|&j| self.trace.calls[j].clone()).collect();
+                let (flags, bytes) = protocol::segment::wire(protocol::segment::encode(&records));
+                let want_answer = sync || k + 1 == sent.len();
+                segs.push(Segment { records: std::mem::take(&mut cur), bytes, flags, want_answer });
+            }
+        }
+        let p = std::rc::Rc::new(segs);
+        self.plans.insert(key, p.clone());
+        p
+    }
+
+    /// Sends records `idx` (indices into the trace) as [`Self::plan`] cuts them, answering at
+    /// each synchronization point and once at the end.
+    fn send(&mut self, idx: &[usize]) -> anyhow::Result<()> {
+        let plan = self.plan(idx);
+        for seg in plan.iter() {
+            for &i in &seg.records {
+                self.upload_blobs(i)?;
+            }
+            self.report.sent += seg.records.len() as u64;
+            self.report.segments += 1;
+            self.conn.send_segment_bytes(&seg.bytes, seg.flags, seg.want_answer)?;
+            if seg.want_answer {
                 let a = self.conn.answer()?;
                 self.take(a);
-            } else if seg.len() >= 4096 {
-                self.report.sent += seg.len() as u64;
-                self.report.segments += 1;
-                self.conn.send_segment(&seg, false)?;
-                seg.clear();
             }
         }
         Ok(())
@@ -153,7 +180,8 @@ impl Client<'_> {
 
     /// Makes sure the server holds the blobs `r` refers to: one query for those not known to
     /// be there, then the bytes of the misses (pipelined with what follows).
-    fn upload_blobs(&mut self, r: &CallRecord) -> anyhow::Result<()> {
+    fn upload_blobs(&mut self, i: usize) -> anyhow::Result<()> {
+        let r = &self.trace.calls[i];
         let mut new: Vec<Hash128> = Vec::new();
         for v in &r.args {
             v.visit(&mut |v| {
@@ -240,6 +268,7 @@ pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
         trace: &trace,
         by_seq,
         on_server: HashSet::new(),
+        plans: HashMap::new(),
         report: RemoteReport {
             session: w.session,
             partition: format!(

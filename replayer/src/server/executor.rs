@@ -12,11 +12,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use gpuless_traces::protocol::client::Stream as Conn;
-use gpuless_traces::protocol::message::{code, kind, CallError, WANT_ANSWER};
+use gpuless_traces::protocol::message::{blob_part, code, kind, CallError, WANT_ANSWER};
 use gpuless_traces::protocol::{
     read_frame, segment, write_frame, Answer, Message, PartitionInfo, ProtocolError, SessionStats, Welcome,
 };
-use gpuless_traces::{Hash128, TraceMeta};
+use gpuless_traces::{CallRecord, Hash128, TraceMeta};
+use std::rc::Rc;
 
 use super::cache::Dirs;
 use super::control::{Channel, Control};
@@ -79,6 +80,7 @@ pub fn run(setup: Setup) -> i32 {
         hits: Vec::new(),
         control: &setup.control,
         cache: &setup.cache,
+        decoded: Decoded::default(),
     };
     let result = match (conn_of(fd), Stream::new(setup.device, meta, opts)) {
         (Ok(conn), Ok(stream)) => {
@@ -136,6 +138,37 @@ struct Session<'a> {
     hits: Vec<Hash128>,
     control: &'a Channel,
     cache: &'a Dirs,
+    decoded: Decoded,
+}
+
+/// Segments decoded before, by their exact bytes: a client that repeats a segment (a hot loop)
+/// costs a hash and a comparison instead of a decode. Bounded; cleared when full.
+#[derive(Default)]
+struct Decoded {
+    map: HashMap<Hash128, (Vec<u8>, Rc<Vec<CallRecord>>)>,
+    bytes: usize,
+}
+
+impl Decoded {
+    const MAX_BYTES: usize = 64 << 20;
+
+    fn get(&self, payload: &[u8]) -> Option<Rc<Vec<CallRecord>>> {
+        match self.map.get(&Hash128::of(payload)) {
+            Some((bytes, recs)) if bytes.as_slice() == payload => Some(recs.clone()),
+            _ => None,
+        }
+    }
+
+    fn insert(&mut self, payload: &[u8], recs: Vec<CallRecord>) -> Rc<Vec<CallRecord>> {
+        if self.bytes + payload.len() > Self::MAX_BYTES {
+            self.map.clear();
+            self.bytes = 0;
+        }
+        let recs = Rc::new(recs);
+        self.bytes += payload.len();
+        self.map.insert(Hash128::of(payload), (payload.to_vec(), recs.clone()));
+        recs
+    }
 }
 
 /// How a session ends: normally (`Ok`), or with an error for the client and the server.
@@ -178,15 +211,20 @@ impl Session<'_> {
             let t0 = Instant::now();
             match h.kind {
                 kind::SEGMENT => {
-                    let records = match segment::decode(&payload, self.stats.segments) {
-                        Ok(r) => r,
-                        Err(e) => {
-                            return fail(&mut w, code::BAD_MESSAGE, format!("segment {}: {e}", self.stats.segments))
-                        }
+                    let records = match self.decoded.get(&payload) {
+                        Some(r) => r,
+                        None => match segment::unwire(h.flags, &payload)
+                            .and_then(|b| segment::decode(&b, self.stats.segments).map_err(|e| e.to_string()))
+                        {
+                            Ok(r) => self.decoded.insert(&payload, r),
+                            Err(e) => {
+                                return fail(&mut w, code::BAD_MESSAGE, format!("segment {}: {e}", self.stats.segments))
+                            }
+                        },
                     };
                     self.stats.segments += 1;
                     self.stats.records += records.len() as u64;
-                    for rec in &records {
+                    for rec in records.iter() {
                         self.last_seq = rec.seq;
                         match stream.call(rec) {
                             Ok(()) => self.executed += 1,
@@ -231,13 +269,12 @@ impl Session<'_> {
                     send(&mut w, &Message::BlobHave(have))?;
                     self.flush_notes();
                 }
-                kind::BLOB_DATA => match Message::decode(h.kind, h.flags, &payload) {
-                    Ok(Message::BlobData { hash, total, offset, bytes }) => {
-                        if let Err(e) = self.blob_part(&mut stream, hash, total, offset, &bytes) {
+                kind::BLOB_DATA => match blob_part(&payload) {
+                    Ok((hash, total, offset, bytes)) => {
+                        if let Err(e) = self.blob_part(&mut stream, hash, total, offset, bytes) {
                             return fail(&mut w, code::BAD_MESSAGE, e);
                         }
                     }
-                    Ok(_) => return fail(&mut w, code::BAD_MESSAGE, "bad BlobData".into()),
                     Err(e) => return fail(&mut w, code::BAD_MESSAGE, e.to_string()),
                 },
                 kind::CLOSE => {

@@ -124,7 +124,7 @@ pub fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Connection, Pro
 }
 
 /// Counts of what a client sent and waited for.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Traffic {
     /// Bytes sent (frames and headers).
     pub bytes_up: u64,
@@ -140,6 +140,9 @@ pub struct Traffic {
     pub blob_hits: u64,
     /// Blobs it did not.
     pub blob_misses: u64,
+    /// Seconds spent writing blob bytes to the connection (their throughput is
+    /// `blob_bytes / blob_send_s`: the socket holds little, so the server's reading paces it).
+    pub blob_send_s: f64,
 }
 
 /// One session's connection, from the client's side.
@@ -192,13 +195,20 @@ impl Connection {
         for r in records {
             self.encoder.push(r);
         }
-        let bytes = self.encoder.finish();
+        let (flags, bytes) = super::segment::wire(self.encoder.finish());
+        self.send_segment_bytes(&bytes, flags, want_answer)
+    }
+
+    /// Queues a segment already encoded for the wire ([`super::segment::wire`]: a client that
+    /// sends the same records again encodes them once).
+    pub fn send_segment_bytes(&mut self, payload: &[u8], flags: u16, want_answer: bool) -> Result<(), ProtocolError> {
         self.traffic.segments += 1;
-        self.frame(kind::SEGMENT, if want_answer { WANT_ANSWER } else { 0 }, &bytes)
+        self.frame(kind::SEGMENT, flags | if want_answer { WANT_ANSWER } else { 0 }, payload)
     }
 
     /// Queues a blob's bytes, in parts.
     pub fn send_blob(&mut self, hash: Hash128, bytes: &[u8]) -> Result<(), ProtocolError> {
+        let t0 = std::time::Instant::now();
         let total = bytes.len() as u64;
         let mut offset = 0usize;
         loop {
@@ -217,6 +227,7 @@ impl Connection {
             }
         }
         self.traffic.blob_bytes += total;
+        self.traffic.blob_send_s += t0.elapsed().as_secs_f64();
         Ok(())
     }
 

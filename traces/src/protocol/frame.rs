@@ -47,8 +47,13 @@ pub fn read_frame(r: &mut impl Read, payload: &mut Vec<u8>) -> Result<FrameHeade
     let mut h = [0u8; FRAME_HEADER_LEN];
     r.read_exact(&mut h)?;
     let header = FrameHeader::decode(h)?;
-    payload.clear();
-    payload.resize(header.len as usize, 0);
+    // Reuse what the buffer already holds: no zero-filling of bytes about to be overwritten.
+    let len = header.len as usize;
+    if payload.len() < len {
+        payload.resize(len, 0);
+    } else {
+        payload.truncate(len);
+    }
     r.read_exact(payload)?;
     Ok(header)
 }

@@ -557,6 +557,18 @@ impl Message {
     }
 }
 
+/// A [`Message::BlobData`] payload read in place: (hash, total length, offset, the part's
+/// bytes), with the same checks as [`Message::decode`] and no copy of the bytes.
+pub fn blob_part(payload: &[u8]) -> Result<(Hash128, u64, u64, &[u8]), ProtocolError> {
+    let mut g = Get::new(payload, "BlobData");
+    let (hash, total, offset) = (Hash128(g.u128()?), g.u64()?, g.u64()?);
+    let bytes = g.take(g.remaining())?;
+    if offset.checked_add(bytes.len() as u64).is_none_or(|end| end > total) {
+        return Err(g.error(format!("part at {offset} of {} bytes lies outside the blob's {total} bytes", bytes.len())));
+    }
+    Ok((hash, total, offset, bytes))
+}
+
 /// The name of frame kind `k`.
 pub fn kind_name(k: u16) -> &'static str {
     match k {

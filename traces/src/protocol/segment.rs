@@ -1,4 +1,6 @@
-//! Segments: call records in the trace format's call-batch encoding, as they travel.
+//! Segments: call records in the trace format's call-batch encoding, as they travel. A batch
+//! larger than [`COMPRESS_ABOVE`] travels as one zstd frame (flag [`ZSTD`]): a program's set-up
+//! is tens of thousands of records, a hot segment a few hundred.
 
 use crate::decode::{decode_calls, Ctx};
 use crate::encode::CallBatchEncoder;
@@ -18,4 +20,51 @@ pub fn encode(records: &[CallRecord]) -> Vec<u8> {
 /// segment's number in its session, named in errors.
 pub fn decode(bytes: &[u8], ordinal: u64) -> Result<Vec<CallRecord>, TraceError> {
     decode_calls(bytes, Ctx { chunk: ordinal, offset: 0 })
+}
+
+/// Segment frame flag: the payload is a zstd frame of the call batch.
+pub const ZSTD: u16 = 2;
+/// Batches larger than this are compressed.
+pub const COMPRESS_ABOVE: usize = 16 << 10;
+/// Largest call batch a compressed segment may expand to.
+pub const MAX_BATCH: usize = 256 << 20;
+
+/// A call batch as it goes on the wire: (frame flags besides `WANT_ANSWER`, payload).
+pub fn wire(batch: Vec<u8>) -> (u16, Vec<u8>) {
+    if batch.len() > COMPRESS_ABOVE {
+        if let Ok(z) = zstd::bulk::compress(&batch, 1) {
+            if z.len() < batch.len() {
+                return (ZSTD, z);
+            }
+        }
+    }
+    (0, batch)
+}
+
+/// The call batch of a segment frame's payload (decompressed, within [`MAX_BATCH`], when
+/// `flags` has [`ZSTD`]).
+pub fn unwire(flags: u16, payload: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, String> {
+    if flags & ZSTD == 0 {
+        return Ok(std::borrow::Cow::Borrowed(payload));
+    }
+    zstd::bulk::decompress(payload, MAX_BATCH)
+        .map(std::borrow::Cow::Owned)
+        .map_err(|e| format!("compressed segment does not expand within {MAX_BATCH} bytes: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_batches_are_compressed_and_come_back() {
+        let small = vec![1u8; 100];
+        assert_eq!(wire(small.clone()), (0, small.clone()));
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i % 7) as u8).collect();
+        let (f, z) = wire(big.clone());
+        assert_eq!(f, ZSTD);
+        assert!(z.len() < big.len() / 10);
+        assert_eq!(unwire(f, &z).unwrap().as_ref(), big.as_slice());
+        assert!(unwire(ZSTD, b"not zstd").is_err());
+    }
 }

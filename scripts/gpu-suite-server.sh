@@ -1,0 +1,291 @@
+#!/usr/bin/env bash
+# Server checks of the GPU suite (issue 18): `gpuless serve` on this machine's GPU, clients over
+# loopback TCP and a Unix socket, side by side with local replay in the same run.
+#
+#   scripts/gpu-suite-server.sh BIN_DIR TRACE_DIR SUITE_BIN OUT_DIR
+#
+# BIN_DIR holds `gpuless`; TRACE_DIR the traces the main suite recorded (NAME.gl) and its local
+# replay reports (replay-NAME.json, replay-hot-resnet50.json); SUITE_BIN the suite programs
+# (segment, upload, fault). Prints one `SUITE-ROW label|PASS-or-FAIL-or-INFO|details` line per
+# check and writes server.json (every figure) and the server's log and metrics to OUT_DIR.
+#
+# Checks: every recorded trace replayed remotely and verified like its local replay; ResNet-50
+# first result with the server's cache cold and warm against local replay, and bytes sent;
+# ResNet-50 hot per iteration against local hot replay; a 64-launch segment with a 4 KB download
+# over TCP and the Unix socket against local hot replay (what the network adds); blob upload
+# throughput; four sessions on four soft partitions at once against one on the whole GPU; a
+# faulting session beside healthy ones; many sessions with clients killed at random points
+# (every executor gone, no GPU memory left behind); SIGTERM drains.
+#
+# SAFETY: read-only for MIG: soft partitions only (green contexts), no instance is created.
+set -uo pipefail
+bin=${1:?usage: gpu-suite-server.sh BIN_DIR TRACE_DIR SUITE_BIN OUT_DIR}
+traces=${2:?}
+suite_bin=${3:?}
+out=${4:?}
+gl="$bin/gpuless"
+mkdir -p "$out"
+results="$out/server.jsonl"
+: >"$results"
+row() { echo "SUITE-ROW $1|$2|$3"; }
+lim=(timeout -k 5 "${GPULESS_CHECK_TIMEOUT:-300}")
+
+serve_pid=""
+start_server() { # cache dir, log name, extra flags...
+  local cache=$1 log=$2; shift 2
+  rm -f "$out/serve.addr"
+  GPULESS_LOG=info "$gl" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --socket "$out/gpuless.sock" \
+    --cache-dir "$cache" "$@" >"$out/serve.addr" 2>"$out/$log" &
+  serve_pid=$!
+  for _ in $(seq 100); do grep -q listening "$out/serve.addr" 2>/dev/null && break; sleep 0.1; done
+  tcp=$(grep -o 'tcp=[^ ]*' "$out/serve.addr" | cut -d= -f2)
+  metrics=$(grep -o 'metrics=[^ ]*' "$out/serve.addr" | cut -d= -f2)
+  unix="unix:$out/gpuless.sock"
+  # Wait for the warm executors (their CUDA context).
+  for _ in $(seq 150); do
+    curl -s "http://$metrics/metrics" 2>/dev/null | grep -q 'gpuless_executors{kind="warm"} [1-9]' && break
+    sleep 0.2
+  done
+}
+stop_server() {
+  [[ -n $serve_pid ]] || return 0
+  kill -TERM "$serve_pid" 2>/dev/null
+  local i
+  for i in $(seq 100); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 0.1; done
+  wait "$serve_pid" 2>/dev/null; local rc=$?
+  serve_pid=""
+  return $rc
+}
+trap 'stop_server' EXIT
+remote() { # name, address, gpuless replay arguments...
+  local name=$1 addr=$2; shift 2
+  "${lim[@]}" "$gl" replay --remote "$addr" --json "$@" >"$out/remote-$name.json" 2>"$out/remote-$name.err"
+  echo $? >"$out/remote-$name.rc"
+}
+py() { python3 - "$out" "$traces" "$@"; }
+
+# ---- correctness: every trace of the suite, remotely, verified as locally ------------------
+start_server "$out/cache" serve.log --pool whole=2
+for t in vecadd_static vecadd_shared driver_api cublas_batched streams streams_static globals ptr_struct \
+         texture graph alloc_bench tiny bert resnet50_once; do
+  [[ -f $traces/$t.gl ]] || continue
+  remote "$t" "$tcp" "$traces/$t.gl"
+  py "$t" <<'PY'
+import json, os, sys
+out, traces, t = sys.argv[1:4]
+rc = int(open(f"{out}/remote-{t}.rc").read())
+try:
+    r = json.load(open(f"{out}/remote-{t}.json"))
+except Exception:
+    r = {}
+local = {}
+if os.path.exists(f"{traces}/replay-{t}.json"):
+    try:
+        local = json.load(open(f"{traces}/replay-{t}.json"))
+    except Exception:
+        pass
+err = open(f"{out}/remote-{t}.err").read().strip().splitlines()[-1:] 
+lv = local.get("results_verified")
+ok = rc == 0 and r.get("results_verified", 0) > 0 and not r.get("mismatches") and (lv is None or r["results_verified"] == lv)
+tr = r.get("traffic", {})
+print(f"SUITE-ROW server: {t} replayed remotely|{'PASS' if ok else 'FAIL'}|rc={rc}; "
+      f"{r.get('results_verified')} results verified (local replay {lv}), {len(r.get('mismatches', []))} mismatches; "
+      f"{r.get('sent')}/{r.get('calls')} records sent in {r.get('segments')} segments, {r.get('launches')} launches; "
+      f"{tr.get('round_trips')} round trips ({100 * tr.get('round_trips', 0) / max(r.get('calls', 1), 1):.2f}% of calls), "
+      f"{tr.get('bytes_up')} B up, {tr.get('bytes_down')} B down {' '.join(err) if rc else ''}")
+with open(f"{out}/server.jsonl", "a") as f:
+    f.write(json.dumps({"check": "remote", "trace": t, "rc": rc, "remote": r, "local_verified": lv}) + "\n")
+PY
+done
+stop_server
+
+# ---- ResNet-50: cold and warm cache, hot ----------------------------------------------------
+if [[ -f $traces/resnet50_once.gl ]]; then
+  start_server "$out/cache-resnet" serve-resnet.log --pool whole=2
+  remote resnet_cold "$tcp" "$traces/resnet50_once.gl"
+  remote resnet_warm "$tcp" "$traces/resnet50_once.gl"
+  remote resnet_hot "$tcp" --iterations "${REPLAY_ITERS:-50}" "$traces/resnet50_once.gl"
+  py <<'PY'
+import json, sys
+out, traces = sys.argv[1:3]
+load = lambda f: json.load(open(f))
+local = load(f"{traces}/replay-resnet50_once.json")
+lhot = load(f"{traces}/replay-hot-resnet50.json")["hot"]
+cold, warm, hot = (load(f"{out}/remote-resnet_{k}.json") for k in ("cold", "warm", "hot"))
+lf = local["first_result_s"]
+c, w = cold["first_result_s"], warm["first_result_s"]
+ok_c = c <= 1.5 * lf and not cold["mismatches"] and cold["results_verified"] > 0
+ok_w = w <= 1.2 * lf and warm["traffic"]["bytes_up"] <= 1_000_000 and not warm["mismatches"]
+print(f"SUITE-ROW server: ResNet-50 first result, cache cold (<= 1.5x local replay)|{'PASS' if ok_c else 'FAIL'}|"
+      f"remote {c:.3f} s vs local replay {lf:.3f} s (x{c / lf:.2f}); {cold['traffic']['blob_bytes']} blob bytes sent "
+      f"({cold['traffic']['blob_misses']} misses), {cold['traffic']['bytes_up']} B up, {cold['traffic']['round_trips']} round trips")
+print(f"SUITE-ROW server: ResNet-50 first result, cache warm (<= 1.2x local, <= 1 MB sent)|{'PASS' if ok_w else 'FAIL'}|"
+      f"remote {w:.3f} s vs local replay {lf:.3f} s (x{w / lf:.2f}); {warm['traffic']['bytes_up']} B up, "
+      f"{warm['traffic']['blob_hits']} cache hits, {warm['traffic']['blob_bytes']} blob bytes")
+h = hot["hot"]
+ratio = h["wall_ms_median"] / lhot["wall_ms_median"]
+ok_h = ratio <= 1.05 and not hot["mismatches"]
+print(f"SUITE-ROW server: ResNet-50 hot per iteration (<= 1.05x local hot replay)|{'PASS' if ok_h else 'FAIL'}|"
+      f"remote {h['wall_ms_median']:.3f} ms (min {h['wall_ms_min']:.3f}) vs local eager replay {lhot['wall_ms_median']:.3f} ms "
+      f"(x{ratio:.3f}); {h['round_trips_per_iteration']:.1f} round trips and {h['bytes_up_per_iteration']:.0f} B up per "
+      f"iteration; {hot['results_verified']} results verified, {len(hot['mismatches'])} mismatches")
+with open(f"{out}/server.jsonl", "a") as f:
+    f.write(json.dumps({"check": "resnet", "local_first_s": lf, "local_hot_ms": lhot["wall_ms_median"],
+                        "cold": cold, "warm": warm, "hot": hot}) + "\n")
+PY
+  stop_server
+fi
+
+# ---- a small segment: what the network adds ------------------------------------------------
+start_server "$out/cache" serve-seg.log --pool whole=2
+if [[ -x $suite_bin/segment ]]; then
+  "$gl" record -o "$out/segment.gl" -- "$suite_bin/segment" 5 >"$out/segment.rec.out" 2>&1
+  "${lim[@]}" "$gl" replay --json --iterations 400 "$out/segment.gl" >"$out/local-segment.json" 2>"$out/local-segment.err"
+  remote segment_tcp "$tcp" --iterations 400 "$out/segment.gl"
+  remote segment_unix "$unix" --iterations 400 "$out/segment.gl"
+  "${lim[@]}" "$gl" replay --json --iterations 400 "$out/segment.gl" >"$out/local-segment-2.json" 2>>"$out/local-segment.err"
+  py <<'PY'
+import json, sys
+out = sys.argv[1]
+load = lambda f: json.load(open(f))
+l1, l2 = load(f"{out}/local-segment.json")["hot"], load(f"{out}/local-segment-2.json")["hot"]
+local = min(l1["wall_ms_median"], l2["wall_ms_median"])
+for kind, target in (("tcp", 0.050), ("unix", 0.025)):
+    r = load(f"{out}/remote-segment_{kind}.json")
+    h = r["hot"]
+    added = h["wall_ms_median"] - local
+    ok = added <= target and not r["mismatches"] and r["results_verified"] > 0
+    print(f"SUITE-ROW server: 64-launch segment + 4 KB download over {kind} adds <= {target * 1000:.0f} us|"
+          f"{'PASS' if ok else 'FAIL'}|remote {h['wall_ms_median'] * 1000:.1f} us (min {h['wall_ms_min'] * 1000:.1f}) vs local hot "
+          f"replay {local * 1000:.1f} us (runs {l1['wall_ms_median'] * 1000:.1f}, {l2['wall_ms_median'] * 1000:.1f}): "
+          f"+{added * 1000:.1f} us; {h['round_trips_per_iteration']:.1f} round trips/iteration; "
+          f"{r['results_verified']} verified, {len(r['mismatches'])} mismatches")
+    with open(f"{out}/server.jsonl", "a") as f:
+        f.write(json.dumps({"check": f"segment-{kind}", "local_ms": local, "remote": r}) + "\n")
+PY
+else
+  row "server: small segment" FAIL "segment not built"
+fi
+
+# ---- blob upload throughput ----------------------------------------------------------------
+if [[ -x $suite_bin/upload ]]; then
+  "$gl" record -o "$out/upload.gl" -- "$suite_bin/upload" 512 >"$out/upload.rec.out" 2>&1
+  remote upload_tcp "$tcp" "$out/upload.gl"
+  py <<'PY'
+import json, sys
+out = sys.argv[1]
+r = json.load(open(f"{out}/remote-upload_tcp.json"))
+t = r["traffic"]
+gbs = t["blob_bytes"] / max(t["blob_send_s"], 1e-9) / 1e9
+ok = gbs >= 2.0 and r["results_verified"] > 0 and not r["mismatches"]
+print(f"SUITE-ROW server: blob upload over loopback TCP (>= 2 GB/s)|{'PASS' if ok else 'FAIL'}|"
+      f"{t['blob_bytes']} B in {t['blob_send_s']:.3f} s: {gbs:.2f} GB/s; whole replay {r['replay_s']:.3f} s; verified {r['results_verified']}")
+with open(f"{out}/server.jsonl", "a") as f:
+    f.write(json.dumps({"check": "upload", "remote": r, "gb_per_s": gbs}) + "\n")
+PY
+  rm -f "$out/upload.gl"
+fi
+stop_server
+
+# ---- four soft partitions at once, a faulting session beside healthy ones -----------------
+if [[ -f $traces/resnet50_once.gl ]]; then
+  start_server "$out/cache" serve-soft.log --pool whole=1 --pool sms:32=4
+  remote soft_whole "$tcp" --iterations 50 "$traces/resnet50_once.gl"
+  for i in 1 2 3 4; do remote "soft_$i" "$tcp" --mig sms:32 --iterations 50 "$traces/resnet50_once.gl" & done
+  wait
+  py <<'PY'
+import json, sys
+out = sys.argv[1]
+load = lambda f: json.load(open(f))
+whole = load(f"{out}/remote-soft_whole.json")
+def maybe(f):
+    try:
+        return load(f)
+    except Exception:
+        return {}
+parts = [maybe(f"{out}/remote-soft_{i}.json") for i in range(1, 5)]
+rcs = [int(open(f"{out}/remote-soft_{i}.rc").read()) for i in range(1, 5)]
+ok = all(rc == 0 for rc in rcs) and all(p.get("results_verified", 0) > 0 and not p.get("mismatches") for p in parts)
+agg = sum(1000 / p["hot"]["wall_ms_median"] for p in parts) if ok else 0
+per = ", ".join("%.2f" % p["hot"]["wall_ms_median"] for p in parts if p.get("hot"))
+one = 1000 / whole["hot"]["wall_ms_median"]
+print(f"SUITE-ROW server: four sessions on four soft partitions (sms:32) at once|{'PASS' if ok else 'FAIL'}|rc {rcs}; "
+      f"per session {per} ms/iteration ({parts[0]['partition']}); "
+      f"aggregate {agg:.0f} inferences/s vs one session on the whole GPU {one:.0f}/s (x{agg / one:.2f}); all verified: {ok}")
+with open(f"{out}/server.jsonl", "a") as f:
+    f.write(json.dumps({"check": "soft4", "whole": whole, "parts": parts, "aggregate_per_s": agg, "whole_per_s": one}) + "\n")
+PY
+  if [[ -x $suite_bin/fault ]]; then
+    "$gl" record -o "$out/fault.gl" -- "$suite_bin/fault" >"$out/fault.rec.out" 2>&1
+    remote healthy_1 "$tcp" --iterations 20 "$traces/resnet50_once.gl" &
+    remote fault "$tcp" "$out/fault.gl" &
+    remote healthy_2 "$tcp" --iterations 20 "$traces/resnet50_once.gl" &
+    wait
+    py <<'PY'
+import json, sys
+out = sys.argv[1]
+rc = {k: int(open(f"{out}/remote-{k}.rc").read()) for k in ("fault", "healthy_1", "healthy_2")}
+err = open(f"{out}/remote-fault.err").read()
+healthy = [json.load(open(f"{out}/remote-healthy_{i}.json")) for i in (1, 2)]
+ok = rc["fault"] == 2 and "ILLEGAL_ADDRESS" in err and rc["healthy_1"] == 0 and rc["healthy_2"] == 0 \
+    and all(h["results_verified"] > 0 and not h["mismatches"] for h in healthy)
+print(f"SUITE-ROW server: a faulting session ends with its error, the others finish verified|{'PASS' if ok else 'FAIL'}|"
+      f"rc {rc}; fault client: {err.strip().splitlines()[-1] if err.strip() else '-'}; healthy verified "
+      f"{[h['results_verified'] for h in healthy]}")
+PY
+  fi
+  stop_server
+fi
+
+# ---- many sessions, clients killed at random points ----------------------------------------
+if [[ -f $traces/vecadd_static.gl ]]; then
+  start_server "$out/cache" serve-many.log --pool whole=4
+  spid=$serve_pid
+  python3 - "$gl" "$tcp" "$traces/vecadd_static.gl" "${SERVER_SESSIONS:-300}" "${SERVER_PARALLEL:-32}" <<'PY' >"$out/many.txt" 2>&1
+import random, subprocess, sys, time
+gl, addr, trace, total, par = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+rng = random.Random(7)
+running, started, ok, killed, failed = [], 0, 0, 0, []
+t0 = time.time()
+while started < total or running:
+    while started < total and len(running) < par:
+        p = subprocess.Popen([gl, "replay", "--remote", addr, trace], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        kill_at = time.time() + rng.uniform(0, 1.5) if rng.random() < 1 / 3 else None
+        running.append((p, kill_at)); started += 1
+    keep = []
+    for p, k in running:
+        if k is not None and time.time() >= k and p.poll() is None:
+            p.kill(); p.wait(); killed += 1
+        elif p.poll() is not None:
+            if p.returncode == 0: ok += 1
+            elif k is None: failed.append(p.stderr.read().decode()[-300:])
+            else: killed += 1
+        else:
+            keep.append((p, k))
+    running = keep
+    time.sleep(0.005)
+    if time.time() - t0 > 240: break
+print(f"{total} sessions, {par} at a time: {ok} completed, {killed} killed, {len(failed)} failed, {time.time() - t0:.1f} s")
+for f in failed[:3]: print("FAILED:", f)
+PY
+  sleep 3
+  # Executors left beyond the warm pool, and GPU memory held by processes that are not executors
+  # of the warm pool.
+  left=$(pgrep -P "$spid" | wc -l)
+  gpu_procs=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null | wc -l)
+  remote after_many "$tcp" "$traces/vecadd_static.gl"
+  arc=$(cat "$out/remote-after_many.rc")
+  summary=$(head -n 1 "$out/many.txt")
+  if grep -q ' 0 failed' "$out/many.txt" && [[ $left -le 4 && $gpu_procs -le 4 && $arc == 0 ]] && kill -0 "$spid" 2>/dev/null; then
+    res=PASS
+  else
+    res=FAIL
+  fi
+  row "server: many sessions with clients killed at random points" $res \
+    "$summary; afterwards $left executor processes (warm pool 4), $gpu_procs processes holding GPU memory, a new session rc=$arc; $(grep FAILED "$out/many.txt" | head -n 1)"
+  curl -s "http://$metrics/metrics" >"$out/metrics.txt" 2>/dev/null
+  stop_server; src=$?
+  left=$(pgrep -P "$spid" | wc -l)
+  [[ $src == 0 && $left == 0 ]] && res=PASS || res=FAIL
+  row "server: SIGTERM drains and ends every executor" $res "exit $src, $left executor processes left"
+fi
