@@ -238,10 +238,12 @@ PY
 fi
 
 # ---- many sessions, clients killed at random points ----------------------------------------
-if [[ -f $traces/vecadd_static.gl ]]; then
+many_trace=$traces/vecadd_static.gl
+[[ -f $many_trace ]] || many_trace=$traces/streams.gl
+if [[ -f $many_trace ]]; then
   start_server "$out/cache" serve-many.log --pool whole=4
   spid=$serve_pid
-  python3 - "$gl" "$tcp" "$traces/vecadd_static.gl" "${SERVER_SESSIONS:-300}" "${SERVER_PARALLEL:-32}" <<'PY' >"$out/many.txt" 2>&1
+  python3 - "$gl" "$tcp" "$many_trace" "${SERVER_SESSIONS:-300}" "${SERVER_PARALLEL:-32}" <<'PY' >"$out/many.txt" 2>&1
 import random, subprocess, sys, time
 gl, addr, trace, total, par = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 rng = random.Random(7)
@@ -273,7 +275,7 @@ PY
   # of the warm pool.
   left=$(pgrep -P "$spid" | wc -l)
   gpu_procs=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null | wc -l)
-  remote after_many "$tcp" "$traces/vecadd_static.gl"
+  remote after_many "$tcp" "$many_trace"
   arc=$(cat "$out/remote-after_many.rc")
   summary=$(head -n 1 "$out/many.txt")
   if grep -q ' 0 failed' "$out/many.txt" && [[ $left -le 4 && $gpu_procs -le 4 && $arc == 0 ]] && kill -0 "$spid" 2>/dev/null; then

@@ -274,7 +274,7 @@ fn bad_input_inside_a_session_ends_that_session_with_a_clear_error() {
     // A segment that is not a call batch.
     let mut c = connect(&s);
     c.handshake(&hello("")).unwrap();
-    c.send(&Message::Segment { want_answer: true, records: vec![7; 100] }).unwrap();
+    c.send(&Message::Segment { want_answer: true, zstd: false, records: vec![7; 100] }).unwrap();
     let (code, m) = session_error(&mut c);
     assert_eq!(code, code::BAD_MESSAGE, "{m}");
     assert!(m.contains("segment 0"), "{m}");

@@ -127,7 +127,8 @@ fn conn_of(fd: OwnedFd) -> std::io::Result<Conn> {
 
 struct Session<'a> {
     stats: SessionStats,
-    partial: HashMap<Hash128, Vec<u8>>,
+    /// Blobs being received: (announced length, bytes so far).
+    partial: HashMap<Hash128, (u64, Vec<u8>)>,
     partial_bytes: u64,
     errors: Vec<CallError>,
     executed: u64,
@@ -336,9 +337,14 @@ impl Session<'_> {
                 return Err(format!("blob {hash} of {total} bytes: more than {MAX_PARTIAL} bytes of blobs in flight"));
             }
             self.partial_bytes += total;
-            self.partial.insert(hash, Vec::with_capacity(total as usize));
+            // Grown as bytes arrive (at most one frame ahead of them), not by the announcement.
+            let first = (total as usize).min(bytes.len().max(1 << 20));
+            self.partial.insert(hash, (total, Vec::with_capacity(first)));
         }
-        let buf = self.partial.get_mut(&hash).ok_or("blob")?;
+        let (want, buf) = self.partial.get_mut(&hash).ok_or("blob")?;
+        if *want != total {
+            return Err(format!("blob {hash}: a part says {total} bytes, its first part said {want}"));
+        }
         if buf.len() as u64 != offset {
             return Err(format!("blob {hash}: part at {offset}, expected {}", buf.len()));
         }
@@ -346,8 +352,8 @@ impl Session<'_> {
         if (buf.len() as u64) < total {
             return Ok(());
         }
-        let whole = self.partial.remove(&hash).unwrap_or_default();
-        self.partial_bytes -= total;
+        let (_, whole) = self.partial.remove(&hash).unwrap_or_default();
+        self.partial_bytes = self.partial_bytes.saturating_sub(total);
         if Hash128::of(&whole) != hash {
             return Err(format!("blob {hash}: its {total} bytes do not hash to it"));
         }

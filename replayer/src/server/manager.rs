@@ -236,7 +236,8 @@ impl Manager {
             match channel.recv() {
                 Ok(Some((Control::Ready { partition, device }, _))) => {
                     let mut g = self.lock();
-                    if g.total_sms.is_none() && partition.kind == "full" {
+                    // The device's SM count (a green context's executor reports the whole device's).
+                    if g.total_sms.is_none() && device.sm_count() > 0 {
                         g.total_sms = Some(device.sm_count());
                     }
                     if let Some(e) = g.execs.get_mut(&id) {
@@ -568,9 +569,14 @@ impl Manager {
         self.lock().execs.get(&exec).map(|e| (e.partition.clone(), e.device.clone(), e.pid))
     }
 
-    /// Ends a granted session whose hand-off failed.
-    pub fn abandon(&self, session: u64) {
+    /// Ends a granted session whose hand-off failed; its executor (waiting for a session that
+    /// will not come) is ended.
+    pub fn abandon(&self, session: u64, exec: u64) {
         let mut g = self.lock();
+        if let Some(e) = g.execs.get(&exec) {
+            // SAFETY: signalling a child process of ours.
+            unsafe { libc::kill(e.pid as libc::pid_t, libc::SIGKILL) };
+        }
         Self::end_session(&mut g, &self.metrics, session);
         drop(g);
         self.changed.notify_waiters();

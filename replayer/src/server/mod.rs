@@ -205,7 +205,7 @@ impl Handoff for tokio::net::UnixStream {
 /// One client: Hello, authentication, admission, then the connection goes to an executor.
 async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String) {
     let timeout = Config::secs(m.cfg.handshake_timeout_s);
-    let hello = match tokio::time::timeout(timeout, read_hello(&mut s, 1 << 20)).await {
+    let hello = match tokio::time::timeout(timeout, read_hello(&mut s, 64 << 10)).await {
         Ok(Ok(h)) => h,
         Ok(Err(e)) => return refuse(&m, &mut s, code::BAD_MESSAGE, e, "refused-bad-message").await,
         Err(_) => {
@@ -237,7 +237,15 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String) {
     }
     let grant = match m.admit(&h.partition, h.priority).await {
         Ok(g) => g,
-        Err((c, e)) => return refuse(&m, &mut s, c, e, "refused-no-partition").await,
+        Err((c, e)) => {
+            let outcome = match c {
+                code::BUSY => "refused-busy",
+                code::DRAINING => "refused-draining",
+                code::EXECUTOR => "refused-executor",
+                _ => "refused-no-partition",
+            };
+            return refuse(&m, &mut s, c, e, outcome).await;
+        }
     };
     tracing::info!(session = grant.session, exec = grant.exec, peer, program = h.program, partition = %h.partition,
         priority = h.priority.name(), "session starts");
@@ -246,13 +254,13 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String) {
         Ok(fd) => fd,
         Err(e) => {
             tracing::error!(error = %e, "could not detach the client's connection");
-            m.abandon(grant.session);
+            m.abandon(grant.session, grant.exec);
             return;
         }
     };
     if let Err(e) = grant.channel.send(&start, Some(fd.as_raw_fd())) {
         tracing::error!(error = %e, "could not hand the session to its executor");
-        m.abandon(grant.session);
+        m.abandon(grant.session, grant.exec);
     }
     // Our copy of the connection closes here; the executor holds it now.
 }

@@ -284,6 +284,9 @@ pub enum Message {
     Segment {
         /// Whether the server answers after executing it (a synchronization point).
         want_answer: bool,
+        /// Whether `records` is a zstd frame of the batch (frame flag
+        /// [`super::segment::ZSTD`]).
+        zstd: bool,
         /// The records, encoded as a trace call batch (`docs/TRACE_FORMAT.md`).
         records: Vec<u8>,
     },
@@ -372,7 +375,9 @@ impl Message {
     /// The frame flags.
     pub fn flags(&self) -> u16 {
         match self {
-            Message::Segment { want_answer: true, .. } => WANT_ANSWER,
+            Message::Segment { want_answer, zstd, .. } => {
+                (if *want_answer { WANT_ANSWER } else { 0 }) | if *zstd { super::segment::ZSTD } else { 0 }
+            }
             _ => 0,
         }
     }
@@ -499,7 +504,11 @@ impl Message {
             }
             kind::SEGMENT => {
                 let records = g.take(g.remaining())?.to_vec();
-                Message::Segment { want_answer: flags & WANT_ANSWER != 0, records }
+                Message::Segment {
+                    want_answer: flags & WANT_ANSWER != 0,
+                    zstd: flags & super::segment::ZSTD != 0,
+                    records,
+                }
             }
             kind::ANSWER => {
                 let (through_seq, executed, exec_us) = (g.u64()?, g.u64()?, g.u64()?);
@@ -618,7 +627,8 @@ mod tests {
                 },
             })),
             Message::Refused { code: code::AUTH, message: "wrong token".into() },
-            Message::Segment { want_answer: true, records: vec![1, 2, 3] },
+            Message::Segment { want_answer: true, zstd: false, records: vec![1, 2, 3] },
+            Message::Segment { want_answer: false, zstd: true, records: vec![4] },
             Message::Answer(Answer {
                 through_seq: 99,
                 executed: 64,
