@@ -139,7 +139,7 @@ fi
 # ---- a small segment: what the network adds ------------------------------------------------
 start_server "$out/cache" serve-seg.log --pool whole=2
 if [[ -x $suite_bin/segment ]]; then
-  "$gl" record -o "$out/segment.gl" -- "$suite_bin/segment" 5 >"$out/segment.rec.out" 2>&1
+  "$gl" record -o "$out/segment.gl" -- "$suite_bin/segment" 1 >"$out/segment.rec.out" 2>&1
   "${lim[@]}" "$gl" replay --json --iterations 400 "$out/segment.gl" >"$out/local-segment.json" 2>"$out/local-segment.err"
   remote segment_tcp "$tcp" --iterations 400 "$out/segment.gl"
   remote segment_unix "$unix" --iterations 400 "$out/segment.gl"
@@ -216,7 +216,7 @@ with open(f"{out}/server.jsonl", "a") as f:
     f.write(json.dumps({"check": "soft4", "whole": whole, "parts": parts, "aggregate_per_s": agg, "whole_per_s": one}) + "\n")
 PY
   if [[ -x $suite_bin/fault ]]; then
-    "$gl" record -o "$out/fault.gl" -- "$suite_bin/fault" >"$out/fault.rec.out" 2>&1
+    "${lim[@]}" "$gl" record -o "$out/fault.gl" -- "$suite_bin/fault" >"$out/fault.rec.out" 2>&1
     remote healthy_1 "$tcp" --iterations 20 "$traces/resnet50_once.gl" &
     remote fault "$tcp" "$out/fault.gl" &
     remote healthy_2 "$tcp" --iterations 20 "$traces/resnet50_once.gl" &

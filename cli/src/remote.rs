@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use gpuless_analyzer::api::SyncClass;
+use gpuless_analyzer::api::{ApiLevel, SyncClass};
 use gpuless_analyzer::sync::{Policy, SyncAnalyzer};
 use gpuless_replayer::replay::{hot, load, since_process_start, LoadedTrace};
 use gpuless_traces::analysis::call_event;
@@ -95,10 +95,12 @@ pub struct RemoteHot {
 }
 
 /// Whether the server must see `r`: device and driver queries and client-local calls are
-/// answered by the client from the session's device description.
+/// answered by the client (from the session's device description; here, from the recording).
 fn must_send(r: &CallRecord) -> bool {
+    // Runtime and library calls (registrations, cuDNN, cuBLAS) are annotations of the driver
+    // calls they make: only driver calls travel.
     match r.function.api() {
-        Some(f) => !matches!(f.sync, SyncClass::Local | SyncClass::DeviceQuery),
+        Some(f) => r.level == ApiLevel::Driver && !matches!(f.sync, SyncClass::Local | SyncClass::DeviceQuery),
         None => false,
     }
 }

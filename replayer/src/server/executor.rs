@@ -7,14 +7,15 @@
 //! the session goes with the process.
 
 use std::collections::HashMap;
-use std::io::{BufReader, BufWriter, ErrorKind, Write};
+use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use gpuless_traces::protocol::client::Stream as Conn;
+use gpuless_traces::protocol::client::{Polled, Stream as Conn};
 use gpuless_traces::protocol::message::{blob_part, code, kind, CallError, WANT_ANSWER};
 use gpuless_traces::protocol::{
-    read_frame, segment, write_frame, Answer, Message, PartitionInfo, ProtocolError, SessionStats, Welcome,
+    read_header, read_payload, segment, write_frame, Answer, Message, PartitionInfo, ProtocolError, SessionStats,
+    Welcome,
 };
 use gpuless_traces::{CallRecord, Hash128, TraceMeta};
 use std::rc::Rc;
@@ -26,6 +27,8 @@ use crate::replay::{Device, Options, ReplayError};
 
 /// Most bytes of blobs a session may have in flight (received in part).
 const MAX_PARTIAL: u64 = 64 << 30;
+/// Bytes of a BlobData payload before the part's bytes: hash, total, offset.
+const BLOB_HEAD: usize = 32;
 /// Latency samples sent to the server at a time.
 const SAMPLES: usize = 256;
 
@@ -178,13 +181,16 @@ type End = Result<(), String>;
 impl Session<'_> {
     fn serve(&mut self, conn: Conn, mut stream: Stream, welcome: Welcome, idle: Duration) -> End {
         conn.set_read_timeout(Some(idle)).map_err(|e| e.to_string())?;
-        let mut reader = BufReader::with_capacity(
-            1 << 16,
-            match &conn {
-                Conn::Tcp(t) => Conn::Tcp(t.try_clone().map_err(|e| e.to_string())?),
-                Conn::Unix(u) => Conn::Unix(u.try_clone().map_err(|e| e.to_string())?),
-            },
+        let read_half = match &conn {
+            Conn::Tcp(t) => Conn::Tcp(t.try_clone().map_err(|e| e.to_string())?),
+            Conn::Unix(u) => Conn::Unix(u.try_clone().map_err(|e| e.to_string())?),
+        };
+        // After each message the executor polls for the next one a while before it blocks:
+        // a client's next segment usually follows within microseconds.
+        let spin = Duration::from_micros(
+            std::env::var("GPULESS_EXECUTOR_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(300),
         );
+        let mut reader = BufReader::with_capacity(1 << 16, Polled { stream: read_half, spin });
         let mut w = BufWriter::with_capacity(1 << 16, conn);
         let send = |w: &mut BufWriter<Conn>, m: &Message| -> Result<(), String> {
             write_frame(w, m.kind(), m.flags(), &m.encode()).and_then(|_| Ok(w.flush()?)).map_err(|e| e.to_string())
@@ -196,7 +202,13 @@ impl Session<'_> {
             Err(message)
         };
         loop {
-            let h = match read_frame(&mut reader, &mut payload) {
+            let h = match read_header(&mut reader).and_then(|h| {
+                // Blob bytes go straight into their blob's buffer, not through `payload`.
+                if h.kind != kind::BLOB_DATA {
+                    read_payload(&mut reader, h.len as usize, &mut payload)?;
+                }
+                Ok(h)
+            }) {
                 Ok(h) => h,
                 Err(ProtocolError::Io(e)) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     return fail(
@@ -270,14 +282,29 @@ impl Session<'_> {
                     send(&mut w, &Message::BlobHave(have))?;
                     self.flush_notes();
                 }
-                kind::BLOB_DATA => match blob_part(&payload) {
-                    Ok((hash, total, offset, bytes)) => {
-                        if let Err(e) = self.blob_part(&mut stream, hash, total, offset, bytes) {
-                            return fail(&mut w, code::BAD_MESSAGE, e);
-                        }
+                kind::BLOB_DATA => {
+                    let mut head = [0u8; BLOB_HEAD];
+                    if (h.len as usize) < BLOB_HEAD {
+                        return fail(&mut w, code::BAD_MESSAGE, format!("a BlobData of {} bytes", h.len));
                     }
-                    Err(e) => return fail(&mut w, code::BAD_MESSAGE, e.to_string()),
-                },
+                    if let Err(e) = reader.read_exact(&mut head) {
+                        return Err(format!("client disconnected ({e})"));
+                    }
+                    let n = h.len as usize - BLOB_HEAD;
+                    let r = blob_part(&head).map_err(|e| e.to_string()).and_then(|(hash, total, offset, _)| {
+                        self.blob_part(&mut stream, hash, total, offset, n, |buf| {
+                            let got = (&mut reader).take(n as u64).read_to_end(buf).map_err(|e| e.to_string())?;
+                            if got == n {
+                                Ok(())
+                            } else {
+                                Err(format!("client disconnected inside a blob part ({got} of {n} bytes)"))
+                            }
+                        })
+                    });
+                    if let Err(e) = r {
+                        return fail(&mut w, code::BAD_MESSAGE, e);
+                    }
+                }
                 kind::CLOSE => {
                     if let Err(e) = stream.synchronize() {
                         return fail(&mut w, code::EXECUTOR, e.to_string());
@@ -320,15 +347,21 @@ impl Session<'_> {
         }
     }
 
+    /// A part of `n` bytes of blob `hash` at `offset`, read into the blob's buffer by `fill`;
+    /// the last part checks the hash, adds the blob to the session and the cache.
     fn blob_part(
         &mut self,
         stream: &mut Stream,
         hash: Hash128,
         total: u64,
         offset: u64,
-        bytes: &[u8],
+        n: usize,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
     ) -> Result<(), String> {
-        self.stats.blob_bytes_received += bytes.len() as u64;
+        if offset.checked_add(n as u64).is_none_or(|end| end > total) {
+            return Err(format!("blob {hash}: a part at {offset} of {n} bytes lies outside its {total} bytes"));
+        }
+        self.stats.blob_bytes_received += n as u64;
         if !self.partial.contains_key(&hash) {
             if offset != 0 {
                 return Err(format!("blob {hash}: a part at {offset} before its first part"));
@@ -337,9 +370,9 @@ impl Session<'_> {
                 return Err(format!("blob {hash} of {total} bytes: more than {MAX_PARTIAL} bytes of blobs in flight"));
             }
             self.partial_bytes += total;
-            // Grown as bytes arrive (at most one frame ahead of them), not by the announcement.
-            let first = (total as usize).min(bytes.len().max(1 << 20));
-            self.partial.insert(hash, (total, Vec::with_capacity(first)));
+            // Address space for the whole blob, up to 4 GiB (pages are committed as bytes
+            // arrive); beyond, it grows with them.
+            self.partial.insert(hash, (total, Vec::with_capacity(total.min(4 << 30) as usize)));
         }
         let (want, buf) = self.partial.get_mut(&hash).ok_or("blob")?;
         if *want != total {
@@ -348,7 +381,7 @@ impl Session<'_> {
         if buf.len() as u64 != offset {
             return Err(format!("blob {hash}: part at {offset}, expected {}", buf.len()));
         }
-        buf.extend_from_slice(bytes);
+        fill(buf)?;
         if (buf.len() as u64) < total {
             return Ok(());
         }

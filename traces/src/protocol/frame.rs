@@ -44,18 +44,28 @@ impl FrameHeader {
 /// Reads one frame into `payload` (reused between calls). A connection closed before the
 /// header's first byte is `Io(UnexpectedEof)`.
 pub fn read_frame(r: &mut impl Read, payload: &mut Vec<u8>) -> Result<FrameHeader, ProtocolError> {
+    let header = read_header(r)?;
+    read_payload(r, header.len as usize, payload)?;
+    Ok(header)
+}
+
+/// Reads a frame's header only (its payload follows; see [`read_payload`]).
+pub fn read_header(r: &mut impl Read) -> Result<FrameHeader, ProtocolError> {
     let mut h = [0u8; FRAME_HEADER_LEN];
     r.read_exact(&mut h)?;
-    let header = FrameHeader::decode(h)?;
-    // Reuse what the buffer already holds: no zero-filling of bytes about to be overwritten.
-    let len = header.len as usize;
+    FrameHeader::decode(h)
+}
+
+/// Reads `len` payload bytes into `payload`, reusing what the buffer already holds (no
+/// zero-filling of bytes about to be overwritten).
+pub fn read_payload(r: &mut impl Read, len: usize, payload: &mut Vec<u8>) -> Result<(), ProtocolError> {
     if payload.len() < len {
         payload.resize(len, 0);
     } else {
         payload.truncate(len);
     }
     r.read_exact(payload)?;
-    Ok(header)
+    Ok(())
 }
 
 /// Writes one frame (header and payload; the caller flushes).

@@ -19,7 +19,7 @@ pub mod message;
 pub mod segment;
 
 pub use client::{connect, Connection, Endpoint, Traffic};
-pub use frame::{read_frame, write_frame, FrameHeader, FRAME_HEADER_LEN, MAX_FRAME};
+pub use frame::{read_frame, read_header, read_payload, write_frame, FrameHeader, FRAME_HEADER_LEN, MAX_FRAME};
 pub use message::{
     Answer, CallError, DeviceDescription, Hello, Message, PartitionInfo, PartitionRequest, Priority, SessionStats,
     Welcome,
