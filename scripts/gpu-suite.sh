@@ -31,13 +31,15 @@ bin=${1:-target/release}
 gl="$root/$bin/gpuless"
 final=${OUT:-$root/out}
 mkdir -p "$final"
+: >"$final/rows.txt"
 out=$(mktemp -d)  # everything lands here; the key files are copied to $final at the end
 report="$out/report.md"
 : >"$report"
 pass=0; fail=0
 declare -a rows
 note() { echo "$*" | tee -a "$report"; }
-row() { rows+=("$1|$2|$3"); case $2 in PASS) pass=$((pass + 1)) ;; INFO) ;; *) fail=$((fail + 1)) ;; esac; }
+# Each row also goes to $final/rows.txt at once, so a run stopped by a time limit keeps its rows.
+row() { rows+=("$1|$2|$3"); echo "$1|$2|$3" >>"$final/rows.txt"; case $2 in PASS) pass=$((pass + 1)) ;; INFO) ;; *) fail=$((fail + 1)) ;; esac; }
 
 note "# gpuless GPU suite — $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 note ""
@@ -433,7 +435,7 @@ fi
 # its local replay, cold/warm/hot ResNet-50, segment latency, upload speed, soft partitions, a
 # fault, many sessions with killed clients, the drain.
 if [[ -f scripts/gpu-suite-server.sh && -z ${GPULESS_SUITE_SKIP_SERVER:-} ]]; then
-  bash scripts/gpu-suite-server.sh "$bin" "$out" "$suite_bin" "$out/server" >"$out/server.txt" 2>&1
+  bash scripts/gpu-suite-server.sh "$bin" "$out" "$suite_bin" "$out/server" 2>&1 | tee "$final/server.txt" >"$out/server.txt"
   src=$?
   while IFS='|' read -r a b c; do row "${a#SUITE-ROW }" "$b" "$c"; done < <(grep '^SUITE-ROW ' "$out/server.txt")
   grep -q '^SUITE-ROW ' "$out/server.txt" || row "server" FAIL "rc=$src $(tail -n 2 "$out/server.txt" | tr '\n' ' ')"

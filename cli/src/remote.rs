@@ -166,9 +166,7 @@ impl Client<'_> {
     fn send(&mut self, idx: &[usize]) -> anyhow::Result<()> {
         let plan = self.plan(idx);
         for seg in plan.iter() {
-            for &i in &seg.records {
-                self.upload_blobs(i)?;
-            }
+            self.upload_blobs(&seg.records)?;
             self.report.sent += seg.records.len() as u64;
             self.report.segments += 1;
             self.conn.send_segment_bytes(&seg.bytes, seg.flags, seg.want_answer)?;
@@ -180,19 +178,20 @@ impl Client<'_> {
         Ok(())
     }
 
-    /// Makes sure the server holds the blobs `r` refers to: one query for those not known to
-    /// be there, then the bytes of the misses (pipelined with what follows).
-    fn upload_blobs(&mut self, i: usize) -> anyhow::Result<()> {
-        let r = &self.trace.calls[i];
+    /// Makes sure the server holds the blobs records `idx` refer to: one query for those not
+    /// known to be there, then the bytes of the misses (pipelined with what follows).
+    fn upload_blobs(&mut self, idx: &[usize]) -> anyhow::Result<()> {
         let mut new: Vec<Hash128> = Vec::new();
-        for v in &r.args {
-            v.visit(&mut |v| {
-                if let Value::Blob(b) = v {
-                    if !self.on_server.contains(&b.hash) && !new.contains(&b.hash) {
-                        new.push(b.hash);
+        for &i in idx {
+            for v in &self.trace.calls[i].args {
+                v.visit(&mut |v| {
+                    if let Value::Blob(b) = v {
+                        if !self.on_server.contains(&b.hash) && !new.contains(&b.hash) {
+                            new.push(b.hash);
+                        }
                     }
-                }
-            });
+                });
+            }
         }
         if new.is_empty() {
             return Ok(());

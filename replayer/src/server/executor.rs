@@ -278,7 +278,7 @@ impl Session<'_> {
                         Ok(Message::BlobQuery(hs)) => hs,
                         Ok(_) | Err(_) => return fail(&mut w, code::BAD_MESSAGE, "bad BlobQuery".into()),
                     };
-                    let have: Vec<bool> = hashes.iter().map(|hh| self.find(&mut stream, hh)).collect();
+                    let have = self.find(&mut stream, &hashes);
                     send(&mut w, &Message::BlobHave(have))?;
                     self.flush_notes();
                 }
@@ -328,23 +328,37 @@ impl Session<'_> {
     }
 
     /// Whether the session or the cache holds `h` (loading it into the session from the cache).
-    fn find(&mut self, stream: &mut Stream, h: &Hash128) -> bool {
-        if stream.has_blob(h) {
-            self.stats.blob_hits += 1;
-            return true;
-        }
-        match self.cache.read(h) {
-            Some(bytes) => {
-                stream.add_blob(*h, bytes);
-                self.hits.push(*h);
-                self.stats.blob_hits += 1;
-                true
+    fn find(&mut self, stream: &mut Stream, hashes: &[Hash128]) -> Vec<bool> {
+        // What the session lacks is read from the cache on several threads (a program's
+        // weights: hundreds of megabytes, each blob's hash checked).
+        let wanted: Vec<Hash128> = hashes.iter().filter(|h| !stream.has_blob(h)).copied().collect();
+        let threads = wanted.len().clamp(1, 8);
+        let cache = self.cache;
+        let found: Vec<(Hash128, Option<Vec<u8>>)> = std::thread::scope(|sc| {
+            let parts: Vec<_> = wanted
+                .chunks(wanted.len().div_ceil(threads).max(1))
+                .map(|c| sc.spawn(move || c.iter().map(|h| (*h, cache.read(h))).collect::<Vec<_>>()))
+                .collect();
+            parts.into_iter().flat_map(|p| p.join().unwrap_or_default()).collect()
+        });
+        for (h, bytes) in found {
+            if let Some(bytes) = bytes {
+                stream.add_blob(h, bytes);
+                self.hits.push(h);
             }
-            None => {
-                self.stats.blob_misses += 1;
-                false
-            }
         }
+        hashes
+            .iter()
+            .map(|h| {
+                let held = stream.has_blob(h);
+                if held {
+                    self.stats.blob_hits += 1;
+                } else {
+                    self.stats.blob_misses += 1;
+                }
+                held
+            })
+            .collect()
     }
 
     /// A part of `n` bytes of blob `hash` at `offset`, read into the blob's buffer by `fill`;
