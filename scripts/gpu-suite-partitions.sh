@@ -4,10 +4,11 @@
 #   scripts/gpu-suite-partitions.sh BIN_DIR TRACE [OUT_DIR]
 #
 # BIN_DIR holds the `gpuless` binary; TRACE is a ResNet-50 trace recorded on this machine.
-# Replays TRACE with `--json` on soft partitions (`--emulate --mig 1g.18gb`: 16 SMs; `--emulate
-# --mig 3g.71gb`: 60 SMs asked, 64 granted by the driver's 8-SM co-scheduling alignment) and on the
-# full GPU, then captures the error texts of `--mig 3g.20gb` (a profile of another GPU model) and
-# `--mig 3g.71gb` without `--emulate` (MIG off). Prints a table (profile, SMs asked/granted,
+# Replays TRACE with `--json` on soft partitions of this GPU's smallest 1g profile and its 3g
+# profile (`--emulate`; on an H200 1g.18gb: 16 SMs, 3g.71gb: 60 SMs asked, 64 granted by the
+# driver's 8-SM co-scheduling alignment; an H100's 1g.10gb and 3g.40gb alike) and on the full GPU,
+# then captures the error texts of a profile of another GPU model and of the 3g profile without
+# `--emulate` (MIG off). Prints a table (profile, SMs asked/granted,
 # replay latency, verification) and one `SUITE-ROW label|PASS-or-FAIL|details` line per check
 # for the main suite; writes partitions.md and the JSON reports to OUT_DIR (default: a temporary
 # folder). Exit status 0 when every check passed. An extra, informational run with
@@ -28,12 +29,26 @@ mkdir -p "$out"
 [[ -x $gl ]] || { echo "missing $gl" >&2; exit 2; }
 [[ -f $trace ]] || { echo "missing trace $trace" >&2; exit 2; }
 
+# This GPU's profiles (names and SM counts differ per model: 1g.18gb / 3g.71gb on an H200,
+# 1g.10gb / 3g.40gb on an H100): the smallest 1g profile without media extensions and the 3g
+# one; the driver grants SMs in co-scheduled groups of 8 (60 asked -> 64).
+read -r p1 s1 p3 s3 whole < <("$gl" devices --json 2>/dev/null | python3 -c '
+import json, sys
+g = json.load(sys.stdin)["gpus"][0]
+ps = [p for p in g.get("profiles", []) if "+" not in p["name"]]
+one = min((p for p in ps if p["name"].startswith("1g.")), key=lambda p: p["memory_mib"])
+three = next(p for p in ps if p["name"].startswith("3g."))
+print(one["name"], one["sms"], three["name"], three["sms"], g.get("sm_count") or max(p["sms"] for p in ps))')
+align() { echo $((($1 + 7) / 8 * 8)); }
+other=3g.20gb
+[[ $p3 == 3g.20gb ]] && other=3g.71gb
+export P3=$p3 OTHER=$other
 # name | expected SMs (info: not a suite check) | gpuless arguments before the trace
 runs=(
-  "1g.18gb emulated|16|--mig 1g.18gb --emulate"
-  "3g.71gb emulated|64|--mig 3g.71gb --emulate"
-  "full GPU|132|"
-  "3g.71gb emulated, --exact-sms (info)|info|--mig 3g.71gb --emulate --exact-sms"
+  "$p1 emulated|$(align "$s1")|--mig $p1 --emulate"
+  "$p3 emulated|$(align "$s3")|--mig $p3 --emulate"
+  "full GPU|$whole|"
+  "$p3 emulated, --exact-sms (info)|info|--mig $p3 --emulate --exact-sms"
 )
 for r in "${runs[@]}"; do
   IFS='|' read -r label sms args <<<"$r"
@@ -42,9 +57,9 @@ for r in "${runs[@]}"; do
   "$gl" replay --json --iterations "$iters" $args "$trace" >"$out/partition-$name.json" 2>"$out/partition-$name.err"
   echo "$? $sms $label" >"$out/partition-$name.rc"
 done
-"$gl" replay --mig 3g.20gb "$trace" >"$out/error-missing-profile.out" 2>"$out/error-missing-profile.err"
+"$gl" replay --mig "$other" "$trace" >"$out/error-missing-profile.out" 2>"$out/error-missing-profile.err"
 echo $? >"$out/error-missing-profile.rc"
-"$gl" replay --mig 3g.71gb "$trace" >"$out/error-mig-off.out" 2>"$out/error-mig-off.err"
+"$gl" replay --mig "$p3" "$trace" >"$out/error-mig-off.out" 2>"$out/error-mig-off.err"
 echo $? >"$out/error-mig-off.rc"
 
 python3 - "$out" <<'PY'
@@ -94,10 +109,11 @@ for rc_file in sorted(glob.glob(os.path.join(out, "partition-*.rc"))):
                  f"{granted} SMs granted (want {want}, split {p.get('sm_split')}), memory limit {limit_s}, "
                  f"replay {r['replay_s'] * 1e3:.1f} ms, hot {hot(r)}, first result {fr if fr is None else round(fr, 3)} s, "
                  f"{verified} results verified, {mism} mismatches; isolation: {p.get('isolation')}")
+p3, other = os.environ["P3"], os.environ["OTHER"]
 checks = [
-    ("error text: --mig 3g.20gb (another model's name)", "error-missing-profile",
-     ["`3g.20gb` is not offered by this GPU", "`3g.71gb`"]),
-    ("error text: --mig 3g.71gb with MIG off", "error-mig-off",
+    (f"error text: --mig {other} (another model's name)", "error-missing-profile",
+     [f"`{other}` is not offered by this GPU", f"`{p3}`"]),
+    (f"error text: --mig {p3} with MIG off", "error-mig-off",
      ["MIG mode is disabled", "nvidia-smi -i 0 -mig 1", "--emulate"]),
 ]
 texts = []
