@@ -191,8 +191,10 @@ stop_server
 if [[ -f $traces/resnet50_once.gl ]]; then
   start_server "$out/cache" serve-soft.log --pool whole=1 --pool sms:32=4
   remote soft_whole "$tcp" --iterations 50 "$traces/resnet50_once.gl"
-  for i in 1 2 3 4; do remote "soft_$i" "$tcp" --mig sms:32 --iterations 50 "$traces/resnet50_once.gl" & done
-  wait
+  # (Wait for these clients by pid: a bare `wait` would wait for the server too.)
+  pids=()
+  for i in 1 2 3 4; do remote "soft_$i" "$tcp" --mig sms:32 --iterations 50 "$traces/resnet50_once.gl" & pids+=($!); done
+  wait "${pids[@]}"
   py <<'PY'
 import json, sys
 out = sys.argv[1]
@@ -216,8 +218,7 @@ with open(f"{out}/server.jsonl", "a") as f:
     f.write(json.dumps({"check": "soft4", "whole": whole, "parts": parts, "aggregate_per_s": agg, "whole_per_s": one}) + "\n")
 PY
   if [[ -x $suite_bin/fault ]]; then
-    # (Recording this program hung on the H100 on 2026-11-24: both runs are limited, and the
-    # native one says whether the program or its recording hangs.)
+    # Both runs are time-limited; the native one tells a hanging program from a hanging recording.
     timeout -k 5 30 "$suite_bin/fault" >"$out/fault.native.out" 2>&1; echo "native rc=$?" >>"$out/fault.native.out"
     timeout -k 5 60 "$gl" record -o "$out/fault.gl" -- "$suite_bin/fault" >"$out/fault.rec.out" 2>&1
     echo "record rc=$?" >>"$out/fault.rec.out"
@@ -225,10 +226,11 @@ PY
       row "server: a faulting session ends with its error, the others finish verified" FAIL \
         "no fault trace: $(tail -n 1 "$out/fault.native.out"), $(tail -n 2 "$out/fault.rec.out" | tr '\n' ' ')"
     fi
-    remote healthy_1 "$tcp" --iterations 20 "$traces/resnet50_once.gl" &
-    remote fault "$tcp" "$out/fault.gl" &
-    remote healthy_2 "$tcp" --iterations 20 "$traces/resnet50_once.gl" &
-    wait
+    pids=()
+    remote healthy_1 "$tcp" --iterations 20 "$traces/resnet50_once.gl" & pids+=($!)
+    remote fault "$tcp" "$out/fault.gl" & pids+=($!)
+    remote healthy_2 "$tcp" --iterations 20 "$traces/resnet50_once.gl" & pids+=($!)
+    wait "${pids[@]}"
     py <<'PY'
 import json, sys
 out = sys.argv[1]
