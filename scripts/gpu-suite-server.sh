@@ -27,6 +27,8 @@ gl="$bin/gpuless"
 mkdir -p "$out"
 results="$out/server.jsonl"
 : >"$results"
+# Every run starts with empty caches: the cold rows must be cold.
+rm -rf "$out/cache" "$out/cache-resnet"
 row() { echo "SUITE-ROW $1|$2|$3"; }
 lim=(timeout -k 5 "${GPULESS_CHECK_TIMEOUT:-300}")
 
