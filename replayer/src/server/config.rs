@@ -41,8 +41,6 @@ pub struct Config {
     pub drain_timeout_s: f64,
     /// The blob cache.
     pub cache: CacheConfig,
-    /// Whether sessions may ask for MIG instances to be created (only where MIG is on).
-    pub mig_create: bool,
     /// The executor binary (default: this `gpuless`).
     pub executor: String,
 }
@@ -85,7 +83,6 @@ impl Default for Config {
             executor_start_timeout_s: 120.0,
             drain_timeout_s: 30.0,
             cache: CacheConfig::default(),
-            mig_create: false,
             executor: String::new(),
         }
     }

@@ -564,11 +564,6 @@ impl Manager {
         }
     }
 
-    /// The partition and device an executor reported.
-    pub fn executor_info(&self, exec: u64) -> Option<(PartitionInfo, DeviceDescription, u32)> {
-        self.lock().execs.get(&exec).map(|e| (e.partition.clone(), e.device.clone(), e.pid))
-    }
-
     /// Ends a granted session whose hand-off failed; its executor (waiting for a session that
     /// will not come) is ended.
     pub fn abandon(&self, session: u64, exec: u64) {

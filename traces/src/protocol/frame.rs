@@ -56,15 +56,20 @@ pub fn read_header(r: &mut impl Read) -> Result<FrameHeader, ProtocolError> {
     FrameHeader::decode(h)
 }
 
-/// Reads `len` payload bytes into `payload`, reusing what the buffer already holds (no
-/// zero-filling of bytes about to be overwritten).
+/// Reads `len` payload bytes into `payload` (its capacity reused, nothing zero-filled). The
+/// buffer grows as bytes arrive: a header that announces more than the peer sends costs no
+/// allocation of the announced size.
 pub fn read_payload(r: &mut impl Read, len: usize, payload: &mut Vec<u8>) -> Result<(), ProtocolError> {
-    if payload.len() < len {
-        payload.resize(len, 0);
-    } else {
-        payload.truncate(len);
+    payload.clear();
+    payload.reserve(len.min(1 << 20));
+    let got = r.take(len as u64).read_to_end(payload)?;
+    if got != len {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("the connection closed after {got} of a frame's {len} bytes"),
+        )
+        .into());
     }
-    r.read_exact(payload)?;
     Ok(())
 }
 
