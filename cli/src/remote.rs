@@ -118,7 +118,8 @@ struct Client<'t> {
     trace: &'t LoadedTrace,
     by_seq: HashMap<u64, usize>,
     on_server: HashSet<Hash128>,
-    plans: HashMap<(Option<usize>, Option<usize>, usize), std::rc::Rc<Vec<Segment>>>,
+    /// Segments already planned, by the exact list of records they carry.
+    plans: HashMap<Vec<usize>, std::rc::Rc<Vec<Segment>>>,
     report: RemoteReport,
     verify: bool,
     start: Instant,
@@ -138,8 +139,7 @@ impl Client<'_> {
     /// 4,096 records (pipelined, not answered). Encoded once per list of records: a hot loop
     /// sends the same bytes again.
     fn plan(&mut self, idx: &[usize]) -> std::rc::Rc<Vec<Segment>> {
-        let key = (idx.first().copied(), idx.last().copied(), idx.len());
-        if let Some(p) = self.plans.get(&key) {
+        if let Some(p) = self.plans.get(idx) {
             return p.clone();
         }
         let mut policy = SyncAnalyzer::new(&[Policy::Gpuless]);
@@ -157,7 +157,7 @@ impl Client<'_> {
             }
         }
         let p = std::rc::Rc::new(segs);
-        self.plans.insert(key, p.clone());
+        self.plans.insert(idx.to_vec(), p.clone());
         p
     }
 

@@ -150,8 +150,8 @@ async fn wait_for_signal() {
 pub fn token_matches(given: &str, want: &str) -> bool {
     let (a, b) = (given.as_bytes(), want.as_bytes());
     let mut diff = (a.len() ^ b.len()) as u8 | u8::from(a.len() != b.len());
-    for i in 0..b.len() {
-        diff |= a.get(i).copied().unwrap_or(0) ^ b[i];
+    for (i, w) in b.iter().enumerate() {
+        diff |= a.get(i).copied().unwrap_or(0) ^ w;
     }
     diff == 0
 }
