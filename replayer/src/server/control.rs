@@ -60,17 +60,8 @@ impl Control {
         match self {
             Control::Ready { partition, device } => {
                 p.u8(1);
-                p.str(&partition.kind).str(&partition.profile).u32(partition.sms).u64(partition.memory_limit);
-                p.str(&partition.isolation);
-                // The description travels as a Welcome would carry it.
-                let w = gpuless_traces::protocol::Message::Welcome(Box::new(gpuless_traces::protocol::Welcome {
-                    session: 0,
-                    executor_pid: 0,
-                    server: String::new(),
-                    partition: PartitionInfo::default(),
-                    device: device.clone(),
-                }));
-                p.bytes(&w.encode());
+                partition.put(&mut p);
+                device.put(&mut p);
             }
             Control::Failed(m) => {
                 p.u8(2).str(m);
@@ -108,20 +99,7 @@ impl Control {
         use gpuless_traces::protocol::Message;
         let mut g = Get::new(b, "control");
         let m = match g.u8()? {
-            1 => {
-                let partition = PartitionInfo {
-                    kind: g.str()?,
-                    profile: g.str()?,
-                    sms: g.u32()?,
-                    memory_limit: g.u64()?,
-                    isolation: g.str()?,
-                };
-                let device = match Message::decode(kind::WELCOME, 0, g.bytes()?)? {
-                    Message::Welcome(w) => w.device,
-                    _ => return Err(g.error("device description")),
-                };
-                Control::Ready { partition, device }
-            }
+            1 => Control::Ready { partition: PartitionInfo::get(&mut g)?, device: DeviceDescription::get(&mut g)? },
             2 => Control::Failed(g.str()?),
             3 => Control::Start { session: g.u64()?, idle_ms: g.u64()?, hello: g.bytes()?.to_vec() },
             4 => {

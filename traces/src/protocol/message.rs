@@ -109,7 +109,8 @@ impl DeviceDescription {
     pub fn sm_count(&self) -> u32 {
         self.attribute(16).unwrap_or(0) as u32
     }
-    fn put(&self, p: &mut Put) {
+    /// Appends the description's fields (as in `Welcome`).
+    pub fn put(&self, p: &mut Put) {
         p.str(&self.name);
         p.0.extend_from_slice(&self.uuid);
         p.u64(self.total_mem).i32(self.driver_version).u32(self.attributes.len() as u32);
@@ -117,7 +118,8 @@ impl DeviceDescription {
             p.u32(*a).i32(*v);
         }
     }
-    fn get(g: &mut Get<'_>) -> Result<Self, ProtocolError> {
+    /// Reads the fields [`Self::put`] wrote.
+    pub fn get(g: &mut Get<'_>) -> Result<Self, ProtocolError> {
         let name = g.str()?;
         let mut uuid = [0u8; 16];
         uuid.copy_from_slice(g.take(16)?);
@@ -144,6 +146,23 @@ pub struct PartitionInfo {
     pub memory_limit: u64,
     /// What isolation it gives, in words.
     pub isolation: String,
+}
+
+impl PartitionInfo {
+    /// Appends the partition's fields (as in `Welcome`).
+    pub fn put(&self, p: &mut Put) {
+        p.str(&self.kind).str(&self.profile).u32(self.sms).u64(self.memory_limit).str(&self.isolation);
+    }
+    /// Reads the fields [`Self::put`] wrote.
+    pub fn get(g: &mut Get<'_>) -> Result<Self, ProtocolError> {
+        Ok(PartitionInfo {
+            kind: g.str()?,
+            profile: g.str()?,
+            sms: g.u32()?,
+            memory_limit: g.u64()?,
+            isolation: g.str()?,
+        })
+    }
 }
 
 /// The server's answer to [`Hello`]: the session.
@@ -401,8 +420,7 @@ impl Message {
             }
             Message::Welcome(w) => {
                 p.u64(w.session).u32(w.executor_pid).str(&w.server);
-                let pi = &w.partition;
-                p.str(&pi.kind).str(&pi.profile).u32(pi.sms).u64(pi.memory_limit).str(&pi.isolation);
+                w.partition.put(&mut p);
                 w.device.put(&mut p);
             }
             Message::Refused { code, message } | Message::Error { code, message } => {
@@ -484,13 +502,7 @@ impl Message {
             }
             kind::WELCOME => {
                 let (session, executor_pid, server) = (g.u64()?, g.u32()?, g.str()?);
-                let partition = PartitionInfo {
-                    kind: g.str()?,
-                    profile: g.str()?,
-                    sms: g.u32()?,
-                    memory_limit: g.u64()?,
-                    isolation: g.str()?,
-                };
+                let partition = PartitionInfo::get(&mut g)?;
                 let device = DeviceDescription::get(&mut g)?;
                 Message::Welcome(Box::new(Welcome { session, executor_pid, server, partition, device }))
             }
