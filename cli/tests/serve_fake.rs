@@ -287,6 +287,16 @@ fn bad_input_inside_a_session_ends_that_session_with_a_clear_error() {
     let (code, m) = session_error(&mut c);
     assert_eq!(code, code::BAD_RECORD, "{m}");
     assert!(m.contains("unknown module"), "{m}");
+    // A download larger than the device's memory (the stand-in reports none: 1 TiB is the bound).
+    let mut c = connect(&s);
+    c.handshake(&hello("")).unwrap();
+    let mut copy = recs.iter().find(|r| r.function.name() == "cuMemcpyDtoH").unwrap().clone();
+    let at = copy.function.api().unwrap().args.iter().position(|a| a.name == "ByteCount").unwrap();
+    copy.args[at] = gpuless_traces::Value::Size(1 << 50);
+    c.send_segment(&[copy], true).unwrap();
+    let (code, m) = session_error(&mut c);
+    assert_eq!(code, code::BAD_RECORD, "{m}");
+    assert!(m.contains("cuMemcpyDtoH") && m.contains("1125899906842624 bytes"), "{m}");
     // A blob whose bytes do not hash to its name.
     let mut c = connect(&s);
     c.handshake(&hello("")).unwrap();

@@ -175,11 +175,27 @@ impl Decoded {
     }
 }
 
+/// The first record naming a host buffer larger than the device's memory (`max` bytes): no real
+/// copy has one, and the executor would allocate it. Refused before anything runs.
+fn oversized(records: &[CallRecord], max: u64) -> Option<String> {
+    records.iter().find_map(|r| {
+        let n = gpuless_traces::analysis::host_buffer_bytes(r);
+        (n > max).then(|| {
+            format!(
+                "call #{} {}: a host buffer of {n} bytes, more than the device's {max} bytes of memory",
+                r.seq,
+                r.function.name()
+            )
+        })
+    })
+}
+
 /// How a session ends: normally (`Ok`), or with an error for the client and the server.
 type End = Result<(), String>;
 
 impl Session<'_> {
     fn serve(&mut self, conn: Conn, mut stream: Stream, welcome: Welcome, idle: Duration) -> End {
+        let max_download = if welcome.device.total_mem > 0 { welcome.device.total_mem } else { 1 << 40 };
         conn.set_read_timeout(Some(idle)).map_err(|e| e.to_string())?;
         let read_half = match &conn {
             Conn::Tcp(t) => Conn::Tcp(t.try_clone().map_err(|e| e.to_string())?),
@@ -229,7 +245,13 @@ impl Session<'_> {
                         None => match segment::unwire(h.flags, &payload)
                             .and_then(|b| segment::decode(&b, self.stats.segments).map_err(|e| e.to_string()))
                         {
-                            Ok(r) => self.decoded.insert(&payload, r),
+                            Ok(r) => {
+                                // Checked once per distinct segment, before anything runs.
+                                if let Some(e) = oversized(&r, max_download) {
+                                    return fail(&mut w, code::BAD_RECORD, e);
+                                }
+                                self.decoded.insert(&payload, r)
+                            }
                             Err(e) => {
                                 return fail(&mut w, code::BAD_MESSAGE, format!("segment {}: {e}", self.stats.segments))
                             }

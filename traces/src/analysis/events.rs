@@ -59,6 +59,21 @@ pub fn transfer_bytes(r: &CallRecord) -> (u64, u64) {
     (up, down)
 }
 
+/// The largest host buffer a record names by its size arguments (what a replay of it allocates
+/// or copies on the host), whatever its stored digests say: a server checks it against the
+/// device before executing a client's record.
+pub fn host_buffer_bytes(r: &CallRecord) -> u64 {
+    let Some(f) = r.function.api() else { return 0 };
+    f.args
+        .iter()
+        .filter_map(|a| match a.kind {
+            ArgKind::HostBuf(len) => Some(buf_len(r, len)),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// The stream a record is ordered on.
 pub fn stream_of(r: &CallRecord) -> Option<u64> {
     let f = r.function.api()?;

@@ -16,7 +16,7 @@ use serde::Serialize;
 use crate::error::TraceError;
 use crate::reader::{ChunkBody, TraceReader};
 
-pub use events::call_event;
+pub use events::{call_event, host_buffer_bytes};
 pub use registrations::{RegisteredFunction, RegisteredVariable, Registrations};
 pub use stats::{CopyStats, FunctionCount, Stats};
 
