@@ -317,6 +317,15 @@ fn bad_input_inside_a_session_ends_that_session_with_a_clear_error() {
 }
 
 #[test]
+fn a_session_that_cannot_start_says_why() {
+    let (dir, _) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &[], &[("FAKE_CUDA_SET_CURRENT_FAILS", "1")]);
+    let mut c = connect(&s);
+    let e = c.handshake(&hello("")).unwrap_err().to_string();
+    assert!(e.contains("code 7") && e.contains("could not start") && e.contains("cuCtxSetCurrent"), "{e}");
+}
+
+#[test]
 fn idle_sessions_end_and_their_executor_goes() {
     let (dir, _) = stand_in();
     let s = Server::start(dir.path(), dir.path(), &["--idle-timeout", "0.5", "--pool", "whole=0"], &[]);

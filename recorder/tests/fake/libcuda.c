@@ -147,7 +147,10 @@ CUresult cuFakeStateQueries(int *n) { *n = state_queries; return 0; }
 
 /* What the replayer (gpuless replay, through cudarc: dlsym by name) calls beyond the above, so
  * CI can execute traces of program.c on this stand-in (cli/tests/replay_fake.rs). */
-CUresult cuCtxSetCurrent(void *c) { return !c || c == &ctx_token ? 0 : 201; }
+/* FAKE_CUDA_SET_CURRENT_FAILS makes making a context current fail (a session that cannot start). */
+CUresult cuCtxSetCurrent(void *c) {
+  if (getenv("FAKE_CUDA_SET_CURRENT_FAILS")) return 201;
+  return !c || c == &ctx_token ? 0 : 201; }
 
 struct entry { const char *name; void *fn; };
 static const struct entry table[] = {

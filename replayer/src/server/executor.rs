@@ -97,7 +97,13 @@ pub fn run(setup: Setup) -> i32 {
             s.serve(conn, stream, welcome, Duration::from_millis(idle_ms.max(1)))
         }
         (Err(e), _) => Err(format!("the client's connection: {e}")),
-        (_, Err(e)) => Err(format!("the session could not start: {e}")),
+        (Ok(mut conn), Err(e)) => {
+            // The client hears why, instead of a closed connection.
+            let message = format!("the session could not start on this executor: {e}");
+            let m = Message::Error { code: code::EXECUTOR, message: message.clone() };
+            let _ = write_frame(&mut conn, m.kind(), m.flags(), &m.encode());
+            Err(message)
+        }
     };
     s.flush_notes();
     let error = result.err().unwrap_or_default();
