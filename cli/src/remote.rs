@@ -128,6 +128,8 @@ struct Client<'t> {
 /// A segment as it is sent: its records (indices into the trace) encoded once.
 struct Segment {
     records: Vec<usize>,
+    /// The blobs its records refer to, each once (found once, at planning).
+    blobs: Vec<Hash128>,
     bytes: Vec<u8>,
     flags: u16,
     want_answer: bool,
@@ -153,7 +155,19 @@ impl Client<'_> {
                 let records: Vec<CallRecord> = cur.iter().map(|&j| self.trace.calls[j].clone()).collect();
                 let (flags, bytes) = protocol::segment::wire(protocol::segment::encode(&records));
                 let want_answer = sync || k + 1 == sent.len();
-                segs.push(Segment { records: std::mem::take(&mut cur), bytes, flags, want_answer });
+                let mut blobs: Vec<Hash128> = Vec::new();
+                for r in &records {
+                    for v in &r.args {
+                        v.visit(&mut |v| {
+                            if let Value::Blob(b) = v {
+                                if !blobs.contains(&b.hash) {
+                                    blobs.push(b.hash);
+                                }
+                            }
+                        });
+                    }
+                }
+                segs.push(Segment { records: std::mem::take(&mut cur), blobs, bytes, flags, want_answer });
             }
         }
         let p = std::rc::Rc::new(segs);
@@ -166,7 +180,7 @@ impl Client<'_> {
     fn send(&mut self, idx: &[usize]) -> anyhow::Result<()> {
         let plan = self.plan(idx);
         for seg in plan.iter() {
-            self.upload_blobs(&seg.records)?;
+            self.upload_blobs(&seg.blobs)?;
             self.report.sent += seg.records.len() as u64;
             self.report.segments += 1;
             self.conn.send_segment_bytes(&seg.bytes, seg.flags, seg.want_answer)?;
@@ -178,21 +192,11 @@ impl Client<'_> {
         Ok(())
     }
 
-    /// Makes sure the server holds the blobs records `idx` refer to: one query for those not
-    /// known to be there, then the bytes of the misses (pipelined with what follows).
-    fn upload_blobs(&mut self, idx: &[usize]) -> anyhow::Result<()> {
-        let mut new: Vec<Hash128> = Vec::new();
-        for &i in idx {
-            for v in &self.trace.calls[i].args {
-                v.visit(&mut |v| {
-                    if let Value::Blob(b) = v {
-                        if !self.on_server.contains(&b.hash) && !new.contains(&b.hash) {
-                            new.push(b.hash);
-                        }
-                    }
-                });
-            }
-        }
+    /// Makes sure the server holds `blobs`: one query for those not known to be there, then the
+    /// bytes of the misses (pipelined with what follows). A repeated segment costs a set lookup
+    /// per blob.
+    fn upload_blobs(&mut self, blobs: &[Hash128]) -> anyhow::Result<()> {
+        let new: Vec<Hash128> = blobs.iter().filter(|h| !self.on_server.contains(h)).copied().collect();
         if new.is_empty() {
             return Ok(());
         }
