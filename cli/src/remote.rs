@@ -65,6 +65,14 @@ pub struct RemoteReport {
     pub results_unverified: u64,
     /// Calls that failed on the server.
     pub errors: Vec<String>,
+    /// State queries the server answered (event timings, stream and event status, free memory).
+    pub queries_answered: u64,
+    /// Of those, answered with the status the recording holds.
+    pub queries_as_recorded: u64,
+    /// State queries the server could not answer (their function is not one it answers).
+    pub queries_unanswered: Vec<String>,
+    /// Event timings the server measured, in milliseconds, in call order.
+    pub event_ms: Vec<f32>,
     /// Seconds from process start to the first result.
     pub first_result_s: Option<f64>,
     /// Seconds from connecting to the end of the set-up (with --iterations) or of the trace.
@@ -123,7 +131,16 @@ struct Client<'t> {
     report: RemoteReport,
     verify: bool,
     start: Instant,
+    /// Whether blobs may travel through shared memory (a Unix socket; `GPULESS_SHM` not `0`).
+    shm: bool,
 }
+
+/// Bytes of missing blobs from which they travel through shared memory (below, the socket
+/// costs less than making a memfd and waiting for the server to take it).
+const SHM_MIN: usize = 1 << 20;
+
+/// `CUDA_ERROR_NOT_SUPPORTED`: the server does not answer this state query.
+const NOT_SUPPORTED: i32 = 801;
 
 /// A segment as it is sent: its records (indices into the trace) encoded once.
 struct Segment {
@@ -201,18 +218,45 @@ impl Client<'_> {
             return Ok(());
         }
         let have = self.conn.query_blobs(&new)?;
+        let mut missing: Vec<(Hash128, &[u8])> = Vec::new();
         for (h, held) in new.iter().zip(have) {
             if !held {
                 let bytes = self.trace.blobs.get(h).with_context(|| format!("blob {h} is not in the trace"))?;
-                self.conn.send_blob(*h, bytes)?;
+                missing.push((*h, bytes));
             }
             self.on_server.insert(*h);
+        }
+        let bulk: usize = missing.iter().map(|(_, b)| b.len()).sum();
+        if self.shm && bulk >= SHM_MIN {
+            // Same host: the bytes go through a sealed memfd, not the socket.
+            self.conn.send_blobs_shm(&missing)?;
+        } else {
+            for (h, bytes) in missing {
+                self.conn.send_blob(h, bytes)?;
+            }
         }
         Ok(())
     }
 
     fn take(&mut self, a: protocol::Answer) {
         self.report.executed += a.executed;
+        for q in a.queries {
+            let rec = self.by_seq.get(&q.seq).map(|&i| &self.trace.calls[i]);
+            let name = rec.map_or("?", |r| r.function.name());
+            if q.status == NOT_SUPPORTED {
+                self.report.queries_unanswered.push(format!("call #{} {name}", q.seq));
+                continue;
+            }
+            self.report.queries_answered += 1;
+            if rec.is_some_and(|r| i64::from(r.status) == i64::from(q.status)) {
+                self.report.queries_as_recorded += 1;
+            }
+            if name.starts_with("cuEventElapsedTime") && q.status == 0 {
+                if let Some(&bits) = q.values.first() {
+                    self.report.event_ms.push(f32::from_bits(bits as u32));
+                }
+            }
+        }
         for e in a.errors {
             self.report.errors.push(format!("call #{} {} failed on the server: {}", e.seq, e.function, e.message));
         }
@@ -268,6 +312,7 @@ pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let by_seq = trace.calls.iter().enumerate().map(|(i, c)| (c.seq, i)).collect();
+    let conn_shm = conn.can_share_memory() && std::env::var("GPULESS_SHM").map_or(true, |v| v != "0");
     let mut c = Client {
         conn,
         trace: &trace,
@@ -286,6 +331,7 @@ pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
         },
         verify: !args.no_verify,
         start,
+        shm: conn_shm,
     };
     if args.iterations == 0 {
         let all: Vec<usize> = (0..trace.calls.len()).collect();
@@ -355,9 +401,18 @@ fn print(r: &RemoteReport, path: &Path, json: bool) -> anyhow::Result<()> {
     for e in &r.errors {
         println!("ERROR      {e}");
     }
+    if r.queries_answered > 0 || !r.queries_unanswered.is_empty() {
+        println!(
+            "queries    {} state queries answered by the server ({} with the recorded status), {} unanswered; event timings {:?} ms",
+            r.queries_answered,
+            r.queries_as_recorded,
+            r.queries_unanswered.len(),
+            r.event_ms
+        );
+    }
     println!(
-        "traffic    {} round trips, {} bytes up, {} bytes down; blobs: {} bytes sent, {} cache hits, {} misses",
-        t.round_trips, t.bytes_up, t.bytes_down, t.blob_bytes, t.blob_hits, t.blob_misses
+        "traffic    {} round trips, {} bytes up, {} bytes down; blobs: {} bytes sent ({} through shared memory), {} cache hits, {} misses",
+        t.round_trips, t.bytes_up, t.bytes_down, t.blob_bytes, t.shm_bytes, t.blob_hits, t.blob_misses
     );
     if let Some(f) = r.first_result_s {
         println!(

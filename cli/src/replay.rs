@@ -44,7 +44,7 @@ pub fn run(path: &Path, opts: &RunOptions, part: &PartitionArgs) -> anyhow::Resu
     let trace = read(path, partial)?;
     let (device, label, memory_limit) =
         device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))??;
-    let r = replay_on(device, &trace, Options { no_verify, memory_limit, iterations, profile })
+    let r = replay_on(device, &trace, Options { no_verify, memory_limit, iterations, profile, ..Options::default() })
         .with_context(|| format!("replaying {} ({})", path.display(), label.describe()))?;
     if json {
         let mut v = serde_json::to_value(&r)?;

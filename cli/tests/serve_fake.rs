@@ -257,7 +257,7 @@ fn records(trace: &Path) -> Vec<gpuless_traces::CallRecord> {
 
 /// The trace's blobs by hash.
 fn blob_store(trace: &Path) -> std::collections::HashMap<gpuless_traces::Hash128, Vec<u8>> {
-    gpuless_replayer::replay::load(trace).unwrap().blobs
+    gpuless_replayer::replay::load(trace).unwrap().blobs.into_iter().map(|(h, b)| (h, b.to_vec())).collect()
 }
 
 fn session_error(c: &mut protocol::Connection) -> (u16, String) {
@@ -311,6 +311,134 @@ fn bad_input_inside_a_session_ends_that_session_with_a_clear_error() {
     c.handshake(&hello("")).unwrap();
     c.send(&Message::Hello(hello(""))).unwrap();
     assert_eq!(session_error(&mut c).0, code::BAD_MESSAGE);
+    // The server still serves.
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{r} {err}");
+}
+
+#[test]
+fn same_host_blobs_travel_through_shared_memory_and_reach_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    // The stand-in program's 1.5 MiB upload and download (mode -10).
+    let trace = support::record_stand_in(dir.path(), Some("-10"));
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    let unix = format!("unix:{}", s.socket.display());
+    let (rc, r, err) = remote_replay(&unix, &trace, &[]);
+    assert_eq!(rc, 0, "{r} {err}");
+    let t = &r["traffic"];
+    assert!(t["shm_bytes"].as_u64().unwrap() >= 3 << 19, "the upload went through the socket: {t}");
+    // Only the frame naming the blobs went through the socket.
+    assert!(t["bytes_up"].as_u64().unwrap() < 1 << 20, "{t}");
+    // The 1.5 MiB download came back equal to the recording.
+    assert!(r["results_verified"].as_u64().unwrap() >= 3, "{r}");
+    // The executor copied the blobs into the cache: a session over TCP sends no blob bytes.
+    wait_until(|| s.metric("gpuless_cache_bytes{kind=\"memory\"}") >= (3 << 19) as f64, "the blob cached");
+    let (rc, r2, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{r2} {err}");
+    assert_eq!(r2["traffic"]["blob_bytes"], 0, "{r2}");
+    // Without shared memory (GPULESS_SHM=0) the same upload goes through the socket.
+    std::fs::create_dir_all(dir.path().join("other")).unwrap();
+    let s2 = Server::start(&dir.path().join("other"), dir.path(), &[], &[]);
+    let out = Command::new(GL)
+        .args(["replay", "--remote", &format!("unix:{}", s2.socket.display()), "--json"])
+        .arg(&trace)
+        .env("GPULESS_SHM", "0")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert!(out.status.success(), "{v} {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(v["traffic"]["shm_bytes"], 0, "{v}");
+    assert!(v["traffic"]["blob_bytes"].as_u64().unwrap() >= 3 << 19, "{v}");
+}
+
+#[test]
+fn state_queries_are_answered_by_the_server_and_streams_get_the_session_priority() {
+    let dir = tempfile::tempdir().unwrap();
+    // The stand-in program's event timing, event and stream queries and cuMemGetInfo (mode -11).
+    let trace = support::record_stand_in(dir.path(), Some("-11"));
+    let log = dir.path().join("driver.log");
+    let s = Server::start(dir.path(), dir.path(), &[], &[("FAKE_CUDA_LOG", log.to_str().unwrap())]);
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{r} {err}");
+    assert_eq!(r["queries_answered"], 5, "{r}");
+    assert_eq!(r["queries_as_recorded"], 5, "{r}");
+    assert_eq!(r["queries_unanswered"].as_array().unwrap().len(), 0, "{r}");
+    // The stand-in driver's timing, measured on the server, not copied from the recording.
+    assert_eq!(r["event_ms"], serde_json::json!([1.25]), "{r}");
+    // A latency-critical session's streams get the device's greatest priority (-5 on the
+    // stand-in), a best-effort session's its least (0).
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(logged.trim(), "stream priority -5", "{logged}");
+    std::fs::remove_file(&log).unwrap();
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &["--best-effort"]);
+    assert_eq!(rc, 0, "{r} {err}");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(logged.trim(), "stream priority 0", "{logged}");
+}
+
+/// A session over the Unix socket opened by hand, for frames a `Connection` would not send.
+fn raw_unix_session(s: &Server) -> std::os::unix::net::UnixStream {
+    let mut u = std::os::unix::net::UnixStream::connect(&s.socket).unwrap();
+    u.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let m = Message::Hello(hello(""));
+    protocol::write_frame(&mut u, m.kind(), 0, &m.encode()).unwrap();
+    let mut p = Vec::new();
+    let h = protocol::read_frame(&mut u, &mut p).unwrap();
+    assert!(matches!(Message::decode(h.kind, h.flags, &p), Ok(Message::Welcome(_))));
+    u
+}
+
+fn raw_error(u: &mut std::os::unix::net::UnixStream) -> (u16, String) {
+    let mut p = Vec::new();
+    let h = protocol::read_frame(u, &mut p).unwrap();
+    match Message::decode(h.kind, h.flags, &p) {
+        Ok(Message::Error { code, message }) => (code, message),
+        other => panic!("expected an Error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_shared_memory_is_refused_with_a_clear_error() {
+    use gpuless_traces::protocol::shm;
+    use std::os::fd::AsRawFd;
+    let (dir, trace) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    let frame = |entries: Vec<(gpuless_traces::Hash128, u64, u64)>| {
+        let m = Message::BlobShm(entries);
+        let mut f = Vec::new();
+        protocol::write_frame(&mut f, m.kind(), 0, &m.encode()).unwrap();
+        f
+    };
+    let bytes = vec![9u8; 1 << 16];
+    let h = gpuless_traces::Hash128::of(&bytes);
+    // Over TCP: no descriptor can come with the frame.
+    let mut c = connect(&s);
+    c.handshake(&hello("")).unwrap();
+    c.send(&Message::BlobShm(vec![(h, 0, 10)])).unwrap();
+    let (code, m) = session_error(&mut c);
+    assert_eq!(code, code::BAD_MESSAGE, "{m}");
+    assert!(m.contains("without a descriptor"), "{m}");
+    // An unsealed memfd: its bytes could change after the hash check.
+    let mut u = raw_unix_session(&s);
+    // SAFETY: a NUL-terminated name.
+    let raw = unsafe { libc::memfd_create(c"t".as_ptr(), 0) };
+    assert!(raw >= 0);
+    // SAFETY: just created, ours.
+    let mut f = std::fs::File::from(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
+    f.write_all(&bytes).unwrap();
+    shm::send_with_fd(u.as_raw_fd(), &frame(vec![(h, 0, bytes.len() as u64)]), f.as_raw_fd()).unwrap();
+    let (code, m) = raw_error(&mut u);
+    assert_eq!(code, code::BAD_MESSAGE, "{m}");
+    assert!(m.contains("sealed"), "{m}");
+    // A sealed memfd whose bytes do not hash to the name given, and one too short for its entry.
+    for (entry, want) in [((gpuless_traces::Hash128(5), 0, 100), "do not hash"), ((h, 0, 1 << 30), "outside")] {
+        let mut u = raw_unix_session(&s);
+        let (fd, _) = shm::pack(&[(h, &bytes)], 2).unwrap();
+        shm::send_with_fd(u.as_raw_fd(), &frame(vec![entry]), fd.as_raw_fd()).unwrap();
+        let (code, m) = raw_error(&mut u);
+        assert_eq!(code, code::BAD_MESSAGE, "{m}");
+        assert!(m.contains(want), "{m}");
+    }
     // The server still serves.
     let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
     assert_eq!(rc, 0, "{r} {err}");

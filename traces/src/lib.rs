@@ -14,6 +14,7 @@
 
 pub mod analysis;
 pub mod arena;
+pub mod blob_bytes;
 mod decode;
 mod encode;
 pub mod error;
@@ -25,6 +26,7 @@ pub mod reader;
 pub mod synthetic;
 pub mod writer;
 
+pub use blob_bytes::BlobBytes;
 pub use error::TraceError;
 pub use format::{FORMAT_MAJOR, FORMAT_MINOR, MAGIC};
 pub use model::{

@@ -3,6 +3,7 @@
  * (one allocation arena in host memory, one module with one kernel of known parameters).
  * It is never a stand-in for real GPU behaviour: that is proven by scripts/gpu-suite.sh. */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -95,6 +96,21 @@ CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
 CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
 CUresult cuEventRecordWithFlags(void *e, void *s, unsigned f) { (void)e; (void)s; (void)f; return 0; }
 CUresult cuStreamIsCapturing(void *s, int *st) { (void)s; *st = 0; return 0; }
+/* State queries: a fixed event timing, done streams and events, the heap as free memory. */
+CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 1.25f; return 0; }
+CUresult cuEventQuery(void *e) { (void)e; return 0; }
+CUresult cuStreamQuery(void *s) { (void)s; return 0; }
+CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) { *least = 0; *greatest = -5; return 0; }
+/* Streams: one handle; with FAKE_CUDA_LOG set, each creation's priority is appended to that file. */
+static CUresult create_stream(void **s, int prio) { /* static: a recorder cannot see it */
+  *s = (void *)0x10;
+  const char *log = getenv("FAKE_CUDA_LOG");
+  FILE *o = log ? fopen(log, "a") : 0;
+  if (o) { fprintf(o, "stream priority %d\n", prio); fclose(o); }
+  return 0; }
+CUresult cuStreamCreateWithPriority(void **s, unsigned f, int prio) { (void)f; return create_stream(s, prio); }
+CUresult cuStreamCreate(void **s, unsigned f) { (void)f; return create_stream(s, 0); }
+CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) { *free_ = sizeof heap - heap_top; *total = sizeof heap; return 0; }
 /* 2D/3D copies between host memory and the heap, in the x86-64 layout of CUDA_MEMCPY2D_v2 and
  * CUDA_MEMCPY3D_v2 (memory type 1 host, 2 device; arrays are not modelled). */
 typedef struct { size_t x, y; int type; const void *host; CUdeviceptr dev; void *array; size_t pitch; } side2d;
@@ -170,7 +186,10 @@ static const struct entry table[] = {
   {"cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain}, {"cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2},
   {"cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState}, {"cuFakeSetActive", cuFakeSetActive},
   {"cuFakeStateQueries", cuFakeStateQueries}, {"cuCtxGetDevice", cuCtxGetDevice_v2},
-  {"cuCtxGetFlags", cuCtxGetFlags_v2},
+  {"cuCtxGetFlags", cuCtxGetFlags_v2}, {"cuEventElapsedTime", cuEventElapsedTime_v2},
+  {"cuEventQuery", cuEventQuery}, {"cuStreamQuery", cuStreamQuery},
+  {"cuCtxGetStreamPriorityRange", cuCtxGetStreamPriorityRange}, {"cuMemGetInfo", cuMemGetInfo_v2},
+  {"cuStreamCreate", cuStreamCreate}, {"cuStreamCreateWithPriority", cuStreamCreateWithPriority},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)flags;

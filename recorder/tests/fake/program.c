@@ -88,6 +88,30 @@ int main(int argc, char **argv) {
     printf("driver_answered=%d\n", n);
     return 0;
   }
+  if (iters == -11) { /* state queries: an event timing, event and stream status, free memory */
+    int (*ecreate)(void **, unsigned) = get("cuEventCreate");
+    int (*erecord)(void *, void *) = get("cuEventRecord");
+    int (*esync)(void *) = get("cuEventSynchronize");
+    int (*elapsed)(float *, void *, void *) = get("cuEventElapsedTime");
+    int (*equery)(void *) = get("cuEventQuery");
+    int (*squery)(void *) = get("cuStreamQuery");
+    int (*meminfo)(size_t *, size_t *) = get("cuMemGetInfo");
+    int (*screate)(void **, unsigned) = get("cuStreamCreate");
+    void *e0, *e1, *st; float ms = 0; size_t fr = 0, tot = 0;
+    if (screate(&st, 0) || squery(st)) return 27;
+    if (ecreate(&e0, 0) || ecreate(&e1, 0) || erecord(e0, 0)) return 24;
+    if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0) || erecord(e1, 0) || esync(e1)) return 25;
+    if (elapsed(&ms, e0, e1) || equery(e1) || squery(0) || meminfo(&fr, &tot)) return 26;
+    printf("elapsed_ms=%.2f free=%zu total=%zu\n", ms, fr, tot);
+    return 0;
+  }
+  if (iters == -10) { /* a 1.5 MiB upload and its download: a blob large enough for bulk paths */
+    size_t big = 3u << 19; unsigned char *src = malloc(big), *back = malloc(big); uint64_t db;
+    if (!src || !back) return 21;
+    for (size_t i = 0; i < big; i++) src[i] = (unsigned char)(i * 7 + (i >> 12));
+    if (alloc(&db, big) || htod(db, src, big) || dtoh(back, db, big)) return 22;
+    return memcmp(src, back, big) ? 23 : 0;
+  }
   if (iters == -9) { /* this process's peak resident memory, once the trace is open */
     char line[256]; long hwm = -1; FILE *f = fopen("/proc/self/status", "r");
     while (f && fgets(line, sizeof line, f)) if (!strncmp(line, "VmHWM:", 6)) hwm = atol(line + 6);

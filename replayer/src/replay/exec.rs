@@ -40,7 +40,7 @@ pub(crate) fn blob<'t>(trace: &'t LoadedTrace, c: &Call<'_>, v: Option<&Value>) 
         Some(Value::Blob(b)) => trace
             .blobs
             .get(&b.hash)
-            .map(Vec::as_slice)
+            .map(|d| &**d)
             .filter(|d| d.len() as u64 == b.len)
             .ok_or_else(|| c.inconsistent(format!("blob {} ({} bytes) missing from the trace", b.hash, b.len))),
         other => Err(c.inconsistent(format!("expected stored bytes, found {other:?}"))),
@@ -286,7 +286,8 @@ pub(crate) fn call(
             "cuStreamCreate" | "cuStreamCreateWithPriority" => {
                 let mut s = std::ptr::null_mut();
                 let flags = c.arg("Flags").or(c.arg("flags")).and_then(word).unwrap_or(0) as u32;
-                let prio = c.arg("priority").and_then(word).unwrap_or(0) as i32;
+                let recorded = c.arg("priority").and_then(word).unwrap_or(0) as i32;
+                let prio = st.opts.stream_priority.unwrap_or(recorded);
                 check(sys::cuStreamCreateWithPriority(&mut s, flags, prio), seq, f.name)?;
                 st.streams.insert(c.out_word("phStream")?, s);
             }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use gpuless_traces::format::CHUNK_HEADER_LEN;
-use gpuless_traces::{BlobRef, CallRecord, ChunkBody, Hash128, ReaderOptions, TraceMeta, TraceReader};
+use gpuless_traces::{BlobBytes, BlobRef, CallRecord, ChunkBody, Hash128, ReaderOptions, TraceMeta, TraceReader};
 
 use super::ReplayError;
 
@@ -15,7 +15,7 @@ pub struct LoadedTrace {
     /// Every call record, in sequence order.
     pub calls: Vec<CallRecord>,
     /// Every blob, reassembled.
-    pub blobs: HashMap<Hash128, Vec<u8>>,
+    pub blobs: HashMap<Hash128, BlobBytes>,
     /// What the reader could not recover (a damaged or truncated trace read with
     /// [`load_partial`]), if anything.
     pub lost: Option<String>,
@@ -118,5 +118,6 @@ fn read(path: &Path, partial: bool) -> Result<LoadedTrace, ReplayError> {
         )));
     }
     calls.sort_by_key(|c| c.seq);
-    Ok(LoadedTrace { meta, calls, blobs: parts, lost })
+    let blobs = parts.into_iter().map(|(h, b)| (h, BlobBytes::from(b))).collect();
+    Ok(LoadedTrace { meta, calls, blobs, lost })
 }

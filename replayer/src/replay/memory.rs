@@ -168,6 +168,16 @@ impl Memory {
     }
 
     /// Bytes of device memory in use at most during the replay so far.
+    /// The most bytes it may hold at once, if limited.
+    pub fn limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    /// Bytes it holds now.
+    pub fn in_use(&self) -> u64 {
+        self.in_use
+    }
+
     pub fn peak(&self) -> u64 {
         self.peak
     }

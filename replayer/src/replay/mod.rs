@@ -18,6 +18,7 @@ pub mod lower;
 mod memory;
 mod objects;
 pub mod profile;
+pub mod query;
 mod side;
 pub mod stream;
 
@@ -239,6 +240,9 @@ pub struct Options {
     pub memory_limit: Option<u64>,
     /// With `iterations`: time every launch of the body ([`profile`]).
     pub profile: bool,
+    /// Priority of every stream the trace creates, instead of the recorded one (a server
+    /// session's priority class: latency-critical work goes first on the GPU's queues).
+    pub stream_priority: Option<i32>,
 }
 
 /// Handle maps and device memory of a replay in progress.

@@ -6,28 +6,41 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use cudarc::driver::sys;
-use gpuless_traces::{CallRecord, Hash128, TraceMeta};
+use gpuless_traces::{BlobBytes, CallRecord, Hash128, TraceMeta};
 
-use super::{check, exec, explain, memory::Memory, Device, LoadedTrace, Options, ReplayError, Report, State};
+use super::{check, exec, explain, memory::Memory, query, Device, LoadedTrace, Options, ReplayError, Report, State};
+use gpuless_traces::protocol::QueryResult;
 
 /// A replay in progress whose records come one at a time.
 pub struct Stream {
     st: State,
     trace: LoadedTrace,
     report: Report,
+    queries: Vec<QueryResult>,
 }
 
 impl Stream {
     /// Makes `device`'s context current and reserves the client's arena (`meta.arena_base`,
-    /// `meta.arena_size`) so the client's addresses are valid here.
-    pub fn new(device: Device, meta: TraceMeta, opts: Options) -> Result<Self, ReplayError> {
+    /// `meta.arena_size`) so the client's addresses are valid here. A stream priority in `opts`
+    /// is clamped to the device's range (`i32::MIN`: the greatest, `i32::MAX`: the least).
+    pub fn new(device: Device, meta: TraceMeta, mut opts: Options) -> Result<Self, ReplayError> {
         // SAFETY: the context was retained by init_device (or is a green context) and lives
         // as long as the process.
         unsafe { check(sys::cuCtxSetCurrent(device.ctx as sys::CUcontext), 0, "cuCtxSetCurrent")? };
+        if let Some(p) = opts.stream_priority {
+            let (mut least, mut greatest) = (0, 0);
+            // SAFETY: valid out-pointers; a current context.
+            unsafe {
+                check(sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest), 0, "cuCtxGetStreamPriorityRange")?
+            };
+            // Greater priorities are lower numbers.
+            opts.stream_priority = Some(p.clamp(greatest.min(least), least.max(greatest)));
+        }
         let mut st = State::new(Memory::with_limit(opts.memory_limit), opts);
         let mut report = Report { outputs: Some(Vec::new()), ..Report::default() };
         report.warnings.extend(st.mem.reserve_arena(meta.arena_base, meta.arena_size));
-        Ok(Stream { st, trace: LoadedTrace { meta, calls: Vec::new(), blobs: HashMap::new(), lost: None }, report })
+        let trace = LoadedTrace { meta, calls: Vec::new(), blobs: HashMap::new(), lost: None };
+        Ok(Stream { st, trace, report, queries: Vec::new() })
     }
 
     /// Whether the session holds blob `h`.
@@ -36,8 +49,8 @@ impl Stream {
     }
 
     /// Adds a blob the records may refer to.
-    pub fn add_blob(&mut self, h: Hash128, bytes: Vec<u8>) {
-        self.trace.blobs.insert(h, bytes);
+    pub fn add_blob(&mut self, h: Hash128, bytes: impl Into<BlobBytes>) {
+        self.trace.blobs.insert(h, bytes.into());
     }
 
     /// Executes one record. A device fault after allocations moved is explained as in a
@@ -45,7 +58,14 @@ impl Stream {
     pub fn call(&mut self, rec: &CallRecord) -> Result<(), ReplayError> {
         self.report.calls += 1;
         exec::call(&mut self.st, &self.trace, rec, &mut self.report)
-            .map_err(|e| explain(e, self.st.mem.translated, &self.report.warnings))
+            .map_err(|e| explain(e, self.st.mem.translated, &self.report.warnings))?;
+        self.queries.extend(query::answer(&self.st, rec));
+        Ok(())
+    }
+
+    /// Answers to the state queries executed since the last call ([`query`]).
+    pub fn take_queries(&mut self) -> Vec<QueryResult> {
+        std::mem::take(&mut self.queries)
     }
 
     /// Waits for every call executed so far.
@@ -67,6 +87,11 @@ impl Stream {
         self.report.peak_memory = self.st.mem.peak();
         self.report.replay_s = self.st.start.elapsed().as_secs_f64();
         &self.report
+    }
+
+    /// The priority every stream the session creates gets, if one was asked for.
+    pub fn stream_priority(&self) -> Option<i32> {
+        self.st.opts.stream_priority
     }
 
     /// When the stream started.

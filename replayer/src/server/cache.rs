@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use gpuless_traces::Hash128;
+use gpuless_traces::{BlobBytes, Hash128};
 
 /// The two tiers' directories.
 #[derive(Debug, Clone)]
@@ -34,16 +34,34 @@ impl Dirs {
     }
 
     /// Reads blob `h` from either tier, checking its content against the hash (a damaged file
-    /// is removed and counts as absent).
-    pub fn read(&self, h: &Hash128) -> Option<Vec<u8>> {
-        for dir in [&self.memory, &self.disk] {
-            let p = Self::file(dir, h);
-            if let Ok(bytes) = std::fs::read(&p) {
-                if Hash128::of(&bytes) == *h {
-                    return Some(bytes);
+    /// is removed and counts as absent). A memory-tier blob is mapped, not copied: its file is
+    /// only ever replaced by rename or unlinked, so the mapping stays whole.
+    pub fn read(&self, h: &Hash128) -> Option<BlobBytes> {
+        let p = Self::file(&self.memory, h);
+        if let Ok(f) = std::fs::File::open(&p) {
+            // SAFETY: memory-tier files are written under a temporary name and renamed into
+            // place, never written or truncated in place (see `write`, `Index::enforce`).
+            let map = unsafe { memmap2::MmapOptions::new().populate().map(&f) };
+            match map {
+                Ok(m) if Hash128::of(&m) == *h => {
+                    let len = m.len();
+                    return BlobBytes::mapped(std::sync::Arc::new(m), 0, len);
                 }
-                let _ = std::fs::remove_file(&p);
+                // Empty files cannot be mapped.
+                Err(_) if f.metadata().is_ok_and(|m| m.len() == 0) && *h == Hash128::of(&[]) => {
+                    return Some(Vec::new().into())
+                }
+                _ => {
+                    let _ = std::fs::remove_file(&p);
+                }
             }
+        }
+        let p = Self::file(&self.disk, h);
+        if let Ok(bytes) = std::fs::read(&p) {
+            if Hash128::of(&bytes) == *h {
+                return Some(bytes.into());
+            }
+            let _ = std::fs::remove_file(&p);
         }
         None
     }
@@ -197,8 +215,12 @@ impl Index {
             let Some(h) = self.oldest(Tier::Memory) else { break };
             let e = self.entries[&h];
             let (from, to) = (Dirs::file(&self.dirs.memory, &h), Dirs::file(&self.dirs.disk, &h));
+            // Across file systems: a copy under a temporary name, renamed into place.
+            let tmp = to.with_extension("moving");
             let moved = std::fs::rename(&from, &to).is_ok()
-                || (std::fs::copy(&from, &to).is_ok() && std::fs::remove_file(&from).is_ok());
+                || (std::fs::copy(&from, &tmp).is_ok()
+                    && std::fs::rename(&tmp, &to).is_ok()
+                    && std::fs::remove_file(&from).is_ok());
             self.sub(e);
             self.evictions.0 += 1;
             if moved {

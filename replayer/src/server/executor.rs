@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use gpuless_traces::protocol::client::{Polled, Stream as Conn};
 use gpuless_traces::protocol::message::{blob_part, code, kind, CallError, WANT_ANSWER};
 use gpuless_traces::protocol::{
-    read_header, read_payload, segment, write_frame, Answer, Message, PartitionInfo, ProtocolError, SessionStats,
-    Welcome,
+    read_header, read_payload, segment, shm, write_frame, Answer, Message, PartitionInfo, Priority, ProtocolError,
+    SessionStats, Welcome,
 };
-use gpuless_traces::{CallRecord, Hash128, TraceMeta};
+use gpuless_traces::{BlobBytes, CallRecord, Hash128, TraceMeta};
 use std::rc::Rc;
 
 use super::cache::Dirs;
@@ -69,7 +69,13 @@ pub fn run(setup: Setup) -> i32 {
         sm: hello.recorded_sm,
         ..TraceMeta::default()
     };
-    let opts = Options { no_verify: true, memory_limit: setup.memory_limit, ..Options::default() };
+    // The session's priority class decides its streams' priority on the GPU: latency-critical
+    // work runs ahead of best-effort work of other sessions (clamped to the device's range).
+    let stream_priority = Some(match hello.priority {
+        Priority::LatencyCritical => i32::MIN,
+        Priority::BestEffort => i32::MAX,
+    });
+    let opts = Options { no_verify: true, memory_limit: setup.memory_limit, stream_priority, ..Options::default() };
     let mut s = Session {
         stats: SessionStats::default(),
         partial: HashMap::new(),
@@ -84,6 +90,7 @@ pub fn run(setup: Setup) -> i32 {
         control: &setup.control,
         cache: &setup.cache,
         decoded: Decoded::default(),
+        writers: Vec::new(),
     };
     let result = match (conn_of(fd), Stream::new(setup.device, meta, opts)) {
         (Ok(conn), Ok(stream)) => {
@@ -105,7 +112,7 @@ pub fn run(setup: Setup) -> i32 {
             Err(message)
         }
     };
-    s.flush_notes();
+    s.flush_notes(true);
     let error = result.err().unwrap_or_default();
     let _ = setup.control.send(&Control::Done { stats: s.stats.clone(), error }, None);
     0
@@ -149,6 +156,8 @@ struct Session<'a> {
     control: &'a Channel,
     cache: &'a Dirs,
     decoded: Decoded,
+    /// Cache copies being written in the background: what each added.
+    writers: Vec<std::thread::JoinHandle<Vec<(Hash128, u64)>>>,
 }
 
 /// Segments decoded before, by their exact bytes: a client that repeats a segment (a hot loop)
@@ -212,7 +221,7 @@ impl Session<'_> {
         let spin = Duration::from_micros(
             std::env::var("GPULESS_EXECUTOR_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(300),
         );
-        let mut reader = BufReader::with_capacity(1 << 16, Polled { stream: read_half, spin });
+        let mut reader = BufReader::with_capacity(1 << 16, Polled::new(read_half, spin));
         let mut w = BufWriter::with_capacity(1 << 16, conn);
         let send = |w: &mut BufWriter<Conn>, m: &Message| -> Result<(), String> {
             write_frame(w, m.kind(), m.flags(), &m.encode()).and_then(|_| Ok(w.flush()?)).map_err(|e| e.to_string())
@@ -295,6 +304,7 @@ impl Session<'_> {
                             outputs,
                             errors: std::mem::take(&mut self.errors),
                             exec_us: std::mem::take(&mut self.exec_us),
+                            queries: stream.take_queries(),
                         };
                         self.stats.executed += a.executed;
                         send(&mut w, &Message::Answer(a))?;
@@ -308,7 +318,7 @@ impl Session<'_> {
                     };
                     let have = self.find(&mut stream, &hashes);
                     send(&mut w, &Message::BlobHave(have))?;
-                    self.flush_notes();
+                    self.flush_notes(false);
                 }
                 kind::BLOB_DATA => {
                     let mut head = [0u8; BLOB_HEAD];
@@ -332,6 +342,25 @@ impl Session<'_> {
                     if let Err(e) = r {
                         return fail(&mut w, code::BAD_MESSAGE, e);
                     }
+                }
+                kind::BLOB_SHM => {
+                    let entries = match Message::decode(h.kind, h.flags, &payload) {
+                        Ok(Message::BlobShm(e)) => e,
+                        Ok(_) | Err(_) => return fail(&mut w, code::BAD_MESSAGE, "bad BlobShm".into()),
+                    };
+                    let Some(fd) = reader.get_mut().fds.pop_front() else {
+                        return fail(
+                            &mut w,
+                            code::BAD_MESSAGE,
+                            "a BlobShm frame came without a descriptor: send it over the Unix socket with the memfd \
+                             attached (SCM_RIGHTS; docs/PROTOCOL.md)"
+                                .into(),
+                        );
+                    };
+                    if let Err(e) = self.shared_blobs(&mut stream, fd, &entries) {
+                        return fail(&mut w, code::BAD_MESSAGE, e);
+                    }
+                    send(&mut w, &Message::BlobHave(vec![true; entries.len()]))?;
                 }
                 kind::CLOSE => {
                     if let Err(e) = stream.synchronize() {
@@ -362,7 +391,7 @@ impl Session<'_> {
         let wanted: Vec<Hash128> = hashes.iter().filter(|h| !stream.has_blob(h)).copied().collect();
         let threads = wanted.len().clamp(1, 8);
         let cache = self.cache;
-        let found: Vec<(Hash128, Option<Vec<u8>>)> = std::thread::scope(|sc| {
+        let found: Vec<(Hash128, Option<BlobBytes>)> = std::thread::scope(|sc| {
             let parts: Vec<_> = wanted
                 .chunks(wanted.len().div_ceil(threads).max(1))
                 .map(|c| sc.spawn(move || c.iter().map(|h| (*h, cache.read(h))).collect::<Vec<_>>()))
@@ -387,6 +416,48 @@ impl Session<'_> {
                 held
             })
             .collect()
+    }
+
+    /// Blobs in a client's sealed memfd ([`shm`]): mapped, each hash checked (several blobs on
+    /// several threads), then used from the mapping as they are; the cache gets its copies on
+    /// a background thread.
+    fn shared_blobs(&mut self, stream: &mut Stream, fd: OwnedFd, entries: &[shm::Entry]) -> Result<(), String> {
+        let map = shm::open(fd, entries)?;
+        let blobs: Vec<(Hash128, BlobBytes)> = entries
+            .iter()
+            .map(|&(h, off, len)| {
+                BlobBytes::mapped(map.clone(), off as usize, len as usize)
+                    .map(|b| (h, b))
+                    .ok_or_else(|| format!("blob {h} lies outside its memfd"))
+            })
+            .collect::<Result<_, _>>()?;
+        let threads = blobs.len().clamp(1, 8);
+        let bad: Option<Hash128> = std::thread::scope(|sc| {
+            let parts: Vec<_> = blobs
+                .chunks(blobs.len().div_ceil(threads).max(1))
+                .map(|c| sc.spawn(move || c.iter().find(|(h, b)| Hash128::of(b) != *h).map(|(h, _)| *h)))
+                .collect();
+            parts.into_iter().find_map(|p| p.join().ok().flatten())
+        });
+        if let Some(h) = bad {
+            return Err(format!("blob {h}: the bytes sent for it through shared memory do not hash to it"));
+        }
+        let total: u64 = entries.iter().map(|e| e.2).sum();
+        self.stats.blob_bytes_received += total;
+        self.cache_copy(blobs.clone());
+        for (h, b) in blobs {
+            stream.add_blob(h, b);
+        }
+        Ok(())
+    }
+
+    /// Writes `blobs` into the cache on a background thread: the session goes on with them
+    /// meanwhile ([`Self::flush_notes`] reports them to the server once written).
+    fn cache_copy(&mut self, blobs: Vec<(Hash128, BlobBytes)>) {
+        let cache = self.cache.clone();
+        self.writers.push(std::thread::spawn(move || {
+            blobs.iter().filter(|(h, b)| cache.write(h, b).is_ok()).map(|(h, b)| (*h, b.len() as u64)).collect()
+        }));
     }
 
     /// A part of `n` bytes of blob `hash` at `offset`, read into the blob's buffer by `fill`;
@@ -432,9 +503,8 @@ impl Session<'_> {
         if Hash128::of(&whole) != hash {
             return Err(format!("blob {hash}: its {total} bytes do not hash to it"));
         }
-        if self.cache.write(&hash, &whole).is_ok() {
-            self.added.push((hash, total));
-        }
+        let whole = BlobBytes::from(whole);
+        self.cache_copy(vec![(hash, whole.clone())]);
         stream.add_blob(hash, whole);
         Ok(())
     }
@@ -448,7 +518,14 @@ impl Session<'_> {
     }
 
     /// Tells the server what was added to and found in the cache, and the latencies so far.
-    fn flush_notes(&mut self) {
+    /// `wait`: also for the cache copies still being written.
+    fn flush_notes(&mut self, wait: bool) {
+        let (done, running): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.writers).into_iter().partition(|t| wait || t.is_finished());
+        self.writers = running;
+        for t in done {
+            self.added.extend(t.join().unwrap_or_default());
+        }
         if !self.added.is_empty() || !self.hits.is_empty() {
             // Large lists go in packets of a few thousand entries.
             let (mut a, mut h) = (std::mem::take(&mut self.added), std::mem::take(&mut self.hits));

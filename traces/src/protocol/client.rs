@@ -86,25 +86,43 @@ pub struct Polled {
     pub stream: Stream,
     /// How long a read polls before it blocks (zero: it blocks at once).
     pub spin: Duration,
+    /// Descriptors that arrived on a Unix socket (SCM_RIGHTS), in order: a
+    /// [`Message::BlobShm`] frame takes the first.
+    pub fds: std::collections::VecDeque<std::os::fd::OwnedFd>,
+}
+
+impl Polled {
+    /// Reads `stream` polling for up to `spin` first.
+    pub fn new(stream: Stream, spin: Duration) -> Self {
+        Polled { stream, spin, fds: Default::default() }
+    }
+
+    /// One `recv` with `flags`; on a Unix socket, descriptors that come along are kept.
+    fn recv(&mut self, buf: &mut [u8], flags: libc::c_int) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let fd = self.stream.as_raw_fd();
+        if let Stream::Unix(_) = self.stream {
+            return super::shm::recv_with_fds(fd, buf, flags, &mut self.fds);
+        }
+        // SAFETY: a valid socket and a buffer of buf.len() writable bytes.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
 }
 
 impl Read for Polled {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::os::fd::AsRawFd;
         if !self.spin.is_zero() && !buf.is_empty() {
-            let fd = self.stream.as_raw_fd();
             let t0 = std::time::Instant::now();
             loop {
-                // SAFETY: a valid socket and a buffer of buf.len() writable bytes.
-                let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-                if n >= 0 {
-                    return Ok(n as usize);
-                }
-                let e = std::io::Error::last_os_error();
-                match e.kind() {
-                    std::io::ErrorKind::WouldBlock => {}
-                    std::io::ErrorKind::Interrupted => continue,
-                    _ => return Err(e),
+                match self.recv(buf, libc::MSG_DONTWAIT) {
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
                 }
                 if t0.elapsed() >= self.spin {
                     break;
@@ -112,7 +130,12 @@ impl Read for Polled {
                 std::hint::spin_loop();
             }
         }
-        self.stream.read(buf)
+        loop {
+            match self.recv(buf, 0) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => return r,
+            }
+        }
     }
 }
 
@@ -189,8 +212,11 @@ pub struct Traffic {
     /// Blobs it did not.
     pub blob_misses: u64,
     /// Seconds spent writing blob bytes to the connection (their throughput is
-    /// `blob_bytes / blob_send_s`: the socket holds little, so the server's reading paces it).
+    /// `blob_bytes / blob_send_s`: the socket holds little, so the server's reading paces it),
+    /// or, through shared memory, from packing them until the server holds them.
     pub blob_send_s: f64,
+    /// Of `blob_bytes`, those that went through shared memory (a sealed memfd).
+    pub shm_bytes: u64,
 }
 
 /// One session's connection, from the client's side.
@@ -216,7 +242,7 @@ impl Connection {
     pub fn new(stream: Stream) -> Result<Self, ProtocolError> {
         let spin_max =
             Duration::from_micros(std::env::var("GPULESS_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(2000));
-        let reader = BufReader::with_capacity(1 << 16, Polled { stream: stream.try_clone()?, spin: Duration::ZERO });
+        let reader = BufReader::with_capacity(1 << 16, Polled::new(stream.try_clone()?, Duration::ZERO));
         Ok(Connection {
             reader,
             spin_max,
@@ -280,6 +306,47 @@ impl Connection {
             }
         }
         self.traffic.blob_bytes += total;
+        self.traffic.blob_send_s += t0.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    /// Whether the connection can carry descriptors (a Unix socket): blobs can then travel
+    /// through shared memory ([`Self::send_blobs_shm`]).
+    pub fn can_share_memory(&self) -> bool {
+        matches!(self.writer.get_ref(), Stream::Unix(_))
+    }
+
+    /// Sends `blobs` through a sealed memfd ([`super::shm`]) and waits until the server holds
+    /// them (one round trip). Only on a Unix socket.
+    pub fn send_blobs_shm(&mut self, blobs: &[(Hash128, &[u8])]) -> Result<(), ProtocolError> {
+        use std::os::fd::AsRawFd;
+        if !self.can_share_memory() {
+            return Err(ProtocolError::Frame("shared-memory blobs need a Unix-socket connection".into()));
+        }
+        let t0 = std::time::Instant::now();
+        let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(8);
+        let (fd, entries) = super::shm::pack(blobs, threads)?;
+        let m = Message::BlobShm(entries);
+        let mut frame = Vec::new();
+        write_frame(&mut frame, m.kind(), 0, &m.encode())?;
+        self.writer.flush()?;
+        super::shm::send_with_fd(self.writer.get_ref().as_raw_fd(), &frame, fd.as_raw_fd())?;
+        drop(fd);
+        self.traffic.bytes_up += frame.len() as u64;
+        self.traffic.round_trips += 1;
+        let have = match self.recv()? {
+            Message::BlobHave(h) => h,
+            Message::Error { code, message } => {
+                return Err(ProtocolError::Server(format!("ended the session (code {code}): {message}")))
+            }
+            m => return Err(ProtocolError::Unexpected { expected: "BlobHave", got: m.name() }),
+        };
+        if have.len() != blobs.len() || have.iter().any(|h| !h) {
+            return Err(ProtocolError::Server("did not take every blob sent through shared memory".into()));
+        }
+        let total: u64 = blobs.iter().map(|(_, b)| b.len() as u64).sum();
+        self.traffic.blob_bytes += total;
+        self.traffic.shm_bytes += total;
         self.traffic.blob_send_s += t0.elapsed().as_secs_f64();
         Ok(())
     }

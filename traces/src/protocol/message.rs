@@ -207,6 +207,21 @@ pub struct Answer {
     pub errors: Vec<CallError>,
     /// Microseconds the executor spent on the segments since the last answer.
     pub exec_us: u64,
+    /// Answers to the state queries since the last answer (event timings, stream and event
+    /// status, free memory), in call order.
+    pub queries: Vec<QueryResult>,
+}
+
+/// What the driver said to a state query: its status (`CUresult`) and its out values in the
+/// order of the function's out arguments in the API table (a `float` as its bits).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueryResult {
+    /// Sequence number of the query.
+    pub seq: u64,
+    /// The driver's status.
+    pub status: i32,
+    /// The out values.
+    pub values: Vec<u64>,
 }
 
 /// A session's totals, sent when it closes.
@@ -326,6 +341,10 @@ pub enum Message {
         /// The part.
         bytes: Vec<u8>,
     },
+    /// Client → server, on a Unix socket only: blobs in the sealed memfd that travels with this
+    /// frame (SCM_RIGHTS; [`super::shm`]): (hash, offset in the memfd, length) each. The
+    /// server answers [`Message::BlobHave`], one flag per entry, once it holds them.
+    BlobShm(Vec<(Hash128, u64, u64)>),
     /// Client → server: end the session.
     Close,
     /// Server → client: the session ended normally.
@@ -363,6 +382,8 @@ pub mod kind {
     pub const CLOSED: u16 = 10;
     /// [`super::Message::Error`].
     pub const ERROR: u16 = 11;
+    /// [`super::Message::BlobShm`].
+    pub const BLOB_SHM: u16 = 12;
 }
 
 /// Flag of a segment frame: answer after it.
@@ -385,6 +406,7 @@ impl Message {
             Message::BlobQuery(_) => kind::BLOB_QUERY,
             Message::BlobHave(_) => kind::BLOB_HAVE,
             Message::BlobData { .. } => kind::BLOB_DATA,
+            Message::BlobShm(_) => kind::BLOB_SHM,
             Message::Close => kind::CLOSE,
             Message::Closed(_) => kind::CLOSED,
             Message::Error { .. } => kind::ERROR,
@@ -436,6 +458,13 @@ impl Message {
                 for e in &a.errors {
                     p.u64(e.seq).str(&e.function).i32(e.code).str(&e.message);
                 }
+                p.u32(a.queries.len() as u32);
+                for q in &a.queries {
+                    p.u64(q.seq).i32(q.status).u32(q.values.len() as u32);
+                    for v in &q.values {
+                        p.u64(*v);
+                    }
+                }
             }
             Message::BlobQuery(hs) => {
                 p.u32(hs.len() as u32);
@@ -452,6 +481,12 @@ impl Message {
             Message::BlobData { hash, total, offset, bytes } => {
                 p.u128(hash.0).u64(*total).u64(*offset);
                 p.0.extend_from_slice(bytes);
+            }
+            Message::BlobShm(es) => {
+                p.u32(es.len() as u32);
+                for (h, off, len) in es {
+                    p.u128(h.0).u64(*off).u64(*len);
+                }
             }
             Message::Close => {}
             Message::Closed(s) => {
@@ -534,7 +569,18 @@ impl Message {
                 for _ in 0..n {
                     errors.push(CallError { seq: g.u64()?, function: g.str()?, code: g.i32()?, message: g.str()? });
                 }
-                Message::Answer(Answer { through_seq, executed, outputs, errors, exec_us })
+                let n = g.count(16)?;
+                let mut queries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let (seq, status) = (g.u64()?, g.i32()?);
+                    let k = g.count(8)?;
+                    let mut values = Vec::with_capacity(k);
+                    for _ in 0..k {
+                        values.push(g.u64()?);
+                    }
+                    queries.push(QueryResult { seq, status, values });
+                }
+                Message::Answer(Answer { through_seq, executed, outputs, errors, exec_us, queries })
             }
             kind::BLOB_QUERY => {
                 let n = g.count(16)?;
@@ -562,6 +608,18 @@ impl Message {
                     )));
                 }
                 Message::BlobData { hash, total, offset, bytes }
+            }
+            kind::BLOB_SHM => {
+                let n = g.count(32)?;
+                let mut es = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let (h, off, len) = (Hash128(g.u128()?), g.u64()?, g.u64()?);
+                    if off.checked_add(len).is_none() {
+                        return Err(g.error(format!("a blob at {off} of {len} bytes overflows")));
+                    }
+                    es.push((h, off, len));
+                }
+                Message::BlobShm(es)
             }
             kind::CLOSE => Message::Close,
             kind::CLOSED => {
@@ -604,6 +662,7 @@ pub fn kind_name(k: u16) -> &'static str {
         kind::CLOSE => "Close",
         kind::CLOSED => "Closed",
         kind::ERROR => "Error",
+        kind::BLOB_SHM => "BlobShm",
         _ => "unknown",
     }
 }
@@ -647,10 +706,15 @@ mod tests {
                 outputs: vec![(98, vec![9; 4096])],
                 errors: vec![CallError { seq: 97, function: "cuLaunchKernel".into(), code: 700, message: "x".into() }],
                 exec_us: 12,
+                queries: vec![
+                    QueryResult { seq: 96, status: 0, values: vec![u64::from(1.5f32.to_bits())] },
+                    QueryResult { seq: 95, status: 600, values: vec![] },
+                ],
             }),
             Message::BlobQuery(vec![Hash128(1), Hash128(u128::MAX)]),
             Message::BlobHave(vec![true, false]),
             Message::BlobData { hash: Hash128(5), total: 10, offset: 4, bytes: vec![1; 6] },
+            Message::BlobShm(vec![(Hash128(7), 0, 100), (Hash128(8), 128, 4096)]),
             Message::Close,
             Message::Closed(SessionStats { records: 3, peak_memory: 9, ..Default::default() }),
             Message::Error { code: code::EXECUTOR, message: "gone".into() },

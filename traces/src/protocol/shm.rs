@@ -1,0 +1,261 @@
+//! Same-host bulk data: blobs written into a sealed memfd whose descriptor travels with a
+//! [`super::Message::BlobShm`] frame over the Unix socket (SCM_RIGHTS), so their bytes never
+//! pass through the socket. The client copies each blob once (in parallel) into the memfd and
+//! seals it against every change; the executor maps it read-only and uses the mapping as the
+//! blobs' storage, so nothing is copied on its side. The seals make the executor's hash check
+//! final: nobody can change the bytes after it.
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+use crate::model::Hash128;
+
+/// Seals a memfd must carry before a server maps it: its size and bytes are fixed.
+pub const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+/// Blobs start at multiples of this in the memfd.
+const ALIGN: u64 = 64;
+/// Most descriptors taken from one read.
+const MAX_FDS: usize = 4;
+/// Bytes a filling thread copies at a time.
+const CHUNK: usize = 8 << 20;
+
+/// One blob in a memfd: (hash, offset, length).
+pub type Entry = (Hash128, u64, u64);
+
+/// Packs `blobs` into a new memfd, copying on up to `threads` threads, and seals it. Returns the
+/// descriptor and where each blob lies.
+pub fn pack(blobs: &[(Hash128, &[u8])], threads: usize) -> io::Result<(OwnedFd, Vec<Entry>)> {
+    let mut entries = Vec::with_capacity(blobs.len());
+    let mut size = 0u64;
+    for (h, b) in blobs {
+        entries.push((*h, size, b.len() as u64));
+        size = (size + b.len() as u64).div_ceil(ALIGN) * ALIGN;
+    }
+    // SAFETY: a NUL-terminated name and valid flags.
+    let raw = unsafe { libc::memfd_create(c"gpuless-blobs".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor memfd_create just returned, owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let file = std::fs::File::from(fd);
+    file.set_len(size.max(1))?;
+    if std::env::var("GPULESS_SHM_PREALLOC").is_ok_and(|v| v == "1") {
+        // Pages allocated in one call (zeroed on one thread) rather than at a fault each (on
+        // the copying threads).
+        // SAFETY: fallocate on a descriptor we own.
+        let _ = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size.max(1) as libc::off_t) };
+    }
+    {
+        // SAFETY: the memfd is ours alone until it is sealed and sent.
+        let mut map = unsafe { memmap2::MmapMut::map_mut(&file)? };
+        // Huge pages where shared memory may have them (fewer faults, fewer TLB misses).
+        let _ = map.advise(memmap2::Advice::HugePage);
+        // Pieces of the mapping paired with their source bytes, copied on several threads.
+        let mut pairs: Vec<(&mut [u8], &[u8])> = Vec::new();
+        let mut rest: &mut [u8] = &mut map[..];
+        let mut at = 0u64;
+        for ((_, b), (_, off, _)) in blobs.iter().zip(&entries) {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut((off - at) as usize);
+            let (mut dst, tail) = tail.split_at_mut(b.len());
+            rest = tail;
+            at = off + b.len() as u64;
+            let mut src: &[u8] = b;
+            while !src.is_empty() {
+                let n = src.len().min(CHUNK);
+                let (d, dr) = std::mem::take(&mut dst).split_at_mut(n);
+                pairs.push((d, &src[..n]));
+                dst = dr;
+                src = &src[n..];
+            }
+        }
+        let threads = threads.clamp(1, pairs.len().max(1));
+        if threads == 1 {
+            for (d, s) in pairs {
+                d.copy_from_slice(s);
+            }
+        } else {
+            let mut shares: Vec<Vec<(&mut [u8], &[u8])>> = (0..threads).map(|_| Vec::new()).collect();
+            for (i, p) in pairs.into_iter().enumerate() {
+                shares[i % threads].push(p);
+            }
+            std::thread::scope(|sc| {
+                for share in shares {
+                    sc.spawn(move || {
+                        for (d, s) in share {
+                            d.copy_from_slice(s);
+                        }
+                    });
+                }
+            });
+        }
+        // Unmapped here: a memfd with a writable mapping cannot be sealed against writes.
+    }
+    // SAFETY: fcntl on a descriptor we own.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SEALS | libc::F_SEAL_SEAL) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((file.into(), entries))
+}
+
+/// Writes `bytes` to the Unix socket `sock` with `fd` attached to the first byte.
+pub fn send_with_fd(sock: RawFd, bytes: &[u8], fd: RawFd) -> io::Result<()> {
+    let mut sent = 0usize;
+    while sent < bytes.len() {
+        let n = if sent == 0 {
+            let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
+            // SAFETY: CMSG_SPACE of one descriptor is a constant computation.
+            let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+            let mut cbuf = vec![0u64; space.div_ceil(8)];
+            // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = space as _;
+            // SAFETY: the control buffer holds one header with room for one descriptor.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&msg);
+                (*c).cmsg_level = libc::SOL_SOCKET;
+                (*c).cmsg_type = libc::SCM_RIGHTS;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+            }
+            // SAFETY: a valid socket and message.
+            unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) }
+        } else {
+            // SAFETY: a valid socket and the unsent rest of `bytes`.
+            unsafe { libc::send(sock, bytes[sent..].as_ptr().cast(), bytes.len() - sent, libc::MSG_NOSIGNAL) }
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        sent += n as usize;
+    }
+    Ok(())
+}
+
+/// Reads from the Unix socket `sock` like `recv(2)` with `flags`, keeping every descriptor that
+/// arrives in `fds` (in order).
+pub fn recv_with_fds(
+    sock: RawFd,
+    buf: &mut [u8],
+    flags: libc::c_int,
+    fds: &mut VecDeque<OwnedFd>,
+) -> io::Result<usize> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: a constant computation.
+    let space = unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<RawFd>()) as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: a valid socket and message whose buffers are writable for their lengths.
+    let n = unsafe { libc::recvmsg(sock, &mut msg, flags | libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: walking the control messages the kernel wrote, within msg_controllen.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c);
+                let bytes = (*c).cmsg_len as usize - (data as usize - c as usize);
+                for i in 0..bytes / std::mem::size_of::<RawFd>() {
+                    let fd = std::ptr::read_unaligned(data.cast::<RawFd>().add(i));
+                    fds.push_back(OwnedFd::from_raw_fd(fd));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(n as usize)
+}
+
+/// Maps a memfd a client sent, after checking that it is sealed against every change and holds
+/// every entry. The mapping is read-only and populated at once (one pass in the kernel instead
+/// of a fault per page).
+pub fn open(fd: OwnedFd, entries: &[Entry]) -> Result<Arc<memmap2::Mmap>, String> {
+    // SAFETY: fcntl on a descriptor we own.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & SEALS != SEALS {
+        return Err(format!(
+            "the descriptor sent with BlobShm is not a memfd sealed against shrinking, growing and writing (seals {seals:#x}): \
+             make it with MFD_ALLOW_SEALING and add F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_WRITE"
+        ));
+    }
+    let file = std::fs::File::from(fd);
+    let size = file.metadata().map_err(|e| format!("the BlobShm memfd: {e}"))?.len();
+    if let Some((h, off, len)) = entries.iter().find(|(_, off, len)| off.checked_add(*len).is_none_or(|e| e > size)) {
+        return Err(format!("blob {h} at {off} of {len} bytes lies outside the {size}-byte memfd sent with it"));
+    }
+    // SAFETY: the memfd is sealed: its size and bytes can no longer change.
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
+        .map_err(|e| format!("mapping the BlobShm memfd: {e}"))?;
+    Ok(Arc::new(map))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn blobs_travel_through_a_sealed_memfd_and_a_socket() {
+        let a: Vec<u8> = (0..(20 << 20)).map(|i| (i % 251) as u8).collect();
+        let b = vec![7u8; 100];
+        let blobs = [(Hash128::of(&a), a.as_slice()), (Hash128::of(&b), b.as_slice())];
+        let (fd, entries) = pack(&blobs, 3).unwrap();
+        assert_eq!(entries[1].1 % ALIGN, 0);
+        let (x, y) = UnixStream::pair().unwrap();
+        send_with_fd(x.as_raw_fd(), b"frame", fd.as_raw_fd()).unwrap();
+        // Sealed: nobody can change its size or bytes any more.
+        let mut f = std::fs::File::from(fd);
+        assert!(f.set_len(1).is_err());
+        assert!(std::io::Write::write(&mut f, b"x").is_err());
+        drop(f);
+        let mut fds = VecDeque::new();
+        let mut buf = [0u8; 16];
+        let n = recv_with_fds(y.as_raw_fd(), &mut buf, 0, &mut fds).unwrap();
+        assert_eq!(&buf[..n], b"frame");
+        assert_eq!(fds.len(), 1);
+        let map = open(fds.pop_front().unwrap(), &entries).unwrap();
+        for ((h, bytes), (eh, off, len)) in blobs.iter().zip(&entries) {
+            assert_eq!(h, eh);
+            let got = &map[*off as usize..(*off + *len) as usize];
+            assert_eq!(got, *bytes);
+            assert_eq!(Hash128::of(got), *h);
+        }
+    }
+
+    #[test]
+    fn an_unsealed_or_short_descriptor_is_refused() {
+        let f = tempfile_memfd(b"abc");
+        let e = open(f, &[(Hash128(1), 0, 3)]).unwrap_err();
+        assert!(e.contains("sealed"), "{e}");
+        let (fd, _) = pack(&[(Hash128(1), b"abc".as_slice())], 1).unwrap();
+        let e = open(fd, &[(Hash128(1), 0, 1 << 20)]).unwrap_err();
+        assert!(e.contains("outside"), "{e}");
+    }
+
+    fn tempfile_memfd(bytes: &[u8]) -> OwnedFd {
+        use std::io::Write;
+        // SAFETY: a NUL-terminated name.
+        let raw = unsafe { libc::memfd_create(c"t".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(raw >= 0);
+        // SAFETY: just created, ours.
+        let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+        f.write_all(bytes).unwrap();
+        f.into()
+    }
+}
