@@ -124,8 +124,9 @@ enum Command {
         /// Set by the parent process of a --create run.
         #[arg(long, hide = true, requires = "mig")]
         mig_created: bool,
-        /// Replay on a `gpuless serve` at ADDR (`HOST:PORT` or `unix:PATH`) instead of this
-        /// machine's GPU; --mig then names the partition to ask for (a profile, `sms:N`, `whole`).
+        /// Replay on a `gpuless serve` at ADDR (`HOST:PORT`, `tls://HOST:PORT` or `unix:PATH`)
+        /// instead of this machine's GPU; --mig then names the partition to ask for (a profile,
+        /// `sms:N`, `whole`).
         #[arg(long, value_name = "ADDR", conflicts_with_all = ["dry_run", "create", "emulate", "profile", "partial"])]
         remote: Option<String>,
         /// With --remote: the server's token (default: $GPULESS_TOKEN).
@@ -134,6 +135,11 @@ enum Command {
         /// With --remote: ask for the best-effort priority class (default: latency-critical).
         #[arg(long, requires = "remote")]
         best_effort: bool,
+        /// With --remote tls://HOST:PORT: PEM file of the CA certificates that may sign the
+        /// server's certificate (or the server's self-signed certificate itself). Default:
+        /// $GPULESS_TLS_CA.
+        #[arg(long, value_name = "FILE", requires = "remote")]
+        tls_ca: Option<PathBuf>,
     },
     /// Serve GPUs to remote clients: sessions on partitions, one executor process each, a
     /// content cache, Prometheus metrics (docs/PROTOCOL.md). Runs until SIGTERM, then drains.
@@ -153,6 +159,12 @@ enum Command {
         /// File holding the clients' token.
         #[arg(long)]
         token_file: Option<String>,
+        /// PEM certificate chain for the TCP listener, which then speaks only TLS (with --tls-key).
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<String>,
+        /// PEM private key of --tls-cert's certificate.
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<String>,
         /// Warm executors per partition spec, e.g. `whole=2` or `sms:16=1` (repeatable).
         #[arg(long, value_name = "SPEC=N")]
         pool: Vec<String>,
@@ -256,9 +268,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             remote,
             token,
             best_effort,
+            tls_ca,
         } => {
             if let Some(addr) = remote {
-                let args = remote::RemoteArgs { addr, partition: mig, token, best_effort, iterations, json, no_verify };
+                let args = remote::RemoteArgs {
+                    addr,
+                    partition: mig,
+                    token,
+                    best_effort,
+                    iterations,
+                    json,
+                    no_verify,
+                    tls_ca,
+                };
                 return remote::run(&trace, &args);
             }
             if dry_run {
@@ -269,9 +291,29 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 replay::run(&trace, &opts, &part)
             }
         }
-        Command::Serve { config, listen, socket, metrics, token_file, pool, idle_timeout, cache_dir } => {
-            serve::run(&serve::ServeArgs { config, listen, socket, metrics, token_file, pool, idle_timeout, cache_dir })
-        }
+        Command::Serve {
+            config,
+            listen,
+            socket,
+            metrics,
+            token_file,
+            tls_cert,
+            tls_key,
+            pool,
+            idle_timeout,
+            cache_dir,
+        } => serve::run(&serve::ServeArgs {
+            config,
+            listen,
+            socket,
+            metrics,
+            token_file,
+            tls_cert,
+            tls_key,
+            pool,
+            idle_timeout,
+            cache_dir,
+        }),
         Command::Executor { partition } => serve::executor(&partition),
         Command::Devices { json } => devices::run(json).map(|()| ExitCode::SUCCESS),
         Command::Analyze { paths, arch, json, plot, check_driver, no_progress } => {

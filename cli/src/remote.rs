@@ -36,6 +36,8 @@ pub struct RemoteArgs {
     pub json: bool,
     /// Skip comparing results.
     pub no_verify: bool,
+    /// `--tls-ca`: the CA file for a `tls://` server (else `GPULESS_TLS_CA`).
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 /// The report of a remote replay.
@@ -286,7 +288,12 @@ impl Client<'_> {
 /// Replays `path` on the server at `args.addr`.
 pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
     let trace = load(path)?;
-    let endpoint = Endpoint::parse(&args.addr);
+    let mut endpoint = Endpoint::parse(&args.addr);
+    match (&mut endpoint, &args.tls_ca) {
+        (Endpoint::Tls { ca, .. }, Some(file)) => *ca = Some(file.clone()),
+        (_, None) => {}
+        (_, Some(_)) => bail!("--tls-ca applies to TLS servers: give the address as tls://HOST:PORT"),
+    }
     let mut conn = protocol::connect(&endpoint, Duration::from_secs(10))
         .with_context(|| format!("connecting to the gpuless server at {endpoint}"))?;
     conn.set_timeout(Some(Duration::from_secs(600)))?;

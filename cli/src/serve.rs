@@ -31,6 +31,10 @@ pub struct ServeArgs {
     pub metrics: Option<String>,
     /// `--token-file`.
     pub token_file: Option<String>,
+    /// `--tls-cert`.
+    pub tls_cert: Option<String>,
+    /// `--tls-key`.
+    pub tls_key: Option<String>,
     /// `--pool SPEC=N`.
     pub pool: Vec<String>,
     /// `--idle-timeout`.
@@ -63,6 +67,12 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(t) = &args.token_file {
         cfg.token_file = t.clone();
+    }
+    if let Some(c) = &args.tls_cert {
+        cfg.tls_cert = c.clone();
+    }
+    if let Some(k) = &args.tls_key {
+        cfg.tls_key = k.clone();
     }
     if let Some(t) = args.idle_timeout {
         cfg.idle_timeout_s = t;

@@ -137,7 +137,22 @@ fn connect(s: &Server) -> protocol::Connection {
 
 /// `gpuless replay --remote ADDR --json trace` (+ args): exit code and the JSON report.
 fn remote_replay(addr: &str, trace: &Path, args: &[&str]) -> (i32, serde_json::Value, String) {
-    let out = Command::new(GL).args(["replay", "--remote", addr, "--json"]).args(args).arg(trace).output().unwrap();
+    remote_replay_env(addr, trace, args, &[])
+}
+
+/// [`remote_replay`] with `env` set for the client.
+fn remote_replay_env(
+    addr: &str,
+    trace: &Path,
+    args: &[&str],
+    env: &[(&str, &Path)],
+) -> (i32, serde_json::Value, String) {
+    let mut cmd = Command::new(GL);
+    cmd.args(["replay", "--remote", addr, "--json"]).args(args).arg(trace).env_remove("GPULESS_TLS_CA");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let v = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
     (out.status.code().unwrap_or(-1), v, String::from_utf8_lossy(&out.stderr).into_owned())
@@ -630,4 +645,146 @@ fn a_thousand_sessions_64_at_a_time_with_clients_killed_at_random_points() {
     let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
     assert_eq!(rc, 0, "{r} {err}");
     eprintln!("1000 sessions: {ok} completed, {killed} killed, {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// A self-signed certificate for `localhost` and `127.0.0.1` (rcgen): `dir/NAME.pem` and its
+/// key `dir/NAME.key`.
+fn self_signed(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+    std::fs::write(&cert, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
+    (cert, key)
+}
+
+/// A server whose TCP listener speaks TLS with a new self-signed certificate: the server and
+/// the certificate file (its own CA).
+fn tls_server(dir: &Path, extra: &[&str]) -> (Server, PathBuf) {
+    let (cert, key) = self_signed(dir, "server");
+    let mut flags = vec!["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()];
+    flags.extend_from_slice(extra);
+    (Server::start(dir, dir, &flags, &[]), cert)
+}
+
+#[test]
+fn tls_remote_replay_verifies_and_later_sessions_find_the_blobs_cached() {
+    let (dir, trace) = stand_in();
+    let (s, ca) = tls_server(dir.path(), &[]);
+    let addr = format!("tls://{}", s.tcp);
+    let (rc, first, err) = remote_replay(&addr, &trace, &["--tls-ca", ca.to_str().unwrap()]);
+    assert_eq!(rc, 0, "{first} {err}");
+    assert_eq!(first["results_verified"], 2, "{first}");
+    assert_eq!(first["launches"], 2, "{first}");
+    assert!(first["mismatches"].as_array().unwrap().is_empty() && first["errors"].as_array().unwrap().is_empty());
+    let t = &first["traffic"];
+    assert!(t["blob_misses"].as_u64().unwrap() >= 2 && t["blob_bytes"].as_u64().unwrap() >= 256, "{t}");
+    // A second session, trusting the CA through the environment: every blob is a cache hit.
+    let (rc, second, err) = remote_replay_env(&addr, &trace, &[], &[("GPULESS_TLS_CA", &ca)]);
+    assert_eq!(rc, 0, "{second} {err}");
+    assert_eq!(second["results_verified"], 2, "{second}");
+    assert_eq!(second["traffic"]["blob_bytes"], 0, "{second}");
+    assert_eq!(second["traffic"]["blob_hits"], t["blob_misses"], "{second}");
+    // Hot: the same answers, segment after segment, through the server's proxy.
+    let (rc, hot, err) = remote_replay(&addr, &trace, &["--tls-ca", ca.to_str().unwrap(), "--iterations", "20"]);
+    assert!(rc == 0 || rc == 3, "{hot} {err}");
+    assert_eq!(hot["hot"]["iterations"], 20, "{hot}");
+    assert_eq!(
+        hot["results_verified"].as_u64().unwrap() + hot["mismatches"].as_array().unwrap().len() as u64,
+        2 * 21,
+        "{hot}"
+    );
+    assert_eq!(s.metric("gpuless_tls_sessions_total"), 3.0);
+    // Each proxied session ends: the executor reports it, the server frees it.
+    wait_until(|| s.metric("gpuless_sessions_ended_total{kind=\"closed\"}") == 3.0, "three TLS sessions ended");
+    wait_until(|| s.metric("gpuless_sessions{kind=\"latency-critical\"}") == 0.0, "no session is left");
+    eprintln!("TLS hot iteration: median {} ms, min {} ms", hot["hot"]["wall_ms_median"], hot["hot"]["wall_ms_min"]);
+    // The Unix socket stays plain.
+    let (rc, r, err) = remote_replay(&format!("unix:{}", s.socket.display()), &trace, &[]);
+    assert_eq!(rc, 0, "{r} {err}");
+}
+
+#[test]
+fn tls_clients_without_the_right_ca_fail_clearly_and_plain_clients_are_refused() {
+    let (dir, trace) = stand_in();
+    let (s, ca) = tls_server(dir.path(), &[]);
+    let addr = format!("tls://{}", s.tcp);
+    // No CA at all.
+    let (rc, _, err) = remote_replay(&addr, &trace, &[]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("no CA certificate") && err.contains("--tls-ca") && err.contains("GPULESS_TLS_CA"), "{err}");
+    // A CA that did not sign the server's certificate.
+    let (other, _) = self_signed(dir.path(), "other");
+    let (rc, _, err) = remote_replay(&addr, &trace, &["--tls-ca", other.to_str().unwrap()]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(
+        err.contains("certificate is not trusted") && err.contains("other.pem") && err.contains("--tls-ca"),
+        "{err}"
+    );
+    wait_until(|| s.metric("gpuless_tls_handshake_failures_total{kind=\"failed\"}") >= 1.0, "the failure is counted");
+    // A CA file that is not there, and one that holds no certificate.
+    let missing = dir.path().join("missing-ca.pem");
+    let (rc, _, err) = remote_replay(&addr, &trace, &["--tls-ca", missing.to_str().unwrap()]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("missing-ca.pem"), "{err}");
+    let (rc, _, err) = remote_replay(&addr, &trace, &["--tls-ca", dir.path().join("server.key").to_str().unwrap()]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("server.key") && err.contains("no certificate"), "{err}");
+    // A plain client on the TLS port is refused, in words it can read.
+    let (rc, _, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("speaks TLS only") && err.contains("tls://"), "{err}");
+    assert!(s.metric("gpuless_sessions_ended_total{kind=\"refused-not-tls\"}") >= 1.0);
+    // Garbage that starts like a TLS record, and a client that never speaks.
+    let mut t = TcpStream::connect(&s.tcp).unwrap();
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    t.write_all(&[0x16, 0x03, 0x01, 0x00, 0x04, 0xde, 0xad, 0xbe, 0xef]).unwrap();
+    let mut rest = Vec::new();
+    let _ = t.read_to_end(&mut rest); // an alert at most, then the end
+    let _silent = TcpStream::connect(&s.tcp).unwrap();
+    // --tls-ca names a TLS server.
+    let (rc, _, err) = remote_replay(&s.tcp, &trace, &["--tls-ca", ca.to_str().unwrap()]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("tls://HOST:PORT"), "{err}");
+    // The server still serves TLS clients.
+    let (rc, r, err) = remote_replay(&addr, &trace, &["--tls-ca", ca.to_str().unwrap()]);
+    assert_eq!(rc, 0, "{r} {err}");
+    assert_eq!(r["results_verified"], 2, "{r}");
+    assert!(s.metric("gpuless_tls_handshake_failures_total{kind=\"failed\"}") >= 2.0);
+}
+
+#[test]
+fn a_tls_client_of_a_plain_server_fails_without_hanging() {
+    let (dir, trace) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    let (ca, _) = self_signed(dir.path(), "ca");
+    let t = Instant::now();
+    let (rc, _, err) = remote_replay(&format!("tls://{}", s.tcp), &trace, &["--tls-ca", ca.to_str().unwrap()]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("TLS handshake") && err.contains("speak TLS"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{r} {err}");
+}
+
+#[test]
+fn tls_needs_both_a_certificate_and_a_key_and_both_must_be_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(GL).args(["serve", "--tls-cert", "c.pem"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-key"), "{}", String::from_utf8_lossy(&out.stderr));
+    let cfg = dir.path().join("gpuless.toml");
+    std::fs::write(&cfg, "tls_key = \"k.pem\"\n").unwrap();
+    let out = Command::new(GL).args(["serve", "--config", cfg.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("`tls_key` is set but `tls_cert` is not"), "{err}");
+    let missing = dir.path().join("nope.pem");
+    let out = Command::new(GL)
+        .args(["serve", "--listen", "127.0.0.1:0", "--pool", "whole=0", "--tls-cert", missing.to_str().unwrap()])
+        .args(["--tls-key", missing.to_str().unwrap()])
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("tls_cert") && err.contains("nope.pem"), "{err}");
 }

@@ -43,6 +43,12 @@ pub struct Config {
     pub cache: CacheConfig,
     /// The executor binary (default: this `gpuless`).
     pub executor: String,
+    /// PEM file of the TCP listener's certificate chain (the server's certificate first). With
+    /// `tls_key`, the TCP listener speaks only TLS; empty: plain TCP. The Unix socket is not
+    /// affected.
+    pub tls_cert: String,
+    /// PEM file of the private key of `tls_cert`'s certificate.
+    pub tls_key: String,
 }
 
 /// The content cache: a memory tier (a tmpfs directory) and a disk tier, each size-bounded,
@@ -84,6 +90,8 @@ impl Default for Config {
             drain_timeout_s: 30.0,
             cache: CacheConfig::default(),
             executor: String::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
         }
     }
 }
@@ -113,6 +121,15 @@ impl Config {
         if !self.token_file.is_empty() {
             let t = std::fs::read_to_string(&self.token_file).map_err(|e| err(format!("token_file: {e}")))?;
             self.token = t.lines().next().unwrap_or("").trim().to_string();
+        }
+        match (self.tls_cert.is_empty(), self.tls_key.is_empty()) {
+            (false, true) => {
+                return Err(err("`tls_cert` is set but `tls_key` is not: set both (PEM files) or neither".into()))
+            }
+            (true, false) => {
+                return Err(err("`tls_key` is set but `tls_cert` is not: set both (PEM files) or neither".into()))
+            }
+            _ => {}
         }
         if self.listen.is_empty() && self.socket.is_empty() {
             return Err(err("neither `listen` nor `socket` is set: the server would accept no client".into()));
@@ -167,5 +184,21 @@ mod tests {
         let ok = Config { listen: "0.0.0.0:7011".into(), token: "t".into(), ..Config::default() };
         assert!(ok.resolve().is_ok());
         assert!(is_loopback("[::1]:5") && is_loopback("localhost:1") && !is_loopback("10.0.0.1:1"));
+    }
+
+    #[test]
+    fn tls_needs_both_a_certificate_and_a_key() {
+        let c: Config = toml::from_str("tls_cert = \"/etc/c.pem\"\n").unwrap();
+        let e = c.resolve().unwrap_err().to_string();
+        assert!(e.contains("`tls_cert` is set but `tls_key` is not"), "{e}");
+        let c = Config { tls_key: "/etc/k.pem".into(), ..Config::default() };
+        let e = c.resolve().unwrap_err().to_string();
+        assert!(e.contains("`tls_key` is set but `tls_cert` is not"), "{e}");
+        let both = Config { tls_cert: "c.pem".into(), tls_key: "k.pem".into(), ..Config::default() };
+        assert!(both.resolve().is_ok());
+        // TLS is no substitute for a token on an open listener.
+        let open =
+            Config { listen: "0.0.0.0:1".into(), tls_cert: "c".into(), tls_key: "k".into(), ..Config::default() };
+        assert!(open.resolve().unwrap_err().to_string().contains("no token"));
     }
 }

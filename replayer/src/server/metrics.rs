@@ -54,6 +54,10 @@ pub struct Metrics {
     pub segment_seconds: Histogram,
     /// From a synchronizing segment's arrival to its answer leaving, seconds.
     pub answer_seconds: Histogram,
+    /// Sessions started over TLS (the server proxies them).
+    pub tls_sessions: Counter,
+    /// TLS handshakes that failed (`failed`) or did not finish in time (`timeout`).
+    pub tls_handshake_failures: Family<Kind, Counter>,
 }
 
 impl Default for Metrics {
@@ -79,6 +83,8 @@ impl Metrics {
             session_memory: Family::default(),
             segment_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 24)),
             answer_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 24)),
+            tls_sessions: Counter::default(),
+            tls_handshake_failures: Family::default(),
             registry: Registry::default(),
         };
         registry.register("sessions", "Live sessions by priority class", m.sessions.clone());
@@ -93,6 +99,8 @@ impl Metrics {
         registry.register("session_gpu_memory_bytes", "Device memory per session", m.session_memory.clone());
         registry.register("segment_seconds", "Executor time per segment", m.segment_seconds.clone());
         registry.register("answer_seconds", "Synchronizing segment arrival to answer", m.answer_seconds.clone());
+        registry.register("tls_sessions", "Sessions started over TLS", m.tls_sessions.clone());
+        registry.register("tls_handshake_failures", "Failed TLS handshakes by kind", m.tls_handshake_failures.clone());
         Metrics { registry, ..m }
     }
 

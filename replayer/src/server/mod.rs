@@ -9,6 +9,7 @@
 //! - [`executor`]: the executor process's loop on the replayer's streaming engine.
 //! - [`cache`]: content-addressed blobs in a memory and a disk tier.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
+//! - [`tls`]: TLS on the TCP listener; TLS sessions are proxied to their executor.
 //!
 //! The one entry is [`serve`].
 
@@ -18,6 +19,7 @@ pub mod control;
 pub mod executor;
 pub mod manager;
 pub mod metrics;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -65,6 +67,14 @@ pub fn serve(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
 }
 
 async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Option<String>)) -> Result<(), ServeError> {
+    // Certificate and key first: a server that cannot speak TLS as asked does not start.
+    let tls = match (cfg.tls_cert.is_empty(), cfg.tls_key.is_empty()) {
+        (false, false) => Some(
+            tls::acceptor(cfg.tls_cert.as_ref(), cfg.tls_key.as_ref())
+                .map_err(|e| ServeError::Start(format!("TLS: {e}")))?,
+        ),
+        _ => None,
+    };
     let profiles = profile_sms();
     let mgr = Manager::new(cfg.clone(), exe, profiles).map_err(|e| ServeError::Start(format!("cache: {e}")))?;
     let mut tcp_addr = None;
@@ -73,12 +83,22 @@ async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
         let l =
             TcpListener::bind(&cfg.listen).await.map_err(|err| ServeError::Listen { what: cfg.listen.clone(), err })?;
         tcp_addr = l.local_addr().ok().map(|a| a.to_string());
+        if tls.is_none() && !config::is_loopback(&cfg.listen) {
+            tracing::warn!(listen = cfg.listen, "the TCP listener is not on loopback and has no TLS: tokens and session data travel in the clear (set tls_cert and tls_key)");
+        }
         let m = mgr.clone();
+        let tls = tls.clone();
         tasks.push(tokio::spawn(async move {
             while let Ok((s, peer)) = l.accept().await {
                 let _ = s.set_nodelay(true);
                 let m = m.clone();
-                tokio::spawn(async move { session(m, s, peer.to_string()).await });
+                match &tls {
+                    Some(a) => {
+                        let a = a.clone();
+                        tokio::spawn(async move { tls::session(m, a, s, peer.to_string()).await })
+                    }
+                    None => tokio::spawn(async move { session_from_now(m, s, peer.to_string()).await }),
+                };
             }
         }));
     }
@@ -89,7 +109,7 @@ async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
         tasks.push(tokio::spawn(async move {
             while let Ok((s, _)) = l.accept().await {
                 let m = m.clone();
-                tokio::spawn(async move { session(m, s, "unix".into()).await });
+                tokio::spawn(async move { session_from_now(m, s, "unix".into()).await });
             }
         }));
     }
@@ -111,7 +131,7 @@ async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
         let m = mgr.clone();
         tokio::task::spawn_blocking(move || m.fill_pool());
     }
-    tracing::info!(tcp = ?tcp_addr, socket = cfg.socket, metrics = ?metrics_addr, "serving");
+    tracing::info!(tcp = ?tcp_addr, tls = tls.is_some(), socket = cfg.socket, metrics = ?metrics_addr, "serving");
     ready(tcp_addr, metrics_addr);
     wait_for_signal().await;
     tracing::info!(sessions = mgr.sessions(), "draining");
@@ -184,6 +204,10 @@ async fn refuse<S: AsyncWrite + Unpin>(m: &Manager, s: &mut S, code: u16, messag
 trait Handoff: AsyncRead + AsyncWrite + Unpin + Send {
     /// The descriptor, switched to blocking mode for the executor.
     fn into_blocking_fd(self) -> std::io::Result<std::os::fd::OwnedFd>;
+    /// Whether the client speaks TLS (the server then proxies the session).
+    fn is_tls(&self) -> bool {
+        false
+    }
 }
 
 impl Handoff for tokio::net::TcpStream {
@@ -202,10 +226,16 @@ impl Handoff for tokio::net::UnixStream {
     }
 }
 
-/// One client: Hello, authentication, admission, then the connection goes to an executor.
-async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String) {
-    let timeout = Config::secs(m.cfg.handshake_timeout_s);
-    let hello = match tokio::time::timeout(timeout, read_hello(&mut s, 64 << 10)).await {
+/// [`session`] for a client that just connected.
+async fn session_from_now<S: Handoff>(m: Arc<Manager>, s: S, peer: String) {
+    let deadline = tokio::time::Instant::now() + Config::secs(m.cfg.handshake_timeout_s);
+    session(m, s, peer, deadline).await
+}
+
+/// One client: Hello (complete by `deadline`), authentication, admission, then the connection
+/// goes to an executor.
+async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: tokio::time::Instant) {
+    let hello = match tokio::time::timeout_at(deadline, read_hello(&mut s, 64 << 10)).await {
         Ok(Ok(h)) => h,
         Ok(Err(e)) => return refuse(&m, &mut s, code::BAD_MESSAGE, e, "refused-bad-message").await,
         Err(_) => {
@@ -247,8 +277,12 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String) {
             return refuse(&m, &mut s, c, e, outcome).await;
         }
     };
-    tracing::info!(session = grant.session, exec = grant.exec, peer, program = h.program, partition = %h.partition,
+    let tls = s.is_tls();
+    tracing::info!(session = grant.session, exec = grant.exec, peer, tls, program = h.program, partition = %h.partition,
         priority = h.priority.name(), "session starts");
+    if tls {
+        m.metrics.tls_sessions.inc();
+    }
     let start = Control::Start { session: grant.session, idle_ms: (m.cfg.idle_timeout_s * 1e3) as u64, hello: payload };
     let fd = match s.into_blocking_fd() {
         Ok(fd) => fd,

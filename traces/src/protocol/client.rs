@@ -14,20 +14,31 @@ use crate::model::{CallRecord, Hash128};
 /// Blobs travel in parts of at most this many bytes.
 pub const BLOB_PART: usize = 16 << 20;
 
-/// Where a server listens: `unix:PATH` or `HOST:PORT` (TCP).
+/// Where a server listens: `unix:PATH`, `HOST:PORT` (TCP) or `tls://HOST:PORT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     /// A TCP address.
     Tcp(String),
     /// A Unix-domain socket path.
     Unix(std::path::PathBuf),
+    /// TLS over TCP (a server started with `--tls-cert`): the server's certificate must be
+    /// signed by a CA in `ca` (a PEM file; `None`: the file `$GPULESS_TLS_CA` names) and name
+    /// the host part of `addr`.
+    Tls {
+        /// `HOST:PORT`.
+        addr: String,
+        /// The PEM file of trusted CA certificates.
+        ca: Option<std::path::PathBuf>,
+    },
 }
 
 impl Endpoint {
-    /// Parses `unix:PATH`, `tcp://HOST:PORT` or `HOST:PORT`.
+    /// Parses `unix:PATH`, `tls://HOST:PORT` (no CA file yet), `tcp://HOST:PORT` or `HOST:PORT`.
     pub fn parse(s: &str) -> Self {
         if let Some(p) = s.strip_prefix("unix:") {
             Endpoint::Unix(p.into())
+        } else if let Some(a) = s.strip_prefix("tls://") {
+            Endpoint::Tls { addr: a.to_string(), ca: None }
         } else {
             Endpoint::Tcp(s.strip_prefix("tcp://").unwrap_or(s).to_string())
         }
@@ -39,6 +50,7 @@ impl std::fmt::Display for Endpoint {
         match self {
             Endpoint::Tcp(a) => write!(f, "{a}"),
             Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+            Endpoint::Tls { addr, .. } => write!(f, "tls://{addr}"),
         }
     }
 }
@@ -163,35 +175,73 @@ impl Write for Stream {
     }
 }
 
-/// Opens a connection to `endpoint`, waiting at most `timeout` for it.
+/// Opens a TCP connection to `addr` (the first of its addresses that answers).
+fn connect_tcp(addr: &str, timeout: Duration) -> Result<TcpStream, ProtocolError> {
+    use std::net::ToSocketAddrs;
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(s) => {
+                s.set_nodelay(true)?;
+                return Ok(s);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("{addr}: no address"))).into())
+}
+
+/// Opens a connection to `endpoint`, waiting at most `timeout` for it (for TLS: for the TCP
+/// connection and again for the TLS handshake).
 pub fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Connection, ProtocolError> {
     let stream = match endpoint {
-        Endpoint::Tcp(addr) => {
-            use std::net::ToSocketAddrs;
-            let mut last = None;
-            let mut found = None;
-            for a in addr.to_socket_addrs()? {
-                match TcpStream::connect_timeout(&a, timeout) {
-                    Ok(s) => {
-                        found = Some(s);
-                        break;
-                    }
-                    Err(e) => last = Some(e),
-                }
-            }
-            let s = match (found, last) {
-                (Some(s), _) => s,
-                (None, Some(e)) => return Err(e.into()),
-                (None, None) => {
-                    return Err(std::io::Error::new(std::io::ErrorKind::NotFound, format!("{addr}: no address")).into())
-                }
-            };
-            s.set_nodelay(true)?;
-            Stream::Tcp(s)
-        }
+        Endpoint::Tcp(addr) => Stream::Tcp(connect_tcp(addr, timeout)?),
         Endpoint::Unix(p) => Stream::Unix(UnixStream::connect(p)?),
+        Endpoint::Tls { addr, ca } => {
+            let tls = super::tls::connect(connect_tcp(addr, timeout)?, addr, ca.as_deref(), timeout)?;
+            return Connection::tls(tls);
+        }
     };
     Connection::new(stream)
+}
+
+/// A connection's reading half: a plain stream, busy-polled, or a TLS session (whose reads
+/// block: the session may hold decrypted bytes that the socket no longer shows).
+#[derive(Debug)]
+enum ReadHalf {
+    Plain(Polled),
+    Tls(super::tls::TlsStream),
+}
+
+impl Read for ReadHalf {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            ReadHalf::Plain(p) => p.read(buf),
+            ReadHalf::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+/// A connection's writing half.
+#[derive(Debug)]
+enum WriteHalf {
+    Plain(Stream),
+    Tls(super::tls::TlsStream),
+}
+
+impl Write for WriteHalf {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            WriteHalf::Plain(s) => s.write(buf),
+            WriteHalf::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            WriteHalf::Plain(s) => s.flush(),
+            WriteHalf::Tls(s) => s.flush(),
+        }
+    }
 }
 
 /// Counts of what a client sent and waited for.
@@ -221,10 +271,10 @@ pub struct Traffic {
 
 /// One session's connection, from the client's side.
 pub struct Connection {
-    reader: BufReader<Polled>,
+    reader: BufReader<ReadHalf>,
     /// Most a wait for an answer polls before it blocks (`GPULESS_SPIN_US`, default 2,000).
     spin_max: Duration,
-    writer: BufWriter<Stream>,
+    writer: BufWriter<WriteHalf>,
     payload: Vec<u8>,
     encoder: crate::encode::CallBatchEncoder,
     /// What went over the wire so far.
@@ -240,22 +290,35 @@ impl std::fmt::Debug for Connection {
 impl Connection {
     /// Wraps a connected stream.
     pub fn new(stream: Stream) -> Result<Self, ProtocolError> {
+        let reader = ReadHalf::Plain(Polled::new(stream.try_clone()?, Duration::ZERO));
+        Ok(Self::halves(reader, WriteHalf::Plain(stream)))
+    }
+
+    /// Wraps a TLS session (its reader and writer halves share it).
+    pub fn tls(stream: super::tls::TlsStream) -> Result<Self, ProtocolError> {
+        Ok(Self::halves(ReadHalf::Tls(stream.try_clone()?), WriteHalf::Tls(stream)))
+    }
+
+    fn halves(reader: ReadHalf, writer: WriteHalf) -> Self {
         let spin_max =
             Duration::from_micros(std::env::var("GPULESS_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(2000));
-        let reader = BufReader::with_capacity(1 << 16, Polled::new(stream.try_clone()?, Duration::ZERO));
-        Ok(Connection {
+        let reader = BufReader::with_capacity(1 << 16, reader);
+        Connection {
             reader,
             spin_max,
-            writer: BufWriter::with_capacity(1 << 16, stream),
+            writer: BufWriter::with_capacity(1 << 16, writer),
             payload: Vec::new(),
             encoder: crate::encode::CallBatchEncoder::new(),
             traffic: Traffic::default(),
-        })
+        }
     }
 
     /// Sets how long a wait for the server may last.
     pub fn set_timeout(&self, t: Option<Duration>) -> Result<(), ProtocolError> {
-        Ok(self.reader.get_ref().stream.set_read_timeout(t)?)
+        match self.reader.get_ref() {
+            ReadHalf::Plain(p) => Ok(p.stream.set_read_timeout(t)?),
+            ReadHalf::Tls(s) => Ok(s.set_read_timeout(t)?),
+        }
     }
 
     fn frame(&mut self, kind: u16, flags: u16, payload: &[u8]) -> Result<(), ProtocolError> {
@@ -313,7 +376,7 @@ impl Connection {
     /// Whether the connection can carry descriptors (a Unix socket): blobs can then travel
     /// through shared memory ([`Self::send_blobs_shm`]).
     pub fn can_share_memory(&self) -> bool {
-        matches!(self.writer.get_ref(), Stream::Unix(_))
+        matches!(self.writer.get_ref(), WriteHalf::Plain(Stream::Unix(_)))
     }
 
     /// Sends `blobs` through a sealed memfd ([`super::shm`]) and waits until the server holds
@@ -330,7 +393,10 @@ impl Connection {
         let mut frame = Vec::new();
         write_frame(&mut frame, m.kind(), 0, &m.encode())?;
         self.writer.flush()?;
-        super::shm::send_with_fd(self.writer.get_ref().as_raw_fd(), &frame, fd.as_raw_fd())?;
+        let WriteHalf::Plain(sock) = self.writer.get_ref() else {
+            return Err(ProtocolError::Frame("shared-memory blobs need a Unix-socket connection".into()));
+        };
+        super::shm::send_with_fd(sock.as_raw_fd(), &frame, fd.as_raw_fd())?;
         drop(fd);
         self.traffic.bytes_up += frame.len() as u64;
         self.traffic.round_trips += 1;
@@ -404,7 +470,9 @@ impl Connection {
         let t0 = std::time::Instant::now();
         let m = self.recv();
         let took = t0.elapsed();
-        self.reader.get_mut().spin = (took + took / 2 + Duration::from_micros(50)).min(self.spin_max);
+        if let ReadHalf::Plain(p) = self.reader.get_mut() {
+            p.spin = (took + took / 2 + Duration::from_micros(50)).min(self.spin_max);
+        }
         match m? {
             Message::Answer(a) => Ok(a),
             Message::Error { code, message } => {

@@ -18,6 +18,7 @@ pub mod frame;
 pub mod message;
 pub mod segment;
 pub mod shm;
+pub mod tls;
 
 pub use client::{connect, Connection, Endpoint, Traffic};
 pub use frame::{read_frame, read_header, read_payload, write_frame, FrameHeader, FRAME_HEADER_LEN, MAX_FRAME};
@@ -65,4 +66,7 @@ pub enum ProtocolError {
     /// The server refused or ended the session.
     #[error("the server {0}")]
     Server(String),
+    /// TLS could not be set up: the CA file, the server's certificate, the handshake.
+    #[error("{0}")]
+    Tls(String),
 }

@@ -1,0 +1,286 @@
+//! TLS for the blocking client (`tls://HOST:PORT`, docs/PROTOCOL.md "TLS"): rustls on the
+//! `ring` provider, the server checked against the trust roots of a PEM file (the `--tls-ca`
+//! flag or `GPULESS_TLS_CA`) and the host part of the address as its name.
+//!
+//! [`Connection`](super::Connection) reads and writes through separate halves of one stream;
+//! a TLS session is one state machine, so both halves share it behind a mutex (a client is
+//! single-threaded: the lock is never contended). Without the crate's `tls` feature the
+//! stream type is empty and connecting fails with a [`ProtocolError::Tls`].
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Duration;
+
+use super::ProtocolError;
+
+/// The environment variable naming the CA file when the endpoint names none.
+pub const CA_ENV: &str = "GPULESS_TLS_CA";
+
+/// The CA file to trust for `addr`: `ca`, else `$GPULESS_TLS_CA`, else an error that says
+/// how to give one.
+fn ca_file(addr: &str, ca: Option<&Path>) -> Result<std::path::PathBuf, ProtocolError> {
+    match ca {
+        Some(p) => Ok(p.to_path_buf()),
+        None => std::env::var_os(CA_ENV).filter(|v| !v.is_empty()).map(Into::into).ok_or_else(|| {
+            ProtocolError::Tls(format!(
+                "tls://{addr}: no CA certificate to check the server with: pass --tls-ca FILE (a PEM file of the CA \
+                 that signed the server's certificate, or the certificate itself) or set {CA_ENV}"
+            ))
+        }),
+    }
+}
+
+/// The host part of `HOST:PORT` (`[::1]:7011` gives `::1`).
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
+fn host_of(addr: &str) -> &str {
+    addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']')
+}
+
+#[cfg(feature = "tls")]
+mod imp {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::path::Path;
+    use std::sync::{Arc, Mutex, MutexGuard};
+    use std::time::Duration;
+
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use rustls::{CertificateError, ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+
+    use super::super::ProtocolError;
+
+    /// A client's TLS session over TCP, shared by a connection's reader and writer halves.
+    #[derive(Debug, Clone)]
+    pub struct TlsStream(Arc<Mutex<StreamOwned<ClientConnection, TcpStream>>>);
+
+    impl TlsStream {
+        fn lock(&self) -> std::io::Result<MutexGuard<'_, StreamOwned<ClientConnection, TcpStream>>> {
+            self.0.lock().map_err(|_| std::io::Error::other("the TLS session was poisoned by a panic"))
+        }
+
+        /// Another handle on the same session.
+        pub fn try_clone(&self) -> std::io::Result<TlsStream> {
+            Ok(self.clone())
+        }
+
+        /// Sets the read timeout of the TCP stream underneath.
+        pub fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+            self.lock()?.sock.set_read_timeout(t)
+        }
+    }
+
+    impl Read for TlsStream {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.lock()?.read(buf)
+        }
+    }
+
+    impl Write for TlsStream {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.lock()?.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.lock()?.flush()
+        }
+    }
+
+    /// The trust roots in the PEM file `ca`.
+    fn roots(ca: &Path) -> Result<RootCertStore, ProtocolError> {
+        let what = |e: &dyn std::fmt::Display| {
+            ProtocolError::Tls(format!("cannot read the CA certificates in {}: {e}", ca.display()))
+        };
+        let mut store = RootCertStore::empty();
+        let mut n = 0usize;
+        for c in CertificateDer::pem_file_iter(ca).map_err(|e| what(&e))? {
+            let c = c.map_err(|e| what(&e))?;
+            n += 1;
+            store.add(c).map_err(|e| {
+                ProtocolError::Tls(format!("{}: certificate {n} cannot be a trust root: {e}", ca.display()))
+            })?;
+        }
+        if n == 0 {
+            return Err(ProtocolError::Tls(format!(
+                "{} holds no certificate (expected PEM `-----BEGIN CERTIFICATE-----` blocks)",
+                ca.display()
+            )));
+        }
+        Ok(store)
+    }
+
+    /// A handshake error in words, with the fix where there is one.
+    fn explain(e: &std::io::Error, addr: &str, host: &str, ca: &Path, timeout: Duration) -> ProtocolError {
+        let peer = format!("the TLS handshake with {addr}");
+        if let Some(r) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+            return ProtocolError::Tls(match r {
+                rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => format!(
+                    "{peer} failed: the server's certificate is not trusted: no CA in {} signed it; pass the CA of \
+                     the server's certificate with --tls-ca FILE (or {})",
+                    ca.display(),
+                    super::CA_ENV
+                ),
+                rustls::Error::InvalidCertificate(
+                    CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+                ) => format!(
+                    "{peer} failed: the server's certificate is not valid for `{host}` ({r}): connect by a name or \
+                     address the certificate lists"
+                ),
+                rustls::Error::InvalidCertificate(CertificateError::Other(o))
+                    if o.to_string().contains("CaUsedAsEndEntity") =>
+                {
+                    format!(
+                        "{peer} failed: the server's certificate is a CA certificate (basic constraints CA:TRUE, \
+                         as `openssl req -x509` makes by default): give the server a certificate without CA:TRUE \
+                         (openssl: -addext basicConstraints=critical,CA:FALSE), or one signed by a CA in {}",
+                        ca.display()
+                    )
+                }
+                rustls::Error::InvalidCertificate(CertificateError::Other(o)) => format!(
+                    "{peer} failed: the server's certificate is not trusted ({o}); check it and the CA given with \
+                     --tls-ca ({})",
+                    ca.display()
+                ),
+                rustls::Error::InvalidCertificate(c) => format!(
+                    "{peer} failed: the server's certificate is not trusted ({c}); check it and the CA given with \
+                     --tls-ca ({})",
+                    ca.display()
+                ),
+                other => format!("{peer} failed: {other} (does the server speak TLS on this port?)"),
+            });
+        }
+        match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => ProtocolError::Tls(format!(
+                "{peer}: no answer within {:.1} s (does the server speak TLS on this port?)",
+                timeout.as_secs_f64()
+            )),
+            std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset => ProtocolError::Tls(format!(
+                "{peer}: the server closed the connection ({e}); does it speak TLS on this port (gpuless serve \
+                 --tls-cert)?"
+            )),
+            _ => ProtocolError::Tls(format!("{peer} failed: {e}")),
+        }
+    }
+
+    /// Runs the TLS handshake over a connected `tcp` to `addr`, checking the server against the
+    /// roots in `ca` and the host part of `addr`, within `timeout`.
+    pub fn connect(tcp: TcpStream, addr: &str, ca: &Path, timeout: Duration) -> Result<TlsStream, ProtocolError> {
+        let host = super::host_of(addr);
+        let name = ServerName::try_from(host.to_string()).map_err(|_| {
+            ProtocolError::Tls(format!("tls://{addr}: `{host}` is neither a DNS name nor an IP address"))
+        })?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ProtocolError::Tls(format!("TLS configuration: {e}")))?
+            .with_root_certificates(roots(ca)?)
+            .with_no_client_auth();
+        let mut conn = ClientConnection::new(Arc::new(config), name)
+            .map_err(|e| ProtocolError::Tls(format!("TLS with {addr}: {e}")))?;
+        let mut tcp = tcp;
+        let t = (!timeout.is_zero()).then_some(timeout);
+        tcp.set_read_timeout(t)?;
+        tcp.set_write_timeout(t)?;
+        while conn.is_handshaking() {
+            conn.complete_io(&mut tcp).map_err(|e| explain(&e, addr, host, ca, timeout))?;
+        }
+        tcp.set_read_timeout(None)?;
+        tcp.set_write_timeout(None)?;
+        Ok(TlsStream(Arc::new(Mutex::new(StreamOwned::new(conn, tcp)))))
+    }
+}
+
+#[cfg(not(feature = "tls"))]
+mod imp {
+    use std::net::TcpStream;
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::super::ProtocolError;
+
+    /// A client's TLS session: none in a build without the `tls` feature.
+    #[derive(Debug)]
+    pub enum TlsStream {}
+
+    impl TlsStream {
+        /// Another handle on the same session.
+        pub fn try_clone(&self) -> std::io::Result<TlsStream> {
+            match *self {}
+        }
+        /// Sets the read timeout of the TCP stream underneath.
+        pub fn set_read_timeout(&self, _: Option<Duration>) -> std::io::Result<()> {
+            match *self {}
+        }
+    }
+
+    impl std::io::Read for TlsStream {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            match *self {}
+        }
+    }
+
+    impl std::io::Write for TlsStream {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            match *self {}
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            match *self {}
+        }
+    }
+
+    /// Fails: this build has no TLS.
+    pub fn connect(_: TcpStream, addr: &str, _: &Path, _: Duration) -> Result<TlsStream, ProtocolError> {
+        Err(ProtocolError::Tls(format!("tls://{addr}: this build of gpuless has no TLS support (feature `tls`)")))
+    }
+}
+
+pub use imp::TlsStream;
+
+/// Opens a TLS session with the server at `addr` over `tcp` (already connected), trusting the
+/// CAs in `ca` (else in `$GPULESS_TLS_CA`), within `timeout`.
+pub fn connect(tcp: TcpStream, addr: &str, ca: Option<&Path>, timeout: Duration) -> Result<TlsStream, ProtocolError> {
+    let ca = ca_file(addr, ca)?;
+    imp::connect(tcp, addr, &ca, timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_endpoints_parse_and_print() {
+        use super::super::Endpoint;
+        let e = Endpoint::parse("tls://gpu1:7011");
+        assert_eq!(e, Endpoint::Tls { addr: "gpu1:7011".into(), ca: None });
+        assert_eq!(e.to_string(), "tls://gpu1:7011");
+        assert_eq!(Endpoint::parse("tcp://gpu1:7011"), Endpoint::Tcp("gpu1:7011".into()));
+        assert_eq!(Endpoint::parse("gpu1:7011"), Endpoint::Tcp("gpu1:7011".into()));
+    }
+
+    #[test]
+    fn hosts_and_missing_cas() {
+        assert_eq!(host_of("127.0.0.1:7011"), "127.0.0.1");
+        assert_eq!(host_of("[::1]:7011"), "::1");
+        assert_eq!(host_of("gpu.example:1"), "gpu.example");
+        assert_eq!(ca_file("h:1", Some(Path::new("/x.pem"))).unwrap(), Path::new("/x.pem"));
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn an_unreadable_or_empty_ca_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let tcp_pair = || {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            (l, c)
+        };
+        let missing = dir.path().join("missing.pem");
+        let (_l, c) = tcp_pair();
+        let e = connect(c, "127.0.0.1:1", Some(&missing), Duration::from_secs(1)).unwrap_err().to_string();
+        assert!(e.contains("missing.pem") && e.contains("cannot read"), "{e}");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "not a certificate\n").unwrap();
+        let (_l, c) = tcp_pair();
+        let e = connect(c, "127.0.0.1:1", Some(&empty), Duration::from_secs(1)).unwrap_err().to_string();
+        assert!(e.contains("empty.pem") && e.contains("no certificate"), "{e}");
+    }
+}
