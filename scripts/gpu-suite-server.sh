@@ -215,6 +215,41 @@ PY
 fi
 stop_server
 
+# ---- TLS on the TCP listener: a remote replay over tls:// and the small segment's cost --------
+if command -v openssl >/dev/null && [[ -f $traces/resnet50_once.gl ]]; then
+  mkdir -p "$out/tls"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=localhost \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -addext "basicConstraints=critical,CA:FALSE" \
+    -keyout "$out/tls/key.pem" -out "$out/tls/cert.pem" >"$out/tls/openssl.out" 2>&1
+  start_server "$out/cache" serve-tls.log --pool whole=2 --tls-cert "$out/tls/cert.pem" --tls-key "$out/tls/key.pem"
+  remote tls_resnet "tls://$tcp" --tls-ca "$out/tls/cert.pem" "$traces/resnet50_once.gl"
+  [[ -f $out/segment.gl ]] && remote tls_segment "tls://$tcp" --tls-ca "$out/tls/cert.pem" --iterations 400 "$out/segment.gl"
+  py <<'PY'
+import json, sys
+out = sys.argv[1]
+def load(k):
+    try:
+        return json.load(open(f"{out}/remote-{k}.json")), int(open(f"{out}/remote-{k}.rc").read())
+    except Exception:
+        return {}, -1
+r, rc = load("tls_resnet")
+ok = rc == 0 and r.get("results_verified", 0) > 0 and not r.get("mismatches")
+print(f"SUITE-ROW server: ResNet-50 replayed remotely over TLS|{'PASS' if ok else 'FAIL'}|rc={rc}; "
+      f"{r.get('results_verified')} results verified, {len(r.get('mismatches', []))} mismatches; first result {r.get('first_result_s')} s; "
+      f"{r.get('traffic', {}).get('round_trips')} round trips")
+s, src = load("tls_segment")
+try:
+    local = min(json.load(open(f"{out}/local-segment.json"))["hot"]["wall_ms_median"],
+                json.load(open(f"{out}/local-segment-2.json"))["hot"]["wall_ms_median"])
+    h = s["hot"]
+    print(f"SUITE-ROW server: 64-launch segment + 4 KB download over TLS (for comparison)|INFO|remote {h['wall_ms_median'] * 1000:.1f} us "
+          f"vs local hot replay {local * 1000:.1f} us: +{(h['wall_ms_median'] - local) * 1000:.1f} us; {s['results_verified']} verified")
+except Exception as e:
+    print(f"SUITE-ROW server: 64-launch segment + 4 KB download over TLS (for comparison)|INFO|no figure: {e}")
+PY
+  stop_server
+fi
+
 # ---- four soft partitions at once, a faulting session beside healthy ones -----------------
 if [[ -f $traces/resnet50_once.gl ]]; then
   start_server "$out/cache" serve-soft.log --pool whole=1 --pool sms:32=4
