@@ -336,7 +336,10 @@ fi
 many_trace=$traces/vecadd_static.gl
 [[ -f $many_trace ]] || many_trace=$traces/streams.gl
 if [[ -f $many_trace ]]; then
-  start_server "$out/cache" serve-many.log --pool whole=4
+  # A queue wait long enough for 64 clients at once on one GPU (executors start one CUDA
+  # context after another).
+  printf 'queue_timeout_s = 120.0\n' >"$out/many.toml"
+  start_server "$out/cache" serve-many.log --config "$out/many.toml" --pool whole=4
   spid=$serve_pid
   python3 - "$gl" "$tcp" "$many_trace" "${SERVER_SESSIONS:-1000}" "${SERVER_PARALLEL:-64}" "${SERVER_MANY_CAP_S:-420}" <<'PY' >"$out/many.txt" 2>&1
 import random, subprocess, sys, time

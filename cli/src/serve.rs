@@ -13,6 +13,7 @@ use gpuless_replayer::server::cache::Dirs;
 use gpuless_replayer::server::config::Config;
 use gpuless_replayer::server::control::{Channel, Control};
 use gpuless_replayer::server::executor::{self, Setup};
+use gpuless_replayer::server::gate::Gate;
 use gpuless_replayer::server::manager::CONTROL_FD;
 use gpuless_traces::protocol::PartitionInfo;
 
@@ -151,7 +152,8 @@ pub fn executor(spec: &str) -> anyhow::Result<ExitCode> {
     };
     match init() {
         Ok((device, partition, memory_limit)) => {
-            let code = executor::run(Setup { control, device, partition, memory_limit, cache });
+            let code =
+                executor::run(Setup { control, device, partition, memory_limit, cache, gate: Gate::inherited() });
             Ok(ExitCode::from(code as u8))
         }
         Err(e) => {

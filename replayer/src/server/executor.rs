@@ -22,6 +22,7 @@ use std::rc::Rc;
 
 use super::cache::Dirs;
 use super::control::{Channel, Control};
+use super::gate::{Gate, GRACE, MAX_HOLD};
 use crate::replay::stream::{describe_device, Stream};
 use crate::replay::{Device, Options, ReplayError};
 
@@ -44,10 +45,13 @@ pub struct Setup {
     pub memory_limit: Option<u64>,
     /// The content cache.
     pub cache: Dirs,
+    /// The GPU's priority gate, where the server gave one.
+    pub gate: Option<Gate>,
 }
 
 /// Runs the executor until its session ends. Returns the process exit code.
-pub fn run(setup: Setup) -> i32 {
+pub fn run(mut setup: Setup) -> i32 {
+    let gate = setup.gate.take();
     let device = describe_device(setup.memory_limit);
     let ready = Control::Ready { partition: setup.partition.clone(), device: device.clone() };
     if setup.control.send(&ready, None).is_err() {
@@ -91,6 +95,9 @@ pub fn run(setup: Setup) -> i32 {
         cache: &setup.cache,
         decoded: Decoded::default(),
         writers: Vec::new(),
+        checks: Vec::new(),
+        gate,
+        best_effort: hello.priority == Priority::BestEffort,
     };
     let result = match (conn_of(fd), Stream::new(setup.device, meta, opts)) {
         (Ok(conn), Ok(stream)) => {
@@ -158,6 +165,12 @@ struct Session<'a> {
     decoded: Decoded,
     /// Cache copies being written in the background: what each added.
     writers: Vec<std::thread::JoinHandle<Vec<(Hash128, u64)>>>,
+    /// Hash checks of shared-memory blobs not yet waited for ([`Session::verified`]).
+    checks: Vec<std::sync::mpsc::Receiver<Option<Hash128>>>,
+    /// The GPU's priority gate: a latency-critical session enters it while it has segments in
+    /// flight; a best-effort session's segments wait for it.
+    gate: Option<Gate>,
+    best_effort: bool,
 }
 
 /// Segments decoded before, by their exact bytes: a client that repeats a segment (a hot loop)
@@ -274,6 +287,16 @@ impl Session<'_> {
                     };
                     self.stats.segments += 1;
                     self.stats.records += records.len() as u64;
+                    if let Some(g) = self.gate.as_mut() {
+                        if self.best_effort {
+                            let held = g.hold(GRACE, MAX_HOLD);
+                            if held >= Duration::from_micros(50) {
+                                self.sample(2, held.as_micros() as u64);
+                            }
+                        } else {
+                            g.enter();
+                        }
+                    }
                     for rec in records.iter() {
                         self.last_seq = rec.seq;
                         match stream.call(rec) {
@@ -296,6 +319,9 @@ impl Session<'_> {
                     self.exec_us += us;
                     self.sample(0, us);
                     if h.flags & WANT_ANSWER != 0 {
+                        if let Err(e) = self.verified() {
+                            return fail(&mut w, code::BAD_MESSAGE, e);
+                        }
                         let outputs = stream.take_outputs();
                         self.stats.answers += 1;
                         let a = Answer {
@@ -308,6 +334,10 @@ impl Session<'_> {
                         };
                         self.stats.executed += a.executed;
                         send(&mut w, &Message::Answer(a))?;
+                        // Everything the session sent so far is done: best-effort work may go.
+                        if let (Some(g), false) = (self.gate.as_mut(), self.best_effort) {
+                            g.leave();
+                        }
                         self.sample(1, t0.elapsed().as_micros() as u64);
                     }
                 }
@@ -363,6 +393,9 @@ impl Session<'_> {
                     send(&mut w, &Message::BlobHave(vec![true; entries.len()]))?;
                 }
                 kind::CLOSE => {
+                    if let Err(e) = self.verified() {
+                        return fail(&mut w, code::BAD_MESSAGE, e);
+                    }
                     if let Err(e) = stream.synchronize() {
                         return fail(&mut w, code::EXECUTOR, e.to_string());
                     }
@@ -418,9 +451,11 @@ impl Session<'_> {
             .collect()
     }
 
-    /// Blobs in a client's sealed memfd ([`shm`]): mapped, each hash checked (several blobs on
-    /// several threads), then used from the mapping as they are; the cache gets its copies on
-    /// a background thread.
+    /// Blobs in a client's sealed memfd ([`shm`]): mapped and used from the mapping as they
+    /// are, at once. Their hashes are checked on a background thread, which then copies them
+    /// into the cache: until the check the bytes serve only the session that sent them (the
+    /// seals keep them from changing), and a blob that does not hash to its name ends the
+    /// session at its next answer ([`Self::verified`]) and never reaches the cache.
     fn shared_blobs(&mut self, stream: &mut Stream, fd: OwnedFd, entries: &[shm::Entry]) -> Result<(), String> {
         let map = shm::open(fd, entries)?;
         let blobs: Vec<(Hash128, BlobBytes)> = entries
@@ -431,31 +466,53 @@ impl Session<'_> {
                     .ok_or_else(|| format!("blob {h} lies outside its memfd"))
             })
             .collect::<Result<_, _>>()?;
-        let threads = blobs.len().clamp(1, 8);
-        let bad: Option<Hash128> = std::thread::scope(|sc| {
-            let parts: Vec<_> = blobs
-                .chunks(blobs.len().div_ceil(threads).max(1))
-                .map(|c| sc.spawn(move || c.iter().find(|(h, b)| Hash128::of(b) != *h).map(|(h, _)| *h)))
-                .collect();
-            parts.into_iter().find_map(|p| p.join().ok().flatten())
-        });
-        if let Some(h) = bad {
-            return Err(format!("blob {h}: the bytes sent for it through shared memory do not hash to it"));
-        }
         let total: u64 = entries.iter().map(|e| e.2).sum();
         self.stats.blob_bytes_received += total;
-        self.cache_copy(blobs.clone());
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.checks.push(rx);
+        self.cache_copy(blobs.clone(), Some(tx));
         for (h, b) in blobs {
             stream.add_blob(h, b);
         }
         Ok(())
     }
 
+    /// Waits for the hash checks of shared-memory blobs still running; the first blob whose
+    /// bytes do not hash to its name is the session's error.
+    fn verified(&mut self) -> Result<(), String> {
+        for rx in std::mem::take(&mut self.checks) {
+            if let Ok(Some(h)) = rx.recv() {
+                return Err(format!("blob {h}: the bytes sent for it through shared memory do not hash to it"));
+            }
+        }
+        Ok(())
+    }
+
     /// Writes `blobs` into the cache on a background thread: the session goes on with them
-    /// meanwhile ([`Self::flush_notes`] reports them to the server once written).
-    fn cache_copy(&mut self, blobs: Vec<(Hash128, BlobBytes)>) {
+    /// meanwhile ([`Self::flush_notes`] reports them to the server once written). With `check`,
+    /// each blob's hash is checked first (on several threads for several blobs) and the first
+    /// that fails is sent there (`None`: all good); then only good blobs are written.
+    fn cache_copy(
+        &mut self,
+        blobs: Vec<(Hash128, BlobBytes)>,
+        check: Option<std::sync::mpsc::Sender<Option<Hash128>>>,
+    ) {
         let cache = self.cache.clone();
         self.writers.push(std::thread::spawn(move || {
+            if let Some(tx) = check {
+                let threads = blobs.len().clamp(1, 8);
+                let bad: Option<Hash128> = std::thread::scope(|sc| {
+                    let parts: Vec<_> = blobs
+                        .chunks(blobs.len().div_ceil(threads).max(1))
+                        .map(|c| sc.spawn(move || c.iter().find(|(h, b)| Hash128::of(b) != *h).map(|(h, _)| *h)))
+                        .collect();
+                    parts.into_iter().find_map(|p| p.join().ok().flatten())
+                });
+                let _ = tx.send(bad);
+                if bad.is_some() {
+                    return Vec::new();
+                }
+            }
             blobs.iter().filter(|(h, b)| cache.write(h, b).is_ok()).map(|(h, b)| (*h, b.len() as u64)).collect()
         }));
     }
@@ -504,7 +561,7 @@ impl Session<'_> {
             return Err(format!("blob {hash}: its {total} bytes do not hash to it"));
         }
         let whole = BlobBytes::from(whole);
-        self.cache_copy(vec![(hash, whole.clone())]);
+        self.cache_copy(vec![(hash, whole.clone())], None);
         stream.add_blob(hash, whole);
         Ok(())
     }

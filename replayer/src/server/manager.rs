@@ -78,6 +78,8 @@ pub struct Manager {
     profiles: HashMap<String, u32>,
     /// Held while the pool is topped up, so two top-ups never start the same executor twice.
     filling: Mutex<()>,
+    /// The GPU's priority gate ([`super::gate`]), handed to every executor.
+    gate: Option<std::os::fd::OwnedFd>,
 }
 
 /// A session admitted to a partition and handed an executor.
@@ -123,6 +125,8 @@ impl Manager {
             exe,
             profiles,
             filling: Mutex::new(()),
+            // Without it (no memfd) sessions still run, unordered.
+            gate: super::gate::Gate::create().map(|(_, fd)| fd).ok(),
         });
         Ok(m)
     }
@@ -193,12 +197,18 @@ impl Manager {
             cmd.stdout(std::process::Stdio::from(err));
         }
         let raw = child_end.as_raw_fd();
+        let gate = self.gate.as_ref().map(|g| g.as_raw_fd());
         // SAFETY: between fork and exec only async-signal-safe calls: dup2 places the channel at
-        // CONTROL_FD without close-on-exec.
+        // CONTROL_FD and the priority gate at GATE_FD, without close-on-exec.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::dup2(raw, CONTROL_FD) < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some(g) = gate {
+                    if libc::dup2(g, super::gate::GATE_FD) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -268,7 +278,11 @@ impl Manager {
                 }
                 Ok(Some((Control::Samples(s), _))) => {
                     for (k, us) in s {
-                        let h = if k == 0 { &self.metrics.segment_seconds } else { &self.metrics.answer_seconds };
+                        let h = match k {
+                            0 => &self.metrics.segment_seconds,
+                            1 => &self.metrics.answer_seconds,
+                            _ => &self.metrics.best_effort_hold_seconds,
+                        };
                         h.observe(f64::from(us) * 1e-6);
                     }
                 }

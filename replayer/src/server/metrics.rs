@@ -54,6 +54,9 @@ pub struct Metrics {
     pub segment_seconds: Histogram,
     /// From a synchronizing segment's arrival to its answer leaving, seconds.
     pub answer_seconds: Histogram,
+    /// How long best-effort segments were held for latency-critical work ([`super::gate`]),
+    /// seconds (only segments that were held).
+    pub best_effort_hold_seconds: Histogram,
     /// Sessions started over TLS (the server proxies them).
     pub tls_sessions: Counter,
     /// TLS handshakes that failed (`failed`) or did not finish in time (`timeout`).
@@ -83,6 +86,7 @@ impl Metrics {
             session_memory: Family::default(),
             segment_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 24)),
             answer_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 24)),
+            best_effort_hold_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 24)),
             tls_sessions: Counter::default(),
             tls_handshake_failures: Family::default(),
             registry: Registry::default(),
@@ -99,6 +103,11 @@ impl Metrics {
         registry.register("session_gpu_memory_bytes", "Device memory per session", m.session_memory.clone());
         registry.register("segment_seconds", "Executor time per segment", m.segment_seconds.clone());
         registry.register("answer_seconds", "Synchronizing segment arrival to answer", m.answer_seconds.clone());
+        registry.register(
+            "best_effort_hold_seconds",
+            "Best-effort segments held for latency-critical work",
+            m.best_effort_hold_seconds.clone(),
+        );
         registry.register("tls_sessions", "Sessions started over TLS", m.tls_sessions.clone());
         registry.register("tls_handshake_failures", "Failed TLS handshakes by kind", m.tls_handshake_failures.clone());
         Metrics { registry, ..m }

@@ -8,6 +8,8 @@
 //!   to the executor, so a session's data never passes through the server.
 //! - [`executor`]: the executor process's loop on the replayer's streaming engine.
 //! - [`cache`]: content-addressed blobs in a memory and a disk tier.
+//! - [`gate`]: the GPU's priority gate: best-effort sessions' segments wait for
+//!   latency-critical ones.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
 //! - [`tls`]: TLS on the TCP listener; TLS sessions are proxied to their executor.
 //!
@@ -17,6 +19,7 @@ pub mod cache;
 pub mod config;
 pub mod control;
 pub mod executor;
+pub mod gate;
 pub mod manager;
 pub mod metrics;
 pub mod tls;

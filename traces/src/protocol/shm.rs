@@ -42,9 +42,9 @@ pub fn pack(blobs: &[(Hash128, &[u8])], threads: usize) -> io::Result<(OwnedFd, 
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let file = std::fs::File::from(fd);
     file.set_len(size.max(1))?;
-    if std::env::var("GPULESS_SHM_PREALLOC").is_ok_and(|v| v == "1") {
-        // Pages allocated in one call (zeroed on one thread) rather than at a fault each (on
-        // the copying threads).
+    if std::env::var("GPULESS_SHM_PREALLOC").map_or(true, |v| v != "0") {
+        // Pages allocated in one call rather than at a fault each (`GPULESS_SHM_PREALLOC=0`:
+        // at a fault each, on the copying threads).
         // SAFETY: fallocate on a descriptor we own.
         let _ = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size.max(1) as libc::off_t) };
     }
@@ -183,8 +183,7 @@ pub fn recv_with_fds(
 }
 
 /// Maps a memfd a client sent, after checking that it is sealed against every change and holds
-/// every entry. The mapping is read-only and populated at once (one pass in the kernel instead
-/// of a fault per page).
+/// every entry. The mapping is read-only; its pages are mapped as they are first read.
 pub fn open(fd: OwnedFd, entries: &[Entry]) -> Result<Arc<memmap2::Mmap>, String> {
     // SAFETY: fcntl on a descriptor we own.
     let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
@@ -200,8 +199,8 @@ pub fn open(fd: OwnedFd, entries: &[Entry]) -> Result<Arc<memmap2::Mmap>, String
         return Err(format!("blob {h} at {off} of {len} bytes lies outside the {size}-byte memfd sent with it"));
     }
     // SAFETY: the memfd is sealed: its size and bytes can no longer change.
-    let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
-        .map_err(|e| format!("mapping the BlobShm memfd: {e}"))?;
+    let map =
+        unsafe { memmap2::MmapOptions::new().map(&file) }.map_err(|e| format!("mapping the BlobShm memfd: {e}"))?;
     Ok(Arc::new(map))
 }
 
