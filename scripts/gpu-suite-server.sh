@@ -144,28 +144,33 @@ fi
 start_server "$out/cache" serve-seg.log --pool whole=2
 if [[ -x $suite_bin/segment ]]; then
   "$gl" record -o "$out/segment.gl" -- "$suite_bin/segment" 1 >"$out/segment.rec.out" 2>&1
-  "${lim[@]}" "$gl" replay --json --iterations 400 "$out/segment.gl" >"$out/local-segment.json" 2>"$out/local-segment.err"
-  remote segment_tcp "$tcp" --iterations 400 "$out/segment.gl"
-  remote segment_unix "$unix" --iterations 400 "$out/segment.gl"
-  "${lim[@]}" "$gl" replay --json --iterations 400 "$out/segment.gl" >"$out/local-segment-2.json" 2>>"$out/local-segment.err"
+  # Three rounds of local, TCP, Unix, then local once more: each remote run is compared with
+  # the mean of the local runs just before and after it (the host's speed drifts within
+  # seconds on a shared machine); the figure is the median of the three rounds.
+  for i in 0 1 2 3; do
+    "${lim[@]}" "$gl" replay --json --iterations 400 "$out/segment.gl" >"$out/local-segment-$i.json" 2>>"$out/local-segment.err"
+    [[ $i == 3 ]] && break
+    remote "segment_tcp_$i" "$tcp" --iterations 400 "$out/segment.gl"
+    remote "segment_unix_$i" "$unix" --iterations 400 "$out/segment.gl"
+  done
   py <<'PY'
-import json, sys
+import json, statistics, sys
 out = sys.argv[1]
 load = lambda f: json.load(open(f))
-l1, l2 = load(f"{out}/local-segment.json")["hot"], load(f"{out}/local-segment-2.json")["hot"]
-local = min(l1["wall_ms_median"], l2["wall_ms_median"])
+local = [load(f"{out}/local-segment-{i}.json")["hot"]["wall_ms_median"] for i in range(4)]
 for kind, target in (("tcp", 0.050), ("unix", 0.025)):
-    r = load(f"{out}/remote-segment_{kind}.json")
-    h = r["hot"]
-    added = h["wall_ms_median"] - local
-    ok = added <= target and not r["mismatches"] and r["results_verified"] > 0
+    runs = [load(f"{out}/remote-segment_{kind}_{i}.json") for i in range(3)]
+    added = [r["hot"]["wall_ms_median"] - (local[i] + local[i + 1]) / 2 for i, r in enumerate(runs)]
+    med = statistics.median(added)
+    ok = med <= target and all(not r["mismatches"] and r["results_verified"] > 0 for r in runs)
     print(f"SUITE-ROW server: 64-launch segment + 4 KB download over {kind} adds <= {target * 1000:.0f} us|"
-          f"{'PASS' if ok else 'FAIL'}|remote {h['wall_ms_median'] * 1000:.1f} us (min {h['wall_ms_min'] * 1000:.1f}) vs local hot "
-          f"replay {local * 1000:.1f} us (runs {l1['wall_ms_median'] * 1000:.1f}, {l2['wall_ms_median'] * 1000:.1f}): "
-          f"+{added * 1000:.1f} us; {h['round_trips_per_iteration']:.1f} round trips/iteration; "
-          f"{r['results_verified']} verified, {len(r['mismatches'])} mismatches")
+          f"{'PASS' if ok else 'FAIL'}|median of 3 rounds +{med * 1000:.1f} us (rounds "
+          f"{', '.join('%+.1f' % (a * 1000) for a in added)} us); remote medians "
+          f"{', '.join('%.1f' % (r['hot']['wall_ms_median'] * 1000) for r in runs)} us, local hot replay "
+          f"{', '.join('%.1f' % (l * 1000) for l in local)} us; {runs[0]['hot']['round_trips_per_iteration']:.1f} round trips/iteration; "
+          f"{sum(r['results_verified'] for r in runs)} verified, {sum(len(r['mismatches']) for r in runs)} mismatches")
     with open(f"{out}/server.jsonl", "a") as f:
-        f.write(json.dumps({"check": f"segment-{kind}", "local_ms": local, "remote": r}) + "\n")
+        f.write(json.dumps({"check": f"segment-{kind}", "local_ms": local, "added_ms": added, "remote": runs}) + "\n")
 PY
 else
   row "server: small segment" FAIL "segment not built"
@@ -175,11 +180,11 @@ fi
 if [[ -x $suite_bin/upload ]]; then
   "$gl" record -o "$out/upload.gl" -- "$suite_bin/upload" 512 >"$out/upload.rec.out" 2>&1
   # Each upload into an empty cache: the blob must travel every time.
-  for k in tcp shm shm_prealloc unix_socket tcp_2 shm_2; do
+  for k in tcp shm shm_noprealloc unix_socket tcp_2 shm_2; do
     rm -rf "$out/cache/memory" "$out/cache/disk" 2>/dev/null
     case $k in
       tcp*) remote "upload_$k" "$tcp" "$out/upload.gl" ;;
-      shm_prealloc) GPULESS_SHM_PREALLOC=1 remote "upload_$k" "$unix" "$out/upload.gl" ;;
+      shm_noprealloc) GPULESS_SHM_PREALLOC=0 remote "upload_$k" "$unix" "$out/upload.gl" ;;
       shm*) remote "upload_$k" "$unix" "$out/upload.gl" ;;
       unix_socket) GPULESS_SHM=0 remote "upload_$k" "$unix" "$out/upload.gl" ;;
     esac
@@ -196,7 +201,7 @@ def rate(k):
         return None, 0.0
     t = r["traffic"]
     return r, t["blob_bytes"] / max(t["blob_send_s"], 1e-9) / 1e9
-rows = {k: rate(k) for k in ("tcp", "tcp_2", "shm", "shm_2", "shm_prealloc", "unix_socket")}
+rows = {k: rate(k) for k in ("tcp", "tcp_2", "shm", "shm_2", "shm_noprealloc", "unix_socket")}
 def row(label, keys, target, shm):
     runs = [rows[k] for k in keys if rows[k][0]]
     best = max((g for _, g in runs), default=0.0)
@@ -206,7 +211,7 @@ def row(label, keys, target, shm):
                        f" ({rows[k][0]['traffic']['shm_bytes'] if rows[k][0] else 0} B through shared memory)" for k in keys)
     print(f"SUITE-ROW server: {label}|{'PASS' if ok else 'FAIL'}|{detail}")
 row("blob upload over loopback TCP (>= 2 GB/s)", ["tcp", "tcp_2"], 2.0, False)
-row("blob upload, same host, shared memory (>= 8 GB/s)", ["shm", "shm_2", "shm_prealloc"], 8.0, True)
+row("blob upload, same host, shared memory (>= 8 GB/s)", ["shm", "shm_2", "shm_noprealloc"], 8.0, True)
 row("blob upload over the Unix socket without shared memory (for comparison)", ["unix_socket"], 0.0, False)
 with open(f"{out}/server.jsonl", "a") as f:
     f.write(json.dumps({"check": "upload", "runs": {k: {"remote": r, "gb_per_s": g} for k, (r, g) in rows.items()}}) + "\n")
@@ -239,8 +244,8 @@ print(f"SUITE-ROW server: ResNet-50 replayed remotely over TLS|{'PASS' if ok els
       f"{r.get('traffic', {}).get('round_trips')} round trips")
 s, src = load("tls_segment")
 try:
-    local = min(json.load(open(f"{out}/local-segment.json"))["hot"]["wall_ms_median"],
-                json.load(open(f"{out}/local-segment-2.json"))["hot"]["wall_ms_median"])
+    import statistics
+    local = statistics.median(json.load(open(f"{out}/local-segment-{i}.json"))["hot"]["wall_ms_median"] for i in range(4))
     h = s["hot"]
     print(f"SUITE-ROW server: 64-launch segment + 4 KB download over TLS (for comparison)|INFO|remote {h['wall_ms_median'] * 1000:.1f} us "
           f"vs local hot replay {local * 1000:.1f} us: +{(h['wall_ms_median'] - local) * 1000:.1f} us; {s['results_verified']} verified")
@@ -317,17 +322,29 @@ if [[ -f $traces/resnet50_once.gl ]]; then
   remote prio_lc "$tcp" --iterations 50 "$traces/resnet50_once.gl" & pids+=($!)
   remote prio_be "$tcp" --best-effort --iterations 50 "$traces/resnet50_once.gl" & pids+=($!)
   wait "${pids[@]}"
+  # Both again, best-effort as latency-critical: what the gate changes.
+  pids=()
+  remote prio_lc2 "$tcp" --iterations 50 "$traces/resnet50_once.gl" & pids+=($!)
+  remote prio_same "$tcp" --iterations 50 "$traces/resnet50_once.gl" & pids+=($!)
+  wait "${pids[@]}"
+  curl -s "http://$metrics/metrics" >"$out/metrics-prio.txt" 2>/dev/null
   py <<'PY'
-import json, sys
+import json, re, sys
 out = sys.argv[1]
 try:
-    lc, be = (json.load(open(f"{out}/remote-prio_{k}.json")) for k in ("lc", "be"))
-    ok = all(r["results_verified"] > 0 and not r["mismatches"] for r in (lc, be))
-    a, b = lc["hot"]["wall_ms_median"], be["hot"]["wall_ms_median"]
-    print(f"SUITE-ROW server: latency-critical and best-effort sessions at once (streams by priority)|{'INFO' if ok else 'FAIL'}|"
-          f"latency-critical {a:.3f} ms/iteration, best-effort {b:.3f} ms/iteration (x{b / a:.2f}); both verified: {ok}")
+    lc, be, lc2, same = (json.load(open(f"{out}/remote-prio_{k}.json")) for k in ("lc", "be", "lc2", "same"))
+    solo = json.load(open(f"{out}/remote-resnet_hot.json"))["hot"]["wall_ms_median"]
+    ok = all(r["results_verified"] > 0 and not r["mismatches"] for r in (lc, be, lc2, same))
+    m = open(f"{out}/metrics-prio.txt").read()
+    cnt = re.search(r"gpuless_best_effort_hold_seconds_count (\S+)", m)
+    tot = re.search(r"gpuless_best_effort_hold_seconds_sum (\S+)", m)
+    a, b, c, d = (r["hot"]["wall_ms_median"] for r in (lc, be, lc2, same))
+    print(f"SUITE-ROW server: a latency-critical session beside a best-effort one (priority gate)|{'INFO' if ok else 'FAIL'}|"
+          f"latency-critical {a:.3f} ms/iteration (x{a / solo:.2f} of alone, {solo:.3f} ms), best-effort {b:.3f} ms; "
+          f"two latency-critical at once: {c:.3f} and {d:.3f} ms (x{c / solo:.2f}, x{d / solo:.2f}); "
+          f"best-effort segments held {cnt.group(1) if cnt else '?'} times, {float(tot.group(1)) if tot else 0:.3f} s in all; verified: {ok}")
 except Exception as e:
-    print(f"SUITE-ROW server: latency-critical and best-effort sessions at once (streams by priority)|FAIL|{e}")
+    print(f"SUITE-ROW server: a latency-critical session beside a best-effort one (priority gate)|FAIL|{e}")
 PY
   stop_server
 fi

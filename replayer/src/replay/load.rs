@@ -73,7 +73,9 @@ fn read(path: &Path, partial: bool) -> Result<LoadedTrace, ReplayError> {
                     }
                     ChunkBody::Blobs(bs) => {
                         for p in bs {
-                            let buf = parts.entry(p.hash).or_insert_with(|| Vec::with_capacity(p.total_len as usize));
+                            let buf = parts
+                                .entry(p.hash)
+                                .or_insert_with(|| gpuless_traces::blob_bytes::buffer(p.total_len as usize));
                             if buf.len() as u64 == p.offset {
                                 buf.extend_from_slice(&p.data);
                             }

@@ -542,7 +542,7 @@ impl Session<'_> {
             self.partial_bytes += total;
             // Address space for the whole blob, up to 4 GiB (pages are committed as bytes
             // arrive); beyond, it grows with them.
-            self.partial.insert(hash, (total, Vec::with_capacity(total.min(4 << 30) as usize)));
+            self.partial.insert(hash, (total, gpuless_traces::blob_bytes::buffer(total.min(4 << 30) as usize)));
         }
         let (want, buf) = self.partial.get_mut(&hash).ok_or("blob")?;
         if *want != total {
