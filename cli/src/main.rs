@@ -181,6 +181,9 @@ enum Command {
         /// The partition spec.
         #[arg(long)]
         partition: String,
+        /// Create a MIG instance of the profile where none exists (the server's `mig_create`).
+        #[arg(long)]
+        create_mig: bool,
     },
     /// Report the GPU code in a host ELF (.so, executable), fatbin or cubin: entries, kernels,
     /// and each kernel's parameter layout read from the cubin (no GPU, no cuobjdump).
@@ -314,7 +317,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             idle_timeout,
             cache_dir,
         }),
-        Command::Executor { partition } => serve::executor(&partition),
+        Command::Executor { partition, create_mig } => serve::executor(&partition, create_mig),
         Command::Devices { json } => devices::run(json).map(|()| ExitCode::SUCCESS),
         Command::Analyze { paths, arch, json, plot, check_driver, no_progress } => {
             if let Some(a) = &arch {

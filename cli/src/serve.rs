@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use gpuless_replayer::partition::mig::{needs_instance, run_on_created};
+use gpuless_replayer::partition::mig_nvml::NvmlMig;
 use gpuless_replayer::partition::sm_split::SplitPreference;
 use gpuless_replayer::replay::green::init_green_device;
 use gpuless_replayer::server::cache::Dirs;
@@ -107,8 +109,11 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The executor process: initializes its partition, then serves one session.
-pub fn executor(spec: &str) -> anyhow::Result<ExitCode> {
+/// The executor process: initializes its partition, then serves one session. With `create_mig`
+/// (the server's `mig_create`) and a profile of which no instance exists on a GPU with MIG on,
+/// it first creates a GPU and a compute instance of the profile (NVML), serves the session on
+/// it, and destroys both when the session ends.
+pub fn executor(spec: &str, create_mig: bool) -> anyhow::Result<ExitCode> {
     // SAFETY: the server placed the control channel at CONTROL_FD for this process alone.
     let control = Channel::from_fd(unsafe { OwnedFd::from_raw_fd(CONTROL_FD) });
     let cache = Dirs {
@@ -117,6 +122,45 @@ pub fn executor(spec: &str) -> anyhow::Result<ExitCode> {
             .unwrap_or_else(|| "/tmp/gpuless-mem".into()),
         disk: std::env::var_os("GPULESS_CACHE_DISK").map(PathBuf::from).unwrap_or_else(|| "/tmp/gpuless-disk".into()),
     };
+    let needs = create_mig
+        && gpuless_replayer::partition::nvml::query()
+            .ok()
+            .and_then(|r| r.gpus.into_iter().find(|g| g.index == 0))
+            .is_some_and(|g| needs_instance(&g, spec));
+    if !needs {
+        return serve_partition(spec, false, control, cache);
+    }
+    let created = NvmlMig::open(None).map_err(anyhow::Error::from).and_then(|mut ops| {
+        // The closure owns the channel; a failure before it runs is reported below.
+        let channel = control.try_clone()?;
+        run_on_created(&mut ops, 0, spec, |uuid| {
+            // The executor's stderr is the server's log.
+            eprintln!("gpuless executor: created a MIG instance of {spec} for this session: {uuid}");
+            serve_partition(uuid, true, channel, cache)
+        })
+        .map_err(anyhow::Error::from)
+    });
+    match created {
+        Ok(run) => {
+            match &run.teardown {
+                Ok(()) => {
+                    eprintln!("gpuless executor: destroyed the MIG instance {} created for the session", run.uuid)
+                }
+                Err(e) => eprintln!("gpuless executor: error: destroying the MIG instance {} failed: {e}", run.uuid),
+            }
+            run.value
+        }
+        Err(e) => {
+            let e = e.context(format!("creating a MIG instance of {spec} for the session"));
+            let _ = control.send(&Control::Failed(format!("{e:#}")), None);
+            Err(e)
+        }
+    }
+}
+
+/// Initializes partition `spec` (a MIG instance `created` for this session, when so) and serves
+/// one session on it.
+fn serve_partition(spec: &str, created: bool, control: Channel, cache: Dirs) -> anyhow::Result<ExitCode> {
     let init = || -> anyhow::Result<(gpuless_replayer::replay::Device, PartitionInfo, Option<u64>)> {
         if let Some(n) = spec.strip_prefix("sms:") {
             let n: u32 = n.parse().with_context(|| format!("partition `{spec}`"))?;
@@ -135,7 +179,7 @@ pub fn executor(spec: &str) -> anyhow::Result<ExitCode> {
             Prepared::Full
         } else {
             // An existing MIG instance of the profile where MIG is on, else a soft partition.
-            let mig = PartitionArgs { mig: Some(spec.into()), ..PartitionArgs::default() };
+            let mig = PartitionArgs { mig: Some(spec.into()), created, ..PartitionArgs::default() };
             partition::prepare(&mig).or_else(|_| {
                 partition::prepare(&PartitionArgs { mig: Some(spec.into()), emulate: true, ..PartitionArgs::default() })
             })?

@@ -6,8 +6,8 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use gpuless_replayer::partition::mig::{
-    is_mig_uuid, plan_create, run_on_created, select_by_uuid, select_emulation, select_existing, CreateError,
-    CreatedCi, CreatedGi, MigOpError, MigOps, MigSelectError,
+    is_mig_uuid, needs_instance, plan_create, run_on_created, select_by_uuid, select_emulation, select_existing,
+    CreateError, CreatedCi, CreatedGi, MigOpError, MigOps, MigSelectError,
 };
 use gpuless_replayer::partition::nvml::{
     GpuInfo, GpuInstanceInfo, MigDeviceInfo, MigModeState, ReportedProfile, SmCountSource,
@@ -62,6 +62,25 @@ fn add_instance(g: &mut GpuInfo, gi_id: u32, profile_id: u32, start: u32) {
 }
 
 // ---- selection ---------------------------------------------------------------------------
+
+#[test]
+fn a_server_creates_an_instance_only_where_mig_is_on_none_exists_and_one_fits() {
+    // MIG off: a soft partition instead, never a creation.
+    assert!(!needs_instance(&h200(false), "3g.71gb"));
+    // MIG on, no instance of the profile: create.
+    let mut g = h200(true);
+    assert!(needs_instance(&g, "3g.71gb"));
+    assert!(needs_instance(&g, &ID_3G.to_string()));
+    // One exists: use it.
+    add_instance(&mut g, 1, ID_3G, 4);
+    assert!(!needs_instance(&g, "3g.71gb"));
+    // None of 3g exists but the GPU is full (a 7g instance): nothing fits, nothing is created.
+    let mut full = h200(true);
+    add_instance(&mut full, 1, ID_7G, 0);
+    assert!(!needs_instance(&full, "3g.71gb"));
+    // Another model's profile name is not this GPU's.
+    assert!(!needs_instance(&h200(true), "3g.40gb"));
+}
 
 #[test]
 fn missing_profile_names_the_same_slice_count() {

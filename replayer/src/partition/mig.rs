@@ -226,6 +226,15 @@ pub fn select_existing(gpu: &GpuInfo, requested: &str) -> Result<MigTarget, MigS
     }
 }
 
+/// Where a server session asks for profile `requested` and the operator allows creating MIG
+/// instances: whether one must be created — MIG is on, the profile exists on this GPU, no
+/// instance of it exists, and one fits ([`plan_create`] finds a placement). Otherwise the
+/// session runs on an existing instance or, with MIG off, on a soft partition.
+pub fn needs_instance(gpu: &GpuInfo, requested: &str) -> bool {
+    matches!(select_existing(gpu, requested), Err(MigSelectError::NoInstance { .. }))
+        && plan_create(gpu, requested).is_ok()
+}
+
 /// What `--create` will create: the profile and the placement the placement code chose.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CreatePlan {

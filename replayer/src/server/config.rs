@@ -29,6 +29,11 @@ pub struct Config {
     pub max_sessions: usize,
     /// Most sessions waiting for a partition; beyond, new sessions are refused.
     pub queue: usize,
+    /// Whether the server may create a MIG instance for a session that asks for a profile
+    /// of which none exists (MIG on; the instance is destroyed when the session's executor
+    /// ends). Off by default: creating instances is the operator's decision. MIG mode itself
+    /// is never changed.
+    pub mig_create: bool,
     /// How long a session waits in the queue before it is refused, in seconds.
     pub queue_timeout_s: f64,
     /// A session with no message for this long is ended, in seconds.
@@ -84,6 +89,7 @@ impl Default for Config {
             max_sessions: 64,
             queue: 64,
             queue_timeout_s: 30.0,
+            mig_create: false,
             idle_timeout_s: 300.0,
             handshake_timeout_s: 10.0,
             executor_start_timeout_s: 120.0,

@@ -190,6 +190,10 @@ impl Manager {
         let (chan, child_end) = control::pair()?;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("__executor").arg("--partition").arg(spec);
+        // A MIG profile (not the whole GPU, not an SM count) may get an instance created for it.
+        if self.cfg.mig_create && spec != "whole" && !spec.starts_with("sms:") {
+            cmd.arg("--create-mig");
+        }
         cmd.env("GPULESS_CACHE_MEMORY", &self.cache_dirs.memory).env("GPULESS_CACHE_DISK", &self.cache_dirs.disk);
         cmd.stdin(std::process::Stdio::null());
         // The executor's stdout (a driver's or library's messages) goes to the server's log.
