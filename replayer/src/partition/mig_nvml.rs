@@ -1,6 +1,7 @@
 //! [`MigOps`] over the real NVML: the only code in gpuless that creates or destroys GPU and
-//! compute instances. It runs only for `gpuless replay --mig PROFILE --create` and for a server with `mig_create`; no test calls it
-//! (tests use a fake `MigOps`), and it never changes MIG mode.
+//! compute instances. It runs only for `gpuless replay --mig PROFILE --create` and for the
+//! executors of a server with `mig_create`; no test calls it (tests use a fake `MigOps`), and
+//! it never changes MIG mode.
 //!
 //! nvml-wrapper 0.13 wraps none of these calls, so they go through its raw library handle
 //! (`Nvml::lib()`, the nvml-wrapper-sys function table). **Not exercised on hardware**: the
