@@ -143,38 +143,7 @@ enum Command {
     },
     /// Serve GPUs to remote clients: sessions on partitions, one executor process each, a
     /// content cache, Prometheus metrics (docs/PROTOCOL.md). Runs until SIGTERM, then drains.
-    Serve {
-        /// TOML configuration (gpuless.toml); flags override it.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// TCP address to listen on (default 127.0.0.1:7011; `:0` picks a port).
-        #[arg(long)]
-        listen: Option<String>,
-        /// Unix-domain socket to listen on.
-        #[arg(long)]
-        socket: Option<String>,
-        /// Address of the Prometheus endpoint (GET /metrics).
-        #[arg(long)]
-        metrics: Option<String>,
-        /// File holding the clients' token.
-        #[arg(long)]
-        token_file: Option<String>,
-        /// PEM certificate chain for the TCP listener, which then speaks only TLS (with --tls-key).
-        #[arg(long, value_name = "FILE", requires = "tls_key")]
-        tls_cert: Option<String>,
-        /// PEM private key of --tls-cert's certificate.
-        #[arg(long, value_name = "FILE", requires = "tls_cert")]
-        tls_key: Option<String>,
-        /// Warm executors per partition spec, e.g. `whole=2` or `sms:16=1` (repeatable).
-        #[arg(long, value_name = "SPEC=N")]
-        pool: Vec<String>,
-        /// End sessions idle this many seconds.
-        #[arg(long, value_name = "SECONDS")]
-        idle_timeout: Option<f64>,
-        /// Put both cache tiers under this directory.
-        #[arg(long, value_name = "DIR")]
-        cache_dir: Option<PathBuf>,
-    },
+    Serve(serve::ServeArgs),
     /// One session's executor process (started by `gpuless serve`).
     #[command(name = "__executor", hide = true)]
     Executor {
@@ -294,29 +263,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 replay::run(&trace, &opts, &part)
             }
         }
-        Command::Serve {
-            config,
-            listen,
-            socket,
-            metrics,
-            token_file,
-            tls_cert,
-            tls_key,
-            pool,
-            idle_timeout,
-            cache_dir,
-        } => serve::run(&serve::ServeArgs {
-            config,
-            listen,
-            socket,
-            metrics,
-            token_file,
-            tls_cert,
-            tls_key,
-            pool,
-            idle_timeout,
-            cache_dir,
-        }),
+        Command::Serve(args) => serve::run(&args),
         Command::Executor { partition, create_mig } => serve::executor(&partition, create_mig),
         Command::Devices { json } => devices::run(json).map(|()| ExitCode::SUCCESS),
         Command::Analyze { paths, arch, json, plot, check_driver, no_progress } => {

@@ -250,7 +250,7 @@ impl Client<'_> {
                 continue;
             }
             self.report.queries_answered += 1;
-            if rec.is_some_and(|r| i64::from(r.status) == i64::from(q.status)) {
+            if rec.is_some_and(|r| r.status == q.status) {
                 self.report.queries_as_recorded += 1;
             }
             if name.starts_with("cuEventElapsedTime") && q.status == 0 {

@@ -22,27 +22,37 @@ use gpuless_traces::protocol::PartitionInfo;
 use crate::partition::{self, PartitionArgs, Prepared};
 
 /// The flags of `gpuless serve`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct ServeArgs {
-    /// `--config`.
+    /// TOML configuration (gpuless.toml); flags override it.
+    #[arg(long)]
     pub config: Option<PathBuf>,
-    /// `--listen`.
+    /// TCP address to listen on (default 127.0.0.1:7011; `:0` picks a port).
+    #[arg(long)]
     pub listen: Option<String>,
-    /// `--socket`.
+    /// Unix-domain socket to listen on.
+    #[arg(long)]
     pub socket: Option<String>,
-    /// `--metrics`.
+    /// Address of the Prometheus endpoint (GET /metrics).
+    #[arg(long)]
     pub metrics: Option<String>,
-    /// `--token-file`.
+    /// File holding the clients' token.
+    #[arg(long)]
     pub token_file: Option<String>,
-    /// `--tls-cert`.
+    /// PEM certificate chain for the TCP listener, which then speaks only TLS (with --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<String>,
-    /// `--tls-key`.
+    /// PEM private key of --tls-cert's certificate.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<String>,
-    /// `--pool SPEC=N`.
+    /// Warm executors per partition spec, e.g. `whole=2` or `sms:16=1` (repeatable).
+    #[arg(long, value_name = "SPEC=N")]
     pub pool: Vec<String>,
-    /// `--idle-timeout`.
+    /// End sessions idle this many seconds.
+    #[arg(long, value_name = "SECONDS")]
     pub idle_timeout: Option<f64>,
-    /// `--cache-dir`: both tiers under one directory (tests).
+    /// Put both cache tiers under this directory.
+    #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
 }
 

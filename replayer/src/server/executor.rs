@@ -73,8 +73,9 @@ pub fn run(mut setup: Setup) -> i32 {
         sm: hello.recorded_sm,
         ..TraceMeta::default()
     };
-    // The session's priority class decides its streams' priority on the GPU: latency-critical
-    // work runs ahead of best-effort work of other sessions (clamped to the device's range).
+    // The session's priority class sets its streams' priority (the device's greatest or least):
+    // it orders them within the session's own context. Across sessions, which are separate
+    // processes and contexts, the priority gate orders them (`super::gate`).
     let stream_priority = Some(match hello.priority {
         Priority::LatencyCritical => i32::MIN,
         Priority::BestEffort => i32::MAX,
@@ -265,6 +266,11 @@ impl Session<'_> {
                 Err(ProtocolError::Io(e)) => return Err(format!("client disconnected ({e})")),
                 Err(e) => return fail(&mut w, code::BAD_MESSAGE, e.to_string()),
             };
+            // Descriptors come only with BlobShm frames, one each.
+            if reader.get_ref().fds.len() > 8 {
+                let e = "descriptors sent without BlobShm frames (one descriptor per BlobShm)".to_string();
+                return fail(&mut w, code::BAD_MESSAGE, e);
+            }
             let t0 = Instant::now();
             match h.kind {
                 kind::SEGMENT => {
@@ -297,6 +303,8 @@ impl Session<'_> {
                             g.enter();
                         }
                     }
+                    // Execution time, without the decoding above or a hold at the gate.
+                    let run0 = Instant::now();
                     for rec in records.iter() {
                         self.last_seq = rec.seq;
                         match stream.call(rec) {
@@ -315,7 +323,7 @@ impl Session<'_> {
                             Err(e) => return fail(&mut w, code::EXECUTOR, e.to_string()),
                         }
                     }
-                    let us = t0.elapsed().as_micros() as u64;
+                    let us = run0.elapsed().as_micros() as u64;
                     self.exec_us += us;
                     self.sample(0, us);
                     if h.flags & WANT_ANSWER != 0 {

@@ -100,6 +100,21 @@ pub fn pack(blobs: &[(Hash128, &[u8])], threads: usize) -> io::Result<(OwnedFd, 
     Ok((file.into(), entries))
 }
 
+/// Room for the control message of [`MAX_FDS`] descriptors (`CMSG_SPACE`: 16 bytes of header
+/// and the descriptors, rounded to 8), on the stack.
+type Control = [u64; 4];
+
+/// A message header over one buffer and a control buffer of `control_len` bytes.
+fn header(iov: &mut libc::iovec, control: &mut Control, control_len: usize) -> libc::msghdr {
+    // SAFETY: msghdr is plain data; the caller keeps `iov` and `control` alive for the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = control_len.min(std::mem::size_of::<Control>()) as _;
+    msg
+}
+
 /// Writes `bytes` to the Unix socket `sock` with `fd` attached to the first byte.
 pub fn send_with_fd(sock: RawFd, bytes: &[u8], fd: RawFd) -> io::Result<()> {
     let mut sent = 0usize;
@@ -108,13 +123,8 @@ pub fn send_with_fd(sock: RawFd, bytes: &[u8], fd: RawFd) -> io::Result<()> {
             let mut iov = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() };
             // SAFETY: CMSG_SPACE of one descriptor is a constant computation.
             let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-            let mut cbuf = vec![0u64; space.div_ceil(8)];
-            // SAFETY: msghdr is plain data; every pointer set below outlives the call.
-            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = cbuf.as_mut_ptr().cast();
-            msg.msg_controllen = space as _;
+            let mut control: Control = [0; 4];
+            let msg = header(&mut iov, &mut control, space);
             // SAFETY: the control buffer holds one header with room for one descriptor.
             unsafe {
                 let c = libc::CMSG_FIRSTHDR(&msg);
@@ -152,13 +162,8 @@ pub fn recv_with_fds(
     let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
     // SAFETY: a constant computation.
     let space = unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<RawFd>()) as u32) } as usize;
-    let mut cbuf = vec![0u64; space.div_ceil(8)];
-    // SAFETY: msghdr is plain data; every pointer set below outlives the call.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
+    let mut control: Control = [0; 4];
+    let mut msg = header(&mut iov, &mut control, space);
     // SAFETY: a valid socket and message whose buffers are writable for their lengths.
     let n = unsafe { libc::recvmsg(sock, &mut msg, flags | libc::MSG_CMSG_CLOEXEC) };
     if n < 0 {
