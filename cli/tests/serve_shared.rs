@@ -1,0 +1,188 @@
+//! The server's same-host and scheduling paths end to end without a GPU (the real server, its
+//! executor processes on the stand-in driver, real clients): blobs through sealed memfds and
+//! the refusal of bad ones, state queries answered by the server, stream priority by session
+//! class, and the priority gate between latency-critical and best-effort sessions.
+
+use std::io::Write;
+use std::process::Command;
+use std::time::Duration;
+
+use gpuless_traces::protocol::message::code;
+use gpuless_traces::protocol::{self, Message};
+
+mod serve_harness;
+mod support;
+
+use serve_harness::*;
+
+#[test]
+fn same_host_blobs_travel_through_shared_memory_and_reach_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    // The stand-in program's 1.5 MiB upload and download (mode -10).
+    let trace = support::record_stand_in(dir.path(), Some("-10"));
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    let unix = format!("unix:{}", s.socket.display());
+    let (rc, r, err) = remote_replay(&unix, &trace, &[]);
+    assert_eq!(rc, 0, "{r} {err}");
+    let t = &r["traffic"];
+    assert!(t["shm_bytes"].as_u64().unwrap() >= 3 << 19, "the upload went through the socket: {t}");
+    // Only the frame naming the blobs went through the socket.
+    assert!(t["bytes_up"].as_u64().unwrap() < 1 << 20, "{t}");
+    // The 1.5 MiB download came back equal to the recording.
+    assert!(r["results_verified"].as_u64().unwrap() >= 3, "{r}");
+    // The executor copied the blobs into the cache: a session over TCP sends no blob bytes.
+    wait_until(|| s.metric("gpuless_cache_bytes{kind=\"memory\"}") >= (3 << 19) as f64, "the blob cached");
+    let (rc, r2, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{r2} {err}");
+    assert_eq!(r2["traffic"]["blob_bytes"], 0, "{r2}");
+    // Without shared memory (GPULESS_SHM=0) the same upload goes through the socket.
+    std::fs::create_dir_all(dir.path().join("other")).unwrap();
+    let s2 = Server::start(&dir.path().join("other"), dir.path(), &[], &[]);
+    let out = Command::new(GL)
+        .args(["replay", "--remote", &format!("unix:{}", s2.socket.display()), "--json"])
+        .arg(&trace)
+        .env("GPULESS_SHM", "0")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert!(out.status.success(), "{v} {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(v["traffic"]["shm_bytes"], 0, "{v}");
+    assert!(v["traffic"]["blob_bytes"].as_u64().unwrap() >= 3 << 19, "{v}");
+}
+
+#[test]
+fn state_queries_are_answered_by_the_server_and_streams_get_the_session_priority() {
+    let dir = tempfile::tempdir().unwrap();
+    // The stand-in program's event timing, event and stream queries and cuMemGetInfo (mode -11).
+    let trace = support::record_stand_in(dir.path(), Some("-11"));
+    let log = dir.path().join("driver.log");
+    let s = Server::start(dir.path(), dir.path(), &[], &[("FAKE_CUDA_LOG", log.to_str().unwrap())]);
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{r} {err}");
+    assert_eq!(r["queries_answered"], 5, "{r}");
+    assert_eq!(r["queries_as_recorded"], 5, "{r}");
+    assert_eq!(r["queries_unanswered"].as_array().unwrap().len(), 0, "{r}");
+    // The stand-in driver's timing, measured on the server, not copied from the recording.
+    assert_eq!(r["event_ms"], serde_json::json!([1.25]), "{r}");
+    // A latency-critical session's streams get the device's greatest priority (-5 on the
+    // stand-in), a best-effort session's its least (0).
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(logged.trim(), "stream priority -5", "{logged}");
+    std::fs::remove_file(&log).unwrap();
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &["--best-effort"]);
+    assert_eq!(rc, 0, "{r} {err}");
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(logged.trim(), "stream priority 0", "{logged}");
+}
+
+#[test]
+fn best_effort_segments_wait_while_a_latency_critical_session_has_work_in_flight() {
+    let (dir, trace) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    // A latency-critical session with a segment in flight (sent without asking for an answer).
+    let mut lc = connect(&s);
+    lc.handshake(&hello("")).unwrap();
+    let init = records(&trace).into_iter().find(|r| r.function.name() == "cuInit").unwrap();
+    lc.send_segment(&[init], false).unwrap();
+    lc.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // A best-effort session meanwhile: it finishes, verified, its segments held on the way.
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &["--best-effort"]);
+    assert_eq!(rc, 0, "{r} {err}");
+    wait_until(|| s.metric("gpuless_best_effort_hold_seconds_count") >= 1.0, "a best-effort segment held");
+    // Held for the bound at most (20 ms each), not until the other session ends.
+    let segments = r["segments"].as_f64().unwrap();
+    assert!(s.metric("gpuless_best_effort_hold_seconds_sum") <= segments * 0.05, "{}", s.metrics());
+    // Once the latency-critical session answered, best-effort work is not held.
+    lc.close().unwrap();
+    let before = s.metric("gpuless_best_effort_hold_seconds_count");
+    std::thread::sleep(Duration::from_millis(100));
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &["--best-effort"]);
+    assert_eq!(rc, 0, "{r} {err}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.metric("gpuless_best_effort_hold_seconds_count"), before, "{}", s.metrics());
+}
+
+/// A session over the Unix socket opened by hand, for frames a `Connection` would not send.
+fn raw_unix_session(s: &Server) -> std::os::unix::net::UnixStream {
+    let mut u = std::os::unix::net::UnixStream::connect(&s.socket).unwrap();
+    u.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let m = Message::Hello(hello(""));
+    protocol::write_frame(&mut u, m.kind(), 0, &m.encode()).unwrap();
+    let mut p = Vec::new();
+    let h = protocol::read_frame(&mut u, &mut p).unwrap();
+    assert!(matches!(Message::decode(h.kind, h.flags, &p), Ok(Message::Welcome(_))));
+    u
+}
+
+fn raw_error(u: &mut std::os::unix::net::UnixStream) -> (u16, String) {
+    let mut p = Vec::new();
+    let h = protocol::read_frame(u, &mut p).unwrap();
+    match Message::decode(h.kind, h.flags, &p) {
+        Ok(Message::Error { code, message }) => (code, message),
+        other => panic!("expected an Error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_shared_memory_is_refused_with_a_clear_error() {
+    use gpuless_traces::protocol::shm;
+    use std::os::fd::AsRawFd;
+    let (dir, trace) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    let frame = |entries: Vec<(gpuless_traces::Hash128, u64, u64)>| {
+        let m = Message::BlobShm(entries);
+        let mut f = Vec::new();
+        protocol::write_frame(&mut f, m.kind(), 0, &m.encode()).unwrap();
+        f
+    };
+    let bytes = vec![9u8; 1 << 16];
+    let h = gpuless_traces::Hash128::of(&bytes);
+    // Over TCP: no descriptor can come with the frame.
+    let mut c = connect(&s);
+    c.handshake(&hello("")).unwrap();
+    c.send(&Message::BlobShm(vec![(h, 0, 10)])).unwrap();
+    let (code, m) = session_error(&mut c);
+    assert_eq!(code, code::BAD_MESSAGE, "{m}");
+    assert!(m.contains("without a descriptor"), "{m}");
+    // An unsealed memfd: its bytes could change after the hash check.
+    let mut u = raw_unix_session(&s);
+    // SAFETY: a NUL-terminated name.
+    let raw = unsafe { libc::memfd_create(c"t".as_ptr(), 0) };
+    assert!(raw >= 0);
+    // SAFETY: just created, ours.
+    let mut f = std::fs::File::from(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) });
+    f.write_all(&bytes).unwrap();
+    shm::send_with_fd(u.as_raw_fd(), &frame(vec![(h, 0, bytes.len() as u64)]), f.as_raw_fd()).unwrap();
+    let (code, m) = raw_error(&mut u);
+    assert_eq!(code, code::BAD_MESSAGE, "{m}");
+    assert!(m.contains("sealed"), "{m}");
+    // A sealed memfd too short for its entry: refused at once.
+    let mut u = raw_unix_session(&s);
+    let (fd, _) = shm::pack(&[(h, &bytes)], 2).unwrap();
+    shm::send_with_fd(u.as_raw_fd(), &frame(vec![(h, 0, 1 << 30)]), fd.as_raw_fd()).unwrap();
+    let (code, m) = raw_error(&mut u);
+    assert_eq!(code, code::BAD_MESSAGE, "{m}");
+    assert!(m.contains("outside"), "{m}");
+    // A sealed memfd whose bytes do not hash to the name given: taken at once (the bytes serve
+    // only this session), checked in the background, the session's error at its next answer.
+    let mut u = raw_unix_session(&s);
+    let (fd, _) = shm::pack(&[(h, &bytes)], 2).unwrap();
+    let liar = gpuless_traces::Hash128(5);
+    shm::send_with_fd(u.as_raw_fd(), &frame(vec![(liar, 0, 100)]), fd.as_raw_fd()).unwrap();
+    let mut p = Vec::new();
+    let f = protocol::read_frame(&mut u, &mut p).unwrap();
+    assert!(matches!(Message::decode(f.kind, f.flags, &p), Ok(Message::BlobHave(v)) if v == [true]));
+    let close = Message::Close;
+    protocol::write_frame(&mut u, close.kind(), 0, &close.encode()).unwrap();
+    let (code, m) = raw_error(&mut u);
+    assert_eq!(code, code::BAD_MESSAGE, "{m}");
+    assert!(m.contains("do not hash") && m.contains(&liar.to_string()), "{m}");
+    // Not in the cache: a later session asking for it misses.
+    let mut c = connect(&s);
+    c.handshake(&hello("")).unwrap();
+    assert_eq!(c.query_blobs(&[liar]).unwrap(), vec![false]);
+    // The server still serves.
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{r} {err}");
+}
