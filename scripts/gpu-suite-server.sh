@@ -208,7 +208,9 @@ def row(label, keys, target, shm):
     ok = bool(runs) and best >= target and all(r["results_verified"] > 0 and not r["mismatches"] for r, _ in runs) \
         and all((r["traffic"]["shm_bytes"] > 0) == shm for r, _ in runs)
     detail = "; ".join(f"{k}: {rows[k][0]['traffic']['blob_bytes'] if rows[k][0] else '-'} B at {rows[k][1]:.2f} GB/s"
-                       f" ({rows[k][0]['traffic']['shm_bytes'] if rows[k][0] else 0} B through shared memory)" for k in keys)
+                       f" ({rows[k][0]['traffic']['shm_bytes'] if rows[k][0] else 0} B through shared memory; trace loaded in "
+                       f"{rows[k][0].get('load_s', 0) if rows[k][0] else 0:.3f} s, whole run {rows[k][0]['total_s'] if rows[k][0] else 0:.3f} s)"
+                       for k in keys)
     print(f"SUITE-ROW server: {label}|{'PASS' if ok else 'FAIL'}|{detail}")
 row("blob upload over loopback TCP (>= 2 GB/s)", ["tcp", "tcp_2"], 2.0, False)
 row("blob upload, same host, shared memory (>= 8 GB/s)", ["shm", "shm_2", "shm_noprealloc"], 8.0, True)

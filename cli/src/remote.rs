@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use gpuless_analyzer::api::{ApiLevel, SyncClass};
 use gpuless_analyzer::sync::{Policy, SyncAnalyzer};
-use gpuless_replayer::replay::{hot, load, since_process_start, LoadedTrace};
+use gpuless_replayer::replay::{hot, load, load_shared, since_process_start, LoadedTrace};
 use gpuless_traces::analysis::call_event;
 use gpuless_traces::protocol::{self, Connection, Endpoint, Hello, PartitionRequest, Priority, Traffic};
-use gpuless_traces::{CallRecord, Hash128, Value};
+use gpuless_traces::{BlobBytes, CallRecord, Hash128, Value};
 use serde::Serialize;
 
 /// What `gpuless replay --remote` was asked for.
@@ -81,6 +81,8 @@ pub struct RemoteReport {
     pub replay_s: f64,
     /// Seconds from process start to the end.
     pub total_s: f64,
+    /// Seconds spent loading the trace (blobs into shared memory for a same-host server).
+    pub load_s: f64,
     /// What went over the wire.
     pub traffic: Traffic,
     /// Hot replay: per-iteration wall time.
@@ -140,6 +142,9 @@ struct Client<'t> {
 /// Bytes of missing blobs from which they travel through shared memory (below, the socket
 /// costs less than making a memfd and waiting for the server to take it).
 const SHM_MIN: usize = 1 << 20;
+
+/// Blobs from this size are loaded into shared memory when the server is on this host.
+const SHARED_BLOB_MIN: u64 = 64 << 10;
 
 /// `CUDA_ERROR_NOT_SUPPORTED`: the server does not answer this state query.
 const NOT_SUPPORTED: i32 = 801;
@@ -220,7 +225,7 @@ impl Client<'_> {
             return Ok(());
         }
         let have = self.conn.query_blobs(&new)?;
-        let mut missing: Vec<(Hash128, &[u8])> = Vec::new();
+        let mut missing: Vec<(Hash128, &BlobBytes)> = Vec::new();
         for (h, held) in new.iter().zip(have) {
             if !held {
                 let bytes = self.trace.blobs.get(h).with_context(|| format!("blob {h} is not in the trace"))?;
@@ -228,12 +233,22 @@ impl Client<'_> {
             }
             self.on_server.insert(*h);
         }
-        let bulk: usize = missing.iter().map(|(_, b)| b.len()).sum();
-        if self.shm && bulk >= SHM_MIN {
-            // Same host: the bytes go through a sealed memfd, not the socket.
-            self.conn.send_blobs_shm(&missing)?;
-        } else {
+        if !self.shm {
             for (h, bytes) in missing {
+                self.conn.send_blob(h, bytes)?;
+            }
+            return Ok(());
+        }
+        // Same host: blobs already in the trace's shared arena go as its descriptor (no copy);
+        // the others through a new memfd when they are many bytes, else through the socket.
+        let (in_arena, rest): (Vec<_>, Vec<_>) = missing.into_iter().partition(|(_, b)| b.memfd().is_some());
+        if !in_arena.is_empty() {
+            self.conn.send_blobs_shm(&in_arena)?;
+        }
+        if rest.iter().map(|(_, b)| b.len()).sum::<usize>() >= SHM_MIN {
+            self.conn.send_blobs_shm(&rest)?;
+        } else {
+            for (h, bytes) in rest {
                 self.conn.send_blob(h, bytes)?;
             }
         }
@@ -287,7 +302,13 @@ impl Client<'_> {
 
 /// Replays `path` on the server at `args.addr`.
 pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
-    let trace = load(path)?;
+    // A client on the server's host reads large blobs straight into shared memory, so that
+    // uploading them later copies nothing.
+    let t_load = Instant::now();
+    let same_host = matches!(Endpoint::parse(&args.addr), Endpoint::Unix(_))
+        && std::env::var("GPULESS_SHM").map_or(true, |v| v != "0");
+    let trace = if same_host { load_shared(path, SHARED_BLOB_MIN)? } else { load(path)? };
+    let load_s = t_load.elapsed().as_secs_f64();
     let mut endpoint = Endpoint::parse(&args.addr);
     match (&mut endpoint, &args.tls_ca) {
         (Endpoint::Tls { ca, .. }, Some(file)) => *ca = Some(file.clone()),
@@ -334,6 +355,7 @@ pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
             ),
             device: format!("{} (sm_{}, {} SMs)", w.device.name, w.device.sm(), w.device.sm_count()),
             calls: trace.calls.len() as u64,
+            load_s,
             ..RemoteReport::default()
         },
         verify: !args.no_verify,
@@ -423,8 +445,8 @@ fn print(r: &RemoteReport, path: &Path, json: bool) -> anyhow::Result<()> {
     );
     if let Some(f) = r.first_result_s {
         println!(
-            "time       first result {f:.3} s after process start; replay {:.3} s; total {:.3} s",
-            r.replay_s, r.total_s
+            "time       first result {f:.3} s after process start; trace loaded in {:.3} s; replay {:.3} s; total {:.3} s",
+            r.load_s, r.replay_s, r.total_s
         );
     }
     if let Some(h) = &r.hot {

@@ -20,6 +20,19 @@ fn same_host_blobs_travel_through_shared_memory_and_reach_the_cache() {
     let dir = tempfile::tempdir().unwrap();
     // The stand-in program's 1.5 MiB upload and download (mode -10).
     let trace = support::record_stand_in(dir.path(), Some("-10"));
+    // A same-host client reads the large blob straight into a sealed memfd, byte for byte.
+    let heap = gpuless_replayer::replay::load(&trace).unwrap();
+    let shared = gpuless_replayer::replay::load_shared(&trace, 64 << 10).unwrap();
+    assert_eq!(heap.blobs.len(), shared.blobs.len());
+    let mut in_memfd = 0;
+    for (h, b) in &shared.blobs {
+        assert_eq!(**b, *heap.blobs[h], "blob {h}");
+        if b.len() >= 64 << 10 {
+            assert!(b.memfd().is_some(), "blob {h} of {} bytes not in shared memory", b.len());
+            in_memfd += 1;
+        }
+    }
+    assert!(in_memfd >= 1);
     let s = Server::start(dir.path(), dir.path(), &[], &[]);
     let unix = format!("unix:{}", s.socket.display());
     let (rc, r, err) = remote_replay(&unix, &trace, &[]);

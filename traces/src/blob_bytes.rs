@@ -19,13 +19,35 @@ pub enum BlobBytes {
         offset: usize,
         /// Its length.
         len: usize,
+        /// The sealed memfd the mapping shows, when this process made one: it can be sent to a
+        /// server on the same host instead of the bytes (`protocol::shm`).
+        memfd: Option<Arc<std::os::fd::OwnedFd>>,
     },
 }
 
 impl BlobBytes {
     /// A whole mapping. `None` when the range lies outside it.
     pub fn mapped(map: Arc<memmap2::Mmap>, offset: usize, len: usize) -> Option<Self> {
-        (offset.checked_add(len)? <= map.len()).then_some(BlobBytes::Mapped { map, offset, len })
+        (offset.checked_add(len)? <= map.len()).then_some(BlobBytes::Mapped { map, offset, len, memfd: None })
+    }
+
+    /// A range of the read-only mapping of the sealed memfd `memfd`. `None` when the range lies
+    /// outside the mapping.
+    pub fn in_memfd(
+        memfd: Arc<std::os::fd::OwnedFd>,
+        map: Arc<memmap2::Mmap>,
+        offset: usize,
+        len: usize,
+    ) -> Option<Self> {
+        (offset.checked_add(len)? <= map.len()).then_some(BlobBytes::Mapped { map, offset, len, memfd: Some(memfd) })
+    }
+
+    /// The sealed memfd holding the blob and where: (descriptor, offset, length).
+    pub fn memfd(&self) -> Option<(&Arc<std::os::fd::OwnedFd>, u64, u64)> {
+        match self {
+            BlobBytes::Mapped { memfd: Some(fd), offset, len, .. } => Some((fd, *offset as u64, *len as u64)),
+            _ => None,
+        }
     }
 }
 
@@ -53,7 +75,7 @@ impl Deref for BlobBytes {
         match self {
             BlobBytes::Owned(v) => v,
             // In range: checked when made.
-            BlobBytes::Mapped { map, offset, len } => &map[*offset..*offset + *len],
+            BlobBytes::Mapped { map, offset, len, .. } => &map[*offset..*offset + *len],
         }
     }
 }

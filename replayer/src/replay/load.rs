@@ -4,7 +4,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use gpuless_traces::format::CHUNK_HEADER_LEN;
-use gpuless_traces::{BlobBytes, BlobRef, CallRecord, ChunkBody, Hash128, ReaderOptions, TraceMeta, TraceReader};
+use gpuless_traces::protocol::shm::{self, Arena};
+use gpuless_traces::{
+    BlobBytes, BlobRef, CallRecord, ChunkBody, Hash128, ReaderOptions, TraceFile, TraceMeta, TraceReader,
+};
 
 use super::ReplayError;
 
@@ -33,17 +36,69 @@ struct Reference {
 /// Reads `path` completely. A damaged or truncated trace is an error naming the file, the chunk
 /// and its offset, as is a call that refers to a blob the trace does not hold.
 pub fn load(path: &Path) -> Result<LoadedTrace, ReplayError> {
-    read(path, false)
+    read(path, false, None)
+}
+
+/// [`load`], with every blob of at least `min_len` bytes placed in one sealed memfd as it is
+/// read ([`gpuless_traces::protocol::shm::Arena`]) instead of in this process's heap: a client
+/// on the server's host then sends the descriptor, not the bytes. Needs the trace's index (a
+/// finished recording); without one the blobs stay in the heap.
+pub fn load_shared(path: &Path, min_len: u64) -> Result<LoadedTrace, ReplayError> {
+    read(path, false, Some(min_len))
 }
 
 /// Reads `path` up to its first damage: the complete chunks before it are returned and what was
 /// lost is in [`LoadedTrace::lost`] (a recording killed while writing). Calls that refer to
 /// missing blobs are still an error.
 pub fn load_partial(path: &Path) -> Result<LoadedTrace, ReplayError> {
-    read(path, true)
+    read(path, true, None)
 }
 
-fn read(path: &Path, partial: bool) -> Result<LoadedTrace, ReplayError> {
+/// Blobs being read into a shared arena: where each goes and how much of it arrived.
+struct Shared {
+    arena: Arena,
+    places: HashMap<Hash128, (usize, usize, usize)>,
+}
+
+impl Shared {
+    /// An arena for the blobs of at least `min_len` bytes the trace's index lists.
+    fn new(path: &Path, min_len: u64) -> Option<Shared> {
+        let file = TraceFile::open(path).ok()?;
+        let big: Vec<(Hash128, u64)> =
+            file.index().blobs.iter().filter(|b| b.len >= min_len).map(|b| (b.hash, b.len)).collect();
+        if big.is_empty() {
+            return None;
+        }
+        let (offsets, size) = shm::layout(big.iter().map(|b| b.1));
+        let arena = Arena::new(size).ok()?;
+        let places = big.iter().zip(offsets).map(|(&(h, len), off)| (h, (off as usize, len as usize, 0))).collect();
+        Some(Shared { arena, places })
+    }
+
+    /// Takes a part of a blob it holds a place for; false: not one of its blobs.
+    fn take(&mut self, p: &gpuless_traces::BlobPart) -> bool {
+        let Some((off, len, filled)) = self.places.get_mut(&p.hash) else { return false };
+        if *filled as u64 == p.offset && *filled + p.data.len() <= *len {
+            let at = *off + *filled;
+            self.arena.bytes_mut()[at..at + p.data.len()].copy_from_slice(&p.data);
+            *filled += p.data.len();
+        }
+        true
+    }
+
+    /// Seals the arena; its complete blobs, mapped.
+    fn finish(self) -> Vec<(Hash128, BlobBytes)> {
+        let Ok((fd, map)) = self.arena.seal() else { return Vec::new() };
+        self.places
+            .into_iter()
+            .filter(|(_, (_, len, filled))| filled == len)
+            .filter_map(|(h, (off, len, _))| BlobBytes::in_memfd(fd.clone(), map.clone(), off, len).map(|b| (h, b)))
+            .collect()
+    }
+}
+
+fn read(path: &Path, partial: bool, shared_min: Option<u64>) -> Result<LoadedTrace, ReplayError> {
+    let mut shared = shared_min.and_then(|min| Shared::new(path, min));
     let reader = TraceReader::open(path, ReaderOptions { blob_data: true, check_blob_refs: false })
         .map_err(|e| ReplayError::Trace(format!("{}: {e}", path.display())))?;
     let meta = reader.meta().clone();
@@ -73,6 +128,9 @@ fn read(path: &Path, partial: bool) -> Result<LoadedTrace, ReplayError> {
                     }
                     ChunkBody::Blobs(bs) => {
                         for p in bs {
+                            if shared.as_mut().is_some_and(|s| s.take(&p)) {
+                                continue;
+                            }
                             let buf = parts
                                 .entry(p.hash)
                                 .or_insert_with(|| gpuless_traces::blob_bytes::buffer(p.total_len as usize));
@@ -101,11 +159,15 @@ fn read(path: &Path, partial: bool) -> Result<LoadedTrace, ReplayError> {
             }
         }
     }
+    let mut blobs: HashMap<Hash128, BlobBytes> = parts.into_iter().map(|(h, b)| (h, BlobBytes::from(b))).collect();
+    if let Some(s) = shared {
+        blobs.extend(s.finish());
+    }
     let missing: Vec<&Reference> =
-        refs.iter().filter(|r| parts.get(&r.blob.hash).is_none_or(|d| d.len() as u64 != r.blob.len)).collect();
+        refs.iter().filter(|r| blobs.get(&r.blob.hash).is_none_or(|d| d.len() as u64 != r.blob.len)).collect();
     if let Some(r) = missing.first() {
         let held =
-            parts.get(&r.blob.hash).map_or("does not hold".into(), |d| format!("holds only {} bytes of", d.len()));
+            blobs.get(&r.blob.hash).map_or("does not hold".into(), |d| format!("holds only {} bytes of", d.len()));
         return Err(ReplayError::Trace(format!(
             "{}: call #{} {} (chunk {} at offset {}) refers to blob {} of {} bytes, which the trace {held}; \
              {} references to missing blobs in all. The trace is incomplete: record the program again",
@@ -120,6 +182,5 @@ fn read(path: &Path, partial: bool) -> Result<LoadedTrace, ReplayError> {
         )));
     }
     calls.sort_by_key(|c| c.seq);
-    let blobs = parts.into_iter().map(|(h, b)| (h, BlobBytes::from(b))).collect();
     Ok(LoadedTrace { meta, calls, blobs, lost })
 }

@@ -380,15 +380,35 @@ impl Connection {
     }
 
     /// Sends `blobs` through a sealed memfd ([`super::shm`]) and waits until the server holds
-    /// them (one round trip). Only on a Unix socket.
-    pub fn send_blobs_shm(&mut self, blobs: &[(Hash128, &[u8])]) -> Result<(), ProtocolError> {
+    /// them (one round trip). Only on a Unix socket. Blobs that already lie in one sealed
+    /// memfd (a trace loaded into shared memory) go as they are; others are copied into a new
+    /// one first.
+    pub fn send_blobs_shm(&mut self, blobs: &[(Hash128, &crate::BlobBytes)]) -> Result<(), ProtocolError> {
         use std::os::fd::AsRawFd;
         if !self.can_share_memory() {
             return Err(ProtocolError::Frame("shared-memory blobs need a Unix-socket connection".into()));
         }
         let t0 = std::time::Instant::now();
-        let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(8);
-        let (fd, entries) = super::shm::pack(blobs, threads)?;
+        let first = blobs.first().and_then(|(_, b)| b.memfd()).map(|(fd, _, _)| fd.clone());
+        let shared: Option<(std::sync::Arc<std::os::fd::OwnedFd>, Vec<super::shm::Entry>)> = first.and_then(|fd| {
+            let entries = blobs
+                .iter()
+                .map(|(h, b)| match b.memfd() {
+                    Some((f, off, len)) if std::sync::Arc::ptr_eq(f, &fd) => Some((*h, off, len)),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?;
+            Some((fd, entries))
+        });
+        let (fd, entries) = match shared {
+            Some((fd, entries)) => (fd, entries),
+            None => {
+                let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(8);
+                let bytes: Vec<(Hash128, &[u8])> = blobs.iter().map(|(h, b)| (*h, &***b)).collect();
+                let (fd, entries) = super::shm::pack(&bytes, threads)?;
+                (std::sync::Arc::new(fd), entries)
+            }
+        };
         let m = Message::BlobShm(entries);
         let mut frame = Vec::new();
         write_frame(&mut frame, m.kind(), 0, &m.encode())?;

@@ -24,38 +24,79 @@ const CHUNK: usize = 8 << 20;
 /// One blob in a memfd: (hash, offset, length).
 pub type Entry = (Hash128, u64, u64);
 
-/// Packs `blobs` into a new memfd, copying on up to `threads` threads, and seals it. Returns the
+/// A new memfd being filled: writable by this process alone until [`Arena::seal`] makes it
+/// read-only for everyone. Blobs written into it travel to a server with no further copy.
+pub struct Arena {
+    file: std::fs::File,
+    map: memmap2::MmapMut,
+}
+
+impl Arena {
+    /// A memfd of `size` bytes, mapped writable (its pages allocated at once unless
+    /// `GPULESS_SHM_PREALLOC=0`: then each at its first write).
+    pub fn new(size: u64) -> io::Result<Arena> {
+        // SAFETY: a NUL-terminated name and valid flags.
+        let raw = unsafe { libc::memfd_create(c"gpuless-blobs".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor memfd_create just returned, owned by nobody else.
+        let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
+        file.set_len(size.max(1))?;
+        if std::env::var("GPULESS_SHM_PREALLOC").map_or(true, |v| v != "0") {
+            // SAFETY: fallocate on a descriptor we own.
+            let _ = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size.max(1) as libc::off_t) };
+        }
+        // SAFETY: the memfd is ours alone until it is sealed.
+        let map = unsafe { memmap2::MmapMut::map_mut(&file)? };
+        Ok(Arena { file, map })
+    }
+
+    /// Its bytes, to fill.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+
+    /// Unmaps the writable view, seals the memfd against every change and maps it read-only:
+    /// the descriptor (to send) and the mapping (to read).
+    pub fn seal(self) -> io::Result<(Arc<OwnedFd>, Arc<memmap2::Mmap>)> {
+        let Arena { file, map } = self;
+        // A memfd with a writable mapping cannot be sealed against writes.
+        drop(map);
+        // SAFETY: fcntl on a descriptor we own.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SEALS | libc::F_SEAL_SEAL) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: sealed: its size and bytes can no longer change.
+        let ro = unsafe { memmap2::MmapOptions::new().map(&file)? };
+        Ok((Arc::new(file.into()), Arc::new(ro)))
+    }
+}
+
+/// Where `lens` blobs go in one memfd: offsets `ALIGN`-aligned, and the total size.
+pub fn layout(lens: impl IntoIterator<Item = u64>) -> (Vec<u64>, u64) {
+    let mut at = 0u64;
+    let offsets = lens
+        .into_iter()
+        .map(|len| {
+            let off = at;
+            at = (at + len).div_ceil(ALIGN) * ALIGN;
+            off
+        })
+        .collect();
+    (offsets, at)
+}
+
+/// Packs `blobs` into a new sealed memfd, copying on up to `threads` threads. Returns the
 /// descriptor and where each blob lies.
 pub fn pack(blobs: &[(Hash128, &[u8])], threads: usize) -> io::Result<(OwnedFd, Vec<Entry>)> {
-    let mut entries = Vec::with_capacity(blobs.len());
-    let mut size = 0u64;
-    for (h, b) in blobs {
-        entries.push((*h, size, b.len() as u64));
-        size = (size + b.len() as u64).div_ceil(ALIGN) * ALIGN;
-    }
-    // SAFETY: a NUL-terminated name and valid flags.
-    let raw = unsafe { libc::memfd_create(c"gpuless-blobs".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor memfd_create just returned, owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let file = std::fs::File::from(fd);
-    file.set_len(size.max(1))?;
-    if std::env::var("GPULESS_SHM_PREALLOC").map_or(true, |v| v != "0") {
-        // Pages allocated in one call rather than at a fault each (`GPULESS_SHM_PREALLOC=0`:
-        // at a fault each, on the copying threads).
-        // SAFETY: fallocate on a descriptor we own.
-        let _ = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size.max(1) as libc::off_t) };
-    }
+    let (offsets, size) = layout(blobs.iter().map(|(_, b)| b.len() as u64));
+    let entries: Vec<Entry> = blobs.iter().zip(&offsets).map(|((h, b), off)| (*h, *off, b.len() as u64)).collect();
+    let mut arena = Arena::new(size)?;
     {
-        // SAFETY: the memfd is ours alone until it is sealed and sent.
-        let mut map = unsafe { memmap2::MmapMut::map_mut(&file)? };
-        // Huge pages where shared memory may have them (fewer faults, fewer TLB misses).
-        let _ = map.advise(memmap2::Advice::HugePage);
         // Pieces of the mapping paired with their source bytes, copied on several threads.
         let mut pairs: Vec<(&mut [u8], &[u8])> = Vec::new();
-        let mut rest: &mut [u8] = &mut map[..];
+        let mut rest: &mut [u8] = arena.bytes_mut();
         let mut at = 0u64;
         for ((_, b), (_, off, _)) in blobs.iter().zip(&entries) {
             let (_, tail) = std::mem::take(&mut rest).split_at_mut((off - at) as usize);
@@ -91,13 +132,10 @@ pub fn pack(blobs: &[(Hash128, &[u8])], threads: usize) -> io::Result<(OwnedFd, 
                 }
             });
         }
-        // Unmapped here: a memfd with a writable mapping cannot be sealed against writes.
     }
-    // SAFETY: fcntl on a descriptor we own.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SEALS | libc::F_SEAL_SEAL) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((file.into(), entries))
+    let (fd, _) = arena.seal()?;
+    let fd = Arc::try_unwrap(fd).map_err(|_| io::Error::other("the memfd is still shared"))?;
+    Ok((fd, entries))
 }
 
 /// Room for the control message of [`MAX_FDS`] descriptors (`CMSG_SPACE`: 16 bytes of header
