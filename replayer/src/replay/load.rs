@@ -70,7 +70,7 @@ impl Shared {
             return None;
         }
         let (offsets, size) = shm::layout(big.iter().map(|b| b.1));
-        let arena = Arena::new(size).ok()?;
+        let arena = Arena::new(size, true).ok()?;
         let places = big.iter().zip(offsets).map(|(&(h, len), off)| (h, (off as usize, len as usize, 0))).collect();
         Some(Shared { arena, places })
     }

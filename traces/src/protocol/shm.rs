@@ -28,13 +28,17 @@ pub type Entry = (Hash128, u64, u64);
 /// read-only for everyone. Blobs written into it travel to a server with no further copy.
 pub struct Arena {
     file: std::fs::File,
-    map: memmap2::MmapMut,
+    map: Option<memmap2::MmapMut>,
+    /// Threads populating the pages ahead of the writer (joined before the mapping goes).
+    populating: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Arena {
-    /// A memfd of `size` bytes, mapped writable (its pages allocated at once unless
-    /// `GPULESS_SHM_PREALLOC=0`: then each at its first write).
-    pub fn new(size: u64) -> io::Result<Arena> {
+    /// A memfd of `size` bytes, mapped writable. With `ahead` (and unless
+    /// `GPULESS_SHM_PREALLOC=0`), up to 8 background threads populate its pages
+    /// (`MADV_POPULATE_WRITE`) while the caller fills it: a fault per page on one writing thread
+    /// is what makes fresh shared memory slow, and populating scales with threads.
+    pub fn new(size: u64, ahead: bool) -> io::Result<Arena> {
         // SAFETY: a NUL-terminated name and valid flags.
         let raw = unsafe { libc::memfd_create(c"gpuless-blobs".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if raw < 0 {
@@ -43,26 +47,46 @@ impl Arena {
         // SAFETY: a descriptor memfd_create just returned, owned by nobody else.
         let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
         file.set_len(size.max(1))?;
-        if std::env::var("GPULESS_SHM_PREALLOC").map_or(true, |v| v != "0") {
-            // SAFETY: fallocate on a descriptor we own.
-            let _ = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, size.max(1) as libc::off_t) };
-        }
         // SAFETY: the memfd is ours alone until it is sealed.
-        let map = unsafe { memmap2::MmapMut::map_mut(&file)? };
-        Ok(Arena { file, map })
+        let mut map = unsafe { memmap2::MmapMut::map_mut(&file)? };
+        let mut populating = Vec::new();
+        if ahead && std::env::var("GPULESS_SHM_PREALLOC").map_or(true, |v| v != "0") {
+            const PAGE: usize = 4096;
+            let len = map.len();
+            let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(1, 8);
+            let share = len.div_ceil(threads).next_multiple_of(PAGE);
+            let base = map.as_mut_ptr() as usize;
+            for start in (0..len).step_by(share.max(PAGE)) {
+                let n = share.min(len - start);
+                populating.push(std::thread::spawn(move || {
+                    // SAFETY: advice on a range of the arena's mapping, which stays mapped until
+                    // this thread is joined (`wait`, before the mapping is dropped); populating
+                    // pages never changes their contents.
+                    unsafe { libc::madvise((base + start) as *mut libc::c_void, n, libc::MADV_POPULATE_WRITE) };
+                }));
+            }
+        }
+        Ok(Arena { file, map: Some(map), populating })
     }
 
     /// Its bytes, to fill.
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.map
+        self.map.as_deref_mut().unwrap_or_default()
+    }
+
+    fn wait(&mut self) {
+        for t in self.populating.drain(..) {
+            let _ = t.join();
+        }
     }
 
     /// Unmaps the writable view, seals the memfd against every change and maps it read-only:
     /// the descriptor (to send) and the mapping (to read).
-    pub fn seal(self) -> io::Result<(Arc<OwnedFd>, Arc<memmap2::Mmap>)> {
-        let Arena { file, map } = self;
+    pub fn seal(mut self) -> io::Result<(Arc<OwnedFd>, Arc<memmap2::Mmap>)> {
+        self.wait();
         // A memfd with a writable mapping cannot be sealed against writes.
-        drop(map);
+        drop(self.map.take());
+        let file = self.file.try_clone()?;
         // SAFETY: fcntl on a descriptor we own.
         if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SEALS | libc::F_SEAL_SEAL) } != 0 {
             return Err(io::Error::last_os_error());
@@ -70,6 +94,12 @@ impl Arena {
         // SAFETY: sealed: its size and bytes can no longer change.
         let ro = unsafe { memmap2::MmapOptions::new().map(&file)? };
         Ok((Arc::new(file.into()), Arc::new(ro)))
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        self.wait();
     }
 }
 
@@ -92,7 +122,8 @@ pub fn layout(lens: impl IntoIterator<Item = u64>) -> (Vec<u64>, u64) {
 pub fn pack(blobs: &[(Hash128, &[u8])], threads: usize) -> io::Result<(OwnedFd, Vec<Entry>)> {
     let (offsets, size) = layout(blobs.iter().map(|(_, b)| b.len() as u64));
     let entries: Vec<Entry> = blobs.iter().zip(&offsets).map(|((h, b), off)| (*h, *off, b.len() as u64)).collect();
-    let mut arena = Arena::new(size)?;
+    // The copying threads fault the pages themselves, in parallel.
+    let mut arena = Arena::new(size, false)?;
     {
         // Pieces of the mapping paired with their source bytes, copied on several threads.
         let mut pairs: Vec<(&mut [u8], &[u8])> = Vec::new();
