@@ -106,36 +106,60 @@ stop_server
 # ---- ResNet-50: cold and warm cache, hot ----------------------------------------------------
 if [[ -f $traces/resnet50_once.gl ]]; then
   start_server "$out/cache-resnet" serve-resnet.log --pool whole=2
+  # Local first results interleaved with the remote ones: each remote run is compared with the
+  # mean of the local runs just before and after it (the host's speed drifts between runs).
+  locl() { "${lim[@]}" "$gl" replay --json "$traces/resnet50_once.gl" >"$out/local-resnet-$1.json" 2>>"$out/local-resnet.err"; }
+  locl 0
   remote resnet_cold "$tcp" "$traces/resnet50_once.gl"
-  remote resnet_warm "$tcp" "$traces/resnet50_once.gl"
+  for i in 1 2 3; do
+    locl $i
+    remote "resnet_warm_$i" "$tcp" "$traces/resnet50_once.gl"
+  done
+  locl 4
+  lhot() { "${lim[@]}" "$gl" replay --json --iterations "${REPLAY_ITERS:-50}" "$traces/resnet50_once.gl" \
+             >"$out/local-resnet-hot-$1.json" 2>>"$out/local-resnet.err"; }
+  lhot 0
   remote resnet_hot "$tcp" --iterations "${REPLAY_ITERS:-50}" "$traces/resnet50_once.gl"
+  lhot 1
   py <<'PY'
 import json, sys
 out, traces = sys.argv[1:3]
 load = lambda f: json.load(open(f))
-local = load(f"{traces}/replay-resnet50_once.json")
-lhot = load(f"{traces}/replay-hot-resnet50.json")["hot"]
-cold, warm, hot = (load(f"{out}/remote-resnet_{k}.json") for k in ("cold", "warm", "hot"))
-lf = local["first_result_s"]
-c, w = cold["first_result_s"], warm["first_result_s"]
-ok_c = c <= 1.5 * lf and not cold["mismatches"] and cold["results_verified"] > 0
-ok_w = w <= 1.2 * lf and warm["traffic"]["bytes_up"] <= 1_000_000 and not warm["mismatches"]
+import statistics
+# Local hot replay just before and just after the remote one.
+lhots = [load(f"{out}/local-resnet-hot-{i}.json")["hot"]["wall_ms_median"] for i in (0, 1)]
+lhot = {"wall_ms_median": sum(lhots) / 2}
+cold, hot = (load(f"{out}/remote-resnet_{k}.json") for k in ("cold", "hot"))
+warms = [load(f"{out}/remote-resnet_warm_{i}.json") for i in (1, 2, 3)]
+# Local first results (process start to first verified result), 10 ms resolution.
+lf = [load(f"{out}/local-resnet-{i}.json")["first_result_s"] for i in range(5)]
+c = cold["first_result_s"]
+c_local = (lf[0] + lf[1]) / 2
+w_ratio = [w["first_result_s"] / ((lf[i] + lf[i + 1]) / 2) for i, w in enumerate(warms, start=1)]
+w_med = statistics.median(w_ratio)
+ok_c = c <= 1.5 * c_local and not cold["mismatches"] and cold["results_verified"] > 0
+ok_w = w_med <= 1.2 and all(w["traffic"]["bytes_up"] <= 1_000_000 and not w["mismatches"] and w["results_verified"] > 0
+                             for w in warms)
 print(f"SUITE-ROW server: ResNet-50 first result, cache cold (<= 1.5x local replay)|{'PASS' if ok_c else 'FAIL'}|"
-      f"remote {c:.3f} s vs local replay {lf:.3f} s (x{c / lf:.2f}); {cold['traffic']['blob_bytes']} blob bytes sent "
+      f"remote {c:.3f} s vs local replay {c_local:.3f} s (mean of the runs before and after; x{c / c_local:.2f}); "
+      f"{cold['traffic']['blob_bytes']} blob bytes sent "
       f"({cold['traffic']['blob_misses']} misses), {cold['traffic']['bytes_up']} B up, {cold['traffic']['round_trips']} round trips")
 print(f"SUITE-ROW server: ResNet-50 first result, cache warm (<= 1.2x local, <= 1 MB sent)|{'PASS' if ok_w else 'FAIL'}|"
-      f"remote {w:.3f} s vs local replay {lf:.3f} s (x{w / lf:.2f}); {warm['traffic']['bytes_up']} B up, "
-      f"{warm['traffic']['blob_hits']} cache hits, {warm['traffic']['blob_bytes']} blob bytes")
+      f"median of 3 new sessions x{w_med:.2f} (remote {', '.join('%.2f' % w['first_result_s'] for w in warms)} s; "
+      f"local {', '.join('%.2f' % l for l in lf)} s; ratios {', '.join('%.2f' % r for r in w_ratio)}); "
+      f"{max(w['traffic']['bytes_up'] for w in warms)} B up at most, {warms[0]['traffic']['blob_hits']} cache hits, "
+      f"{max(w['traffic']['blob_bytes'] for w in warms)} blob bytes")
+warm = warms[0]
 h = hot["hot"]
 ratio = h["wall_ms_median"] / lhot["wall_ms_median"]
 ok_h = ratio <= 1.05 and not hot["mismatches"]
 print(f"SUITE-ROW server: ResNet-50 hot per iteration (<= 1.05x local hot replay)|{'PASS' if ok_h else 'FAIL'}|"
-      f"remote {h['wall_ms_median']:.3f} ms (min {h['wall_ms_min']:.3f}) vs local eager replay {lhot['wall_ms_median']:.3f} ms "
+      f"remote {h['wall_ms_median']:.3f} ms (min {h['wall_ms_min']:.3f}) vs local eager replay {lhot['wall_ms_median']:.3f} ms (mean of {lhots[0]:.3f} before and {lhots[1]:.3f} after) "
       f"(x{ratio:.3f}); {h['round_trips_per_iteration']:.1f} round trips and {h['bytes_up_per_iteration']:.0f} B up per "
       f"iteration; {hot['results_verified']} results verified, {len(hot['mismatches'])} mismatches")
 with open(f"{out}/server.jsonl", "a") as f:
     f.write(json.dumps({"check": "resnet", "local_first_s": lf, "local_hot_ms": lhot["wall_ms_median"],
-                        "cold": cold, "warm": warm, "hot": hot}) + "\n")
+                        "cold": cold, "warm": warms, "hot": hot}) + "\n")
 PY
   stop_server
 fi
@@ -202,15 +226,33 @@ def rate(k):
     t = r["traffic"]
     return r, t["blob_bytes"] / max(t["blob_send_s"], 1e-9) / 1e9
 rows = {k: rate(k) for k in ("tcp", "tcp_2", "shm", "shm_2", "shm_noprealloc", "unix_socket")}
+# Honest same-host rate: a shared-memory upload whose trace loads straight into the memfd pays
+# for it at load time, so the extra load time over the heap load of the TCP runs counts as
+# part of the move: bytes / (upload time + max(0, load time - heap load time)).
+heap_load = min((rows[k][0].get("load_s", 0.0) for k in ("tcp", "tcp_2") if rows[k][0]), default=0.0)
+def effective(k):
+    r, g = rows[k]
+    if not r or not r["traffic"]["shm_bytes"]:
+        return g
+    t = r["traffic"]
+    extra = max(0.0, r.get("load_s", 0.0) - heap_load)
+    return t["blob_bytes"] / max(t["blob_send_s"] + extra, 1e-9) / 1e9
 def row(label, keys, target, shm):
-    runs = [rows[k] for k in keys if rows[k][0]]
+    runs = [(rows[k][0], effective(k)) for k in keys if rows[k][0]]
     best = max((g for _, g in runs), default=0.0)
     ok = bool(runs) and best >= target and all(r["results_verified"] > 0 and not r["mismatches"] for r, _ in runs) \
         and all((r["traffic"]["shm_bytes"] > 0) == shm for r, _ in runs)
-    detail = "; ".join(f"{k}: {rows[k][0]['traffic']['blob_bytes'] if rows[k][0] else '-'} B at {rows[k][1]:.2f} GB/s"
-                       f" ({rows[k][0]['traffic']['shm_bytes'] if rows[k][0] else 0} B through shared memory; trace loaded in "
-                       f"{rows[k][0].get('load_s', 0) if rows[k][0] else 0:.3f} s, whole run {rows[k][0]['total_s'] if rows[k][0] else 0:.3f} s)"
-                       for k in keys)
+    def one(k):
+        r, g = rows[k]
+        if not r:
+            return f"{k}: -"
+        t = r["traffic"]
+        extra = max(0.0, r.get("load_s", 0.0) - heap_load)
+        shm_note = (f" counting {extra:.3f} s of extra load (upload alone {g:.2f} GB/s: {t['blob_send_s'] * 1e3:.2f} ms,"
+                    f" the descriptor and the ack)") if t["shm_bytes"] else ""
+        return (f"{k}: {t['blob_bytes']} B at {effective(k):.2f} GB/s{shm_note} ({t['shm_bytes']} B through shared"
+                f" memory; trace loaded in {r.get('load_s', 0):.3f} s, whole run {r['total_s']:.3f} s)")
+    detail = "; ".join(one(k) for k in keys)
     print(f"SUITE-ROW server: {label}|{'PASS' if ok else 'FAIL'}|{detail}")
 row("blob upload over loopback TCP (>= 2 GB/s)", ["tcp", "tcp_2"], 2.0, False)
 row("blob upload, same host, shared memory (>= 8 GB/s)", ["shm", "shm_2", "shm_noprealloc"], 8.0, True)
@@ -242,7 +284,7 @@ def load(k):
 r, rc = load("tls_resnet")
 ok = rc == 0 and r.get("results_verified", 0) > 0 and not r.get("mismatches")
 print(f"SUITE-ROW server: ResNet-50 replayed remotely over TLS|{'PASS' if ok else 'FAIL'}|rc={rc}; "
-      f"{r.get('results_verified')} results verified, {len(r.get('mismatches', []))} mismatches; first result {r.get('first_result_s')} s; "
+      f"{r.get('results_verified')} results verified, {len(r.get('mismatches', []))} mismatches; first result {r.get('first_result_s') or 0:.3f} s; "
       f"{r.get('traffic', {}).get('round_trips')} round trips")
 s, src = load("tls_segment")
 try:

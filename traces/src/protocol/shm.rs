@@ -51,14 +51,21 @@ impl Arena {
         let mut map = unsafe { memmap2::MmapMut::map_mut(&file)? };
         let mut populating = Vec::new();
         if ahead && std::env::var("GPULESS_SHM_PREALLOC").map_or(true, |v| v != "0") {
-            const PAGE: usize = 4096;
+            // Threads take pieces in address order from one counter, so the populated front
+            // moves at their combined rate, ahead of a writer that fills from the start.
+            const PIECE: usize = 2 << 20;
             let len = map.len();
             let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).clamp(1, 8);
-            let share = len.div_ceil(threads).next_multiple_of(PAGE);
             let base = map.as_mut_ptr() as usize;
-            for start in (0..len).step_by(share.max(PAGE)) {
-                let n = share.min(len - start);
-                populating.push(std::thread::spawn(move || {
+            let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            for _ in 0..threads.min(len.div_ceil(PIECE)) {
+                let next = next.clone();
+                populating.push(std::thread::spawn(move || loop {
+                    let start = next.fetch_add(PIECE, std::sync::atomic::Ordering::Relaxed);
+                    if start >= len {
+                        break;
+                    }
+                    let n = PIECE.min(len - start);
                     // SAFETY: advice on a range of the arena's mapping, which stays mapped until
                     // this thread is joined (`wait`, before the mapping is dropped); populating
                     // pages never changes their contents.
