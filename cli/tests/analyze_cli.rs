@@ -136,6 +136,31 @@ fn dry_run_replay_needs_no_gpu() {
     }
 }
 
+/// Every committed trace is consistent under the dry run (a synthetic one whose stream-ordered
+/// workspaces overlapped a live allocation was not), and the synthetic ones name their CUDA
+/// version in the header.
+#[test]
+fn every_committed_trace_passes_the_dry_run() {
+    let dir = trace("vecadd.gl").parent().unwrap().to_path_buf();
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "gl") {
+            continue;
+        }
+        let (code, out, err) = gpuless(&["replay", "--dry-run", p.to_str().unwrap()]);
+        assert_eq!(code, 0, "{}: {out}{err}", p.display());
+        assert!(out.contains("every replayed call is consistent"), "{}: {out}", p.display());
+        n += 1;
+    }
+    assert!(n >= 10, "only {n} traces in {}", dir.display());
+    for name in ["synthetic-vector-add.gl", "synthetic-resnet-like.gl"] {
+        let (code, out, err) = gpuless(&["analyze", "--no-progress", trace(name).to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("CUDA 13.0"), "{name}: {out}");
+    }
+}
+
 /// Runtime registrations (annotations) are counted in the table and listed in the JSON.
 #[test]
 fn registrations_are_listed() {

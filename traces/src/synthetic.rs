@@ -347,7 +347,8 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
             vec![Value::DevPtr(base + off), Value::Blob(input), Value::Size(input.len), h(HandleKind::Stream, stream)],
             vec![],
         )?;
-        let ws = base + (128 << 20) + u64::from(it) * 0x10_0000;
+        // The workspace comes from the stream-ordered pool, past the 256 MiB allocation.
+        let ws = base + (256 << 20) + u64::from(it) * 0x10_0000;
         r.call(
             "cuMemAllocAsync",
             vec![Value::Null, Value::Size(1 << 20), h(HandleKind::Stream, stream)],
