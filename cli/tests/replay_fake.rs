@@ -60,3 +60,27 @@ fn a_device_computing_other_results_is_a_mismatch() {
     assert!(mismatches[0].as_str().is_some_and(|m| m.contains("cuMemcpyDtoH") && m.contains("scale")), "{shown}");
     assert_eq!(count(&report, "results_verified"), 0, "{shown}");
 }
+
+#[test]
+fn an_error_at_the_replayers_synchronization_names_the_call_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = support::record_stand_in(dir.path(), None);
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
+        .arg("replay")
+        .arg(&trace)
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env_remove("FAKE_CUDA_SCALE_BIAS")
+        .env("FAKE_CUDA_SYNC_FAULT", "1")
+        .output()
+        .expect("run gpuless replay");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    // A sequence number of the trace and the function recorded there, never u64::MAX.
+    assert!(!err.contains("18446744073709551615"), "{err}");
+    assert!(err.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{err}");
+    let named = err.split("call #").nth(1).and_then(|rest| rest.split_once(' ')).is_some_and(|(n, f)| {
+        n.parse::<u64>().is_ok() && f.starts_with("cu") && f.contains("synchronization after it")
+    });
+    assert!(named, "{err}");
+    assert!(err.contains("last kernels: scale"), "{err}");
+}

@@ -63,7 +63,9 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
   float k = *(float *)params[1]; int n = *(int *)params[2];
   for (int i = 0; i < n; i++) d[i] = d[i] * k + scale_bias;
   return 0; }
-CUresult cuCtxSynchronize(void) { return 0; }
+/* FAKE_CUDA_SYNC_FAULT=1 makes every context synchronization report an illegal address, as a
+ * kernel's fault surfaces at the next synchronization (for replay error reports). */
+CUresult cuCtxSynchronize(void) { return getenv("FAKE_CUDA_SYNC_FAULT") ? 700 : 0; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
 /* CUDA 13 hands out versions with new signatures for old names: cuGetProcAddress("cuCtxGetDevice")
  * gives cuCtxGetDevice_v2. cuCtxGetFlags_v2 stands for a version newer than the recorder's table. */

@@ -87,6 +87,7 @@ pub(crate) fn call(
     }
     let c = Call { f, rec };
     let seq = rec.seq;
+    st.last_call = Some((seq, f.name));
     // SAFETY (whole match): driver calls with handles and addresses translated to live ones
     // and host buffers owned here, sized as recorded.
     unsafe {

@@ -267,6 +267,8 @@ pub(crate) struct State {
     /// Launches (by sequence number) whose parameter words pointing into a recorded range
     /// are pointed at that range's new place instead (`dataflow.rs`).
     pub relocations: HashMap<u64, Vec<(blockhash::Span, u64)>>,
+    /// The last call executed (sequence number, function), for errors that surface later.
+    pub last_call: Option<(u64, &'static str)>,
 }
 
 impl State {
@@ -286,7 +288,36 @@ impl State {
             start: Instant::now(),
             stream_override: None,
             relocations: HashMap::new(),
+            last_call: None,
         }
+    }
+
+    /// The result of a call of the replayer's own (timing events), named by the recorded call
+    /// it follows.
+    pub(crate) fn own(&self, r: sys::CUresult, what: &str) -> Result<(), ReplayError> {
+        let (seq, after) = self.last_call.map_or((0, String::new()), |(s, f)| (s, format!(" after {f}")));
+        check(r, seq, &format!("(the replayer's own {what}{after})"))
+    }
+
+    /// Waits for all replayed work. An error of work queued earlier (a kernel's fault) surfaces
+    /// here: it names the last call executed before the synchronization and the last kernels
+    /// launched, not the replayer's own `cuCtxSynchronize`.
+    pub(crate) fn synchronize(&self) -> Result<(), ReplayError> {
+        // SAFETY: a plain synchronization of the current context.
+        let r = unsafe { sys::cuCtxSynchronize() };
+        if r == sys::CUresult::CUDA_SUCCESS {
+            return Ok(());
+        }
+        let recent: Vec<String> = self.recent.iter().map(|&h| self.kernel_name(h)).collect();
+        let kernels = if recent.is_empty() { String::new() } else { format!("; last kernels: {}", recent.join(", ")) };
+        Err(match self.last_call {
+            Some((seq, f)) => ReplayError::Driver {
+                seq,
+                what: format!("{f} (work queued up to it failed at the replayer's synchronization after it{kernels})"),
+                code: r,
+            },
+            None => ReplayError::Driver { seq: 0, what: format!("cuCtxSynchronize before any call{kernels}"), code: r },
+        })
     }
 }
 
@@ -356,8 +387,7 @@ pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<R
             for rec in &trace.calls {
                 exec::call(st, trace, rec, report)?;
             }
-            // SAFETY: waits for all replayed work.
-            unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize") }
+            st.synchronize()
         } else {
             report.hot = Some(replay_hot(st, trace, report, opts.iterations)?);
             Ok(())
@@ -385,8 +415,7 @@ fn replay_hot(
     for &i in &split.setup {
         exec::call(st, trace, &trace.calls[i], report)?;
     }
-    // SAFETY: waits for the set-up's work.
-    unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")? };
+    st.synchronize()?;
     let setup_s = t0.elapsed().as_secs_f64();
     let launches_before = report.launches;
     let run_body = |st: &mut State, report: &mut Report| -> Result<(), ReplayError> {
@@ -403,21 +432,20 @@ fn replay_hot(
         run_body(st, report)?;
         None
     };
-    // SAFETY: waits for the warm-up pass.
-    unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")? };
+    st.synchronize()?;
     let body_launches = report.launches - launches_before;
     let (mut wall, mut gpu) = (Vec::new(), Vec::new());
     // SAFETY: events created, recorded on the default stream and destroyed here.
     unsafe {
         let (mut a, mut b) = (std::ptr::null_mut(), std::ptr::null_mut());
-        check(sys::cuEventCreate(&mut a, 0), u64::MAX, "cuEventCreate")?;
-        check(sys::cuEventCreate(&mut b, 0), u64::MAX, "cuEventCreate")?;
+        st.own(sys::cuEventCreate(&mut a, 0), "cuEventCreate")?;
+        st.own(sys::cuEventCreate(&mut b, 0), "cuEventCreate")?;
         for _ in 0..iterations {
             let t = Instant::now();
-            check(sys::cuEventRecord(a, std::ptr::null_mut()), u64::MAX, "cuEventRecord")?;
+            st.own(sys::cuEventRecord(a, std::ptr::null_mut()), "cuEventRecord")?;
             run_body(st, report)?;
-            check(sys::cuEventRecord(b, std::ptr::null_mut()), u64::MAX, "cuEventRecord")?;
-            check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize")?;
+            st.own(sys::cuEventRecord(b, std::ptr::null_mut()), "cuEventRecord")?;
+            st.synchronize()?;
             wall.push(t.elapsed().as_secs_f64() * 1e3);
             let mut ms = 0f32;
             sys::cuEventElapsedTime_v2(&mut ms, a, b);

@@ -70,8 +70,7 @@ impl Stream {
 
     /// Waits for every call executed so far.
     pub fn synchronize(&mut self) -> Result<(), ReplayError> {
-        // SAFETY: a plain synchronization of the current context.
-        unsafe { check(sys::cuCtxSynchronize(), u64::MAX, "cuCtxSynchronize") }
+        self.st.synchronize().map_err(|e| explain(e, self.st.mem.translated, &self.report.warnings))
     }
 
     /// Device-to-host results since the last call: (sequence number of the copy, bytes).
