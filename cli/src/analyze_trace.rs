@@ -19,6 +19,8 @@ pub struct TraceAnalyzeOpts {
     pub json: bool,
     /// Write SVG and PNG figures into this directory.
     pub plot_dir: Option<PathBuf>,
+    /// Write the timeline (Chrome trace-event JSON) to this file.
+    pub perfetto: Option<PathBuf>,
     /// Draw a progress bar on stderr (only when it is a terminal).
     pub progress: bool,
 }
@@ -55,12 +57,36 @@ pub fn analyze_trace(path: &Path, opts: &TraceAnalyzeOpts) -> anyhow::Result<()>
             eprintln!("wrote {}", f.display());
         }
     }
+    if let Some(file) = &opts.perfetto {
+        write_perfetto(path, file)?;
+    }
     match err {
         Some(e) => {
             Err(anyhow::Error::new(e).context(format!("{}: analysis covers only the complete chunks", path.display())))
         }
         None => Ok(()),
     }
+}
+
+/// Write the timeline of the trace at `path` to `file` (`--perfetto`); what was written goes to
+/// stderr. A damaged trace gets the timeline of what precedes the damage (the analysis reports
+/// the error).
+fn write_perfetto(path: &Path, file: &Path) -> anyhow::Result<()> {
+    let reader = TraceReader::open(path, ReaderOptions::default()).with_context(|| format!("{}", path.display()))?;
+    let (t, _err) = analysis::perfetto::timeline(reader);
+    let f = std::fs::File::create(file).with_context(|| format!("--perfetto {}", file.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    serde_json::to_writer(&mut w, &t).with_context(|| format!("writing {}", file.display()))?;
+    w.flush().with_context(|| format!("writing {}", file.display()))?;
+    let count = |ph: &str| t.trace_events.iter().filter(|e| e.ph == ph).count();
+    eprintln!(
+        "wrote {}: {} calls, {} device-memory samples, {} metadata events",
+        file.display(),
+        count("X"),
+        count("C"),
+        count("M")
+    );
+    Ok(())
 }
 
 /// What an unmodeled function is when the table models its base name: an older form with

@@ -11,6 +11,7 @@ mod analyze_binary;
 mod analyze_trace;
 mod devices;
 mod driver_check;
+mod dump;
 mod partition;
 mod progress;
 mod record;
@@ -173,9 +174,34 @@ enum Command {
         /// Compare every layout with what the local GPU's driver reports (needs a GPU).
         #[arg(long)]
         check_driver: bool,
+        /// For one trace: also write its timeline in the Chrome trace-event format (JSON) to
+        /// FILE, for Perfetto (ui.perfetto.dev) or chrome://tracing: a track per thread with its
+        /// calls (nested calls under their parents), a device-memory counter.
+        #[arg(long, value_name = "FILE")]
+        perfetto: Option<PathBuf>,
         /// Never draw a progress bar.
         #[arg(long)]
         no_progress: bool,
+    },
+    /// Print a trace's records, one line each: index (position in the file), seq, thread,
+    /// time, duration, the call with its arguments decoded by the API table (handles as
+    /// `stream#N`, addresses in hex, sizes, blobs, launch geometry), results, status name and
+    /// the kernel a launch runs.
+    Dump {
+        /// The trace.
+        trace: PathBuf,
+        /// First record printed: its index, counted from 0 in file order (inclusive).
+        #[arg(long, value_name = "N")]
+        from: Option<u64>,
+        /// End of the range: the first index not printed (exclusive).
+        #[arg(long, value_name = "M")]
+        to: Option<u64>,
+        /// Only the records of this OS thread id (as printed in the thread column).
+        #[arg(long, value_name = "T")]
+        thread: Option<u64>,
+        /// One JSON object per record and line (JSON Lines), with the same fields.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -266,7 +292,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::run(&args),
         Command::Executor { partition, create_mig } => serve::executor(&partition, create_mig),
         Command::Devices { json } => devices::run(json).map(|()| ExitCode::SUCCESS),
-        Command::Analyze { paths, arch, json, plot, check_driver, no_progress } => {
+        Command::Dump { trace, from, to, thread, json } => {
+            dump::run(&trace, &dump::DumpOptions { from, to, thread, json }).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Analyze { paths, arch, json, plot, perfetto, check_driver, no_progress } => {
             if let Some(a) = &arch {
                 if gpuless_fatbin::parse_arch(a).is_none() {
                     anyhow::bail!("--arch {a}: expected a name like sm_90, sm_90a, sm_100f or compute_90");
@@ -281,9 +310,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 );
                 return Ok(if s.mismatches.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(3) });
             }
+            if let Some(out) = &perfetto {
+                match paths.as_slice() {
+                    [p] if is_trace_file(p) => {}
+                    [p] => anyhow::bail!("{}: --perfetto applies to traces only", p.display()),
+                    _ => anyhow::bail!("--perfetto {}: give exactly one trace", out.display()),
+                }
+            }
             for p in &paths {
                 if is_trace_file(p) {
-                    let opts = analyze_trace::TraceAnalyzeOpts { json, plot_dir: plot.clone(), progress: !no_progress };
+                    let opts = analyze_trace::TraceAnalyzeOpts {
+                        json,
+                        plot_dir: plot.clone(),
+                        perfetto: perfetto.clone(),
+                        progress: !no_progress,
+                    };
                     analyze_trace::analyze_trace(p, &opts)?;
                 } else {
                     if plot.is_some() {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use gpuless_traces::synthetic::{resnet_like, synthetic_meta, vector_add, ResnetScale};
+use gpuless_traces::synthetic::{resnet_like, synthetic_meta, two_threads, vector_add, ResnetScale};
 use gpuless_traces::{TraceWriter, WriterOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -22,8 +22,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("{}: {} calls, {} bytes", path.display(), s.calls, s.file_bytes);
 
     let path = dir.join("synthetic-resnet-like.gl");
-    let w = TraceWriter::create(&path, &synthetic_meta("resnet-like"), opts)?;
+    let w = TraceWriter::create(&path, &synthetic_meta("resnet-like"), opts.clone())?;
     resnet_like(&w, ResnetScale::default())?;
+    let s = w.finish()?;
+    println!("{}: {} calls, {} bytes", path.display(), s.calls, s.file_bytes);
+
+    let path = dir.join("synthetic-threads.gl");
+    let w = TraceWriter::create(&path, &synthetic_meta("threads"), opts)?;
+    two_threads(&w)?;
     let s = w.finish()?;
     println!("{}: {} calls, {} bytes", path.display(), s.calls, s.file_bytes);
     Ok(())

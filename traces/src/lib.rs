@@ -8,7 +8,8 @@
 //!
 //! * [`TraceWriter`]: background writer thread fed by a bounded queue.
 //! * [`TraceReader`]: streaming reader with bounded memory; [`TraceFile`]: random access to blobs.
-//! * [`analysis`]: statistics and synchronization analysis of a trace.
+//! * [`analysis`]: statistics and synchronization analysis of a trace; the Perfetto timeline.
+//! * [`dump`]: records decoded for people (`gpuless dump`).
 
 #![warn(missing_docs)]
 
@@ -16,6 +17,7 @@ pub mod analysis;
 pub mod arena;
 pub mod blob_bytes;
 mod decode;
+pub mod dump;
 mod encode;
 pub mod error;
 pub mod format;

@@ -393,3 +393,90 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
     r.call("cuProfilerStop", vec![], vec![])?;
     Ok(())
 }
+
+/// Two threads whose records test timelines (`gpuless analyze --perfetto`), written in the
+/// order a recorder hands batches over: all of thread 100's records, then thread 200's, then
+/// the summary of an unmodeled function. Times are set by hand (ns):
+///
+/// * an untimed runtime registration (duration 0) with a driver call made from inside it;
+/// * a `cuCtxSynchronize` (4,000–5,000) with a nested query starting 10 ns before it (clock
+///   skew) and another ending 200 ns after it;
+/// * two calls of thread 100 overlapping without being nested (6,000–6,500 and 6,400–6,700);
+/// * thread 200 allocates 8 KiB at 6,900 that thread 100 frees at 7,000 — in the file the free
+///   comes first; a failed allocation, a free of an unknown address, a VMM allocation of 1 MiB
+///   and its release.
+///
+/// Device memory held: 4 KiB from 3,050, 12 KiB from 6,950, 4 KiB again from 7,010; VMM 1 MiB
+/// from 7,250 to 7,310.
+pub fn two_threads(w: &TraceWriter) -> Result<(), TraceError> {
+    let call = |seq: u64, thread: u64, symbol: &str, t: (u64, u64), args: Vec<Value>, results: Vec<Value>| {
+        let (function, variant, level) = match api::lookup_symbol(symbol) {
+            Some((f, v)) => (Function::Known(f.id), v, f.level),
+            None => (Function::Other(symbol.to_string()), Variant::BASE, ApiLevel::Driver),
+        };
+        CallRecord {
+            seq,
+            thread,
+            timestamp_ns: t.0,
+            duration_ns: t.1,
+            level,
+            parent: None,
+            function,
+            variant,
+            status: 0,
+            args,
+            results,
+            repeat: 0,
+        }
+    };
+    let nested = |mut r: CallRecord, parent: u64| {
+        r.parent = Some(parent);
+        r
+    };
+    let failed = |mut r: CallRecord| {
+        r.status = 2;
+        r
+    };
+    let (a, b) = (100, 200);
+    let stream = h(HandleKind::Stream, 0x9000);
+    w.records(vec![
+        call(0, a, "cuInit", (1000, 100), vec![Value::U64(0)], vec![]),
+        call(1, a, "__cudaRegisterFatBinary", (2000, 0), vec![Value::HostPtr(0x5000)], vec![Value::HostPtr(0x6000)]),
+        nested(
+            call(
+                2,
+                a,
+                "cuLibraryLoadData",
+                (2500, 400),
+                vec![Value::Null, Value::Null],
+                vec![h(HandleKind::Library, 0x10)],
+            ),
+            1,
+        ),
+        call(3, a, "cuMemAlloc_v2", (3000, 50), vec![Value::Null, Value::Size(4096)], vec![Value::DevPtr(0x1000)]),
+        call(4, a, "cuCtxSynchronize", (4000, 1000), vec![], vec![]),
+        nested(call(5, a, "cuStreamQuery", (3990, 20), vec![stream.clone()], vec![]), 4),
+        nested(call(6, a, "cuStreamQuery", (4900, 300), vec![stream.clone()], vec![]), 4),
+        call(7, a, "cuStreamSynchronize", (6000, 500), vec![stream.clone()], vec![]),
+        call(8, a, "cuStreamQuery", (6400, 300), vec![stream], vec![]),
+        call(12, a, "cuMemFree_v2", (7000, 10), vec![Value::DevPtr(0x2000)], vec![]),
+    ])?;
+    w.records(vec![
+        call(10, b, "cuMemAlloc_v2", (6900, 50), vec![Value::Null, Value::Size(8192)], vec![Value::DevPtr(0x2000)]),
+        failed(call(11, b, "cuMemAlloc_v2", (6960, 5), vec![Value::Null, Value::Size(1 << 50)], vec![Value::Null])),
+        call(13, b, "cuMemFree_v2", (7100, 10), vec![Value::DevPtr(0x9999)], vec![]),
+        call(
+            14,
+            b,
+            "cuMemCreate",
+            (7200, 50),
+            vec![Value::Null, Value::Size(1 << 20), Value::Null, Value::U64(0)],
+            vec![h(HandleKind::MemHandle, 0x77)],
+        ),
+        call(15, b, "cuMemRelease", (7300, 10), vec![h(HandleKind::MemHandle, 0x77)], vec![]),
+    ])?;
+    let mut summary = CallRecord::new(16, ApiLevel::Cudnn, Function::Other("cudnnCreate".into()));
+    summary.timestamp_ns = 8000;
+    summary.args = vec![Value::U64(3)];
+    w.record(summary)
+}

@@ -2,6 +2,7 @@
 //! one streaming pass with bounded memory.
 
 mod events;
+pub mod perfetto;
 #[cfg(feature = "plot")]
 pub mod plot;
 mod registrations;

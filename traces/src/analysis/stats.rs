@@ -3,10 +3,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use gpuless_analyzer::api::{ArgKind, Group, HandleKind, SyncClass};
+use gpuless_analyzer::api::{ArgKind, Group, SyncClass};
 use serde::Serialize;
 
 use super::events::transfer_bytes;
+use crate::dump::KernelNames;
 use crate::model::{BlobKind, BlobPart, CallRecord, Function, Value};
 
 /// Count and bytes.
@@ -106,7 +107,7 @@ pub(crate) struct StatsBuilder {
     s: Stats,
     levels: HashMap<&'static str, u64>,
     functions: HashMap<(&'static str, String, bool), u64>,
-    kernel_names: HashMap<u64, String>,
+    kernel_names: KernelNames,
     launched: HashSet<u64>,
     threads: HashSet<u64>,
     first_ts: Option<u64>,
@@ -114,13 +115,6 @@ pub(crate) struct StatsBuilder {
     /// The recorder's arena: base and size (0 when none).
     pub(crate) arena: (u64, u64),
     allocated: Vec<(u64, u64)>,
-}
-
-fn handle(v: Option<&Value>) -> Option<u64> {
-    match v? {
-        Value::Handle(_, h) => Some(*h),
-        _ => None,
-    }
 }
 
 fn size_arg(r: &CallRecord, kinds: &[ArgKind]) -> u64 {
@@ -166,11 +160,7 @@ impl StatsBuilder {
         match f.group {
             Group::Launch if f.name != "cuLaunchHostFunc" => {
                 s.kernel_launches += 1;
-                let k = r.args.iter().zip(&kinds).find_map(|(v, k)| match k {
-                    ArgKind::Handle(HandleKind::Function | HandleKind::Kernel) => handle(Some(v)),
-                    _ => None,
-                });
-                if let Some(k) = k {
+                if let Some(k) = KernelNames::launched(r) {
                     if self.launched.len() < 1 << 20 {
                         self.launched.insert(k);
                     }
@@ -186,27 +176,7 @@ impl StatsBuilder {
             s.module_loads += 1;
         }
         // Handle → kernel name, from the look-ups.
-        match f.name {
-            "cuModuleGetFunction" | "cuLibraryGetKernel" => {
-                let name = r.args.iter().find_map(|v| match v {
-                    Value::Str(n) => Some(n.clone()),
-                    _ => None,
-                });
-                if let (Some(h), Some(n)) = (handle(r.results.first()), name) {
-                    if self.kernel_names.len() < 1 << 20 {
-                        self.kernel_names.insert(h, n);
-                    }
-                }
-            }
-            "cuKernelGetFunction" => {
-                if let (Some(fh), Some(kh)) = (handle(r.results.first()), handle(r.args.get(1))) {
-                    if let Some(n) = self.kernel_names.get(&kh).cloned() {
-                        self.kernel_names.insert(fh, n);
-                    }
-                }
-            }
-            _ => {}
-        }
+        self.kernel_names.observe(r);
         match f.sync {
             SyncClass::AllocatesDevice => {
                 let bytes = if f.name == "cuMemAddressReserve" { 0 } else { size_arg(r, &kinds) };
@@ -264,7 +234,7 @@ impl StatsBuilder {
         self.s.unmodeled = fns.iter().filter(|f| !f.modeled).map(|f| (f.name.clone(), f.count)).collect();
         self.s.by_function = fns;
         self.s.unique_kernels = self.launched.len() as u64;
-        let names: HashSet<&String> = self.launched.iter().filter_map(|h| self.kernel_names.get(h)).collect();
+        let names: HashSet<&str> = self.launched.iter().filter_map(|h| self.kernel_names.get(*h)).collect();
         self.s.unique_kernel_names = names.len() as u64;
         self.s.threads = self.threads.len() as u64;
         self.s.span_ns = self.last_ts.saturating_sub(self.first_ts.unwrap_or(0));
