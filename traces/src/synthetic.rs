@@ -403,7 +403,7 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
 ///   skew) and another ending 200 ns after it;
 /// * two calls of thread 100 overlapping without being nested (6,000–6,500 and 6,400–6,700);
 /// * thread 200 allocates 8 KiB at 6,900 that thread 100 frees at 7,000 — in the file the free
-///   comes first; a failed allocation, a free of an unknown address, a VMM allocation of 1 MiB
+///   comes first; a failed allocation, a failed free of an unknown address, a VMM allocation of 1 MiB
 ///   and its release.
 ///
 /// Device memory held: 4 KiB from 3,050, 12 KiB from 6,950, 4 KiB again from 7,010; VMM 1 MiB
@@ -438,7 +438,9 @@ pub fn two_threads(w: &TraceWriter) -> Result<(), TraceError> {
         r
     };
     let (a, b) = (100, 200);
-    let stream = h(HandleKind::Stream, 0x9000);
+    // The legacy default stream: a replay (or its dry run) knows it without a creation.
+    let stream = h(HandleKind::Stream, 0);
+    let image = w.blob(BlobKind::CodeImage, &Rng::new(7).code_bytes(512))?;
     w.records(vec![
         call(0, a, "cuInit", (1000, 100), vec![Value::U64(0)], vec![]),
         call(1, a, "__cudaRegisterFatBinary", (2000, 0), vec![Value::HostPtr(0x5000)], vec![Value::HostPtr(0x6000)]),
@@ -448,7 +450,16 @@ pub fn two_threads(w: &TraceWriter) -> Result<(), TraceError> {
                 a,
                 "cuLibraryLoadData",
                 (2500, 400),
-                vec![Value::Null, Value::Null],
+                vec![
+                    Value::Null,
+                    Value::Blob(image),
+                    Value::Null,
+                    Value::Null,
+                    Value::U64(0),
+                    Value::Null,
+                    Value::Null,
+                    Value::U64(0),
+                ],
                 vec![h(HandleKind::Library, 0x10)],
             ),
             1,
@@ -464,7 +475,8 @@ pub fn two_threads(w: &TraceWriter) -> Result<(), TraceError> {
     w.records(vec![
         call(10, b, "cuMemAlloc_v2", (6900, 50), vec![Value::Null, Value::Size(8192)], vec![Value::DevPtr(0x2000)]),
         failed(call(11, b, "cuMemAlloc_v2", (6960, 5), vec![Value::Null, Value::Size(1 << 50)], vec![Value::Null])),
-        call(13, b, "cuMemFree_v2", (7100, 10), vec![Value::DevPtr(0x9999)], vec![]),
+        // The driver refuses a free of an address it never gave out.
+        failed(call(13, b, "cuMemFree_v2", (7100, 10), vec![Value::DevPtr(0x9999)], vec![])),
         call(
             14,
             b,
