@@ -424,6 +424,15 @@ PY2
   row "hot replay: ResNet-50 body vs native eager (<= 1/3)" "${hot%%|*}" "${hot#*|}"
 fi
 # Issue 6: soft partitions (green contexts) and the error texts.
+# Issue 21: fidelity programs (pointer attributes, reads outside allocations, results completed
+# by events, graphs through queried node handles): native = recorded, replay verifies all.
+if [[ -f scripts/gpu-suite-fidelity.sh && -f $rec_lib ]]; then
+  ${limit[@]+"${limit[@]}"} bash scripts/gpu-suite-fidelity.sh "$bin" "$suite_bin" "$out/fidelity" >"$out/fidelity.txt" 2>&1
+  frc=$?
+  while IFS='|' read -r a b c; do row "${a#SUITE-ROW }" "$b" "$c"; done < <(grep '^SUITE-ROW ' "$out/fidelity.txt")
+  grep -q '^SUITE-ROW ' "$out/fidelity.txt" || row "fidelity" FAIL "rc=$frc $(tail -n 2 "$out/fidelity.txt" | tr '\n' ' ')"
+  (cd "$out/fidelity" && tar czf "$final/fidelity.tgz" ./*.out ./*.err ./*.json 2>/dev/null)
+fi
 if [[ -f scripts/gpu-suite-partitions.sh && -f $out/resnet50_once.gl ]]; then
   ${limit[@]+"${limit[@]}"} bash scripts/gpu-suite-partitions.sh "$bin" "$out/resnet50_once.gl" "$out/partitions" >"$out/partitions.txt" 2>&1
   prc=$?

@@ -53,6 +53,7 @@ pub enum Op {
     AddressRange,
     PointerAttribute,
     PointerAttributes,
+    PointerSetAttribute,
     CtxSync,
     StreamSync,
 }
@@ -73,6 +74,7 @@ pub fn op(id: api::ApiId) -> Option<Op> {
                 "cuMemGetAddressRange" => Some(Op::AddressRange),
                 "cuPointerGetAttribute" => Some(Op::PointerAttribute),
                 "cuPointerGetAttributes" => Some(Op::PointerAttributes),
+                "cuPointerSetAttribute" => Some(Op::PointerSetAttribute),
                 "cuCtxSynchronize" => Some(Op::CtxSync),
                 "cuStreamSynchronize" => Some(Op::StreamSync),
                 _ => None,
@@ -85,6 +87,10 @@ pub fn op(id: api::ApiId) -> Option<Op> {
 struct Info {
     ctx: u64,
     id: u64,
+    /// The memory pool a stream-ordered allocation came from (`None`: `cuMemAlloc` memory).
+    pool: Option<u64>,
+    /// `CU_POINTER_ATTRIBUTE_SYNC_MEMOPS` as the program set it (device memory starts at 1).
+    sync_memops: u32,
 }
 
 struct Deferred {
@@ -176,14 +182,15 @@ pub unsafe fn before(op: Op, raw: &[u64], per_thread: bool) -> Option<u32> {
     // SAFETY: forwarded from the caller.
     unsafe {
         match op {
-            Op::Alloc => alloc(arg(0), arg(1), None),
-            Op::AllocAsync => alloc(arg(0), arg(1), Some(stream(2))),
-            Op::AllocFromPool => alloc(arg(0), arg(1), Some(stream(3))),
+            Op::Alloc => alloc(arg(0), arg(1), None, None),
+            Op::AllocAsync => alloc(arg(0), arg(1), Some(stream(2)), None),
+            Op::AllocFromPool => alloc(arg(0), arg(1), Some(stream(3)), Some(arg(2))),
             Op::AllocPitch => alloc_pitch(arg(0), arg(1), arg(2), arg(3), arg(4)),
             Op::Free => free(arg(0)),
             Op::FreeAsync => free_async(arg(0), stream(1)),
             Op::AddressRange => address_range(arg(0), arg(1), arg(2)),
             Op::PointerAttribute => pointer_attribute(arg(0), arg(1), arg(2)),
+            Op::PointerSetAttribute => set_pointer_attribute(arg(0), arg(1), arg(2)),
             Op::PointerAttributes | Op::CtxSync | Op::StreamSync => None,
         }
     }
@@ -227,7 +234,9 @@ fn current() -> Option<(&'static real::Real, u64, i32)> {
     Some((r, ctx as u64, dev))
 }
 
-unsafe fn alloc(out: u64, size: u64, stream: Option<u64>) -> Option<u32> {
+/// Serves an allocation from the arena. `stream`: a stream-ordered allocation on that stream,
+/// from `pool` (`None`: the device's current pool).
+unsafe fn alloc(out: u64, size: u64, stream: Option<u64>, pool: Option<u64>) -> Option<u32> {
     if out == 0 || size == 0 {
         return None; // the driver's own error
     }
@@ -248,11 +257,20 @@ unsafe fn alloc(out: u64, size: u64, stream: Option<u64>) -> Option<u32> {
     if *a.device.get_or_insert(dev) != dev {
         return None;
     }
+    // A stream-ordered allocation reports the pool it came from, as the driver's do.
+    let pool = stream.map(|_| {
+        pool.unwrap_or_else(|| {
+            let mut p: sys::CUmemoryPool = std::ptr::null_mut();
+            // SAFETY: valid out-pointer; `dev` is the current context's device.
+            unsafe { (r.device_get_mem_pool)(&mut p, dev) };
+            p as u64
+        })
+    });
     match a.place(r, size) {
         Ok(addr) => {
             let id = a.next_id;
             a.next_id += 1;
-            a.info.insert(addr, Info { ctx, id });
+            a.info.insert(addr, Info { ctx, id, pool, sync_memops: 1 });
             // SAFETY: the program's out-pointer for the address.
             unsafe { *(out as *mut u64) = addr };
             Some(SUCCESS)
@@ -267,7 +285,7 @@ unsafe fn alloc_pitch(out: u64, pitch_out: u64, width: u64, height: u64, elem: u
     }
     let pitch = width.div_ceil(PITCH_ALIGN) * PITCH_ALIGN;
     // SAFETY: forwarded.
-    let st = unsafe { alloc(out, pitch.checked_mul(height)?, None) }?;
+    let st = unsafe { alloc(out, pitch.checked_mul(height)?, None, None) }?;
     if st == SUCCESS {
         // SAFETY: the program's out-pointer for the pitch.
         unsafe { *(pitch_out as *mut usize) = pitch as usize };
@@ -317,12 +335,23 @@ impl Arena {
     }
 }
 
+/// Whether physical memory may be asked for with `cuMemAlloc`'s capabilities (GPUDirect RDMA,
+/// hardware decompression); cleared when the driver refuses them once.
+static CAPABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
 fn map(r: &real::Real, device: i32, addr: u64, len: u64) -> Result<(), u32> {
     // SAFETY: all-zero is a valid starting value of these C structs.
     let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
     prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = device;
+    // `cuMemAlloc` memory is RDMA- and decompression-capable on current GPUs (its pointer
+    // attributes say so): the arena's is made the same where the driver allows it.
+    let capable = CAPABLE.load(Ordering::Relaxed);
+    if capable {
+        prop.allocFlags.gpuDirectRDMACapable = 1;
+        prop.allocFlags.usage = sys::CU_MEM_CREATE_USAGE_HW_DECOMPRESS as u16;
+    }
     // SAFETY: as above.
     let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
     access.location = prop.location;
@@ -331,7 +360,13 @@ fn map(r: &real::Real, device: i32, addr: u64, len: u64) -> Result<(), u32> {
     // SAFETY: the range lies in our reservation and is unmapped; valid pointers to structs.
     unsafe {
         let mut h: sys::CUmemGenericAllocationHandle = 0;
-        let st = (r.create)(&mut h, len as usize, &prop, 0);
+        let mut st = (r.create)(&mut h, len as usize, &prop, 0);
+        if capable && matches!(st, sys::CUresult::CUDA_ERROR_INVALID_VALUE | sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) {
+            CAPABLE.store(false, Ordering::Relaxed);
+            prop.allocFlags.gpuDirectRDMACapable = 0;
+            prop.allocFlags.usage = 0;
+            st = (r.create)(&mut h, len as usize, &prop, 0);
+        }
         if st != sys::CUresult::CUDA_SUCCESS {
             return Err(code(st));
         }
@@ -450,13 +485,31 @@ fn release_deferred(stream: Option<u64>) {
     }
 }
 
-/// The live arena allocation containing `ptr`: (base, size, context, id).
-fn lookup(ptr: u64) -> Option<Option<(u64, u64, u64, u64)>> {
+/// What the arena knows of a live allocation, for pointer queries.
+#[derive(Clone, Copy)]
+struct Found {
+    base: u64,
+    size: u64,
+    ctx: u64,
+    id: u64,
+    pool: Option<u64>,
+    sync_memops: u32,
+}
+
+/// The live arena allocation containing `ptr`.
+fn lookup(ptr: u64) -> Option<Option<Found>> {
     let guard = ARENA.lock().ok()?;
     let a = guard.as_ref()?;
     Some(a.layout.find(ptr).map(|(base, size)| {
-        let (ctx, id) = a.info.get(&base).map_or((0, 0), |i| (i.ctx, i.id));
-        (base, size, ctx, id)
+        let i = a.info.get(&base);
+        Found {
+            base,
+            size,
+            ctx: i.map_or(0, |i| i.ctx),
+            id: i.map_or(0, |i| i.id),
+            pool: i.and_then(|i| i.pool),
+            sync_memops: i.map_or(1, |i| i.sync_memops),
+        }
     }))
 }
 
@@ -464,7 +517,7 @@ unsafe fn address_range(pbase: u64, psize: u64, ptr: u64) -> Option<u32> {
     if !in_arena(ptr) {
         return None;
     }
-    let Some((base, size, ..)) = lookup(ptr)? else { return Some(NOT_FOUND) };
+    let Some(Found { base, size, .. }) = lookup(ptr)? else { return Some(NOT_FOUND) };
     // SAFETY: the program's (optional) out-pointers.
     unsafe {
         if pbase != 0 {
@@ -478,21 +531,61 @@ unsafe fn address_range(pbase: u64, psize: u64, ptr: u64) -> Option<u32> {
 }
 
 /// Writes our answer for `attr` about the allocation to `data`; false if the driver's stands.
-unsafe fn answer(attr: u64, data: u64, found: (u64, u64, u64, u64)) -> bool {
+/// Measured against `cuMemAlloc` and `cuMemAllocAsync` memory on an H100 (driver 580): the
+/// driver's answers about the arena's VMM memory differ in the context, the range, the buffer
+/// id, the pool and, for pool memory, the capabilities; the rest (type, device pointer, ordinal,
+/// mapped, access flags, handle types, the physical mapping) are the driver's own and the same.
+unsafe fn answer(attr: u64, data: u64, f: Found) -> bool {
     use sys::CUpointer_attribute as A;
-    let (base, size, ctx, id) = found;
     // SAFETY: `data` points to a value of the attribute's type (the caller's contract).
     unsafe {
         match attr {
-            x if x == A::CU_POINTER_ATTRIBUTE_CONTEXT as u64 => *(data as *mut u64) = ctx,
-            x if x == A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR as u64 => *(data as *mut u64) = base,
-            x if x == A::CU_POINTER_ATTRIBUTE_RANGE_SIZE as u64 => *(data as *mut usize) = size as usize,
+            // Pool memory belongs to no context: the driver answers null for it.
+            x if x == A::CU_POINTER_ATTRIBUTE_CONTEXT as u64 => {
+                *(data as *mut u64) = if f.pool.is_some() { 0 } else { f.ctx }
+            }
+            x if x == A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR as u64 => *(data as *mut u64) = f.base,
+            x if x == A::CU_POINTER_ATTRIBUTE_RANGE_SIZE as u64 => *(data as *mut usize) = f.size as usize,
             // Unique per allocation, as the driver's are (high bit: never equal to one of them).
-            x if x == A::CU_POINTER_ATTRIBUTE_BUFFER_ID as u64 => *(data as *mut u64) = (1 << 63) | id,
+            x if x == A::CU_POINTER_ATTRIBUTE_BUFFER_ID as u64 => *(data as *mut u64) = (1 << 63) | f.id,
+            x if x == A::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS as u64 => *(data as *mut u32) = f.sync_memops,
+            x if x == A::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE as u64 => *(data as *mut u64) = f.pool.unwrap_or(0),
+            // The arena's memory is created RDMA- and decompression-capable (`map`), as
+            // `cuMemAlloc` memory is; the driver's pool memory is neither.
+            x if f.pool.is_some()
+                && (x == A::CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE as u64 || x == ATTR_HW_DECOMPRESS) =>
+            {
+                *(data as *mut u32) = 0
+            }
             _ => return false,
         }
     }
     true
+}
+
+/// `CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE` (CUDA 12.8; newer than the bindings' enum).
+const ATTR_HW_DECOMPRESS: u64 = 21;
+
+/// `cuPointerSetAttribute` on arena memory: `SYNC_MEMOPS` is kept per allocation (VMM memory
+/// refuses it with `CUDA_ERROR_NOT_SUPPORTED`, `cuMemAlloc` memory takes it); the driver
+/// refuses every other attribute on device memory with `CUDA_ERROR_INVALID_VALUE`, and so
+/// does the arena.
+unsafe fn set_pointer_attribute(value: u64, attr: u64, ptr: u64) -> Option<u32> {
+    if !in_arena(ptr) {
+        return None;
+    }
+    let mut guard = ARENA.lock().ok()?;
+    let a = guard.as_mut()?;
+    let Some((base, _)) = a.layout.find(ptr) else { return Some(INVALID_VALUE) };
+    if attr != sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS as u64 || value == 0 {
+        return Some(INVALID_VALUE);
+    }
+    // SAFETY: the program's pointer to the attribute's value (an unsigned int).
+    let v = unsafe { *(value as *const u32) };
+    if let Some(i) = a.info.get_mut(&base) {
+        i.sync_memops = u32::from(v != 0);
+    }
+    Some(SUCCESS)
 }
 
 unsafe fn pointer_attribute(data: u64, attr: u64, ptr: u64) -> Option<u32> {

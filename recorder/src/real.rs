@@ -48,6 +48,7 @@ real_fns! {
     set_access = "cuMemSetAccess" fn(sys::CUdeviceptr, usize, *const sys::CUmemAccessDesc, usize);
     ctx_get_current = "cuCtxGetCurrent" fn(*mut sys::CUcontext);
     ctx_get_device = "cuCtxGetDevice" fn(*mut sys::CUdevice);
+    device_get_mem_pool = "cuDeviceGetMemPool" fn(*mut sys::CUmemoryPool, sys::CUdevice);
     ctx_synchronize = "cuCtxSynchronize" fn();
     event_create = "cuEventCreate" fn(*mut sys::CUevent, u32);
     event_record = "cuEventRecord" fn(sys::CUevent, sys::CUstream);

@@ -58,7 +58,7 @@ fn node_args(v: Option<&Value>) -> Result<NodeArgs<'_>, String> {
     Ok(NodeArgs { node, params, layout, extra })
 }
 
-fn recorded_nodes(v: Option<&Value>) -> Vec<u64> {
+pub(super) fn recorded_nodes(v: Option<&Value>) -> Vec<u64> {
     match v {
         Some(Value::Bytes(b)) => {
             b.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))).collect()
@@ -78,7 +78,7 @@ impl State {
         self.objects.execs.get(&h).copied().ok_or_else(|| c.inconsistent(format!("unknown executable graph {h:#x}")))
     }
 
-    fn node(&self, c: &Call<'_>, h: u64) -> Result<sys::CUgraphNode, ReplayError> {
+    pub(super) fn node(&self, c: &Call<'_>, h: u64) -> Result<sys::CUgraphNode, ReplayError> {
         self.objects.nodes.get(&h).copied().ok_or_else(|| c.inconsistent(format!("unknown graph node {h:#x}")))
     }
 
@@ -269,6 +269,12 @@ pub(crate) fn call(
                     }
                 }
             }
+            "cuGraphGetRootNodes"
+            | "cuGraphGetEdges"
+            | "cuGraphNodeGetDependencies"
+            | "cuGraphNodeGetDependentNodes"
+            | "cuGraphNodeFindInClone"
+            | "cuGraphKernelNodeGetParams" => return super::graph_query::call(st, c),
             "cuGraphInstantiate" | "cuGraphInstantiateWithFlags" | "cuGraphInstantiateWithParams" => {
                 let g = st.graph(c, "hGraph")?;
                 let mut e = std::ptr::null_mut();
@@ -397,6 +403,25 @@ pub(crate) fn check_dry(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Opt
                     m.add(GraphNode, n);
                 }
             }),
+            "cuGraphGetRootNodes" | "cuGraphGetEdges" => need(m, Graph, "hGraph", "graph").map(|_| {
+                for arg in ["rootNodes", "from", "to"] {
+                    for n in recorded_nodes(c.result(arg)) {
+                        m.add(GraphNode, n);
+                    }
+                }
+            }),
+            "cuGraphNodeGetDependencies" | "cuGraphNodeGetDependentNodes" => need(m, GraphNode, "hNode", "graph node")
+                .map(|_| {
+                    for arg in ["dependencies", "dependentNodes"] {
+                        for n in recorded_nodes(c.result(arg)) {
+                            m.add(GraphNode, n);
+                        }
+                    }
+                }),
+            "cuGraphNodeFindInClone" => need(m, GraphNode, "hOriginalNode", "graph node")
+                .and_then(|_| need(m, Graph, "hClonedGraph", "graph"))
+                .and_then(|_| ow("phNode"))
+                .map(|n| m.add(GraphNode, n)),
             "cuGraphInstantiate" | "cuGraphInstantiateWithFlags" | "cuGraphInstantiateWithParams" => {
                 need(m, Graph, "hGraph", "graph").and_then(|_| ow("phGraphExec")).map(|e| m.add(GraphExec, e))
             }

@@ -3,10 +3,10 @@
 //! ([`gpuless_traces::arena::backing`]); allocations outside the arena are re-created exactly
 //! with the VMM API when the address can be had, else allocated anywhere and translated.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use cudarc::driver::sys;
-use gpuless_traces::arena::{backing, Backing, CHUNK};
+use gpuless_traces::arena::{backing, Backing, CHUNK, KEEP_EMPTY_CHUNKS};
 
 use super::{check, ReplayError};
 
@@ -46,8 +46,12 @@ struct Arena {
 pub struct Memory {
     allocs: BTreeMap<u64, Allocation>,
     arena: Option<Arena>,
-    /// Shared arena chunks: address → live allocations in it.
+    /// Shared arena chunks mapped: address → live allocations in it (0: kept empty).
     chunks: HashMap<u64, u32>,
+    /// Empty shared chunks still mapped, oldest first: the recorder's arena keeps up to
+    /// [`KEEP_EMPTY_CHUNKS`] of them for reuse (`Layout::free`), so a program that reads
+    /// outside its allocations into one did not fault when recorded and must not now.
+    kept: VecDeque<u64>,
     granularity: usize,
     /// Bytes of device memory mapped or allocated now, and the most at any time.
     in_use: u64,
@@ -216,7 +220,11 @@ impl Memory {
                         // SAFETY: a chunk of our reservation not mapped yet.
                         unsafe { map(chunk, CHUNK) }.map_err(|r| self.oom(seq, CHUNK, r))?;
                     }
-                    *self.chunks.entry(chunk).or_insert(0) += 1;
+                    let n = self.chunks.entry(chunk).or_insert(0);
+                    if *n == 0 {
+                        self.kept.retain(|&k| k != chunk);
+                    }
+                    *n += 1;
                 }
                 Backing::Own { addr, len } => {
                     self.charge(len, seq)?;
@@ -307,10 +315,14 @@ impl Memory {
                     let unmap = match backing(a.recorded, a.size) {
                         Backing::Shared { chunk } => {
                             let n = self.chunks.entry(chunk).or_insert(1);
-                            *n -= 1;
-                            (*n == 0).then(|| {
-                                self.chunks.remove(&chunk);
-                                (chunk, CHUNK)
+                            *n = n.saturating_sub(1);
+                            if *n == 0 {
+                                self.kept.push_back(chunk);
+                            }
+                            // Beyond what the recorder keeps, the oldest empty chunk goes.
+                            (self.kept.len() > KEEP_EMPTY_CHUNKS).then(|| self.kept.pop_front()).flatten().map(|old| {
+                                self.chunks.remove(&old);
+                                (old, CHUNK)
                             })
                         }
                         Backing::Own { addr, len } => Some((addr, len)),

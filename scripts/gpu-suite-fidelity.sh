@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# GPU suite, fidelity section (issue 21): test programs of testdata/cuda/suite that probe what
+# a recording must not change and what a replay must reproduce — pointer attributes of arena
+# memory (ptr_attrs), reads outside allocations (oob), device-to-host results completed by
+# events (event_d2h), graphs used through the node handles of queries (graph_query). Each is run
+# natively and under `gpuless record` (outputs must be identical), then replayed (every result
+# verified, nothing unverifiable).
+#
+#   scripts/gpu-suite-fidelity.sh BIN_DIR SUITE_BIN OUT_DIR
+#
+# BIN_DIR holds gpuless and libgpuless_recorder.so; SUITE_BIN the programs built by
+# testdata/cuda/suite/build.sh. Prints one `SUITE-ROW label|PASS-or-FAIL|details` line a check.
+set -uo pipefail
+bin=$(cd "${1:?usage: gpu-suite-fidelity.sh BIN_DIR SUITE_BIN OUT_DIR}" && pwd)
+suite_bin=$(cd "${2:?}" && pwd)
+out=${3:?}
+mkdir -p "$out"
+gl=$bin/gpuless
+export GPULESS_RECORDER=$bin/libgpuless_recorder.so
+lim=(timeout -k 5 "${GPULESS_CHECK_TIMEOUT:-120}")
+row() { echo "SUITE-ROW $1|$2|$3"; }
+
+# `oob kept` reads where the driver's allocator has nothing mapped (it faults natively): it is
+# recorded (the arena keeps freed chunks mapped, so it must not fault) and replayed (the replay
+# must map what the recording had), with no native run to compare with.
+if [[ -x $suite_bin/oob ]]; then
+  "${lim[@]}" "$gl" record -o "$out/oob_kept.gl" -- "$suite_bin/oob" kept >"$out/oob_kept.rec.out" 2>"$out/oob_kept.rec.err"; rc_r=$?
+  "${lim[@]}" "$gl" replay --json "$out/oob_kept.gl" >"$out/oob_kept.replay.json" 2>"$out/oob_kept.replay.err"; rc=$?
+  detail=$(python3 - "$out/oob_kept.replay.json" "$rc" "$rc_r" <<'PY' 2>&1 | tail -n 1
+import json, sys
+path, rc, rc_r = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+try:
+    r = json.load(open(path))
+except Exception as e:
+    print(f"FAIL|recorded rc={rc_r}, replay rc={rc}, no report ({e})")
+    sys.exit()
+ok = rc_r == 0 and rc == 0 and not r["mismatches"] and r["results_unverified"] == 0 and r["results_verified"] >= 4
+print(("PASS" if ok else "FAIL") + f"|recorded rc={rc_r}, replay rc={rc}; {r['results_verified']} results verified, "
+      f"{r['results_unverified']} unverified, {len(r['mismatches'])} mismatches {r['mismatches'][:2]}")
+PY
+  )
+  row "fidelity: oob kept (a read before an allocation, into freed memory the arena keeps mapped) recorded and replayed" \
+    "${detail%%|*}" "${detail#*|} $(tail -n 1 "$out/oob_kept.rec.err") $( [[ $rc != 0 ]] && tail -n 2 "$out/oob_kept.replay.err" | tr '\n' ' ')"
+fi
+
+for p in ptr_attrs oob event_d2h graph_query; do
+  if [[ ! -x $suite_bin/$p ]]; then
+    row "fidelity: $p" FAIL "not built (see the build log)"
+    continue
+  fi
+  "${lim[@]}" "$suite_bin/$p" >"$out/$p.native.out" 2>"$out/$p.native.err"; rc_n=$?
+  "${lim[@]}" "$gl" record -o "$out/$p.gl" -- "$suite_bin/$p" >"$out/$p.rec.out" 2>"$out/$p.rec.err"; rc_r=$?
+  if [[ $rc_n == 0 && $rc_r == 0 ]] && cmp -s "$out/$p.native.out" "$out/$p.rec.out"; then
+    row "fidelity: $p recorded, output identical to the native run" PASS "$(tail -n 1 "$out/$p.rec.out")"
+  else
+    row "fidelity: $p recorded, output identical to the native run" FAIL \
+      "rc native=$rc_n recorded=$rc_r; $(diff "$out/$p.native.out" "$out/$p.rec.out" | grep '^[<>]' | head -n 6 | tr '\n' ' ') $(tail -n 1 "$out/$p.rec.err")"
+  fi
+  [[ -f $out/$p.gl ]] || continue
+  "${lim[@]}" "$gl" replay --json "$out/$p.gl" >"$out/$p.replay.json" 2>"$out/$p.replay.err"; rc=$?
+  detail=$(python3 - "$out/$p.replay.json" "$rc" "$p" <<'PY' 2>&1 | tail -n 1
+import json, sys
+path, rc, name = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+try:
+    r = json.load(open(path))
+except Exception as e:
+    print(f"FAIL|rc={rc}, no report ({e})")
+    sys.exit()
+want = {"event_d2h": 4, "graph_query": 2, "oob": 4, "ptr_attrs": 2}.get(name, 1)
+ok = rc == 0 and not r["mismatches"] and r["results_unverified"] == 0 and r["results_verified"] >= want
+print(("PASS" if ok else "FAIL") + f"|rc={rc}; {r['results_verified']} results verified (at least {want}), "
+      f"{r['results_unverified']} unverified, {len(r['mismatches'])} mismatches {r['mismatches'][:2]}; "
+      f"{r['executed']}/{r['calls']} records executed; not replayed {r.get('not_replayed', {})}")
+PY
+  )
+  row "fidelity: $p replayed, every result verified" "${detail%%|*}" "${detail#*|} $( [[ $rc != 0 ]] && tail -n 2 "$out/$p.replay.err" | tr '\n' ' ')"
+done
