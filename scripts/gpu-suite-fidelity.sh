@@ -2,7 +2,8 @@
 # GPU suite, fidelity section (issue 21): test programs of testdata/cuda/suite that probe what
 # a recording must not change and what a replay must reproduce — pointer attributes of arena
 # memory (ptr_attrs), reads outside allocations (oob), device-to-host results completed by
-# events (event_d2h), graphs used through the node handles of queries (graph_query). Each is run
+# events (event_d2h), graphs used through the node handles of queries (graph_query), managed and
+# mapped host memory used by kernels (managed). Each is run
 # natively and under `gpuless record` (outputs must be identical), then replayed (every result
 # verified, nothing unverifiable).
 #
@@ -43,7 +44,7 @@ PY
     "${detail%%|*}" "${detail#*|} $(tail -n 1 "$out/oob_kept.rec.err") $( [[ $rc != 0 ]] && tail -n 2 "$out/oob_kept.replay.err" | tr '\n' ' ')"
 fi
 
-for p in ptr_attrs oob event_d2h graph_query; do
+for p in ptr_attrs oob event_d2h graph_query managed; do
   if [[ ! -x $suite_bin/$p ]]; then
     row "fidelity: $p" FAIL "not built (see the build log)"
     continue
@@ -66,7 +67,7 @@ try:
 except Exception as e:
     print(f"FAIL|rc={rc}, no report ({e})")
     sys.exit()
-want = {"event_d2h": 4, "graph_query": 2, "oob": 4, "ptr_attrs": 2}.get(name, 1)
+want = {"event_d2h": 4, "graph_query": 2, "oob": 4, "ptr_attrs": 2, "managed": 5}.get(name, 1)
 ok = rc == 0 and not r["mismatches"] and r["results_unverified"] == 0 and r["results_verified"] >= want
 print(("PASS" if ok else "FAIL") + f"|rc={rc}; {r['results_verified']} results verified (at least {want}), "
       f"{r['results_unverified']} unverified, {len(r['mismatches'])} mismatches {r['mismatches'][:2]}; "

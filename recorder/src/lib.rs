@@ -22,6 +22,7 @@ mod clock;
 mod cudart;
 mod diag;
 mod fold;
+mod hostview;
 mod hooks;
 mod hot;
 mod intercept;

@@ -8,7 +8,7 @@ use gpuless_traces::{CallRecord, Function};
 
 use crate::hooks::{HOOKS, NOT_FOUND};
 use crate::lane::{self, Lane};
-use crate::{arena, capture, diag, fold, pending, raw, slots, state};
+use crate::{arena, capture, diag, fold, hostview, pending, raw, slots, state};
 
 /// The last time this thread read the clock (0 before it did).
 pub(crate) fn last_ns() -> u64 {
@@ -92,6 +92,10 @@ unsafe fn call_dyn(slot: usize, raw: &[u64], real: &mut dyn FnMut(*mut c_void) -
 /// # Safety
 /// As [`call`].
 unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane: &Lane) -> u32 {
+    let mirrored = hostview::active() && state::enabled();
+    if mirrored && s.submits {
+        hostview::before_submit(lane);
+    }
     let status = if !state::enabled() {
         state::unrecorded(s.func.name);
         // Arena memory stays the arena's after recording stops (late frees at exit).
@@ -108,6 +112,18 @@ unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lan
     };
     if s.invalidates {
         fold::invalidate();
+    }
+    if status == 0 {
+        if let Some(op) = s.hostview {
+            // SAFETY: the program's arguments; the call succeeded.
+            unsafe { hostview::track(op, raw) };
+        }
+        if mirrored && s.runs_kernels {
+            hostview::device_turn();
+        }
+        if mirrored && (s.waits || s.func.sync == SyncClass::DeviceToHost) {
+            hostview::after_sync(lane);
+        }
     }
     status
 }

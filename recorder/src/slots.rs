@@ -7,12 +7,12 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use gpuless_analyzer::api::{self, ApiFunction, SyncClass};
+use gpuless_analyzer::api::{self, ApiFunction, ArgKind, HandleKind, SyncClass};
 
 use crate::diag::{diag, Diag};
 use crate::hooks::{HOOKS, SLOTS};
 use crate::hot::HOT;
-use crate::{arena, fold, intercept, pending, raw};
+use crate::{arena, fold, hostview, intercept, pending, raw};
 
 /// How a slot's calls are recorded.
 #[derive(Clone, Copy)]
@@ -52,6 +52,13 @@ pub struct Slot {
     pub stable: bool,
     /// A call that may change what stable queries answer: it starts a new epoch.
     pub invalidates: bool,
+    /// What the call does to mirrored managed or mapped memory (`hostview.rs`), if anything.
+    pub hostview: Option<hostview::Op>,
+    /// A call that may submit device work: mirrored memory the host changed is stored first.
+    pub submits: bool,
+    /// A call that runs kernels (a launch, a graph launch): the device may write mirrored
+    /// memory from here until the next synchronization.
+    pub runs_kernels: bool,
 }
 
 impl Slot {
@@ -105,6 +112,19 @@ fn make(slot: usize) -> Option<Slot> {
         completes,
         waits: matches!(func.sync, SyncClass::CtxSync | SyncClass::StreamSync | SyncClass::EventSync),
         init,
+        hostview: hostview::op(func.id),
+        runs_kernels: func.args.iter().any(|a| a.kind == ArgKind::KernelParams)
+            || (func.args.iter().any(|a| a.kind == ArgKind::Handle(HandleKind::GraphExec))
+                && func.args.iter().any(|a| a.kind == ArgKind::Handle(HandleKind::Stream))),
+        submits: matches!(
+            func.sync,
+            SyncClass::Async
+                | SyncClass::HostToDevice
+                | SyncClass::CopyAnyDirection
+                | SyncClass::CopyAnyDirectionAsync
+                | SyncClass::DeviceToHost
+                | SyncClass::DeviceToHostAsync
+        ),
     })
 }
 

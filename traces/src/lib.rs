@@ -21,6 +21,7 @@ pub mod dump;
 mod encode;
 pub mod error;
 pub mod format;
+pub mod hostview;
 mod generated;
 pub mod model;
 pub mod protocol;

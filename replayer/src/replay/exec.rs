@@ -77,6 +77,9 @@ pub(crate) fn call(
     report: &mut Report,
 ) -> Result<(), ReplayError> {
     let Some(f) = rec.function.api() else {
+        if gpuless_traces::hostview::is_hostview(rec.function.name()) {
+            return super::hostview::call(st, trace, rec, report);
+        }
         count_skipped(report, rec.function.name(), rec.calls_represented());
         return Ok(());
     };
@@ -102,6 +105,19 @@ pub(crate) fn call(
                 st.mem.alloc(recorded, size, seq)?;
             }
             "cuMemFree" | "cuMemFreeAsync" => st.mem.free(c.word("dptr")?),
+            // Memory the host and the device share: device memory at the recorded address here
+            // (nothing on the host side touches it at replay; the recorder's host-memory
+            // records carry what the program wrote: `hostview.rs`).
+            "cuMemAllocManaged" => {
+                st.mem.alloc(c.out_word("dptr")?, c.word("bytesize")?, seq)?;
+            }
+            "cuMemHostAlloc" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {
+                st.mem.alloc(c.out_word("pp")?, c.word("bytesize")?, seq)?;
+            }
+            "cuMemHostRegister" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {
+                st.mem.alloc(c.word("p")?, c.word("bytesize")?, seq)?;
+            }
+            "cuMemFreeHost" | "cuMemHostUnregister" if st.mem.find(c.word("p")?).is_some() => st.mem.free(c.word("p")?),
             "cuMemcpyHtoD" => {
                 let data = blob(trace, &c, c.arg("srcHost"))?;
                 let dst = st.mem.translate(c.word("dstDevice")?);
@@ -390,7 +406,7 @@ fn cname(c: &Call<'_>, arg: &str) -> Result<CString, ReplayError> {
     }
 }
 
-fn first_result(report: &mut Report) {
+pub(crate) fn first_result(report: &mut Report) {
     if report.first_result_s.is_none() {
         report.first_result_s = Some(super::since_process_start());
     }

@@ -26,8 +26,9 @@ pub struct Allocation {
 enum Kind {
     /// Inside the arena (backed by shared or own chunks).
     Arena,
-    /// Outside the arena, re-created exactly with its own reservation of this size.
-    Vmm(usize),
+    /// Outside the arena, re-created exactly with its own reservation `[base, base + len)`
+    /// (the allocation's address rounded down to the granularity, its end up).
+    Vmm { base: u64, len: usize },
     /// `cuMemAlloc` anywhere.
     Driver,
     /// A module global: not ours to free.
@@ -254,12 +255,16 @@ impl Memory {
                 self.granularity = g.max(1);
             }
             let g = self.granularity as u64;
-            let rounded = size.max(1).div_ceil(g) * g;
+            // Managed and mapped host memory (and some driver allocations) do not start at a
+            // granule: the reservation covers the granules around the recorded range.
+            let start = recorded / g * g;
+            let rounded = (recorded.saturating_add(size.max(1)).div_ceil(g) * g).saturating_sub(start);
             self.charge(rounded, seq)?;
-            if recorded != 0 && recorded % g == 0 {
-                if let Some(len) = self.exact_at(recorded, rounded) {
+            if recorded != 0 {
+                if let Some(len) = self.exact_at(start, rounded) {
                     self.exact += 1;
-                    self.allocs.insert(recorded, Allocation { recorded, size, live: recorded, kind: Kind::Vmm(len) });
+                    let kind = Kind::Vmm { base: start, len };
+                    self.allocs.insert(recorded, Allocation { recorded, size, live: recorded, kind });
                     return Ok(recorded);
                 }
             }
@@ -333,10 +338,10 @@ impl Memory {
                         self.in_use = self.in_use.saturating_sub(len);
                     }
                 }
-                Kind::Vmm(len) => {
+                Kind::Vmm { base, len } => {
                     sys::cuCtxSynchronize();
-                    sys::cuMemUnmap(a.live, len);
-                    sys::cuMemAddressFree(a.live, len);
+                    sys::cuMemUnmap(base, len);
+                    sys::cuMemAddressFree(base, len);
                     self.in_use = self.in_use.saturating_sub(len as u64);
                 }
                 Kind::Driver => {

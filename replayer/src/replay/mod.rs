@@ -12,6 +12,7 @@ mod exec_array;
 mod exec_graph;
 mod exec_node;
 mod graph_query;
+mod hostview;
 pub mod green;
 pub mod hot;
 mod load;

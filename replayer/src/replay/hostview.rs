@@ -1,0 +1,41 @@
+//! Replay of the recorder's records for memory the host and the device share
+//! ([`gpuless_traces::hostview`]): what the host wrote is copied to the memory's address
+//! before the next call, and what the host could read after a synchronization is copied back
+//! and verified like a device-to-host result.
+
+use cudarc::driver::sys;
+use gpuless_traces::hostview::{HOST_MEMORY, HOST_VIEW};
+use gpuless_traces::{CallRecord, Value};
+
+use super::exec::{first_result, verify_value};
+use super::{check, LoadedTrace, ReplayError, Report, State};
+
+/// `CU_MEMHOSTALLOC_DEVICEMAP` and `CU_MEMHOSTREGISTER_DEVICEMAP`.
+pub(crate) const DEVICEMAP: u64 = 0x02;
+
+fn bad(rec: &CallRecord, problem: &str) -> ReplayError {
+    ReplayError::Inconsistent { seq: rec.seq, what: rec.function.name().to_string(), problem: problem.into() }
+}
+
+/// Executes a `gpulessHostMemory` or `gpulessHostView` record.
+pub(crate) fn call(st: &mut State, trace: &LoadedTrace, rec: &CallRecord, report: &mut Report) -> Result<(), ReplayError> {
+    let name = rec.function.name();
+    let Some(&Value::DevPtr(addr)) = rec.args.first() else { return Err(bad(rec, "no address recorded")) };
+    let live = st.mem.translate(addr);
+    st.last_call = Some((rec.seq, if name == HOST_MEMORY { HOST_MEMORY } else { HOST_VIEW }));
+    if name == HOST_MEMORY {
+        let Some(Value::Blob(b)) = rec.args.get(1) else { return Err(bad(rec, "no contents recorded")) };
+        let data = trace.blobs.get(&b.hash).ok_or_else(|| bad(rec, "its contents are not in the trace"))?;
+        // SAFETY: a copy into device memory this replay created for the range, from blob bytes.
+        check(unsafe { sys::cuMemcpyHtoD_v2(live, data.as_ptr().cast(), data.len()) }, rec.seq, name)?;
+    } else {
+        let Some(&Value::Size(len)) = rec.args.get(1) else { return Err(bad(rec, "no length recorded")) };
+        let mut host = vec![0u8; usize::try_from(len).map_err(|_| bad(rec, "length out of range"))?];
+        // SAFETY: a copy out of device memory this replay created for the range.
+        check(unsafe { sys::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), live, host.len()) }, rec.seq, name)?;
+        first_result(report);
+        verify_value(st, rec.seq, HOST_VIEW, rec.results.first(), &host, trace, report);
+    }
+    report.executed += 1;
+    Ok(())
+}

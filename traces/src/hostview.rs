@@ -1,0 +1,26 @@
+//! Records the recorder adds for memory that both the host and the device use directly —
+//! managed memory (`cuMemAllocManaged`) and host memory mapped for the device
+//! (`cuMemHostAlloc` / `cuMemHostRegister` with `DEVICEMAP`). The program reads and writes
+//! such memory without a driver call, so the recorder mirrors it at the points where the other
+//! side may look:
+//!
+//! - [`HOST_MEMORY`] before work is submitted, when the host changed the memory since the
+//!   recorder last looked: `(DevPtr(address), Blob(contents))`. A replay writes the bytes to
+//!   the address (its device memory there) before the next call.
+//! - [`HOST_VIEW`] after the program synchronized, when the device changed it:
+//!   `(DevPtr(address), Size(len))` → `[Digest(contents)]`. A replay copies the range back
+//!   and verifies it as it verifies a device-to-host copy.
+//!
+//! Both are `Function::Other` records at level `Other`: not calls of the program, and no
+//! driver function of the API table.
+
+/// Host-side contents of managed or mapped memory, written by the host before a submission.
+pub const HOST_MEMORY: &str = "gpulessHostMemory";
+
+/// Contents of managed or mapped memory the host may read after a synchronization.
+pub const HOST_VIEW: &str = "gpulessHostView";
+
+/// Whether `name` is one of the recorder's own records of this module.
+pub fn is_hostview(name: &str) -> bool {
+    name == HOST_MEMORY || name == HOST_VIEW
+}
