@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use gpuless_analyzer::api::{functions, ApiArg, ApiLevel, ArgKind, HandleKind, Return};
+use gpuless_analyzer::api::{functions, ApiArg, ApiLevel, ArgKind, CScalar, Return};
 
 /// A generated wrapper's pieces: its parameter list, the parameter types, the parameter names,
 /// and the parameters as raw words.
@@ -42,30 +42,23 @@ fn abi_type(a: &ApiArg, fname: &str) -> String {
     abi_scalar(a, t, fname).into()
 }
 
+/// The Rust type of a by-value C argument: its C type as the API table gives it
+/// ([`ApiArg::value_type`]), so the hook takes exactly the bytes the recorder records.
 fn abi_scalar(a: &ApiArg, t: &str, fname: &str) -> &'static str {
-    let base = t.trim_start_matches("const ").trim();
-    match base {
-        "int" => "i32",
-        "unsigned int" | "unsigned" | "cuuint32_t" => "u32",
-        "short" => "i16",
-        "unsigned short" => "u16",
-        "char" => "i8",
-        "unsigned char" => "u8",
-        "size_t" => "usize",
-        "long long" | "long long int" => "i64",
-        "unsigned long long" | "cuuint64_t" | "unsigned long long int" => "u64",
-        "float" => "f32",
-        "double" => "f64",
-        "CUdeviceptr" | "CUtexObject" | "CUsurfObject" | "CUmemGenericAllocationHandle" => "u64",
-        "CUdevice" => "i32",
-        _ => match a.kind {
-            ArgKind::Handle(HandleKind::Device) => "i32",
-            ArgKind::Handle(HandleKind::TexObject | HandleKind::SurfObject | HandleKind::MemHandle) => "u64",
-            ArgKind::Handle(_) | ArgKind::FnPtr | ArgKind::UserData => "*mut c_void",
-            // C enums are int-sized; taking them as u32 keeps unknown values defined.
-            ArgKind::Enum | ArgKind::Flags | ArgKind::Scalar if base.starts_with("CU") => "u32",
-            _ => panic!("{fname}: no ABI type for by-value argument `{}: {t}`", a.name),
-        },
+    match a.value_type() {
+        Some(CScalar::I8) => "i8",
+        Some(CScalar::U8) => "u8",
+        Some(CScalar::I16) => "i16",
+        Some(CScalar::U16) => "u16",
+        Some(CScalar::I32) => "i32",
+        // C enums are int-sized; taking them as u32 keeps unknown values defined.
+        Some(CScalar::U32) => "u32",
+        Some(CScalar::I64) => "i64",
+        Some(CScalar::U64) => "u64",
+        Some(CScalar::F32) => "f32",
+        Some(CScalar::F64) => "f64",
+        Some(CScalar::Ptr) => "*mut c_void",
+        None => panic!("{fname}: no ABI type for by-value argument `{}: {t}`", a.name),
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use cudarc::driver::sys;
 use gpuless_analyzer::api::structs::{self, Dims, KernelNode};
-use gpuless_analyzer::api::{ApiArg, ApiFunction, ArgKind, BufLen, Direction, HandleKind, SyncClass};
+use gpuless_analyzer::api::{ApiArg, ApiFunction, ArgKind, BufLen, CScalar, Direction, HandleKind, SyncClass};
 use gpuless_traces::{BlobKind, Dim3, KernelParams, LaunchAttr, LaunchConfig, Value};
 
 use crate::hooks::struct_size;
@@ -20,63 +20,73 @@ const MAX_CSTR: usize = 4096;
 /// Most elements read from a struct array or option list.
 const MAX_ELEMS: usize = 4096;
 
-/// What a C type is, as far as reading a value of it goes; computed once per argument so the
-/// hot path does no string work.
+/// How an argument's value is read, from its C type as the API table declares it
+/// ([`ApiArg::value_type`], [`ApiArg::pointee_type`]); computed once per argument so the hot
+/// path does no string work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Prim {
-    /// Integers, handles, pointers: the raw word as is.
-    Word,
-    F32,
-    F64,
-    /// Behind a pointer: a 4-byte signed, 4-byte unsigned or 8-byte value, or a pointer.
-    PtrI32,
-    PtrU32,
-    PtrU64,
-    PtrF32,
-    PtrF64,
-    PtrPtr,
+    /// Passed by value: the word is the value, of this type when the table says it (the
+    /// hook took it at that type, `build.rs`).
+    Value(Option<CScalar>),
+    /// A pointer: to one value of this type when the table says so (what an `out` or `inout`
+    /// argument's callee writes), read at the type's width.
+    Ref(Option<CScalar>),
 }
 
-pub(crate) fn prim(c_type: &str) -> Prim {
-    let t = c_type.trim();
-    let Some(pointee) = t.strip_suffix('*') else {
-        return match t {
-            "float" => Prim::F32,
-            "double" => Prim::F64,
-            _ => Prim::Word,
-        };
+pub(crate) fn prim(a: &ApiArg) -> Prim {
+    if a.is_pointer() {
+        Prim::Ref(a.pointee_type())
+    } else {
+        Prim::Value(a.value_type())
+    }
+}
+
+/// Reads the value of type `t` at `p`: its [`CScalar::width`] bytes, widened to a word as
+/// [`CScalar::widen`] says (the bytes after it are not the value's).
+///
+/// # Safety
+/// `p` points at a readable value of type `t`.
+#[inline]
+pub(crate) unsafe fn read_scalar(t: CScalar, p: u64) -> u64 {
+    // SAFETY: the caller's contract; unaligned reads of plain integers.
+    let raw = unsafe {
+        match t.width() {
+            1 => u64::from(std::ptr::read_unaligned(p as *const u8)),
+            2 => u64::from(std::ptr::read_unaligned(p as *const u16)),
+            4 => u64::from(std::ptr::read_unaligned(p as *const u32)),
+            _ => std::ptr::read_unaligned(p as *const u64),
+        }
     };
-    let pointee = pointee.trim().trim_start_matches("const ").trim();
-    match pointee {
-        _ if pointee.ends_with('*') => Prim::PtrPtr,
-        "float" => Prim::PtrF32,
-        "double" => Prim::PtrF64,
-        "int" | "CUdevice" => Prim::PtrI32,
-        "unsigned int" | "unsigned" | "cuuint32_t" => Prim::PtrU32,
-        "size_t"
-        | "cuuint64_t"
-        | "unsigned long long"
-        | "CUdeviceptr"
-        | "CUtexObject"
-        | "CUsurfObject"
-        | "CUmemGenericAllocationHandle" => Prim::PtrU64,
-        // Handles are pointers; enums are int-sized.
-        _ if pointee.starts_with("CU") && pointee.chars().skip(2).all(|c| c.is_ascii_alphanumeric()) => Prim::PtrU64,
-        _ => Prim::PtrU32,
+    t.widen(raw)
+}
+
+/// Writes the value `v` of type `t` at `p`: its [`CScalar::width`] bytes, nothing after them.
+///
+/// # Safety
+/// `p` points at a writable value of type `t`.
+#[inline]
+pub(crate) unsafe fn write_scalar(t: CScalar, p: u64, v: u64) {
+    // SAFETY: the caller's contract; unaligned writes of plain integers.
+    unsafe {
+        match t.width() {
+            1 => std::ptr::write_unaligned(p as *mut u8, v as u8),
+            2 => std::ptr::write_unaligned(p as *mut u16, v as u16),
+            4 => std::ptr::write_unaligned(p as *mut u32, v as u32),
+            _ => std::ptr::write_unaligned(p as *mut u64, v),
+        }
     }
 }
 
 /// The argument plans of a function, indexed like its arguments.
 pub(crate) fn plans(f: &ApiFunction) -> &'static [Prim] {
     static PLANS: std::sync::OnceLock<Vec<Vec<Prim>>> = std::sync::OnceLock::new();
-    let all = PLANS.get_or_init(|| {
-        gpuless_analyzer::api::functions().iter().map(|f| f.args.iter().map(|a| prim(a.c_type)).collect()).collect()
-    });
+    let all = PLANS
+        .get_or_init(|| gpuless_analyzer::api::functions().iter().map(|f| f.args.iter().map(prim).collect()).collect());
     all.get(usize::from(f.id.0)).map(Vec::as_slice).unwrap_or(&[])
 }
 
 fn prim_of(f: &ApiFunction, i: usize) -> Prim {
-    plans(f).get(i).copied().unwrap_or(Prim::PtrU64)
+    plans(f).get(i).copied().unwrap_or(Prim::Ref(None))
 }
 
 /// The values of every argument before the call (out-only pointers as their address).
@@ -91,7 +101,7 @@ pub unsafe fn inputs(f: &ApiFunction, raw: &[u64]) -> Vec<Value> {
                 return if v == 0 { Value::Null } else { Value::HostPtr(v) };
             }
             // SAFETY: the caller passed these arguments to the driver, which reads them too.
-            unsafe { input(f, a, plans.get(i).copied().unwrap_or(Prim::Word), v, raw) }
+            unsafe { input(f, a, plans.get(i).copied().unwrap_or(Prim::Value(None)), v, raw) }
         })
         .collect()
 }
@@ -110,7 +120,7 @@ pub unsafe fn outputs(f: &ApiFunction, raw: &[u64], status: u32) -> Vec<Value> {
                 return Value::Null;
             }
             // SAFETY: the driver succeeded, so it wrote a value of the argument's type there.
-            unsafe { output(f, a, plans.get(i).copied().unwrap_or(Prim::PtrU64), v, raw) }
+            unsafe { output(f, a, plans.get(i).copied().unwrap_or(Prim::Ref(None)), v, raw) }
         })
         .collect()
 }
@@ -123,23 +133,54 @@ fn buf_len(len: BufLen, raw: &[u64]) -> u64 {
 }
 
 /// The value of an argument whose word is all there is to it (no memory behind it is read);
-/// `None` for the kinds that read memory.
+/// `None` for the kinds that read memory. A by-value word is taken at its C type's width
+/// ([`CScalar::widen`]): what a register holds above a 4-byte argument is not the argument's.
 pub(crate) fn word_value(kind: ArgKind, p: Prim, v: u64) -> Option<Value> {
+    let w = match p {
+        Prim::Value(Some(t)) => t.widen(v),
+        _ => v,
+    };
     Some(match kind {
         ArgKind::Scalar | ArgKind::Flags | ArgKind::Enum | ArgKind::Count | ArgKind::Grid | ArgKind::Block => match p {
-            Prim::F32 => Value::F64(f32::from_bits(v as u32) as f64),
-            Prim::F64 => Value::F64(f64::from_bits(v)),
-            _ => Value::U64(v),
+            Prim::Value(Some(CScalar::F32)) => Value::F64(f32::from_bits(w as u32) as f64),
+            Prim::Value(Some(CScalar::F64)) => Value::F64(f64::from_bits(w)),
+            _ => Value::U64(w),
         },
-        ArgKind::Size => Value::Size(v),
-        ArgKind::DevPtr => Value::DevPtr(v),
-        ArgKind::HostPtr | ArgKind::FnPtr | ArgKind::UserData => Value::HostPtr(v),
-        ArgKind::Handle(k) => Value::Handle(k, v),
+        ArgKind::Size => Value::Size(w),
+        ArgKind::DevPtr => Value::DevPtr(w),
+        ArgKind::HostPtr | ArgKind::FnPtr | ArgKind::UserData => Value::HostPtr(w),
+        ArgKind::Handle(k) => Value::Handle(k, w),
         _ => return None,
     })
 }
 
+/// Whether an argument of this kind is one plain value (read behind the pointer of an `out` or
+/// `inout` argument at its C type's width).
+fn plain(kind: ArgKind) -> bool {
+    matches!(
+        kind,
+        ArgKind::Scalar
+            | ArgKind::Flags
+            | ArgKind::Enum
+            | ArgKind::Count
+            | ArgKind::Size
+            | ArgKind::DevPtr
+            | ArgKind::Handle(_)
+    )
+}
+
 unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Value {
+    if let (Direction::InOut, Prim::Ref(Some(t))) = (a.dir, p) {
+        if plain(a.kind) {
+            // What the callee reads behind an `inout` pointer (a capture mode, a capacity).
+            if v == 0 {
+                return Value::Null;
+            }
+            // SAFETY: the driver reads a value of this type there.
+            let w = unsafe { read_scalar(t, v) };
+            return word_value(a.kind, Prim::Value(Some(t)), w).unwrap_or(Value::U64(w));
+        }
+    }
     if let Some(w) = word_value(a.kind, p, v) {
         return w;
     }
@@ -174,10 +215,13 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
 }
 
 unsafe fn output(f: &ApiFunction, a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -> Value {
-    // SAFETY (all reads): the driver succeeded and wrote a value of the argument's type at `p`.
-    let read_u32 = || unsafe { std::ptr::read_unaligned(p as *const u32) as u64 };
-    let read_u64 = || unsafe { std::ptr::read_unaligned(p as *const u64) };
-    let read_i32 = || unsafe { std::ptr::read_unaligned(p as *const i32) as i64 };
+    let ty = match prim {
+        Prim::Ref(t) => t,
+        Prim::Value(_) => None,
+    };
+    // SAFETY (all reads): the driver succeeded and wrote a value of the argument's type at
+    // `p`, `ty`'s width of bytes (and no more: the bytes after it are the program's).
+    let read = |t: CScalar| unsafe { read_scalar(t, p) };
     match a.kind {
         ArgKind::HostBuf(len) => {
             let n = buf_len(len, raw) as usize;
@@ -190,12 +234,8 @@ unsafe fn output(f: &ApiFunction, a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -
                 Value::Digest(gpuless_traces::BlobRef { hash: h, len: n as u64 })
             }
         }
-        ArgKind::Handle(HandleKind::Device) => Value::Handle(HandleKind::Device, read_i32() as u64),
-        ArgKind::Handle(k) => Value::Handle(k, read_u64()),
-        ArgKind::DevPtr => Value::DevPtr(read_u64()),
-        ArgKind::Size => Value::Size(if prim == Prim::PtrU32 { read_u32() } else { read_u64() }),
-        ArgKind::CStr if prim == Prim::PtrPtr => unsafe { cstr(read_u64()) },
-        ArgKind::HostPtr if prim == Prim::PtrPtr => Value::HostPtr(read_u64()),
+        ArgKind::CStr if ty == Some(CScalar::Ptr) => unsafe { cstr(read(CScalar::Ptr)) },
+        ArgKind::HostPtr if ty == Some(CScalar::Ptr) => Value::HostPtr(read(CScalar::Ptr)),
         ArgKind::Struct(ty) if Dims::of(ty).is_some() => unsafe { copy_nd_result(ty, p) },
         ArgKind::Struct(ty) => unsafe { struct_bytes(ty, p, 1) },
         ArgKind::Structs { ty, count_arg } => {
@@ -204,21 +244,31 @@ unsafe fn output(f: &ApiFunction, a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -
                 (Some(c), Some(&v)) if c.dir == Direction::In => v,
                 (Some(_), Some(&v)) if v != 0 => match prim_of(f, count_arg as usize) {
                     // SAFETY: the driver wrote the count there.
-                    Prim::PtrU64 => unsafe { std::ptr::read_unaligned(v as *const u64) },
-                    _ => unsafe { std::ptr::read_unaligned(v as *const u32) as u64 },
+                    Prim::Ref(Some(t)) => unsafe { read_scalar(t, v) },
+                    _ => 0,
                 },
                 _ => 0,
             };
             unsafe { struct_bytes(ty, p, (n as usize).min(MAX_ELEMS)) }
         }
-        // C enums are int-sized, whatever their type name suggests to `prim`.
-        ArgKind::Enum => Value::U64(read_u32()),
-        ArgKind::Scalar | ArgKind::Flags | ArgKind::Count => match prim {
-            Prim::PtrF32 => Value::F64(f32::from_bits(read_u32() as u32) as f64),
-            Prim::PtrF64 => Value::F64(f64::from_bits(read_u64())),
-            Prim::PtrI32 => Value::I64(read_i32()),
-            Prim::PtrU64 | Prim::PtrPtr => Value::U64(read_u64()),
-            _ => Value::U64(read_u32()),
+        // One plain value, at its C type's width: a C enum is 4 bytes, a handle 8, a CUdevice
+        // an int.
+        kind if plain(kind) => match ty {
+            None => Value::HostPtr(p),
+            Some(t) => {
+                let w = read(t);
+                match kind {
+                    ArgKind::Handle(k) => Value::Handle(k, w),
+                    ArgKind::DevPtr => Value::DevPtr(w),
+                    ArgKind::Size => Value::Size(w),
+                    _ => match t {
+                        CScalar::F32 => Value::F64(f32::from_bits(w as u32) as f64),
+                        CScalar::F64 => Value::F64(f64::from_bits(w)),
+                        _ if t.is_signed() => Value::I64(w as i64),
+                        _ => Value::U64(w),
+                    },
+                }
+            }
         },
         _ => Value::HostPtr(p),
     }
@@ -581,7 +631,7 @@ unsafe fn tagged(f: &ApiFunction, a: &ApiArg, ty: &'static str, p: u64, raw: &[u
     let Some(m) = structs::embedded(ty, b) else { return s };
     let member = ApiArg { kind: ArgKind::Struct(m.c_struct), ..*a };
     // SAFETY: the member lies inside the struct the driver reads.
-    let v = unsafe { input(f, &member, Prim::Word, p + m.at as u64, raw) };
+    let v = unsafe { input(f, &member, Prim::Value(None), p + m.at as u64, raw) };
     Value::List(vec![s, v])
 }
 

@@ -248,8 +248,9 @@ pub(crate) unsafe fn call(id: ApiId, raw: &[u64], real: impl FnOnce(*mut c_void)
         return ret;
     };
     let results = match f.ret {
-        Return::Value { kind, .. } => {
-            vec![capture::word_value(kind, capture::Prim::Word, ret).unwrap_or(Value::U64(ret))]
+        Return::Value { kind, c_type } => {
+            let p = capture::Prim::Value(api::CScalar::of(c_type, kind));
+            vec![capture::word_value(kind, p, ret).unwrap_or(Value::U64(ret))]
         }
         Return::Void | Return::Status => Vec::new(),
     };

@@ -19,10 +19,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use gpuless_analyzer::api::{self, ApiFunction, ArgKind, Direction, SyncClass};
+use gpuless_analyzer::api::{self, ApiFunction, ArgKind, CScalar, Direction, SyncClass};
 use gpuless_traces::CallRecord;
 
-use crate::capture::{prim, Prim};
+use crate::capture::{read_scalar, write_scalar};
 use crate::lane::{Lane, MEMO};
 
 /// The current epoch.
@@ -47,8 +47,9 @@ const MAX: usize = 4;
 pub struct Plan {
     ins: [u8; MAX],
     n_in: u8,
-    /// Out arguments: index and width in bytes (4 or 8).
-    outs: [(u8, u8); MAX],
+    /// Out arguments: index and the C type of the value behind the pointer (read and written
+    /// at its width).
+    outs: [(u8, CScalar); MAX],
     n_out: u8,
 }
 
@@ -59,7 +60,7 @@ fn make_plan(f: &ApiFunction) -> Option<Plan> {
     {
         return None;
     }
-    let mut p = Plan { ins: [0; MAX], n_in: 0, outs: [(0, 0); MAX], n_out: 0 };
+    let mut p = Plan { ins: [0; MAX], n_in: 0, outs: [(0, CScalar::Ptr); MAX], n_out: 0 };
     for (i, a) in f.args.iter().enumerate() {
         match a.dir {
             Direction::In => {
@@ -79,17 +80,16 @@ fn make_plan(f: &ApiFunction) -> Option<Plan> {
                 p.n_in += 1;
             }
             Direction::Out => {
-                let width = match (a.kind, prim(a.c_type)) {
-                    (ArgKind::HostBuf(_) | ArgKind::Struct(_) | ArgKind::Structs { .. }, _) => return None,
-                    (ArgKind::Enum, _) => 4,
-                    (_, Prim::PtrI32 | Prim::PtrU32 | Prim::PtrF32) => 4,
-                    (_, Prim::PtrU64 | Prim::PtrF64 | Prim::PtrPtr) => 8,
-                    _ => return None,
+                // One value behind the pointer, of a type the table gives (a buffer or a
+                // struct is not one).
+                let ty = match a.kind {
+                    ArgKind::HostBuf(_) | ArgKind::Struct(_) | ArgKind::Structs { .. } => return None,
+                    _ => a.pointee_type()?,
                 };
                 if usize::from(p.n_out) == MAX {
                     return None;
                 }
-                p.outs[usize::from(p.n_out)] = (i as u8, width);
+                p.outs[usize::from(p.n_out)] = (i as u8, ty);
                 p.n_out += 1;
             }
             Direction::InOut => return None,
@@ -147,17 +147,11 @@ pub unsafe fn observe(plan: &Plan, slot: usize, raw: &[u64], status: u32) -> (Ke
     let key = question(plan, slot, raw);
     let mut ans = Answer { status, outs: [0; MAX] };
     if status == 0 {
-        for (k, &(i, width)) in plan.outs[..usize::from(plan.n_out)].iter().enumerate() {
+        for (k, &(i, ty)) in plan.outs[..usize::from(plan.n_out)].iter().enumerate() {
             let p = raw.get(usize::from(i)).copied().unwrap_or(0);
             if p != 0 {
-                // SAFETY: the driver wrote a value of this width there (the caller's contract).
-                ans.outs[k] = unsafe {
-                    if width == 4 {
-                        u64::from(std::ptr::read_unaligned(p as *const u32))
-                    } else {
-                        std::ptr::read_unaligned(p as *const u64)
-                    }
-                };
+                // SAFETY: the driver wrote a value of this type there (the caller's contract).
+                ans.outs[k] = unsafe { read_scalar(ty, p) };
             }
         }
     }
@@ -284,17 +278,11 @@ pub unsafe fn answer(plan: &Plan, slot: usize, raw: &[u64], epoch: u64, now_ns: 
     if outs.iter().any(|&(i, _)| raw.get(usize::from(i)).is_none_or(|&p| p == 0)) || !e.count(now_ns, lane) {
         return false;
     }
-    for (k, &(i, width)) in outs.iter().enumerate() {
+    for (k, &(i, ty)) in outs.iter().enumerate() {
         let p = raw.get(usize::from(i)).copied().unwrap_or(0);
-        // SAFETY: a non-null out pointer of this width (the caller's contract); the driver
-        // wrote the same width there for the same question.
-        unsafe {
-            if width == 4 {
-                std::ptr::write_unaligned(p as *mut u32, e.answer.outs[k] as u32);
-            } else {
-                std::ptr::write_unaligned(p as *mut u64, e.answer.outs[k]);
-            }
-        }
+        // SAFETY: a non-null out pointer to a value of this type (the caller's contract); the
+        // driver wrote as many bytes there for the same question.
+        unsafe { write_scalar(ty, p, e.answer.outs[k]) };
     }
     true
 }

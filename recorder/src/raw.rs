@@ -165,7 +165,7 @@ impl RawCall {
                     },
                     ArgKind::Extra => Value::Null,
                     ArgKind::Struct(_) => config.as_ref().map_or(Value::Null, |c| capture::config_value(c, bytes)),
-                    k => capture::word_value(k, prims.get(i).copied().unwrap_or(capture::Prim::Word), w)
+                    k => capture::word_value(k, prims.get(i).copied().unwrap_or(capture::Prim::Value(None)), w)
                         .unwrap_or(Value::U64(w)),
                 }
             })

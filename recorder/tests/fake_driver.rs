@@ -310,6 +310,43 @@ fn versions_handed_out_for_old_names_are_recorded_as_themselves() {
     assert_eq!(flags.map(|c| c.args.clone()), Some(vec![Value::U64(5)]), "counted under its own name");
 }
 
+/// Out values are read at the width of their C type in the API table: a 4-byte enum or int with
+/// other bytes after it is recorded as itself (traces recorded before the recorder did so say
+/// `cuModuleGetLoadingMode() -> mode=5719756450872426498` for 2), an `inout` enum as the value
+/// passed and the value returned, and an answer from the recorder's memory writes 4 bytes, not
+/// 8. A 4-byte argument is recorded without what its register holds above it.
+#[test]
+fn four_byte_values_are_recorded_at_their_width() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path());
+    let native = Command::new(&prog).arg("-12").env("LD_LIBRARY_PATH", dir.path()).output().unwrap();
+    let want = "mode=2 capturing=1 previous_mode=0 priorities=0,-5 attribute=9,9";
+    assert_eq!((native.status.code(), String::from_utf8_lossy(&native.stdout).trim()), (Some(0), want));
+    let out = record_program(dir.path(), "-12");
+    // Exit code 30: a canary after a 4-byte answer was overwritten.
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), want);
+    let calls = calls_of(&dir.path().join("t.gl"));
+    let one = |name: &str| {
+        let found: Vec<_> = calls.iter().filter(|c| c.function.name() == name).collect();
+        assert_eq!(found.len(), 1, "{name}: {found:?}");
+        found[0].clone()
+    };
+    assert_eq!(one("cuModuleGetLoadingMode").results, [Value::U64(2)]);
+    let capturing = one("cuStreamIsCapturing");
+    assert_eq!(capturing.args[0], Value::Handle(gpuless_analyzer::api::HandleKind::Stream, 5));
+    assert_eq!(capturing.results, [Value::U64(1)]);
+    let exchange = one("cuThreadExchangeStreamCaptureMode");
+    assert_eq!((exchange.args.as_slice(), exchange.results.as_slice()), (&[Value::U64(2)][..], &[Value::U64(0)][..]));
+    assert_eq!(one("cuCtxGetStreamPriorityRange").results, [Value::I64(0), Value::I64(-5)], "ints are signed");
+    let attribute: Vec<_> = calls.iter().filter(|c| c.function.name() == "cuDeviceGetAttribute").collect();
+    assert!(!attribute.is_empty());
+    for c in &attribute {
+        assert_eq!((c.args[1].clone(), c.results.as_slice()), (Value::U64(75), &[Value::I64(9)][..]), "{c:?}");
+    }
+    assert_eq!(attribute.iter().map(|c| c.calls_represented()).sum::<u64>(), 2);
+}
+
 /// A legacy (before CUDA 3.2) bare symbol has a 32-bit ABI (`cuMemAlloc(unsigned int *, unsigned
 /// int)`): the recorder does not treat it as `cuMemAlloc_v2` (whose arena answer writes 64 bits)
 /// but passes it through and counts it as unmodeled. The CUDA 10.0 `cuStreamBeginCapture(CUstream)`

@@ -234,12 +234,32 @@ impl CallRecord {
         }
     }
 
-    /// How many calls this record stands for. The recorder writes one summary record per
-    /// unmodeled function at the end of a recording, with the call count as its only
-    /// argument (`[U64(n)]`); a folded query stands for `1 + repeat` calls.
-    pub fn calls_represented(&self) -> u64 {
+    /// Whether this is one of the recorder's end-of-recording summaries: one record per
+    /// function it counted without recording (unmodeled functions, versions newer than its
+    /// table), on thread 0, untimed, with the call count as its only argument (`[U64(n)]`;
+    /// `[Null]` when the counter overflowed). Its name may resolve to an entry of today's table
+    /// (a trace recorded with an older table, or one that counted an unmodeled version under the
+    /// modeled base name, `cuCtxGetDevice`): the shape says it is a summary, not a call at a time.
+    pub fn is_summary(&self) -> bool {
         match (&self.function, self.args.as_slice()) {
-            (Function::Other(_), [Value::U64(n)]) => *n,
+            (Function::Other(_), [Value::U64(_)]) => true,
+            (_, [Value::U64(_) | Value::Null]) => {
+                self.thread == 0
+                    && self.duration_ns == 0
+                    && self.parent.is_none()
+                    && self.results.is_empty()
+                    && self.repeat == 0
+            }
+            _ => false,
+        }
+    }
+
+    /// How many calls this record stands for: a summary ([`is_summary`](Self::is_summary)) the
+    /// count it carries, whatever function its name resolves to; a folded query `1 + repeat`;
+    /// any other record 1.
+    pub fn calls_represented(&self) -> u64 {
+        match self.args.as_slice() {
+            [Value::U64(n)] if self.is_summary() => *n,
             _ => 1 + u64::from(self.repeat),
         }
     }

@@ -8,6 +8,7 @@
 //! Look-ups: [`lookup_symbol`] (an exported symbol such as `cuMemcpyHtoD_v2_ptds`, binary search),
 //! [`lookup`] (base name and [`Variant`]), [`by_name`] (base name, any variant) and [`get`].
 
+mod ctype;
 pub mod parse;
 pub mod structs;
 mod types;
@@ -15,6 +16,7 @@ mod types;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+pub use ctype::CScalar;
 pub use types::*;
 
 mod table {

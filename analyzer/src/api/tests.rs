@@ -230,3 +230,106 @@ fn stable_queries_and_the_calls_that_may_change_their_answers() {
         assert!(!f(n).may_change_answers(), "{n} changes no stable answer");
     }
 }
+
+/// Every plain value the recorder reads behind an `out`/`inout` pointer has a width the table
+/// gives, and every by-value argument the hooks take has a type: the recorder reads each at its
+/// C type's width (an enum is 4 bytes whatever its name suggests), not as a 64-bit word.
+#[test]
+fn every_out_value_and_by_value_argument_has_a_width() {
+    let plain = |k: ArgKind| {
+        matches!(
+            k,
+            ArgKind::Scalar
+                | ArgKind::Flags
+                | ArgKind::Enum
+                | ArgKind::Count
+                | ArgKind::Size
+                | ArgKind::DevPtr
+                | ArgKind::Handle(_)
+        )
+    };
+    let mut outs = 0;
+    for f in FUNCTIONS.iter() {
+        for (_, a) in f.out_args() {
+            let t = a.pointee_type();
+            if plain(a.kind) {
+                assert!(t.is_some(), "{}: out {} ({}) has no width", f.name, a.name, a.c_type);
+                outs += 1;
+            }
+            if a.kind == ArgKind::Enum {
+                assert_eq!(t, Some(CScalar::U32), "{}: {} is a C enum", f.name, a.name);
+            }
+            if let ArgKind::Handle(k) = a.kind {
+                let want = match k {
+                    HandleKind::Device => CScalar::I32,
+                    HandleKind::TexObject | HandleKind::SurfObject | HandleKind::MemHandle => CScalar::U64,
+                    _ => CScalar::Ptr,
+                };
+                assert_eq!(t, Some(want), "{}: {}", f.name, a.name);
+            }
+            if a.kind == ArgKind::HostPtr && a.c_type.ends_with("**") {
+                assert_eq!(t, Some(CScalar::Ptr), "{}: {}", f.name, a.name);
+            }
+            let pointee = a.c_type.trim_end_matches('*').trim();
+            match (pointee, t) {
+                ("size_t" | "cuuint64_t" | "unsigned long long" | "CUdeviceptr", Some(t)) => {
+                    assert_eq!((t.width(), t.is_signed()), (8, false), "{}: {}", f.name, a.name)
+                }
+                ("int", Some(t)) => assert_eq!(t, CScalar::I32, "{}: {}", f.name, a.name),
+                ("unsigned int" | "unsigned", Some(t)) => assert_eq!(t, CScalar::U32, "{}: {}", f.name, a.name),
+                _ => {}
+            }
+        }
+        for a in f.args.iter().filter(|a| a.dir == Direction::In && !a.is_pointer()) {
+            if !matches!(a.kind, ArgKind::Struct(_)) {
+                assert!(a.value_type().is_some(), "{}: in {} ({}) has no type", f.name, a.name, a.c_type);
+            }
+        }
+    }
+    assert!(outs > 100, "{outs} plain out values");
+    let out = |name: &str, arg: &str| {
+        let f = by_name(name).unwrap_or_else(|| panic!("{name}"));
+        let a = f.args.iter().find(|a| a.name == arg).unwrap_or_else(|| panic!("{name} {arg}"));
+        a.pointee_type().map(CScalar::width)
+    };
+    assert_eq!(out("cuModuleGetLoadingMode", "mode"), Some(4));
+    assert_eq!(out("cuStreamIsCapturing", "captureStatus"), Some(4));
+    assert_eq!(out("cuStreamGetCaptureInfo", "id_out"), Some(8));
+    assert_eq!(out("cuThreadExchangeStreamCaptureMode", "mode"), Some(4), "inout enum");
+    assert_eq!(out("cuDeviceGetAttribute", "pi"), Some(4));
+    assert_eq!(out("cuCtxGetDevice", "device"), Some(4), "a CUdevice is an int");
+    assert_eq!(out("cuMemGetInfo", "free"), Some(8));
+    assert_eq!(out("cuMemAlloc", "dptr"), Some(8));
+    assert_eq!(out("cuCtxGetCurrent", "pctx"), Some(8));
+    assert_eq!(out("cuEventElapsedTime", "pMilliseconds"), Some(4));
+    assert_eq!(out("cuGetErrorString", "pStr"), Some(8));
+    // Buffers, structs and strings are not one value.
+    assert_eq!(out("cuMemcpyDtoH", "dstHost"), None);
+    assert_eq!(out("cuDeviceGetUuid", "uuid"), None);
+}
+
+/// Widening keeps a value's bit pattern within its width and fills the rest with its sign for
+/// signed integers, zeros otherwise: the bits a register or the memory beside a 4-byte value
+/// holds above it are not the value's.
+#[test]
+fn values_widen_from_their_width() {
+    let garbage = 0x4f60_a830_0000_0002u64;
+    assert_eq!(CScalar::U32.widen(garbage), 2);
+    assert_eq!(CScalar::I32.widen(0x7f7f_7f7f_ffff_fffb), (-5i64) as u64);
+    assert_eq!(CScalar::U32.widen(0x7f7f_7f7f_ffff_fffb), 0xffff_fffb);
+    assert_eq!(CScalar::U8.widen(0x1ff), 0xff);
+    assert_eq!(CScalar::I16.widen(0xffff_8000), (-32768i64) as u64);
+    assert_eq!(CScalar::U64.widen(garbage), garbage);
+    assert_eq!(CScalar::Ptr.widen(garbage), garbage);
+    assert_eq!(CScalar::F32.widen(0xdead_beef_3fa0_0000), 1.25f32.to_bits() as u64);
+    assert_eq!(CScalar::of_name("const unsigned int"), Some(CScalar::U32));
+    assert_eq!(CScalar::of_name("unsigned short"), Some(CScalar::U16));
+    assert_eq!(CScalar::of_name("unsigned char"), Some(CScalar::U8));
+    assert_eq!(CScalar::of_name("const void *"), Some(CScalar::Ptr));
+    assert_eq!(CScalar::of_name("CUstreamCaptureStatus"), None, "an enum's name alone says nothing");
+    assert_eq!(CScalar::of("CUstreamCaptureStatus", ArgKind::Enum), Some(CScalar::U32));
+    assert_eq!(CScalar::of("CUmemAllocationGranularity_flags", ArgKind::Flags), Some(CScalar::U32));
+    assert_eq!(CScalar::of("CUcontext", ArgKind::Handle(HandleKind::Context)), Some(CScalar::Ptr));
+    assert_eq!(CScalar::of("CUDA_MEMCPY2D", ArgKind::Count), None);
+    assert_eq!(CScalar::of("void", ArgKind::Enum), None);
+}

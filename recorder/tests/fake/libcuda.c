@@ -99,7 +99,12 @@ CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = &ctx_token; return 
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
 CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
 CUresult cuEventRecordWithFlags(void *e, void *s, unsigned f) { (void)e; (void)s; (void)f; return 0; }
-CUresult cuStreamIsCapturing(void *s, int *st) { (void)s; *st = 0; return 0; }
+/* Enum answers (CUstreamCaptureStatus, CUmoduleLoadingMode, CUstreamCaptureMode) are 4 bytes,
+ * written as such: the bytes after them are the caller's. Stream 0x5 is capturing. */
+CUresult cuStreamIsCapturing(void *s, int *st) { *st = s == (void *)0x5 ? 1 : 0; return 0; }
+CUresult cuModuleGetLoadingMode(int *mode) { *mode = 2; return 0; } /* CU_MODULE_LOADING_MODE_LAZY_LOADING */
+static int capture_mode; /* CU_STREAM_CAPTURE_MODE_GLOBAL */
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) { int old = capture_mode; capture_mode = *mode; *mode = old; return 0; }
 /* State queries: a fixed event timing, done streams and events, the heap as free memory. */
 CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 1.25f; return 0; }
 CUresult cuEventQuery(void *e) { (void)e; return 0; }
@@ -194,6 +199,8 @@ static const struct entry table[] = {
   {"cuEventQuery", cuEventQuery}, {"cuStreamQuery", cuStreamQuery},
   {"cuCtxGetStreamPriorityRange", cuCtxGetStreamPriorityRange}, {"cuMemGetInfo", cuMemGetInfo_v2},
   {"cuStreamCreate", cuStreamCreate}, {"cuStreamCreateWithPriority", cuStreamCreateWithPriority},
+  {"cuStreamIsCapturing", cuStreamIsCapturing}, {"cuModuleGetLoadingMode", cuModuleGetLoadingMode},
+  {"cuThreadExchangeStreamCaptureMode", cuThreadExchangeStreamCaptureMode},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)flags;

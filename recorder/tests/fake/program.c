@@ -105,6 +105,29 @@ int main(int argc, char **argv) {
     printf("elapsed_ms=%.2f free=%zu total=%zu\n", ms, fr, tot);
     return 0;
   }
+  if (iters == -12) { /* 4-byte answers with other bytes after them, and a 4-byte argument in a
+                         register whose upper half is not zero: each is the value, at its width */
+    int (*loading)(int *) = get("cuModuleGetLoadingMode");
+    int (*capturing)(void *, int *) = get("cuStreamIsCapturing");
+    int (*exchange)(int *) = get("cuThreadExchangeStreamCaptureMode");
+    int (*prange)(int *, int *) = get("cuCtxGetStreamPriorityRange");
+    /* cuDeviceGetAttribute(int *, CUdevice_attribute, CUdevice) called with a 64-bit attribute:
+       the callee reads the register's low half (the x86-64 ABI leaves the rest undefined) */
+    int (*attr_wide)(int *, unsigned long long, int) =
+      (int (*)(int *, unsigned long long, int))get("cuDeviceGetAttribute");
+    enum { CANARY = 0x7f7f7f7f };
+    struct { int v; int canary; } mode = {-1, CANARY}, cap = {-1, CANARY}, xm = {2, CANARY},
+      least = {-1, CANARY}, greatest = {-1, CANARY}, a[2] = {{-1, CANARY}, {-1, CANARY}};
+    if (loading(&mode.v) || capturing((void *)0x5, &cap.v) || exchange(&xm.v) || prange(&least.v, &greatest.v))
+      return 28;
+    /* stable: the second answer comes from the recorder's memory */
+    for (int i = 0; i < 2; i++) if (attr_wide(&a[i].v, 0x7f7f7f7f00000000ull | 75, 0)) return 29;
+    if (mode.canary != CANARY || cap.canary != CANARY || xm.canary != CANARY || least.canary != CANARY ||
+        greatest.canary != CANARY || a[0].canary != CANARY || a[1].canary != CANARY) return 30;
+    printf("mode=%d capturing=%d previous_mode=%d priorities=%d,%d attribute=%d,%d\n", mode.v, cap.v, xm.v,
+           least.v, greatest.v, a[0].v, a[1].v);
+    return 0;
+  }
   if (iters == -10) { /* a 1.5 MiB upload and its download: a blob large enough for bulk paths */
     size_t big = 3u << 19; unsigned char *src = malloc(big), *back = malloc(big); uint64_t db;
     if (!src || !back) return 21;

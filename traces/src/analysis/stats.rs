@@ -151,6 +151,12 @@ impl StatsBuilder {
             s.unmodeled_calls += represented;
             return;
         };
+        if r.is_summary() {
+            // The recorder's count of calls it did not record one by one, under a name today's
+            // table models: counted above as the calls it stands for; it has no arguments to
+            // learn sizes, kernels or copies from.
+            return;
+        }
         if f.group == Group::Registration {
             s.registrations.add(f, r);
             return;
@@ -239,5 +245,49 @@ impl StatsBuilder {
         self.s.threads = self.threads.len() as u64;
         self.s.span_ns = self.last_ts.saturating_sub(self.first_ts.unwrap_or(0));
         self.s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpuless_analyzer::api::{ApiLevel, HandleKind, Variant};
+
+    use super::*;
+
+    /// The recorder's end-of-recording summaries count as the calls they stand for, also under a
+    /// name that resolves to an entry of the table (`cuCtxGetDevice(calls=323)`), and lend no
+    /// arguments to the per-call statistics.
+    #[test]
+    fn summaries_count_as_the_calls_they_stand_for() {
+        let known = Function::resolve("cuCtxGetDevice", Variant::BASE);
+        assert!(matches!(known, Function::Known(_)));
+        let mut summary = CallRecord::new(10, ApiLevel::Driver, known.clone());
+        summary.timestamp_ns = 5_000;
+        summary.args = vec![Value::U64(323)];
+        let mut other = CallRecord::new(11, ApiLevel::Driver, Function::Other("cuFakeUnmodeled".into()));
+        other.args = vec![Value::U64(2)];
+        let mut call = CallRecord::new(3, ApiLevel::Driver, known);
+        call.thread = 77;
+        call.duration_ns = 40;
+        call.args = vec![Value::HostPtr(0x7ffd_0000)];
+        call.results = vec![Value::Handle(HandleKind::Device, 0)];
+        let mut folded = call.clone();
+        folded.seq = 4;
+        folded.duration_ns = 0;
+        folded.repeat = 9;
+        let recs = [call, folded, summary, other];
+        let kinds: Vec<bool> = recs.iter().map(CallRecord::is_summary).collect();
+        assert_eq!(kinds, [false, false, true, true]);
+        let represented: Vec<u64> = recs.iter().map(CallRecord::calls_represented).collect();
+        assert_eq!(represented, [1, 10, 323, 2]);
+        let mut b = StatsBuilder::default();
+        for r in &recs {
+            b.add(r);
+        }
+        let s = b.finish();
+        let count = |n: &str| s.by_function.iter().find(|f| f.name == n).map(|f| (f.count, f.modeled));
+        assert_eq!(count("cuCtxGetDevice"), Some((1 + 10 + 323, true)));
+        assert_eq!(count("cuFakeUnmodeled"), Some((2, false)));
+        assert_eq!((s.calls, s.unmodeled_calls), (4, 2));
     }
 }

@@ -11,16 +11,17 @@
 mod shown;
 mod status;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
-use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, Group, HandleKind, Return};
+use gpuless_analyzer::api::{ApiFunction, ArgKind, CScalar, Direction, Group, HandleKind, Return};
 use serde::Serialize;
 
 pub use shown::{Fields, Shown};
 pub use status::status_name;
 
-use crate::model::{CallRecord, Function, Value};
+use crate::model::{CallRecord, Value};
 
 /// Most handles numbered (further ones are shown by value) and kernel names remembered.
 const MAP_MAX: usize = 1 << 22;
@@ -61,15 +62,29 @@ fn space(k: HandleKind) -> u8 {
     }
 }
 
-/// Whether a record is one of the recorder's end-of-recording summaries: one per function it
-/// counted without recording (unmodeled functions, versions newer than the table), on thread
-/// 0, untimed, with the call count as its only argument (`Null` when the counter overflowed).
-/// Such a record is not a call at a time.
+/// Whether a record is one of the recorder's end-of-recording summaries
+/// ([`CallRecord::is_summary`]). Such a record is not a call at a time.
 pub fn is_summary(r: &CallRecord) -> bool {
-    match (&r.function, r.args.as_slice()) {
-        (Function::Other(_), [Value::U64(_)]) => true,
-        (_, [Value::U64(_) | Value::Null]) => r.thread == 0 && r.duration_ns == 0,
-        _ => false,
+    r.is_summary()
+}
+
+/// A recorded integer of C type `t` at the type's width ([`CScalar::widen`]), signed where the
+/// type is. Traces recorded before the recorder read `out` values at their C type's width hold
+/// the bytes after a 4-byte enum or `int` above it (`mode=5719756450872426498` for 2), and
+/// by-value `int`s are recorded as their sign-extended bit pattern in an unsigned word.
+fn narrowed(v: &Value, t: Option<CScalar>, kind: ArgKind) -> Cow<'_, Value> {
+    let integer = matches!(kind, ArgKind::Scalar | ArgKind::Flags | ArgKind::Enum | ArgKind::Count);
+    let x = match v {
+        Value::U64(x) => *x,
+        Value::I64(x) => *x as u64,
+        _ => return Cow::Borrowed(v),
+    };
+    match t {
+        Some(t) if integer && t.width() < 8 && !t.is_float() => {
+            let w = t.widen(x);
+            Cow::Owned(if t.is_signed() { Value::I64(w as i64) } else { Value::U64(w) })
+        }
+        _ => Cow::Borrowed(v),
     }
 }
 
@@ -356,23 +371,31 @@ impl Decoder {
                 }
                 ArgKind::Grid | ArgKind::Block => {}
                 _ if a.dir == Direction::Out => {}
-                k => out.push((a.name.to_string(), self.show(v, Some(k)))),
+                k => {
+                    // A by-value argument at its C type's width (an `inout` one's recorded value
+                    // was its address before the recorder read what it points at).
+                    let t = if a.dir == Direction::In { a.value_type() } else { None };
+                    let v = narrowed(v, t, k);
+                    out.push((a.name.to_string(), self.show(&v, Some(k))))
+                }
             }
         }
         Fields(out)
     }
 
     fn results(&self, f: &ApiFunction, r: &CallRecord) -> Fields {
-        let mut names: Vec<(&str, Option<ArgKind>)> = f.out_args().map(|(_, a)| (a.name, Some(a.kind))).collect();
-        if let Return::Value { kind, .. } = f.ret {
-            names.push(("return", Some(kind)));
+        let mut names: Vec<(&str, Option<ArgKind>, Option<CScalar>)> =
+            f.out_args().map(|(_, a)| (a.name, Some(a.kind), a.pointee_type())).collect();
+        if let Return::Value { kind, c_type } = f.ret {
+            names.push(("return", Some(kind), CScalar::of(c_type, kind)));
         }
         let out = r
             .results
             .iter()
             .enumerate()
             .map(|(j, v)| match names.get(j) {
-                Some((n, k)) => (n.to_string(), self.show(v, *k)),
+                Some((n, Some(k), t)) => (n.to_string(), self.show(&narrowed(v, *t, *k), Some(*k))),
+                Some((n, None, _)) => (n.to_string(), self.show(v, None)),
                 None => (format!("result{j}"), self.show(v, None)),
             })
             .collect();

@@ -1,7 +1,7 @@
 use gpuless_analyzer::api::{self, ApiLevel, HandleKind, Variant};
 
 use super::*;
-use crate::model::{BlobRef, Dim3, Hash128, KernelParams, LaunchConfig};
+use crate::model::{BlobRef, Dim3, Function, Hash128, KernelParams, LaunchConfig};
 
 fn rec(seq: u64, symbol: &str, args: Vec<Value>, results: Vec<Value>) -> CallRecord {
     let (f, variant) = api::lookup_symbol(symbol).expect("modeled symbol");
@@ -145,4 +145,58 @@ fn symbols_blobs_statuses_and_summaries() {
     assert!(!d[0].summary && !d[1].summary);
     let variant = Variant { version: 2, per_thread: false };
     assert_eq!(recs[0].variant, variant);
+}
+
+/// Integers are shown at their C type's width, signed where the type is: traces recorded
+/// before the recorder read out values at their width hold the bytes after a 4-byte enum above
+/// it (testdata/traces/vecadd.gl: `mode=5719756450872426498` for 2), and by-value `int`s are
+/// recorded as their sign-extended bit pattern.
+#[test]
+fn integers_are_shown_at_their_c_width() {
+    let recs = [
+        rec(0, "cuModuleGetLoadingMode", vec![Value::HostPtr(0x7ffd_0000)], vec![Value::U64(0x4f60_a830_0000_0002)]),
+        rec(
+            1,
+            "cuStreamIsCapturing",
+            vec![h(HandleKind::Stream, 0), Value::HostPtr(0x7ffd_0000)],
+            vec![Value::U64(0x249c_b1d0_0000_0000)],
+        ),
+        rec(
+            2,
+            "cuStreamCreateWithPriority",
+            vec![Value::Null, Value::U64(0), Value::U64(-5i64 as u64)],
+            vec![h(HandleKind::Stream, 0x5000)],
+        ),
+        rec(3, "cuCtxGetStreamPriorityRange", vec![Value::Null, Value::Null], vec![Value::I64(0), Value::I64(-5)]),
+        rec(4, "cuMemGetInfo_v2", vec![Value::Null, Value::Null], vec![Value::Size(1 << 33), Value::Size(1 << 34)]),
+        rec(
+            5,
+            "cuDeviceGetAttribute",
+            vec![Value::Null, Value::U64(75), h(HandleKind::Device, 0)],
+            vec![Value::I64(9)],
+        ),
+    ];
+    let d = decode_all(&recs);
+    assert_eq!(d[0].results.to_string(), "mode=2");
+    assert_eq!(d[1].results.to_string(), "captureStatus=0");
+    assert_eq!(d[2].args.to_string(), "flags=0x0, priority=-5");
+    assert_eq!(d[3].results.to_string(), "leastPriority=0, greatestPriority=-5");
+    assert_eq!(d[4].results.to_string(), "free=8589934592, total=17179869184", "8-byte values as they are");
+    assert_eq!(d[5].args.to_string(), "attrib=75, dev=dev0");
+    assert_eq!(d[5].results.to_string(), "pi=9");
+}
+
+/// A summary whose name today's table models (written by a recorder that counted the unmodeled
+/// `cuCtxGetDevice_v2` under its base name) is shown and counted as the calls it stands for.
+#[test]
+fn summaries_under_modeled_names_stand_for_their_count() {
+    let mut counted = CallRecord::new(40, ApiLevel::Driver, Function::resolve("cuCtxGetDevice", Variant::BASE));
+    counted.timestamp_ns = 9_000;
+    counted.args = vec![Value::U64(323)];
+    assert!(matches!(counted.function, Function::Known(_)));
+    let call = rec(3, "cuCtxGetDevice", vec![Value::HostPtr(0x7ffd_0000)], vec![h(HandleKind::Device, 0)]);
+    let d = decode_all(&[call.clone(), counted.clone()]);
+    assert!(d[1].summary && !d[0].summary);
+    assert_eq!(d[1].to_string().split_whitespace().last(), Some("cuCtxGetDevice(calls=323)"));
+    assert_eq!((counted.calls_represented(), call.calls_represented()), (323, 1));
 }
