@@ -18,7 +18,12 @@ fn bad(rec: &CallRecord, problem: &str) -> ReplayError {
 }
 
 /// Executes a `gpulessHostMemory` or `gpulessHostView` record.
-pub(crate) fn call(st: &mut State, trace: &LoadedTrace, rec: &CallRecord, report: &mut Report) -> Result<(), ReplayError> {
+pub(crate) fn call(
+    st: &mut State,
+    trace: &LoadedTrace,
+    rec: &CallRecord,
+    report: &mut Report,
+) -> Result<(), ReplayError> {
     let name = rec.function.name();
     let Some(&Value::DevPtr(addr)) = rec.args.first() else { return Err(bad(rec, "no address recorded")) };
     let live = st.mem.translate(addr);
