@@ -68,6 +68,12 @@ pub fn run(path: &Path, opts: &RunOptions, part: &PartitionArgs) -> anyhow::Resu
             r.params_translated,
             r.peak_memory as f64 / (1 << 20) as f64
         );
+        if r.shared_memory != (0, 0) {
+            println!(
+                "shared     {} managed or mapped host buffers as device memory at their address, {} moved",
+                r.shared_memory.0, r.shared_memory.1
+            );
+        }
         for w in &r.warnings {
             println!("WARNING    {w}");
         }

@@ -114,13 +114,13 @@ pub(crate) fn call(
             // (nothing on the host side touches it at replay; the recorder's host-memory
             // records carry what the program wrote: `hostview.rs`).
             "cuMemAllocManaged" => {
-                st.mem.alloc(c.out_word("dptr")?, c.word("bytesize")?, seq)?;
+                st.mem.alloc_shared(c.out_word("dptr")?, c.word("bytesize")?, seq)?;
             }
             "cuMemHostAlloc" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {
-                st.mem.alloc(c.out_word("pp")?, c.word("bytesize")?, seq)?;
+                st.mem.alloc_shared(c.out_word("pp")?, c.word("bytesize")?, seq)?;
             }
             "cuMemHostRegister" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {
-                st.mem.alloc(c.word("p")?, c.word("bytesize")?, seq)?;
+                st.mem.alloc_shared(c.word("p")?, c.word("bytesize")?, seq)?;
             }
             "cuMemFreeHost" | "cuMemHostUnregister" if st.mem.find(c.word("p")?).is_some() => st.mem.free(c.word("p")?),
             "cuMemcpyHtoD" => {

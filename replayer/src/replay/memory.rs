@@ -66,6 +66,8 @@ pub struct Memory {
     pub translated: u64,
     /// Of the exact ones, how many were inside the recorder's arena.
     pub in_arena: u64,
+    /// Managed and mapped host memory re-created as device memory: (at its address, moved).
+    pub shared: (u64, u64),
 }
 
 fn prop() -> sys::CUmemAllocationProp {
@@ -209,6 +211,17 @@ impl Memory {
             return ReplayError::DeviceTooSmall { seq, needed: bytes, in_use: self.in_use, free: free as u64 };
         }
         ReplayError::Driver { seq, what: "allocation".into(), code: r }
+    }
+
+    /// Re-creates managed or mapped host memory recorded at `recorded` as device memory (the
+    /// replay never touches it from the host); counted apart from device allocations.
+    pub fn alloc_shared(&mut self, recorded: u64, size: u64, seq: u64) -> Result<u64, ReplayError> {
+        let (exact, translated) = (self.exact, self.translated);
+        let live = self.alloc(recorded, size, seq)?;
+        self.shared.0 += self.exact - exact;
+        self.shared.1 += self.translated - translated;
+        (self.exact, self.translated) = (exact, translated);
+        Ok(live)
     }
 
     /// Re-creates an allocation of `size` bytes recorded at `recorded`; returns its live address.

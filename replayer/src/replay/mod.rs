@@ -187,6 +187,9 @@ pub struct Report {
     pub allocations_translated: u64,
     /// Of the exact ones, those inside the recorder's arena.
     pub allocations_in_arena: u64,
+    /// Managed and mapped host memory re-created as device memory: (at the recorded address,
+    /// moved with its pointers translated). Not counted in the two above.
+    pub shared_memory: (u64, u64),
     /// Most device memory held by the replay at once, in bytes.
     pub peak_memory: u64,
     /// Things the user should know (an arena that could not be re-reserved, ...).
@@ -398,6 +401,7 @@ pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<R
     run(&mut st, &mut report).map_err(|e| explain(e, st.mem.translated, &report.warnings))?;
     report.allocations_exact = st.mem.exact;
     report.allocations_translated = st.mem.translated;
+    report.shared_memory = st.mem.shared;
     report.allocations_in_arena = st.mem.in_arena;
     report.peak_memory = st.mem.peak();
     report.replay_s = st.start.elapsed().as_secs_f64();

@@ -82,6 +82,7 @@ impl Stream {
     pub fn report(&mut self) -> &Report {
         self.report.allocations_exact = self.st.mem.exact;
         self.report.allocations_translated = self.st.mem.translated;
+        self.report.shared_memory = self.st.mem.shared;
         self.report.allocations_in_arena = self.st.mem.in_arena;
         self.report.peak_memory = self.st.mem.peak();
         self.report.replay_s = self.st.start.elapsed().as_secs_f64();
