@@ -67,7 +67,7 @@ try:
 except Exception as e:
     print(f"FAIL|rc={rc}, no report ({e})")
     sys.exit()
-want = {"event_d2h": 4, "graph_query": 2, "oob": 4, "ptr_attrs": 2, "managed": 5}.get(name, 1)
+want = {"event_d2h": 8, "graph_query": 2, "oob": 4, "ptr_attrs": 2, "managed": 5}.get(name, 1)
 ok = rc == 0 and not r["mismatches"] and r["results_unverified"] == 0 and r["results_verified"] >= want
 print(("PASS" if ok else "FAIL") + f"|rc={rc}; {r['results_verified']} results verified (at least {want}), "
       f"{r['results_unverified']} unverified, {len(r['mismatches'])} mismatches {r['mismatches'][:2]}; "

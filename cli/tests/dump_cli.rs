@@ -175,3 +175,27 @@ fn a_closed_pipe_ends_quietly() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.is_empty(), "{err}");
 }
+
+/// Real traces of the GPU suite's fidelity programs (recorded on an H100): managed and mapped
+/// host memory mirrored by the recorder's own records, graph queries whose node handles the
+/// program built on.
+#[test]
+fn fidelity_traces_show_mirrored_memory_and_graph_queries() {
+    let dump = |name: &str| {
+        let (code, out, err) = gpuless(&["dump", &trace(name)]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let out = dump("managed.gl");
+    let host_memory = out.lines().filter(|l| l.contains("gpulessHostMemory(")).count();
+    let host_view = out.lines().filter(|l| l.contains("gpulessHostView(") && l.contains("<digest")).count();
+    // Three regions, written by the host before kernels (managed twice), read after syncs.
+    assert!(host_memory >= 4, "{host_memory} host-memory records:\n{out}");
+    assert!(host_view >= 4, "{host_view} host-view records:\n{out}");
+    assert!(out.contains("cuMemAllocManaged(") && out.contains("Flags=0x2"), "{out}");
+    let out = dump("graph_query.gl");
+    for f in ["cuGraphGetRootNodes", "cuGraphGetEdges", "cuGraphNodeGetDependencies", "cuGraphNodeGetDependentNodes"] {
+        assert!(out.contains(f), "{f} missing:\n{out}");
+    }
+    assert!(out.contains("cuGraphNodeFindInClone(") && out.contains("phNode=node#"), "{out}");
+}

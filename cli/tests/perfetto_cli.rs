@@ -164,7 +164,16 @@ fn two_threads_nesting_and_memory_across_threads() {
 
 #[test]
 fn other_committed_traces_are_valid() {
-    for name in ["tiny_pytorch.gl", "synthetic-resnet-like.gl", "streams.gl", "graph.gl", "texture.gl"] {
+    for name in [
+        "tiny_pytorch.gl",
+        "synthetic-resnet-like.gl",
+        "streams.gl",
+        "graph.gl",
+        "texture.gl",
+        "managed.gl",
+        "graph_query.gl",
+        "event_d2h.gl",
+    ] {
         let (s, _) = timeline(name);
         assert_eq!(s.calls, dumped_calls(name), "{name}");
         assert!(!s.counters.is_empty(), "{name}: no device-memory counter");

@@ -3,8 +3,9 @@
 //! hash, once a synchronization guarantees the copy is complete. A trace therefore holds these
 //! records in completion order; readers order records by `seq`.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
+
+use gpuless_traces::completion::Completion;
 
 use gpuless_analyzer::api::{ApiFunction, ArgKind, HandleKind, SyncClass};
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Hash128, Value};
@@ -13,18 +14,18 @@ use crate::state;
 
 struct Pending {
     record: CallRecord,
-    stream: u64,
     /// (index into `record.results`, host address, length) of each host buffer to hash.
     buffers: Vec<(usize, u64, usize)>,
 }
 
-struct Table {
-    pending: Vec<Pending>,
-    /// Stream each event was last recorded on.
-    event_stream: BTreeMap<u64, u64>,
-}
+/// Copies in flight and what completes them: the rule a replay checks them by
+/// ([`gpuless_traces::completion`]).
+static TABLE: Mutex<Option<Completion<Pending>>> = Mutex::new(None);
 
-static TABLE: Mutex<Table> = Mutex::new(Table { pending: Vec::new(), event_stream: BTreeMap::new() });
+fn with_table<R>(f: impl FnOnce(&mut Completion<Pending>) -> R) -> Option<R> {
+    let mut t = TABLE.lock().ok()?;
+    Some(f(t.get_or_insert_with(Completion::default)))
+}
 
 /// The value of `f`'s first argument that is a handle of `kind`.
 fn handle(f: &ApiFunction, raw: &[u64], kind: HandleKind) -> Option<u64> {
@@ -44,6 +45,14 @@ fn records_event(f: &ApiFunction) -> bool {
         && f.args.iter().any(|a| a.kind == ArgKind::Handle(HandleKind::Stream))
 }
 
+/// Whether `f` makes a stream wait for an event (`cuStreamWaitEvent`): it enqueues work, acts
+/// on a stream and names an event.
+fn waits_for_event(f: &ApiFunction) -> bool {
+    f.sync == SyncClass::Async
+        && acts_on(f, HandleKind::Stream)
+        && f.args.iter().any(|a| a.kind == ArgKind::Handle(HandleKind::Event))
+}
+
 /// Holds the record of a successful async device-to-host copy until its data is on the host.
 pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
     let stream = handle(f, raw, HandleKind::Stream).unwrap_or(0);
@@ -61,58 +70,39 @@ pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
             _ => None,
         })
         .collect();
-    if let Ok(mut t) = TABLE.lock() {
-        t.pending.push(Pending { record, stream, buffers });
-    }
+    with_table(|t| t.push(stream, Pending { record, buffers }));
 }
 
 /// Whether [`after`] has anything to do for calls of `f`: synchronizations, stream and event
-/// queries, event records.
+/// queries, event records, waits for events.
 pub fn completes(f: &ApiFunction) -> bool {
     match f.sync {
         SyncClass::CtxSync => true,
         SyncClass::StreamSync | SyncClass::StateQuery if acts_on(f, HandleKind::Stream) => true,
         SyncClass::EventSync | SyncClass::StateQuery if acts_on(f, HandleKind::Event) => true,
-        _ => records_event(f),
+        _ => records_event(f) || waits_for_event(f),
     }
 }
 
 /// Called after every successful call for which [`completes`] holds: a synchronization
 /// completes the copies it covers.
 pub fn after(f: &ApiFunction, raw: &[u64]) {
-    let complete: Box<dyn Fn(&Pending) -> bool> = match f.sync {
-        SyncClass::CtxSync => Box::new(|_| true),
-        SyncClass::StreamSync | SyncClass::StateQuery if acts_on(f, HandleKind::Stream) => {
-            let s = handle(f, raw, HandleKind::Stream).unwrap_or(0);
-            // The legacy default stream (0, 1) synchronizes with every blocking stream.
-            Box::new(move |p| s <= 1 || p.stream == s)
-        }
-        SyncClass::EventSync | SyncClass::StateQuery if acts_on(f, HandleKind::Event) => {
-            let e = handle(f, raw, HandleKind::Event).unwrap_or(0);
-            let s = TABLE.lock().ok().and_then(|t| t.event_stream.get(&e).copied());
-            match s {
-                Some(s) => Box::new(move |p| p.stream == s),
-                None => return,
-            }
-        }
+    let stream = || handle(f, raw, HandleKind::Stream).unwrap_or(0);
+    let event = || handle(f, raw, HandleKind::Event).unwrap_or(0);
+    let done = with_table(|t| match f.sync {
+        SyncClass::CtxSync => t.sync_all(),
+        SyncClass::StreamSync | SyncClass::StateQuery if acts_on(f, HandleKind::Stream) => t.sync_stream(stream()),
+        SyncClass::EventSync | SyncClass::StateQuery if acts_on(f, HandleKind::Event) => t.sync_event(event()),
         _ => {
             if records_event(f) {
-                if let (Some(e), Ok(mut t)) = (handle(f, raw, HandleKind::Event), TABLE.lock()) {
-                    t.event_stream.insert(e, handle(f, raw, HandleKind::Stream).unwrap_or(0));
-                }
+                t.record_event(event(), stream());
+            } else if waits_for_event(f) {
+                t.wait_event(stream(), event());
             }
-            return;
+            Vec::new()
         }
-    };
-    let done: Vec<Pending> = match TABLE.lock() {
-        Ok(mut t) if !t.pending.is_empty() => {
-            let (done, keep) = std::mem::take(&mut t.pending).into_iter().partition(|p| complete(p));
-            t.pending = keep;
-            done
-        }
-        _ => return,
-    };
-    for p in done {
+    });
+    for p in done.unwrap_or_default() {
         emit(p, true);
     }
 }
@@ -141,7 +131,7 @@ fn emit(mut p: Pending, complete: bool) {
 
 /// Writes the records still waiting (no synchronization came): their results stay unknown.
 pub fn flush_unsynchronized() {
-    let rest = TABLE.lock().map(|mut t| std::mem::take(&mut t.pending)).unwrap_or_default();
+    let rest = with_table(Completion::sync_all).unwrap_or_default();
     for p in rest {
         emit(p, false);
     }

@@ -16,6 +16,7 @@
 pub mod analysis;
 pub mod arena;
 pub mod blob_bytes;
+pub mod completion;
 mod decode;
 pub mod dump;
 mod encode;

@@ -164,6 +164,27 @@ fn check(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Result<bool, Strin
             }
             m.ranges.insert(p, n);
         }
+        // Memory the host and the device share: device memory at replay (`hostview.rs`).
+        "cuMemAllocManaged" | "cuMemHostAlloc" | "cuMemHostRegister" => {
+            let (p, flags) = match c.f.name {
+                "cuMemAllocManaged" => (ow(c, "dptr")?, super::hostview::DEVICEMAP),
+                "cuMemHostAlloc" => (ow(c, "pp")?, w(c, "Flags")?),
+                _ => (w(c, "p")?, w(c, "Flags")?),
+            };
+            if flags & super::hostview::DEVICEMAP == 0 {
+                return Ok(false);
+            }
+            let n = w(c, "bytesize")?;
+            if p == 0 || m.inside(p, 1) || m.ranges.range(p..p.saturating_add(n)).next().is_some() {
+                return Err(format!("shared memory {p:#x}..+{n} is null or overlaps a live allocation"));
+            }
+            m.ranges.insert(p, n);
+        }
+        "cuMemFreeHost" | "cuMemHostUnregister" => {
+            if m.ranges.remove(&w(c, "p")?).is_none() {
+                return Ok(false);
+            }
+        }
         "cuMemFree" | "cuMemFreeAsync" => {
             let p = w(c, "dptr")?;
             // cuMemFree(0) is defined as a no-op.

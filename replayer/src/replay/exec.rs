@@ -345,7 +345,7 @@ pub(crate) fn call(
                     flags => sys::cuEventRecordWithFlags(e, st.stream(rec_s), flags),
                 };
                 check(r, seq, f.name)?;
-                st.objects.event_stream.insert(rec_e, rec_s);
+                st.objects.pending.record_event(rec_e, rec_s);
             }
             "cuEventSynchronize" => {
                 let rec_e = c.word("hEvent")?;
@@ -354,8 +354,10 @@ pub(crate) fn call(
                 complete(st, SyncPoint::Event(rec_e), trace, report)?;
             }
             "cuStreamWaitEvent" => {
-                let e = *st.events.get(&c.word("hEvent")?).ok_or_else(|| c.inconsistent("unknown event".into()))?;
+                let rec_e = c.word("hEvent")?;
+                let e = *st.events.get(&rec_e).ok_or_else(|| c.inconsistent("unknown event".into()))?;
                 check(sys::cuStreamWaitEvent(st.stream(c.word("hStream")?), e, c.word("Flags")? as u32), seq, f.name)?;
+                st.objects.pending.wait_event(c.word("hStream")?, rec_e);
             }
             "cuEventDestroy" => {
                 if let Some(e) = st.events.remove(&c.word("hEvent")?) {

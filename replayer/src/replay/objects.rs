@@ -4,6 +4,7 @@
 //! copies captured into graphs, whose results are verified at the synchronization that covers
 //! them — the same rule by which the recorder hashed them (`recorder/src/pending.rs`).
 
+use gpuless_traces::completion::Completion;
 use std::collections::HashMap;
 use std::ffi::c_void;
 
@@ -25,10 +26,10 @@ pub(crate) struct Objects {
     /// Recorded texture/surface handles that live under another value now (kernel parameters
     /// holding them are rewritten).
     moved: HashMap<u64, u64>,
-    /// Stream each event was last recorded on (recorded handles), as the recorder tracks it.
-    pub event_stream: HashMap<u64, u64>,
     pinned: Vec<Pinned>,
-    pending: Vec<Pending>,
+    /// Device-to-host results in flight, completed by the recorder's rule
+    /// ([`gpuless_traces::completion`]), on recorded handles.
+    pub pending: Completion<Pending>,
 }
 
 /// Page-locked host memory owned by the replay.
@@ -134,28 +135,16 @@ impl Objects {
     /// Queues a device-to-host result for comparison at the next synchronization covering
     /// its stream.
     pub fn defer(&mut self, p: Pending) {
-        self.pending.push(p);
+        self.pending.push(p.stream, p);
     }
 
-    /// The queued results a synchronization completes (the recorder's rule: a stream
-    /// synchronization covers copies on that stream, or all of them for the legacy stream; an
-    /// event synchronization covers the stream the event was last recorded on).
+    /// The queued results a synchronization completes (the recorder's rule).
     pub fn complete(&mut self, at: SyncPoint) -> Vec<Pending> {
-        if self.pending.is_empty() {
-            return Vec::new();
+        match at {
+            SyncPoint::Event(e) => self.pending.sync_event(e),
+            SyncPoint::Stream(s) => self.pending.sync_stream(s),
+            SyncPoint::All => self.pending.sync_all(),
         }
-        let stream = match at {
-            SyncPoint::Event(e) => match self.event_stream.get(&e) {
-                Some(&s) => Some(s),
-                None => return Vec::new(),
-            },
-            SyncPoint::Stream(s) if s > 1 => Some(s),
-            _ => None,
-        };
-        let (done, keep) =
-            std::mem::take(&mut self.pending).into_iter().partition(|p| stream.is_none_or(|s| p.stream == s));
-        self.pending = keep;
-        done
     }
 }
 
@@ -202,7 +191,7 @@ mod tests {
         o.defer(p(1, 10));
         o.defer(p(2, 20));
         o.defer(p(3, 20));
-        o.event_stream.insert(99, 20);
+        o.pending.record_event(99, 20);
         assert!(o.complete(SyncPoint::Event(98)).is_empty(), "an event never recorded covers nothing");
         assert_eq!(o.complete(SyncPoint::Stream(10)).iter().map(|p| p.seq).collect::<Vec<_>>(), [1]);
         assert_eq!(o.complete(SyncPoint::Event(99)).iter().map(|p| p.seq).collect::<Vec<_>>(), [2, 3]);
