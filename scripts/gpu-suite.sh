@@ -433,6 +433,14 @@ if [[ -f scripts/gpu-suite-fidelity.sh && -f $rec_lib ]]; then
   grep -q '^SUITE-ROW ' "$out/fidelity.txt" || row "fidelity" FAIL "rc=$frc $(tail -n 2 "$out/fidelity.txt" | tr '\n' ' ')"
   (cd "$out/fidelity" && tar czf "$final/fidelity.tgz" ./*.out ./*.err ./*.json 2>/dev/null)
 fi
+# Issue 19 (first step) and 21: which private export-table slots programs call (counted in
+# place), outputs unchanged; torch.fft recorded and replayed.
+if [[ -f scripts/gpu-suite-export-tables.sh && -f $rec_lib ]]; then
+  ${limit[@]+"${limit[@]}"} bash scripts/gpu-suite-export-tables.sh "$bin" "$suite_bin" "$out/export-tables" >"$out/export-tables.txt" 2>&1
+  xrc=$?
+  while IFS='|' read -r a b c; do row "${a#SUITE-ROW }" "$b" "$c"; done < <(grep '^SUITE-ROW ' "$out/export-tables.txt")
+  grep -q '^SUITE-ROW ' "$out/export-tables.txt" || row "export tables" FAIL "rc=$xrc $(tail -n 2 "$out/export-tables.txt" | tr '\n' ' ')"
+fi
 if [[ -f scripts/gpu-suite-partitions.sh && -f $out/resnet50_once.gl ]]; then
   ${limit[@]+"${limit[@]}"} bash scripts/gpu-suite-partitions.sh "$bin" "$out/resnet50_once.gl" "$out/partitions" >"$out/partitions.txt" 2>&1
   prc=$?

@@ -231,6 +231,25 @@ fn print_tables(out: &mut impl Write, path: &Path, a: &TraceAnalysis) -> std::io
     if s.unmodeled.len() > listed.len() {
         writeln!(out, "  ... and {} more functions (--json lists all)", s.unmodeled.len() - listed.len())?;
     }
+    if !s.export_table_slots.is_empty() {
+        let calls: u64 = s.export_table_slots.iter().map(|e| e.2).sum();
+        row(out, "export-table calls", calls, None)?;
+        let mut tables: Vec<&str> = s.export_table_slots.iter().map(|e| e.0.as_str()).collect();
+        tables.dedup();
+        for t in tables {
+            let slots: Vec<String> = s
+                .export_table_slots
+                .iter()
+                .filter(|e| e.0 == t && e.2 > 0)
+                .map(|e| format!("{}×{}", e.1, e.2))
+                .collect();
+            writeln!(
+                out,
+                "  {t}  slot×calls: {}",
+                if slots.is_empty() { "none called".into() } else { slots.join(" ") }
+            )?;
+        }
+    }
     writeln!(out)?;
     writeln!(
         out,

@@ -84,3 +84,27 @@ fn an_error_at_the_replayers_synchronization_names_the_call_before_it() {
     assert!(named, "{err}");
     assert!(err.contains("last kernels: scale"), "{err}");
 }
+
+/// A function the program took from a private export table (as cuFFT does), never from
+/// `cuModuleGetFunction`: the recorder records where it comes from (`gpulessFunctionFound`:
+/// its module and name, asked of the driver) and the replay launches it, verified.
+#[test]
+fn a_function_taken_without_a_recorded_call_is_found_and_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = support::record_stand_in(dir.path(), Some("-14"));
+    let found: Vec<_> = gpuless_traces::TraceReader::open(&trace, gpuless_traces::ReaderOptions::default())
+        .unwrap()
+        .flat_map(|c| match c.unwrap().body {
+            gpuless_traces::ChunkBody::Calls(c) => c,
+            _ => Vec::new(),
+        })
+        .filter(|c| c.function.name() == gpuless_traces::model::FUNCTION_FOUND)
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].args.get(1), Some(&gpuless_traces::Value::Str("wide".into())), "{found:?}");
+    let (code, report, shown) = replay(dir.path(), &trace, &[]);
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
+    assert_eq!(count(&report, "launches"), 3, "{shown}");
+    assert!(count(&report, "results_verified") >= 3, "{shown}");
+}

@@ -8,7 +8,7 @@ use gpuless_traces::{CallRecord, Function};
 
 use crate::hooks::{HOOKS, NOT_FOUND};
 use crate::lane::{self, Lane};
-use crate::{arena, capture, diag, fold, hostview, pending, raw, slots, state};
+use crate::{arena, capture, diag, fold, functions, hostview, pending, raw, slots, state};
 
 /// The last time this thread read the clock (0 before it did).
 pub(crate) fn last_ns() -> u64 {
@@ -96,6 +96,11 @@ unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lan
     if mirrored && s.submits {
         hostview::before_submit(lane);
     }
+    if let Some(i) = s.func_in {
+        if state::enabled() {
+            functions::taken(raw.get(usize::from(i)).copied().unwrap_or(0), lane);
+        }
+    }
     let status = if !state::enabled() {
         state::unrecorded(s.func.name);
         // Arena memory stays the arena's after recording stops (late frees at exit).
@@ -114,9 +119,19 @@ unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lan
         fold::invalidate();
     }
     if status == 0 {
+        if let Some(&out) = s.func_out.and_then(|i| raw.get(usize::from(i))) {
+            if out != 0 {
+                // SAFETY: the driver wrote the handle there (the call succeeded).
+                functions::given(unsafe { *(out as *const u64) });
+            }
+        }
         if let Some(op) = s.hostview {
             // SAFETY: the program's arguments; the call succeeded.
             unsafe { hostview::track(op, raw) };
+        }
+        if s.export_table && crate::export_tables::enabled() {
+            // SAFETY: the program's arguments; the driver wrote the table's address.
+            unsafe { crate::export_tables::after_get(raw) };
         }
         if mirrored && s.runs_kernels {
             hostview::device_turn();

@@ -7,7 +7,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use gpuless_analyzer::api::{self, ApiFunction, ArgKind, HandleKind, SyncClass};
+use gpuless_analyzer::api::{self, ApiFunction, ArgKind, Direction, HandleKind, SyncClass};
 
 use crate::diag::{diag, Diag};
 use crate::hooks::{HOOKS, SLOTS};
@@ -59,6 +59,12 @@ pub struct Slot {
     /// A call that runs kernels (a launch, a graph launch): the device may write mirrored
     /// memory from here until the next synchronization.
     pub runs_kernels: bool,
+    /// `cuGetExportTable`: its table may be measured (`export_tables.rs`).
+    pub export_table: bool,
+    /// The argument holding a function or kernel handle the call takes (`functions.rs`).
+    pub func_in: Option<u8>,
+    /// The argument where a handle-creating call writes a function or kernel handle.
+    pub func_out: Option<u8>,
 }
 
 impl Slot {
@@ -113,6 +119,23 @@ fn make(slot: usize) -> Option<Slot> {
         waits: matches!(func.sync, SyncClass::CtxSync | SyncClass::StreamSync | SyncClass::EventSync),
         init,
         hostview: hostview::op(func.id),
+        export_table: func.name == "cuGetExportTable",
+        func_in: func
+            .args
+            .iter()
+            .position(|a| {
+                a.dir == Direction::In && matches!(a.kind, ArgKind::Handle(HandleKind::Function | HandleKind::Kernel))
+            })
+            .and_then(|i| u8::try_from(i).ok()),
+        func_out: (func.sync == SyncClass::CreatesHandle)
+            .then(|| {
+                func.args.iter().position(|a| {
+                    a.dir == Direction::Out
+                        && matches!(a.kind, ArgKind::Handle(HandleKind::Function | HandleKind::Kernel))
+                })
+            })
+            .flatten()
+            .and_then(|i| u8::try_from(i).ok()),
         runs_kernels: func.args.iter().any(|a| a.kind == ArgKind::KernelParams)
             || (func.args.iter().any(|a| a.kind == ArgKind::Handle(HandleKind::GraphExec))
                 && func.args.iter().any(|a| a.kind == ArgKind::Handle(HandleKind::Stream))),

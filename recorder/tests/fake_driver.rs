@@ -503,3 +503,45 @@ fn recording_adds_little_resident_memory() {
     let native = peak(Command::new(&prog).arg("-9").env("LD_LIBRARY_PATH", dir.path()).output().unwrap());
     assert!(recorded - native < 24 * 1024, "recording added {} KiB (native {native} KiB)", recorded - native);
 }
+
+/// `GPULESS_EXPORT_TABLES=count`: every code slot of a private export table is counted in place
+/// (the table keeps its address; its read-only page is patched and read-only again) and the
+/// trace ends with one summary per slot called. Without it the table is left alone.
+#[test]
+fn export_table_slots_are_counted_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path());
+    let run = |count: bool| {
+        let mut c = Command::new(&prog);
+        c.arg("-13")
+            .env("LD_LIBRARY_PATH", dir.path())
+            .env("LD_PRELOAD", recorder_lib())
+            .env("GPULESS_TRACE", dir.path().join(if count { "c.gl" } else { "n.gl" }));
+        if count {
+            c.env("GPULESS_EXPORT_TABLES", "count");
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "slot_calls=5", "the program's own result");
+    };
+    run(true);
+    run(false);
+    let slots = |name: &str| -> Vec<(String, u64)> {
+        calls_of(&dir.path().join(name))
+            .into_iter()
+            .filter_map(|c| {
+                let n = c.function.name().strip_prefix(gpuless_traces::model::EXPORT_TABLE_SLOT)?.to_string();
+                match c.args.as_slice() {
+                    [Value::U64(k)] => Some((n, *k)),
+                    _ => None,
+                }
+            })
+            .collect()
+    };
+    let mut counted = slots("c.gl");
+    counted.sort();
+    let uuid = "6bd5fb6c-0102-0304-0506-0708090a0b0c";
+    // Slot 2 was wrapped but never called: no record.
+    assert_eq!(counted, [(format!("{uuid}:1"), 2), (format!("{uuid}:3"), 1)], "{counted:?}");
+    assert!(slots("n.gl").is_empty());
+}

@@ -215,6 +215,16 @@ pub struct CallRecord {
     pub repeat: u32,
 }
 
+/// The recorder's record of a function handle the program used that no recorded call gave out
+/// (taken from a private export table): `args [Handle(Module | Library), Str(name)]`,
+/// `results [Handle(Function, h)]`; a replay resolves it as `cuModuleGetFunction` /
+/// `cuLibraryGetKernel` would.
+pub const FUNCTION_FOUND: &str = "gpulessFunctionFound";
+
+/// Name prefix of the recorder's summary records for calls through the driver's private export
+/// tables: `cuGetExportTable:<table UUID>:<slot>`, the count as the only argument.
+pub const EXPORT_TABLE_SLOT: &str = "cuGetExportTable:";
+
 impl CallRecord {
     /// A record with no arguments (what unmodeled calls get).
     pub fn new(seq: u64, level: ApiLevel, function: Function) -> Self {

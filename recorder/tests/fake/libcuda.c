@@ -177,6 +177,23 @@ CUresult cuCtxSetCurrent(void *c) {
   if (getenv("FAKE_CUDA_SET_CURRENT_FAILS")) return 201;
   return !c || c == &ctx_token ? 0 : 201; }
 
+/* A private export table as the driver hands them out (cuGetExportTable): its size in bytes,
+ * then function slots; read-only after relocation, as the driver's are. */
+static int slot_calls;
+static CUresult export_add(int x) { slot_calls += x; return 0; }
+static CUresult export_nothing(void) { return 0; }
+static CUresult export_count(int *n) { *n = slot_calls; return 0; }
+/* A module's function handed out without cuModuleGetFunction (as cuFFT takes its kernels). */
+static CUresult export_function(void **f, void *m) { if (m != &module_token) return 400; *f = &wide_token; return 0; }
+static void *const export_table[] = {(void *)(5 * sizeof(void *)), (void *)export_add, (void *)export_nothing,
+                                     (void *)export_count, (void *)export_function};
+CUresult cuFuncGetModule(void **m, void *f) { if (f != &kernel_token && f != &wide_token) return 400; *m = &module_token; return 0; }
+CUresult cuFuncGetName(const char **name, void *f) {
+  if (f == &kernel_token) { *name = "scale"; return 0; }
+  if (f == &wide_token) { *name = "wide"; return 0; }
+  return 400; }
+CUresult cuGetExportTable(const void **t, const void *id) { (void)id; *t = export_table; return 0; }
+
 struct entry { const char *name; void *fn; };
 static const struct entry table[] = {
   {"cuInit", cuInit}, {"cuDriverGetVersion", cuDriverGetVersion}, {"cuDeviceGet", cuDeviceGet},
@@ -201,6 +218,7 @@ static const struct entry table[] = {
   {"cuStreamCreate", cuStreamCreate}, {"cuStreamCreateWithPriority", cuStreamCreateWithPriority},
   {"cuStreamIsCapturing", cuStreamIsCapturing}, {"cuModuleGetLoadingMode", cuModuleGetLoadingMode},
   {"cuThreadExchangeStreamCaptureMode", cuThreadExchangeStreamCaptureMode},
+  {"cuGetExportTable", cuGetExportTable}, {"cuFuncGetModule", cuFuncGetModule}, {"cuFuncGetName", cuFuncGetName},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)flags;

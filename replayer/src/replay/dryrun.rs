@@ -103,7 +103,35 @@ pub fn dry_run(trace: &LoadedTrace) -> DryRunReport {
     let mut m = Model::default();
     let mut r = DryRunReport { calls: trace.calls.len() as u64, ..DryRunReport::default() };
     for rec in &trace.calls {
-        let Some(f) = rec.function.api() else { continue };
+        let Some(f) = rec.function.api() else {
+            // The recorder's record of a function taken from a module without a recorded call.
+            if rec.function.name() == gpuless_traces::model::FUNCTION_FOUND {
+                r.checked += 1;
+                match (rec.args.first(), rec.results.first()) {
+                    (Some(&Value::Handle(HandleKind::Module, o)), Some(&Value::Handle(_, h)))
+                        if m.modules.contains_key(&o) =>
+                    {
+                        m.functions.insert(h);
+                    }
+                    (Some(&Value::Handle(HandleKind::Library, o)), Some(&Value::Handle(_, h)))
+                        if m.libraries.contains_key(&o) =>
+                    {
+                        m.kernels.insert(h);
+                    }
+                    _ => {
+                        r.violation_count += 1;
+                        if r.violations.len() < MAX_REPORTED {
+                            r.violations.push(format!(
+                                "call #{} {}: its module or library was never loaded",
+                                rec.seq,
+                                rec.function.name()
+                            ));
+                        }
+                    }
+                }
+            }
+            continue;
+        };
         if rec.status != 0 {
             continue;
         }

@@ -85,6 +85,9 @@ pub(crate) fn call(
         if gpuless_traces::hostview::is_hostview(rec.function.name()) {
             return super::hostview::call(st, trace, rec, report);
         }
+        if rec.function.name() == gpuless_traces::model::FUNCTION_FOUND {
+            return super::hostview::function_found(st, rec);
+        }
         count_skipped(report, rec.function.name(), rec.calls_represented());
         return Ok(());
     };

@@ -44,3 +44,34 @@ pub(crate) fn call(
     report.executed += 1;
     Ok(())
 }
+
+/// Executes a `gpulessFunctionFound` record: the function (or kernel) `h` of a module (or
+/// library) by its name, which the program took without a recorded call.
+pub(crate) fn function_found(st: &mut State, rec: &CallRecord) -> Result<(), ReplayError> {
+    let (Some(owner), Some(Value::Str(name)), Some(&Value::Handle(_, h))) =
+        (rec.args.first(), rec.args.get(1), rec.results.first())
+    else {
+        return Err(bad(rec, "owner, name or handle not recorded"));
+    };
+    let cname = std::ffi::CString::new(name.as_str()).map_err(|_| bad(rec, "a name with a NUL byte"))?;
+    let name_of = rec.function.name();
+    match *owner {
+        Value::Handle(gpuless_analyzer::api::HandleKind::Module, m) => {
+            let live = *st.modules.get(&m).ok_or_else(|| bad(rec, "its module was never loaded"))?;
+            let mut f = std::ptr::null_mut();
+            // SAFETY: a live module and a NUL-terminated name.
+            check(unsafe { sys::cuModuleGetFunction(&mut f, live, cname.as_ptr()) }, rec.seq, name_of)?;
+            st.functions.insert(h, f);
+        }
+        Value::Handle(gpuless_analyzer::api::HandleKind::Library, l) => {
+            let live = *st.libraries.get(&l).ok_or_else(|| bad(rec, "its library was never loaded"))?;
+            let mut k = std::ptr::null_mut();
+            // SAFETY: a live library and a NUL-terminated name.
+            check(unsafe { sys::cuLibraryGetKernel(&mut k, live, cname.as_ptr()) }, rec.seq, name_of)?;
+            st.kernels.insert(h, k);
+        }
+        _ => return Err(bad(rec, "its owner is neither a module nor a library")),
+    }
+    st.names.insert(h, name.clone());
+    Ok(())
+}

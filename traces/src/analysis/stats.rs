@@ -86,6 +86,10 @@ pub struct Stats {
     pub unmodeled_calls: u64,
     /// Unmodeled functions with their call counts.
     pub unmodeled: Vec<(String, u64)>,
+    /// Calls through the driver's private export tables, measured by the recorder
+    /// (`GPULESS_EXPORT_TABLES=count`): (table UUID, slot, calls), by table and slot. Not
+    /// counted as unmodeled calls.
+    pub export_table_slots: Vec<(String, u32, u64)>,
     /// Calls with a non-zero return code.
     pub failed_calls: u64,
     /// Calls made from inside another intercepted call.
@@ -237,7 +241,21 @@ impl StatsBuilder {
             .map(|((level, name, modeled), count)| FunctionCount { level, name, count, modeled })
             .collect();
         fns.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
-        self.s.unmodeled = fns.iter().filter(|f| !f.modeled).map(|f| (f.name.clone(), f.count)).collect();
+        let slot = |name: &str| {
+            let rest = name.strip_prefix(crate::model::EXPORT_TABLE_SLOT)?;
+            let (uuid, slot) = rest.rsplit_once(':')?;
+            Some((uuid.to_string(), slot.parse::<u32>().ok()?))
+        };
+        for f in fns.iter().filter(|f| !f.modeled) {
+            match slot(&f.name) {
+                Some((uuid, n)) => {
+                    self.s.export_table_slots.push((uuid, n, f.count));
+                    self.s.unmodeled_calls = self.s.unmodeled_calls.saturating_sub(f.count);
+                }
+                None => self.s.unmodeled.push((f.name.clone(), f.count)),
+            }
+        }
+        self.s.export_table_slots.sort();
         self.s.by_function = fns;
         self.s.unique_kernels = self.launched.len() as u64;
         let names: HashSet<&str> = self.launched.iter().filter_map(|h| self.kernel_names.get(*h)).collect();
@@ -289,5 +307,28 @@ mod tests {
         assert_eq!(count("cuCtxGetDevice"), Some((1 + 10 + 323, true)));
         assert_eq!(count("cuFakeUnmodeled"), Some((2, false)));
         assert_eq!((s.calls, s.unmodeled_calls), (4, 2));
+    }
+
+    #[test]
+    fn export_table_slots_are_listed_apart_from_unmodeled_calls() {
+        let slot = |seq, name: &str, n| {
+            let mut r = CallRecord::new(
+                seq,
+                ApiLevel::Driver,
+                Function::Other(format!("{}{name}", crate::model::EXPORT_TABLE_SLOT)),
+            );
+            r.args = vec![Value::U64(n)];
+            r
+        };
+        let mut other = CallRecord::new(3, ApiLevel::Driver, Function::Other("cuFakeUnmodeled".into()));
+        other.args = vec![Value::U64(2)];
+        let mut b = StatsBuilder::default();
+        for r in [slot(1, "6bd5fb6c-aa:8", 40), slot(2, "6bd5fb6c-aa:1", 3), other] {
+            b.add(&r);
+        }
+        let s = b.finish();
+        assert_eq!(s.export_table_slots, [("6bd5fb6c-aa".to_string(), 1, 3), ("6bd5fb6c-aa".to_string(), 8, 40)]);
+        assert_eq!(s.unmodeled, [("cuFakeUnmodeled".to_string(), 2)]);
+        assert_eq!(s.unmodeled_calls, 2);
     }
 }
