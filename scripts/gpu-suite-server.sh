@@ -386,7 +386,7 @@ import json, re, sys
 out = sys.argv[1]
 try:
     lc, be, lc2, same = (json.load(open(f"{out}/remote-prio_{k}.json")) for k in ("lc", "be", "lc2", "same"))
-    solo = json.load(open(f"{out}/remote-resnet_hot.json"))["hot"]["wall_ms_median"]
+    solo = sorted(json.load(open(f"{out}/remote-resnet_hot_{i}.json"))["hot"]["wall_ms_median"] for i in (1, 2, 3))[1]
     ok = all(r["results_verified"] > 0 and not r["mismatches"] for r in (lc, be, lc2, same))
     m = open(f"{out}/metrics-prio.txt").read()
     cnt = re.search(r"gpuless_best_effort_hold_seconds_count (\S+)", m)
