@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use gpuless_analyzer::api::{ApiLevel, SyncClass};
 use gpuless_analyzer::sync::{Policy, SyncAnalyzer};
-use gpuless_replayer::replay::{hot, load, load_shared, since_process_start, LoadedTrace};
+use gpuless_replayer::replay::{hot, load, load_calls, load_shared, since_process_start, LoadedTrace};
 use gpuless_traces::analysis::call_event;
 use gpuless_traces::protocol::{self, Connection, Endpoint, Hello, PartitionRequest, Priority, Traffic};
 use gpuless_traces::{BlobBytes, CallRecord, Hash128, Value};
@@ -81,8 +81,11 @@ pub struct RemoteReport {
     pub replay_s: f64,
     /// Seconds from process start to the end.
     pub total_s: f64,
-    /// Seconds spent loading the trace (blobs into shared memory for a same-host server).
+    /// Seconds spent loading the trace's records (its blobs load meanwhile on a thread).
     pub load_s: f64,
+    /// Seconds the client waited for its blobs' bytes (read into shared memory for a same-host
+    /// server) before it could send what the server lacked; 0 when the server held them all.
+    pub blob_wait_s: f64,
     /// What went over the wire.
     pub traffic: Traffic,
     /// Hot replay: per-iteration wall time.
@@ -125,9 +128,52 @@ fn recorded_result(r: &CallRecord) -> Option<(Hash128, u64)> {
     })
 }
 
+/// The blobs' bytes, read on a thread of their own while the session starts: a client whose
+/// blobs the server holds (a warm cache) never waits for them.
+enum Blobs {
+    Loading(std::thread::JoinHandle<Result<LoadedTrace, gpuless_replayer::replay::ReplayError>>),
+    Ready(HashMap<Hash128, BlobBytes>),
+    Failed(String),
+}
+
+impl Blobs {
+    fn start(path: &Path, shared: bool) -> Blobs {
+        let path = path.to_path_buf();
+        let spawned = std::thread::Builder::new().name("gpuless-blobs".into()).spawn(move || {
+            if shared {
+                load_shared(&path, SHARED_BLOB_MIN)
+            } else {
+                load(&path)
+            }
+        });
+        match spawned {
+            Ok(h) => Blobs::Loading(h),
+            Err(e) => Blobs::Failed(format!("starting the blob loader: {e}")),
+        }
+    }
+
+    /// The blob `h`, waiting for the loader the first time.
+    fn get(&mut self, h: &Hash128) -> anyhow::Result<&BlobBytes> {
+        if let Blobs::Loading(_) = self {
+            let Blobs::Loading(t) = std::mem::replace(self, Blobs::Failed(String::new())) else { unreachable!() };
+            *self = match t.join() {
+                Ok(Ok(trace)) => Blobs::Ready(trace.blobs),
+                Ok(Err(e)) => Blobs::Failed(e.to_string()),
+                Err(_) => Blobs::Failed("the blob loader panicked".into()),
+            };
+        }
+        match self {
+            Blobs::Ready(b) => b.get(h).with_context(|| format!("blob {h} is not in the trace")),
+            Blobs::Failed(e) => bail!("reading the trace's blobs: {e}"),
+            Blobs::Loading(_) => bail!("the blob loader did not finish"),
+        }
+    }
+}
+
 struct Client<'t> {
     conn: Connection,
     trace: &'t LoadedTrace,
+    blobs: Blobs,
     by_seq: HashMap<u64, usize>,
     on_server: HashSet<Hash128>,
     /// Segments already planned, by the exact list of records they carry.
@@ -225,13 +271,20 @@ impl Client<'_> {
             return Ok(());
         }
         let have = self.conn.query_blobs(&new)?;
+        let lacking: Vec<Hash128> = new.iter().zip(&have).filter(|(_, &held)| !held).map(|(h, _)| *h).collect();
+        self.on_server.extend(new.iter().copied());
+        if lacking.is_empty() {
+            return Ok(());
+        }
+        let waited = Instant::now();
+        for h in &lacking {
+            self.blobs.get(h)?;
+        }
+        self.report.blob_wait_s += waited.elapsed().as_secs_f64();
+        let Blobs::Ready(all) = &self.blobs else { bail!("the trace's blobs are not loaded") };
         let mut missing: Vec<(Hash128, &BlobBytes)> = Vec::new();
-        for (h, held) in new.iter().zip(have) {
-            if !held {
-                let bytes = self.trace.blobs.get(h).with_context(|| format!("blob {h} is not in the trace"))?;
-                missing.push((*h, bytes));
-            }
-            self.on_server.insert(*h);
+        for h in &lacking {
+            missing.push((*h, all.get(h).with_context(|| format!("blob {h} is not in the trace"))?));
         }
         if !self.shm {
             for (h, bytes) in missing {
@@ -307,7 +360,10 @@ pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
     let t_load = Instant::now();
     let same_host = matches!(Endpoint::parse(&args.addr), Endpoint::Unix(_))
         && std::env::var("GPULESS_SHM").map_or(true, |v| v != "0");
-    let trace = if same_host { load_shared(path, SHARED_BLOB_MIN)? } else { load(path)? };
+    // The records now; the blobs' bytes on a thread while the session starts (needed only for
+    // what the server lacks).
+    let blobs = Blobs::start(path, same_host);
+    let trace = load_calls(path)?;
     let load_s = t_load.elapsed().as_secs_f64();
     let mut endpoint = Endpoint::parse(&args.addr);
     match (&mut endpoint, &args.tls_ca) {
@@ -344,6 +400,7 @@ pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
     let mut c = Client {
         conn,
         trace: &trace,
+        blobs,
         by_seq,
         on_server: HashSet::new(),
         plans: HashMap::new(),
@@ -445,8 +502,8 @@ fn print(r: &RemoteReport, path: &Path, json: bool) -> anyhow::Result<()> {
     );
     if let Some(f) = r.first_result_s {
         println!(
-            "time       first result {f:.3} s after process start; trace loaded in {:.3} s; replay {:.3} s; total {:.3} s",
-            r.load_s, r.replay_s, r.total_s
+            "time       first result {f:.3} s after process start; records loaded in {:.3} s; waited {:.3} s for blob bytes; replay {:.3} s; total {:.3} s",
+            r.load_s, r.blob_wait_s, r.replay_s, r.total_s
         );
     }
     if let Some(h) = &r.hot {

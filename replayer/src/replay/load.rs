@@ -36,7 +36,14 @@ struct Reference {
 /// Reads `path` completely. A damaged or truncated trace is an error naming the file, the chunk
 /// and its offset, as is a call that refers to a blob the trace does not hold.
 pub fn load(path: &Path) -> Result<LoadedTrace, ReplayError> {
-    read(path, false, None)
+    read(path, false, None, false)
+}
+
+/// The call records of `path` and its metadata, without the blobs' bytes (`blobs` is empty;
+/// references are not checked): what a remote client needs before the server says which
+/// blobs it lacks. [`load`] reads the rest.
+pub fn load_calls(path: &Path) -> Result<LoadedTrace, ReplayError> {
+    read(path, false, None, true)
 }
 
 /// [`load`], with every blob of at least `min_len` bytes placed in one sealed memfd as it is
@@ -44,14 +51,14 @@ pub fn load(path: &Path) -> Result<LoadedTrace, ReplayError> {
 /// on the server's host then sends the descriptor, not the bytes. Needs the trace's index (a
 /// finished recording); without one the blobs stay in the heap.
 pub fn load_shared(path: &Path, min_len: u64) -> Result<LoadedTrace, ReplayError> {
-    read(path, false, Some(min_len))
+    read(path, false, Some(min_len), false)
 }
 
 /// Reads `path` up to its first damage: the complete chunks before it are returned and what was
 /// lost is in [`LoadedTrace::lost`] (a recording killed while writing). Calls that refer to
 /// missing blobs are still an error.
 pub fn load_partial(path: &Path) -> Result<LoadedTrace, ReplayError> {
-    read(path, true, None)
+    read(path, true, None, false)
 }
 
 /// Blobs being read into a shared arena: where each goes and how much of it arrived.
@@ -97,9 +104,9 @@ impl Shared {
     }
 }
 
-fn read(path: &Path, partial: bool, shared_min: Option<u64>) -> Result<LoadedTrace, ReplayError> {
+fn read(path: &Path, partial: bool, shared_min: Option<u64>, calls_only: bool) -> Result<LoadedTrace, ReplayError> {
     let mut shared = shared_min.and_then(|min| Shared::new(path, min));
-    let reader = TraceReader::open(path, ReaderOptions { blob_data: true, check_blob_refs: false })
+    let reader = TraceReader::open(path, ReaderOptions { blob_data: !calls_only, check_blob_refs: false })
         .map_err(|e| ReplayError::Trace(format!("{}: {e}", path.display())))?;
     let meta = reader.meta().clone();
     let file_len = reader.progress().1;
@@ -126,6 +133,7 @@ fn read(path: &Path, partial: bool, shared_min: Option<u64>) -> Result<LoadedTra
                         }
                         calls.append(&mut v);
                     }
+                    ChunkBody::Blobs(_) if calls_only => {}
                     ChunkBody::Blobs(bs) => {
                         for p in bs {
                             if shared.as_mut().is_some_and(|s| s.take(&p)) {
@@ -163,8 +171,11 @@ fn read(path: &Path, partial: bool, shared_min: Option<u64>) -> Result<LoadedTra
     if let Some(s) = shared {
         blobs.extend(s.finish());
     }
-    let missing: Vec<&Reference> =
-        refs.iter().filter(|r| blobs.get(&r.blob.hash).is_none_or(|d| d.len() as u64 != r.blob.len)).collect();
+    let missing: Vec<&Reference> = if calls_only {
+        Vec::new()
+    } else {
+        refs.iter().filter(|r| blobs.get(&r.blob.hash).is_none_or(|d| d.len() as u64 != r.blob.len)).collect()
+    };
     if let Some(r) = missing.first() {
         let held =
             blobs.get(&r.blob.hash).map_or("does not hold".into(), |d| format!("holds only {} bytes of", d.len()));

@@ -32,7 +32,7 @@ use std::time::Instant;
 use cudarc::driver::sys;
 use serde::Serialize;
 
-pub use load::{load, load_partial, load_shared, LoadedTrace};
+pub use load::{load, load_calls, load_partial, load_shared, LoadedTrace};
 pub use memory::Memory;
 
 /// Errors of a replay. Verification mismatches are not errors: they are in the [`Report`].
