@@ -122,6 +122,11 @@ fn in_arena(ptr: u64) -> bool {
     base != 0 && ptr >= base && ptr - base < SIZE.load(Ordering::Relaxed)
 }
 
+/// Whether `ptr` lies in the arena's reserved range.
+pub fn contains(ptr: u64) -> bool {
+    in_arena(ptr)
+}
+
 /// Reserves the arena (after `cuInit`; no context is needed). Returns the base and size, or
 /// `None` when disabled or no base could be had (allocations then pass through).
 pub fn reserve() -> Option<(u64, u64)> {

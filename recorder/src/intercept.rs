@@ -64,6 +64,10 @@ fn libcuda() -> *mut c_void {
 
 /// libcuda's own export of `cname` (NUL-terminated), or null.
 pub fn libcuda_symbol(cname: &str) -> *mut c_void {
+    if crate::remote::active() {
+        // Client mode: "the driver" is the client's implementation of what the recorder asks.
+        return crate::remote::symbol(cname);
+    }
     let (Some(dlsym), lib) = (real_dlsym(), libcuda()) else { return std::ptr::null_mut() };
     if lib.is_null() || !cname.ends_with('\0') {
         return std::ptr::null_mut();
@@ -256,6 +260,10 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     status: *mut c_int,
 ) -> u32 {
+    if crate::remote::active() {
+        // SAFETY: the caller's arguments.
+        return unsafe { crate::remote::proc_address(symbol, pfn, flags, status) };
+    }
     let real = load_real(&REAL_GPA_V2, "cuGetProcAddress_v2\0");
     if real == 0 {
         return hooks::NOT_FOUND;
@@ -279,6 +287,10 @@ pub unsafe extern "C" fn cuGetProcAddress(
     version: c_int,
     flags: u64,
 ) -> u32 {
+    if crate::remote::active() {
+        // SAFETY: the caller's arguments (no status pointer in v1).
+        return unsafe { crate::remote::proc_address(symbol, pfn, flags, std::ptr::null_mut()) };
+    }
     let real = load_real(&REAL_GPA_V1, "cuGetProcAddress\0");
     if real == 0 {
         return hooks::NOT_FOUND;

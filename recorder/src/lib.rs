@@ -34,6 +34,7 @@ mod pending;
 mod raw;
 mod real;
 mod record;
+pub mod remote;
 mod signals;
 mod slots;
 mod state;

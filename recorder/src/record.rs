@@ -75,6 +75,11 @@ impl<'a> Real<'a> {
 #[inline(never)]
 unsafe fn call_dyn(slot: usize, raw: &[u64], real: &mut dyn FnMut(*mut c_void) -> u32) -> u32 {
     let Some(s) = slots::get(slot) else { return NOT_FOUND };
+    if crate::remote::active() {
+        // Client mode: no driver here; the session is the backend.
+        // SAFETY: forwarded from the caller.
+        return unsafe { crate::remote::call(slot, s, raw) };
+    }
     let Some(p) = s.real(slot) else { return NOT_FOUND };
     let mut real = Real::new(real, p);
     lane::with(|lane| {

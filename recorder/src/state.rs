@@ -60,6 +60,11 @@ pub fn device_sm() -> u32 {
     DEVICE_SM.load(Ordering::Relaxed)
 }
 
+/// Sets the device's SM where no driver tells it (client mode: the session's device).
+pub(crate) fn set_device_sm(sm: u32) {
+    DEVICE_SM.store(sm, Ordering::Relaxed);
+}
+
 /// Whether fatbins are stored with every entry (`GPULESS_CODE=all`).
 pub fn keep_all_code() -> bool {
     static ALL: OnceLock<bool> = OnceLock::new();
@@ -421,6 +426,9 @@ fn flush_all() {
 
 /// Stores a blob, returning its reference.
 pub fn blob(kind: BlobKind, data: &[u8]) -> Value {
+    if crate::remote::active() {
+        return crate::remote::blob(kind, data);
+    }
     if let Ok(s) = SINK.read() {
         match &*s {
             Sink::Open(w) => {

@@ -1,0 +1,171 @@
+//! The driver entry points the recorder calls for itself (`intercept::libcuda_symbol`), as the
+//! client implements them: the arena's VMM calls reserve this process's address space at the
+//! arena's base (so no host allocation ever lands there) and otherwise only keep books — the
+//! executor maps the memory on the server; parameter layouts and pointer types come from
+//! what the client knows.
+
+use std::ffi::c_void;
+
+use super::{local, modules};
+
+const SUCCESS: u32 = 0;
+const INVALID_VALUE: u32 = 1;
+const OUT_OF_MEMORY: u32 = 2;
+const INVALID_CONTEXT: u32 = 201;
+
+/// The device's memory pool handle (a client number, the same every time).
+pub(crate) fn pool() -> u64 {
+    static POOL: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *POOL.get_or_init(local::new_handle)
+}
+
+/// The client's implementation of `cname` (NUL-terminated), or null.
+pub(crate) fn symbol(cname: &str) -> *mut c_void {
+    let p: *const () = match cname.trim_end_matches('\0') {
+        "cuMemAddressReserve" => address_reserve as *const (),
+        "cuMemAddressFree" => address_free as *const (),
+        "cuMemCreate" => create as *const (),
+        "cuMemRelease" | "cuEventSynchronize" => one_arg_ok as *const (),
+        "cuMemMap" => map as *const (),
+        "cuMemUnmap" => two_args_ok as *const (),
+        "cuMemSetAccess" => four_args_ok as *const (),
+        "cuCtxGetCurrent" => ctx_get_current as *const (),
+        "cuCtxGetDevice" => ctx_get_device as *const (),
+        "cuDeviceGetMemPool" => device_get_mem_pool as *const (),
+        "cuCtxSynchronize" => no_args_ok as *const (),
+        "cuEventCreate" => event_create as *const (),
+        "cuEventRecord" => two_args_ok as *const (),
+        "cuStreamIsCapturing" => stream_is_capturing as *const (),
+        "cuFuncGetParamInfo" | "cuKernelGetParamInfo" => param_info as *const (),
+        "cuPointerGetAttribute" => pointer_get_attribute as *const (),
+        _ => std::ptr::null(),
+    };
+    p as *mut c_void
+}
+
+/// Takes `[addr, addr + size)` of this process's address space (it fails where anything is
+/// mapped, as the driver's reservation does).
+extern "C" fn address_reserve(out: *mut u64, size: usize, _align: usize, addr: u64, _flags: u64) -> u32 {
+    if out.is_null() || size == 0 {
+        return INVALID_VALUE;
+    }
+    // SAFETY: an anonymous PROT_NONE mapping that replaces nothing (FIXED_NOREPLACE).
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut c_void,
+            size,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return OUT_OF_MEMORY;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *out = p as u64 };
+    SUCCESS
+}
+
+extern "C" fn address_free(addr: u64, size: usize) -> u32 {
+    // SAFETY: a range this module reserved.
+    unsafe { libc::munmap(addr as *mut c_void, size) };
+    SUCCESS
+}
+
+extern "C" fn create(out: *mut u64, size: usize, _prop: *const c_void, _flags: u64) -> u32 {
+    if out.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *out = size as u64 };
+    SUCCESS
+}
+
+extern "C" fn map(_addr: u64, _size: usize, _off: usize, _h: u64, _flags: u64) -> u32 {
+    SUCCESS
+}
+
+extern "C" fn no_args_ok() -> u32 {
+    SUCCESS
+}
+
+extern "C" fn one_arg_ok(_a: u64) -> u32 {
+    SUCCESS
+}
+
+extern "C" fn two_args_ok(_a: u64, _b: u64) -> u32 {
+    SUCCESS
+}
+
+extern "C" fn four_args_ok(_a: u64, _b: u64, _c: u64, _d: u64) -> u32 {
+    SUCCESS
+}
+
+extern "C" fn ctx_get_current(out: *mut u64) -> u32 {
+    if out.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *out = local::current_context() };
+    SUCCESS
+}
+
+extern "C" fn ctx_get_device(out: *mut i32) -> u32 {
+    if out.is_null() {
+        return INVALID_VALUE;
+    }
+    if local::current_context() == 0 {
+        return INVALID_CONTEXT;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *out = 0 };
+    SUCCESS
+}
+
+extern "C" fn device_get_mem_pool(out: *mut u64, _dev: i32) -> u32 {
+    if out.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *out = pool() };
+    SUCCESS
+}
+
+extern "C" fn event_create(out: *mut u64, _flags: u32) -> u32 {
+    if out.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *out = local::new_handle() };
+    SUCCESS
+}
+
+extern "C" fn stream_is_capturing(stream: u64, out: *mut u32) -> u32 {
+    if out.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe { *out = u32::from(local::is_capturing(stream)) };
+    SUCCESS
+}
+
+extern "C" fn param_info(f: u64, i: usize, off: *mut usize, size: *mut usize) -> u32 {
+    let Some((o, s)) = modules::param(f, i) else { return INVALID_VALUE };
+    if off.is_null() || size.is_null() {
+        return INVALID_VALUE;
+    }
+    // SAFETY: checked non-null.
+    unsafe {
+        *off = o as usize;
+        *size = s as usize;
+    }
+    SUCCESS
+}
+
+/// Only arena memory is device memory here (the arena answers for it before this is asked);
+/// anything else is host memory the driver does not know.
+extern "C" fn pointer_get_attribute(_out: *mut c_void, _attr: u32, _p: u64) -> u32 {
+    INVALID_VALUE
+}

@@ -1,0 +1,503 @@
+//! The client's own part of each call: what it answers without the server, by the API table's
+//! class of the function — handles are client numbers, device queries come from the session's
+//! device description, contexts are tracked per thread, kernels are known from the code
+//! images the program loaded ([`super::modules`]). Calls whose result only the GPU has are
+//! [`Step::Wait`]; calls the client mode does not cover yet fail with
+//! `CUDA_ERROR_NOT_SUPPORTED` and one `gpuless:` line naming the call (never a silent wrong
+//! answer).
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, HandleKind, SyncClass};
+
+use super::{modules, session};
+use crate::capture::{self, Prim};
+use crate::slots::Slot;
+use crate::arena;
+
+/// What a call needs after the client's part.
+pub(crate) enum Step {
+    /// Answered (this status); the server runs it later if the table says it must.
+    Done(u32),
+    /// Only the server can answer: send everything queued with it and wait.
+    Wait,
+}
+
+const INVALID_VALUE: u32 = 1;
+const INVALID_DEVICE: u32 = 101;
+const INVALID_CONTEXT: u32 = 201;
+const NOT_FOUND: u32 = 500;
+const NOT_SUPPORTED: u32 = 801;
+/// `CU_MEMHOSTALLOC_DEVICEMAP`, `CU_MEMHOSTREGISTER_DEVICEMAP`.
+const DEVICEMAP: u64 = 0x2;
+
+/// Handles the client hands out: distinct, never null, never a special stream value.
+static NEXT_HANDLE: AtomicU64 = AtomicU64::new(0x5000_0000);
+
+/// A new client handle.
+pub(crate) fn new_handle() -> u64 {
+    NEXT_HANDLE.fetch_add(0x10, Ordering::Relaxed)
+}
+
+#[derive(Default)]
+struct Contexts {
+    /// The primary context of device 0, once retained (same handle every time).
+    primary: Option<u64>,
+    retained: u32,
+    /// Streams being captured.
+    capturing: HashSet<u64>,
+}
+
+static CONTEXTS: Mutex<Option<Contexts>> = Mutex::new(None);
+
+fn contexts<R>(f: impl FnOnce(&mut Contexts) -> R) -> R {
+    let mut g = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(Contexts::default))
+}
+
+thread_local! {
+    /// The calling thread's context stack (the top is current).
+    static CURRENT: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The calling thread's current context (0: none).
+pub(crate) fn current_context() -> u64 {
+    CURRENT.with(|c| c.borrow().last().copied().unwrap_or(0))
+}
+
+fn set_current(ctx: u64) {
+    CURRENT.with(|c| {
+        let mut c = c.borrow_mut();
+        c.pop();
+        if ctx != 0 {
+            c.push(ctx);
+        }
+    });
+}
+
+/// Whether stream `s` is being captured (`cuStreamBeginCapture`).
+pub(crate) fn is_capturing(s: u64) -> bool {
+    contexts(|c| c.capturing.contains(&s))
+}
+
+/// Says once per function that client mode does not answer it yet; the call fails.
+fn unsupported(f: &ApiFunction, why: &str) -> Step {
+    static SAID: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let mut g = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if g.get_or_insert_with(HashSet::new).insert(f.name) {
+        eprintln!("gpuless: {} is not supported in client mode yet ({why}); it returns CUDA_ERROR_NOT_SUPPORTED", f.name);
+    }
+    Step::Done(NOT_SUPPORTED)
+}
+
+/// The client's part of one call.
+///
+/// # Safety
+/// `raw` are the program's arguments, in the API table's order.
+pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
+    let f = s.func;
+    if let Some(op) = s.arena {
+        // SAFETY: forwarded from the caller.
+        if let Some(st) = unsafe { arena::before(op, raw, s.per_thread) } {
+            return Step::Done(st);
+        }
+    }
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    // SAFETY (all arms): forwarded from the caller.
+    unsafe {
+        match f.sync {
+            SyncClass::Local => local_fn(f, raw),
+            SyncClass::DeviceQuery => query(f, raw),
+            SyncClass::CreatesHandle => create(f, raw),
+            SyncClass::DeviceToHost | SyncClass::StateQuery => Step::Wait,
+            SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync => Step::Wait,
+            SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync => {
+                // Only copies between device addresses are covered: a host side needs its bytes
+                // captured (or returned) by direction, which comes later.
+                if f.name == "cuMemcpy" || f.name == "cuMemcpyAsync" {
+                    if arena::contains(w(0)) && arena::contains(w(1)) {
+                        return Step::Done(0);
+                    }
+                }
+                unsupported(f, "copies with a host side whose direction is known only at run time")
+            }
+            SyncClass::AllocatesDevice => unsupported(f, "only cuMemAlloc-style allocations from the arena are"),
+            SyncClass::HostMemory => host_memory(f, raw),
+            SyncClass::AddressLookup => address_lookup(f, raw),
+            _ => state_change(f, raw),
+        }
+    }
+}
+
+/// Writes `v` to out argument `i` at the width of its C type.
+///
+/// # Safety
+/// Argument `i` of `raw` is a valid out-pointer of `f`'s declared type (or null).
+unsafe fn put(f: &ApiFunction, raw: &[u64], i: usize, v: u64) {
+    let p = raw.get(i).copied().unwrap_or(0);
+    if p == 0 {
+        return;
+    }
+    let t = match capture::plans(f).get(i) {
+        Some(Prim::Ref(Some(t))) => Some(*t),
+        _ => None,
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        match t {
+            Some(t) => capture::write_scalar(t, p, v),
+            None => std::ptr::write_unaligned(p as *mut u64, v),
+        }
+    }
+}
+
+/// Writes `values` to the out arguments of `f` in table order (a server's query answer).
+///
+/// # Safety
+/// `raw` are the program's arguments to `f`.
+pub(crate) unsafe fn write_outs(f: &ApiFunction, raw: &[u64], values: &[u64]) {
+    for ((i, _), &v) in f.out_args().zip(values) {
+        // SAFETY: forwarded.
+        unsafe { put(f, raw, i, v) };
+    }
+}
+
+/// Copies `s` (and a NUL) into the out buffer of argument `i` of at most `len` bytes.
+unsafe fn put_str(raw: &[u64], i: usize, len: u64, s: &str) {
+    let p = raw.get(i).copied().unwrap_or(0);
+    if p == 0 || len == 0 {
+        return;
+    }
+    let n = s.len().min(len as usize - 1);
+    // SAFETY: the program's buffer of `len` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), p as *mut u8, n);
+        *(p as *mut u8).add(n) = 0;
+    }
+}
+
+/// Error strings, export tables.
+unsafe fn local_fn(f: &ApiFunction, raw: &[u64]) -> Step {
+    match f.name {
+        "cuGetErrorString" | "cuGetErrorName" => {
+            let code = raw.first().copied().unwrap_or(0) as i32;
+            let name = gpuless_traces::dump::status_name(gpuless_analyzer::api::ApiLevel::Driver, code);
+            if name.starts_with("CUresult ") {
+                return Step::Done(INVALID_VALUE);
+            }
+            // SAFETY: the out-pointer for a `const char*`; the string lives for the process.
+            unsafe { put(f, raw, 1, static_cstr(&name) as u64) };
+            Step::Done(0)
+        }
+        _ => unsupported(f, "the driver's private tables are the next step of client mode"),
+    }
+}
+
+/// A NUL-terminated copy of `s` that lives as long as the process (one per distinct string).
+pub(crate) fn static_cstr(s: &str) -> *const u8 {
+    static STRS: Mutex<Option<HashMap<String, &'static [u8]>>> = Mutex::new(None);
+    let mut g = STRS.lock().unwrap_or_else(|e| e.into_inner());
+    let m = g.get_or_insert_with(HashMap::new);
+    if let Some(b) = m.get(s) {
+        return b.as_ptr();
+    }
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    let leaked: &'static [u8] = Vec::leak(v);
+    m.insert(s.to_string(), leaked);
+    leaked.as_ptr()
+}
+
+fn attr(id: u32) -> Option<i32> {
+    session::device()?.attributes.iter().find(|a| a.0 == id).map(|a| a.1)
+}
+
+/// Device, context, function and stream queries.
+unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
+    let Some(d) = session::device() else { return Step::Done(session::NOT_INITIALIZED) };
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    let dev_ok = |i: usize| w(i) as i32 == 0;
+    // SAFETY (whole match): out-pointers of the program, written at their declared widths.
+    unsafe {
+        let st = match f.name {
+            "cuDriverGetVersion" => {
+                put(f, raw, 0, d.driver_version as u32 as u64);
+                0
+            }
+            "cuDeviceGet" if dev_ok(1) => {
+                put(f, raw, 0, 0);
+                0
+            }
+            "cuDeviceGet" => INVALID_DEVICE,
+            "cuDeviceGetCount" => {
+                put(f, raw, 0, 1);
+                0
+            }
+            _ if f.args.iter().enumerate().any(|(i, a)| {
+                a.dir == Direction::In && a.kind == ArgKind::Handle(HandleKind::Device) && !dev_ok(i)
+            }) =>
+            {
+                INVALID_DEVICE
+            }
+            "cuDeviceGetName" => {
+                put_str(raw, 0, w(1), &d.name);
+                0
+            }
+            "cuDeviceGetUuid" => {
+                if w(0) != 0 {
+                    std::ptr::copy_nonoverlapping(d.uuid.as_ptr(), w(0) as *mut u8, 16);
+                }
+                0
+            }
+            "cuDeviceTotalMem" => {
+                put(f, raw, 0, d.total_mem);
+                0
+            }
+            "cuDeviceGetAttribute" => match attr(w(1) as u32) {
+                Some(v) => {
+                    put(f, raw, 0, v as u32 as u64);
+                    0
+                }
+                None => INVALID_VALUE,
+            },
+            "cuDeviceComputeCapability" => {
+                put(f, raw, 0, attr(75).unwrap_or(0) as u32 as u64);
+                put(f, raw, 1, attr(76).unwrap_or(0) as u32 as u64);
+                0
+            }
+            "cuDeviceGetPCIBusId" => {
+                let id = format!(
+                    "{:08X}:{:02X}:{:02X}.0",
+                    attr(50).unwrap_or(0),
+                    attr(33).unwrap_or(0),
+                    attr(34).unwrap_or(0)
+                );
+                put_str(raw, 0, w(1), &id);
+                0
+            }
+            "cuDeviceGetDefaultMemPool" | "cuDeviceGetMemPool" => {
+                put(f, raw, 0, super::driver::pool());
+                0
+            }
+            "cuDeviceCanAccessPeer" | "cuDeviceGetP2PAttribute" => {
+                put(f, raw, 0, 0);
+                0
+            }
+            "cuDevicePrimaryCtxGetState" => {
+                put(f, raw, 1, 0);
+                put(f, raw, 2, u64::from(contexts(|c| c.retained > 0)));
+                0
+            }
+            "cuCtxGetCurrent" => {
+                put(f, raw, 0, current_context());
+                0
+            }
+            "cuCtxGetDevice" => {
+                if current_context() == 0 && !(f.args.len() > 1 && w(1) != 0) {
+                    INVALID_CONTEXT
+                } else {
+                    put(f, raw, 0, 0);
+                    0
+                }
+            }
+            "cuCtxGetId" => {
+                put(f, raw, 1, w(0).max(current_context()));
+                0
+            }
+            "cuCtxGetFlags" | "cuCtxGetCacheConfig" => {
+                put(f, raw, 0, 0);
+                0
+            }
+            "cuCtxGetStreamPriorityRange" => {
+                put(f, raw, 0, 0);
+                put(f, raw, 1, (-5i32) as u32 as u64);
+                0
+            }
+            "cuModuleGetLoadingMode" => {
+                put(f, raw, 0, 2); // CU_MODULE_LOADING_MODE_LAZY_LOADING, CUDA 12.2+'s default
+                0
+            }
+            "cuStreamIsCapturing" => {
+                put(f, raw, 1, u64::from(is_capturing(w(0))));
+                0
+            }
+            "cuThreadExchangeStreamCaptureMode" => 0,
+            "cuMemGetAllocationGranularity" => {
+                put(f, raw, 0, gpuless_traces::arena::CHUNK);
+                0
+            }
+            "cuFuncGetParamInfo" | "cuKernelGetParamInfo" => match modules::param(w(0), w(1) as usize) {
+                Some((off, size)) => {
+                    put(f, raw, 2, u64::from(off));
+                    put(f, raw, 3, u64::from(size));
+                    0
+                }
+                None if modules::kernel(w(0)).is_some() => INVALID_VALUE,
+                None => return unsupported(f, "the function's code image could not be analyzed"),
+            },
+            "cuFuncGetAttribute" | "cuKernelGetAttribute" => match modules::kernel(w(2)) {
+                Some(k) => match modules::attribute(&k, w(1) as u32) {
+                    Some(v) => {
+                        put(f, raw, 0, v as u32 as u64);
+                        0
+                    }
+                    None => return unsupported(f, "this function attribute is not derived from the cubin yet"),
+                },
+                None => INVALID_VALUE,
+            },
+            "cuFuncGetName" | "cuKernelGetName" => match modules::kernel(w(1)) {
+                Some(k) => {
+                    put(f, raw, 0, static_cstr(&k.name) as u64);
+                    0
+                }
+                None => INVALID_VALUE,
+            },
+            _ => return unsupported(f, "no local answer for this query yet"),
+        };
+        Step::Done(st)
+    }
+}
+
+/// Calls that return new handles: client numbers, with what later answers need about them.
+unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    let outs: Vec<(usize, HandleKind)> = f
+        .args
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| match (a.dir, a.kind) {
+            (Direction::Out, ArgKind::Handle(k)) => Some((i, k)),
+            _ => None,
+        })
+        .collect();
+    let code_image = f.args.iter().any(|a| matches!(a.kind, ArgKind::Image | ArgKind::ImageFile));
+    for (i, kind) in outs {
+        let h = match (f.name, kind) {
+            ("cuDevicePrimaryCtxRetain", _) => contexts(|c| {
+                c.retained += 1;
+                *c.primary.get_or_insert_with(new_handle)
+            }),
+            (_, HandleKind::Module | HandleKind::Library) if code_image => {
+                let h = new_handle();
+                modules::loaded(h);
+                h
+            }
+            ("cuModuleGetFunction" | "cuLibraryGetKernel", _) => {
+                // SAFETY: the program's NUL-terminated kernel name.
+                let name = unsafe { cstr(w(2)) };
+                let h = new_handle();
+                if !modules::function(h, w(1), &name) {
+                    return Step::Done(NOT_FOUND);
+                }
+                h
+            }
+            ("cuKernelGetFunction", _) => {
+                let h = w(1);
+                if modules::kernel(h).is_none() {
+                    return Step::Done(INVALID_VALUE);
+                }
+                h
+            }
+            ("cuLibraryGetModule", _) => w(1),
+            _ => new_handle(),
+        };
+        // SAFETY: the program's out-pointer for the handle.
+        unsafe { put(f, raw, i, h) };
+        if kind == HandleKind::Context && f.name != "cuDevicePrimaryCtxRetain" {
+            set_current(h); // cuCtxCreate makes the new context current
+        }
+        if f.name == "cuStreamEndCapture" {
+            contexts(|c| c.capturing.remove(&w(0)));
+        }
+    }
+    Step::Done(0)
+}
+
+unsafe fn cstr(p: u64) -> String {
+    if p == 0 {
+        return String::new();
+    }
+    // SAFETY: the caller's NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(p as *const std::ffi::c_char) }.to_string_lossy().into_owned()
+}
+
+/// Pinned host memory is ordinary memory here; memory the device would read directly is
+/// refused (a mirror of it is future work).
+unsafe fn host_memory(f: &ApiFunction, raw: &[u64]) -> Step {
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    match f.name {
+        "cuMemAllocHost" | "cuMemHostAlloc" => {
+            if f.name == "cuMemHostAlloc" && w(2) & DEVICEMAP != 0 {
+                return unsupported(f, "host memory mapped for the device is not mirrored to the server");
+            }
+            let mut p: *mut libc::c_void = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer; page-aligned as pinned memory is.
+            if unsafe { libc::posix_memalign(&mut p, 4096, w(1).max(1) as usize) } != 0 {
+                return Step::Done(2); // CUDA_ERROR_OUT_OF_MEMORY
+            }
+            // SAFETY: the program's out-pointer.
+            unsafe { put(f, raw, 0, p as u64) };
+            Step::Done(0)
+        }
+        "cuMemFreeHost" => {
+            // SAFETY: memory this module allocated (the driver fails other pointers too).
+            unsafe { libc::free(w(0) as *mut libc::c_void) };
+            Step::Done(0)
+        }
+        "cuMemHostRegister" if w(2) & DEVICEMAP != 0 => {
+            unsupported(f, "host memory mapped for the device is not mirrored to the server")
+        }
+        _ => Step::Done(0),
+    }
+}
+
+/// Addresses the driver chooses: module globals (from the cubin's symbols).
+unsafe fn address_lookup(f: &ApiFunction, raw: &[u64]) -> Step {
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    match f.name {
+        "cuModuleGetGlobal" | "cuLibraryGetGlobal" => {
+            // SAFETY: the program's NUL-terminated name.
+            let name = unsafe { cstr(w(3)) };
+            match modules::global(w(2), &name) {
+                Some((addr, size)) => {
+                    // SAFETY: the program's out-pointers (either may be null).
+                    unsafe {
+                        put(f, raw, 0, addr);
+                        put(f, raw, 1, size);
+                    }
+                    Step::Done(0)
+                }
+                None if modules::is_module(w(2)) => Step::Done(NOT_FOUND),
+                None => unsupported(f, "the module's code image could not be analyzed"),
+            }
+        }
+        _ => unsupported(f, "no local answer for this address yet"),
+    }
+}
+
+/// Calls that change state the client keeps (current context, captures) or none at all.
+unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    match f.name {
+        "cuCtxSetCurrent" => set_current(w(0)),
+        "cuCtxPushCurrent" => CURRENT.with(|c| c.borrow_mut().push(w(0))),
+        "cuCtxPopCurrent" => {
+            let popped = CURRENT.with(|c| c.borrow_mut().pop()).unwrap_or(0);
+            // SAFETY: the program's out-pointer (may be null).
+            unsafe { put(f, raw, 0, popped) };
+            if popped == 0 {
+                return Step::Done(INVALID_CONTEXT);
+            }
+        }
+        "cuDevicePrimaryCtxRelease" => contexts(|c| c.retained = c.retained.saturating_sub(1)),
+        "cuStreamBeginCapture" => {
+            contexts(|c| c.capturing.insert(w(0)));
+        }
+        "cuMemAllocManaged" => return unsupported(f, "managed memory is not mirrored to the server"),
+        _ => {}
+    }
+    Step::Done(0)
+}

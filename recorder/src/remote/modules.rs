@@ -1,0 +1,221 @@
+//! Kernels the program loaded, known on the client: each module load's code image is analyzed
+//! (the cubin analyzer on the entry the session's GPU runs; PTX entry declarations for PTX),
+//! so kernel parameter layouts, function attributes and module globals are answered without
+//! the server.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use gpuless_analyzer::cubin::{analyze_cubin, Cubin};
+use gpuless_fatbin::{EntryKind, Image, Limits};
+
+use super::{ptx, session};
+
+/// What the client knows about one kernel.
+#[derive(Debug)]
+pub(crate) struct Kernel {
+    /// Its (mangled) name.
+    pub name: String,
+    /// (offset, size) of each parameter.
+    pub params: Vec<(u32, u32)>,
+    /// Registers per thread (cubin only).
+    pub registers: Option<u32>,
+    /// Static shared memory in bytes.
+    pub shared: u64,
+    /// Local memory per thread in bytes (cubin only).
+    pub local: Option<u32>,
+    /// `__launch_bounds__` maximum threads, if declared.
+    pub max_threads: Option<u32>,
+    /// SM of the code (binary version).
+    pub sm: u32,
+}
+
+#[derive(Default)]
+struct Module {
+    kernels: HashMap<String, Arc<Kernel>>,
+    /// Global variables: name → size.
+    globals: HashMap<String, u64>,
+    /// Addresses handed out for its globals.
+    placed: HashMap<String, u64>,
+}
+
+#[derive(Default)]
+struct Known {
+    modules: HashMap<u64, Module>,
+    functions: HashMap<u64, Arc<Kernel>>,
+    /// Next address for a module global (a range reserved in this process).
+    next_global: u64,
+    globals_end: u64,
+}
+
+static KNOWN: Mutex<Option<Known>> = Mutex::new(None);
+
+fn known<R>(f: impl FnOnce(&mut Known) -> R) -> R {
+    let mut g = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(Known::default))
+}
+
+thread_local! {
+    /// The code image the thread's current call captured (a module load's).
+    static LAST_IMAGE: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+}
+
+/// Notes a code image captured from the current call's arguments.
+pub(crate) fn saw_image(bytes: &[u8]) {
+    LAST_IMAGE.with(|l| *l.borrow_mut() = Some(bytes.to_vec()));
+}
+
+/// A module (or library) `h` was loaded from the image the current call captured.
+pub(crate) fn loaded(h: u64) {
+    let image = LAST_IMAGE.with(|l| l.borrow_mut().take()).unwrap_or_default();
+    let sm = session::device().map_or(0, |d| d.sm());
+    let m = analyze(&image, sm);
+    known(|k| k.modules.insert(h, m));
+}
+
+fn analyze(image: &[u8], sm: u32) -> Module {
+    let mut m = Module::default();
+    // A PTX blob is the text without its NUL; classification wants the terminator.
+    let owned;
+    let image = if image.first().is_some_and(u8::is_ascii) && image.last() != Some(&0) {
+        owned = [image, &[0]].concat();
+        &owned[..]
+    } else {
+        image
+    };
+    match Image::classify(image) {
+        Ok(Image::Cubin(b)) => add_cubin(&mut m, b),
+        Ok(Image::Ptx(t)) => add_ptx(&mut m, t),
+        Ok(Image::Fatbin(b)) => {
+            let Ok(entries) = gpuless_fatbin::all_entries(b, 0) else { return m };
+            let Ok(choice) = gpuless_fatbin::select(&entries, sm) else { return m };
+            let Some(e) = entries.get(choice.index) else { return m };
+            let Ok(payload) = e.payload(&Limits::default()) else { return m };
+            match e.kind {
+                EntryKind::Ptx => add_ptx(&mut m, &payload),
+                _ => add_cubin(&mut m, &payload),
+            }
+        }
+        _ => {}
+    }
+    m
+}
+
+fn add_cubin(m: &mut Module, bytes: &[u8]) {
+    let Ok(c) = analyze_cubin(bytes, None) else { return };
+    let Cubin { sm, kernels, globals, .. } = c;
+    for k in kernels {
+        let params = k.params.iter().map(|p| (p.offset, p.size)).collect();
+        let kernel = Kernel {
+            params,
+            registers: k.registers,
+            shared: k.shared_bytes,
+            local: k.local_bytes,
+            max_threads: k.max_threads.map(|[x, y, z]| x.saturating_mul(y.max(1)).saturating_mul(z.max(1))),
+            sm,
+            name: k.name,
+        };
+        m.kernels.insert(kernel.name.clone(), Arc::new(kernel));
+    }
+    for g in globals {
+        m.globals.insert(g.name, g.size);
+    }
+}
+
+fn add_ptx(m: &mut Module, text: &[u8]) {
+    let text = String::from_utf8_lossy(text.split(|&b| b == 0).next().unwrap_or(&[]));
+    for e in ptx::entries(&text) {
+        let kernel =
+            Kernel { name: e.name.clone(), params: e.params, registers: None, shared: 0, local: None, max_threads: None, sm: 0 };
+        m.kernels.insert(e.name, Arc::new(kernel));
+    }
+}
+
+/// Whether `h` is a module or library the client loaded.
+pub(crate) fn is_module(h: u64) -> bool {
+    known(|k| k.modules.contains_key(&h))
+}
+
+/// Binds function handle `h` to kernel `name` of module `module`; false when it has none.
+pub(crate) fn function(h: u64, module: u64, name: &str) -> bool {
+    known(|k| {
+        let Some(kernel) = k.modules.get(&module).and_then(|m| m.kernels.get(name)).cloned() else { return false };
+        k.functions.insert(h, kernel);
+        true
+    })
+}
+
+/// The kernel behind a function or kernel handle.
+pub(crate) fn kernel(h: u64) -> Option<Arc<Kernel>> {
+    known(|k| k.functions.get(&h).cloned())
+}
+
+/// (offset, size) of parameter `i` of the function or kernel `h`.
+pub(crate) fn param(h: u64, i: usize) -> Option<(u32, u32)> {
+    kernel(h)?.params.get(i).copied()
+}
+
+/// A `CUfunction_attribute` of `k`, where the code says it.
+pub(crate) fn attribute(k: &Kernel, attr: u32) -> Option<i32> {
+    let clamp = |v: u64| i32::try_from(v).unwrap_or(i32::MAX);
+    match attr {
+        // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: launch bounds, else what registers allow.
+        0 => {
+            let regs = k.registers?;
+            let per_warp = (u64::from(regs.max(1)) * 32).div_ceil(256) * 256;
+            let by_regs = (65_536 / per_warp) * 32;
+            let limit = by_regs.min(1024);
+            Some(clamp(k.max_threads.map_or(limit, |m| u64::from(m).min(limit))))
+        }
+        1 => Some(clamp(k.shared)),            // SHARED_SIZE_BYTES
+        3 => k.local.map(|l| clamp(l.into())), // LOCAL_SIZE_BYTES
+        4 => k.registers.map(|r| clamp(r.into())), // NUM_REGS
+        6 => (k.sm != 0).then(|| clamp(k.sm.into())), // BINARY_VERSION
+        _ => None,
+    }
+}
+
+/// Address and size of global `name` of module `module`: a client address, the same for the
+/// same global every time (the executor maps it to the global's address on the server).
+pub(crate) fn global(module: u64, name: &str) -> Option<(u64, u64)> {
+    known(|k| {
+        if k.globals_end == 0 {
+            let (base, len) = reserve_globals()?;
+            k.next_global = base;
+            k.globals_end = base + len;
+        }
+        let (next, end) = (k.next_global, k.globals_end);
+        let m = k.modules.get_mut(&module)?;
+        let size = *m.globals.get(name)?;
+        if let Some(&a) = m.placed.get(name) {
+            return Some((a, size));
+        }
+        let addr = next.div_ceil(256) * 256;
+        let stop = addr.checked_add(size.max(1))?;
+        if stop > end {
+            return None;
+        }
+        m.placed.insert(name.to_string(), addr);
+        k.next_global = stop;
+        Some((addr, size))
+    })
+}
+
+/// A range of this process's address space for module globals (never host memory the
+/// program could own; 64 GiB, reserved, never touched).
+fn reserve_globals() -> Option<(u64, u64)> {
+    const LEN: usize = 64 << 30;
+    // SAFETY: an anonymous PROT_NONE reservation; nothing is mapped over it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            LEN,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some((p as u64, LEN as u64))
+}

@@ -1,0 +1,482 @@
+//! The client's session with `gpuless serve`: the connection, the segment being built, blobs
+//! not yet sent, the answers a synchronization waits for, and the counts reported at exit.
+//!
+//! Records are numbered under the session's lock, so the segment holds them in call order
+//! across the program's threads. A call that needs a result sends the segment with
+//! `WANT_ANSWER` and waits; everything else is queued and travels with the next segment (a
+//! segment also goes out, without waiting, when it reaches [`SEGMENT_RECORDS`] records).
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use gpuless_analyzer::api::{ApiFunction, ApiLevel, ArgKind, Direction, SyncClass};
+use gpuless_traces::protocol::{
+    self, Answer, CallError, Connection, DeviceDescription, Endpoint, Hello, PartitionRequest, Priority, Welcome,
+};
+use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, Hash128, Value};
+
+use super::local::{self, Step};
+use crate::hooks::{self, HOOKS};
+use crate::slots::Slot;
+use crate::{arena, capture, state};
+
+/// A segment goes out (without waiting) when it holds this many records.
+const SEGMENT_RECORDS: usize = 4096;
+/// Blobs up to this size are sent with the segment that uses them; larger ones are asked for
+/// first (one query for all of a segment's), and sent only when the server lacks them.
+const SMALL_BLOB: usize = 64 << 10;
+
+/// `CUDA_ERROR_NOT_INITIALIZED`.
+pub(crate) const NOT_INITIALIZED: u32 = 3;
+/// `CUDA_ERROR_NO_DEVICE`: the server could not be reached at `cuInit`.
+pub(crate) const NO_DEVICE: u32 = 100;
+/// `CUDA_ERROR_UNKNOWN`: what every call returns once the connection is lost.
+pub(crate) const LOST: u32 = 999;
+
+/// Environment: the server's token.
+const ENV_TOKEN: &str = "GPULESS_TOKEN";
+/// Environment: the partition asked for (`whole`, `sms:N`, a MIG profile).
+const ENV_PARTITION: &str = "GPULESS_REMOTE_PARTITION";
+/// Environment: `best-effort` for that priority class.
+const ENV_PRIORITY: &str = "GPULESS_REMOTE_PRIORITY";
+/// Environment: where the counts are written at exit (one JSON object).
+const ENV_STATS: &str = "GPULESS_REMOTE_STATS";
+/// Environment: seconds to wait for the server at connection and for any reply (default 600).
+const ENV_TIMEOUT: &str = "GPULESS_REMOTE_TIMEOUT_S";
+
+/// Every call the program made in client mode, and those answered without the server.
+static CALLS: AtomicU64 = AtomicU64::new(0);
+static LOCAL: AtomicU64 = AtomicU64::new(0);
+
+struct Session {
+    endpoint: String,
+    conn: Option<Connection>,
+    welcome: Welcome,
+    /// Records not sent yet, in call order.
+    pending: Vec<CallRecord>,
+    /// Blobs captured since the last segment went out, not yet sent.
+    new_blobs: Vec<(Hash128, Vec<u8>)>,
+    /// Blobs the server holds for this session (sent, or found by a query).
+    held: HashSet<Hash128>,
+    /// Asynchronous device-to-host copies whose bytes have not arrived: seq → (host, len).
+    d2h: HashMap<u64, (u64, usize)>,
+    /// Whether records went out since the last answer (work the server may still be doing).
+    outstanding: bool,
+    /// Why the session ended early; every later call fails with `LOST`.
+    failed: Option<String>,
+    sent: u64,
+    waits: u64,
+}
+
+/// `None` before `cuInit`; `Some(Err(code))` when it failed.
+static SESSION: Mutex<Option<Result<Session, u32>>> = Mutex::new(None);
+/// The device description, readable without the session's lock.
+static DEVICE: OnceLock<DeviceDescription> = OnceLock::new();
+
+/// The session's device, once connected.
+pub(crate) fn device() -> Option<&'static DeviceDescription> {
+    DEVICE.get()
+}
+
+fn lock() -> MutexGuard<'static, Option<Result<Session, u32>>> {
+    SESSION.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn timeout() -> Duration {
+    let s = std::env::var(ENV_TIMEOUT).ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(600);
+    Duration::from_secs(s.max(1))
+}
+
+/// `cuInit`: connects (once) and reserves the arena. 0, or the code every call then returns.
+fn init() -> u32 {
+    let mut g = lock();
+    match &*g {
+        Some(Ok(_)) => return 0,
+        Some(Err(code)) => return *code,
+        None => {}
+    }
+    let endpoint = std::env::var(super::ENV_REMOTE).unwrap_or_default();
+    let r = connect(&endpoint);
+    *g = Some(match r {
+        Ok(s) => Ok(s),
+        Err(why) => {
+            eprintln!("gpuless: cannot use the GPU server at {endpoint}: {why}; the program sees no CUDA device");
+            Err(NO_DEVICE)
+        }
+    });
+    drop(g);
+    // SAFETY: registering a plain extern "C" function with the C library.
+    unsafe { libc::atexit(at_exit) };
+    if DEVICE.get().is_some() { 0 } else { NO_DEVICE }
+}
+
+fn connect(endpoint: &str) -> Result<Session, String> {
+    let (base, size) = arena::reserve().unwrap_or((0, 0));
+    let t = timeout();
+    let ep = Endpoint::parse(endpoint);
+    let mut conn = protocol::connect(&ep, t.min(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    conn.set_timeout(Some(t)).map_err(|e| e.to_string())?;
+    let program = std::env::args().take(4).collect::<Vec<_>>().join(" ");
+    let hello = Hello {
+        protocol: protocol::PROTOCOL_VERSION,
+        tool: format!("gpuless {} (client)", env!("CARGO_PKG_VERSION")),
+        token: std::env::var(ENV_TOKEN).unwrap_or_default(),
+        partition: PartitionRequest::parse(&std::env::var(ENV_PARTITION).unwrap_or_default()),
+        priority: if std::env::var(ENV_PRIORITY).is_ok_and(|v| v == "best-effort") {
+            Priority::BestEffort
+        } else {
+            Priority::LatencyCritical
+        },
+        arena_base: base,
+        arena_size: size,
+        recorded_sm: 0,
+        program,
+    };
+    let welcome = conn.handshake(&hello).map_err(|e| e.to_string())?;
+    state::set_device_sm(welcome.device.sm());
+    let _ = DEVICE.set(welcome.device.clone());
+    Ok(Session {
+        endpoint: endpoint.to_string(),
+        conn: Some(conn),
+        welcome,
+        pending: Vec::new(),
+        new_blobs: Vec::new(),
+        held: HashSet::new(),
+        d2h: HashMap::new(),
+        outstanding: false,
+        failed: None,
+        sent: 0,
+        waits: 0,
+    })
+}
+
+/// Whether the server must execute calls of `f`: driver calls other than the ones a client
+/// answers itself (the table's `Local` and `DeviceQuery` classes).
+fn must_send(f: &ApiFunction) -> bool {
+    f.level == ApiLevel::Driver && !matches!(f.sync, SyncClass::Local | SyncClass::DeviceQuery)
+}
+
+/// One hooked call ([`super::call`]).
+///
+/// # Safety
+/// `raw` are the program's arguments, in the API table's order.
+pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
+    let f = s.func;
+    CALLS.fetch_add(1, Ordering::Relaxed);
+    if s.init {
+        let st = init();
+        if st != 0 {
+            return st;
+        }
+    } else {
+        match &*lock() {
+            None => return NOT_INITIALIZED,
+            Some(Err(code)) => return *code,
+            Some(Ok(sess)) if sess.failed.is_some() => return LOST,
+            Some(Ok(_)) => {}
+        }
+    }
+    let send = must_send(f);
+    // Inputs are read before the local part runs (it may write `inout` arguments).
+    // SAFETY (both captures): the program's arguments; outputs only after success.
+    let args = if send { unsafe { capture::inputs(f, raw) } } else { Vec::new() };
+    // SAFETY: forwarded from the caller.
+    let step = unsafe { local::run(s, raw) };
+    match step {
+        Step::Done(st) => {
+            if !send {
+                LOCAL.fetch_add(1, Ordering::Relaxed);
+                return st;
+            }
+            if st != 0 {
+                // The driver would have refused it too: nothing for the server to run.
+                return st;
+            }
+            let results = unsafe { capture::outputs(f, raw, st) };
+            let async_d2h = f.sync == SyncClass::DeviceToHostAsync;
+            let target = if async_d2h { host_buffer(f, raw) } else { None };
+            push(slot, f, args, results, target)
+        }
+        Step::Wait => {
+            // SAFETY: forwarded from the caller.
+            let st = unsafe { wait(slot, f, raw, args) };
+            if let (Some(op), 0) = (s.arena, st) {
+                // Pending asynchronous frees are released at synchronizations.
+                // SAFETY: forwarded from the caller.
+                unsafe { arena::after(op, raw, s.per_thread, st) };
+            }
+            st
+        }
+    }
+}
+
+/// The host buffer a device-to-host copy writes: its first `out hostbuf` argument.
+fn host_buffer(f: &ApiFunction, raw: &[u64]) -> Option<(u64, usize)> {
+    let (i, a) = f.args.iter().enumerate().find(|(_, a)| a.dir == Direction::Out && matches!(a.kind, ArgKind::HostBuf(_)))?;
+    let ArgKind::HostBuf(len) = a.kind else { return None };
+    let n = match len {
+        gpuless_analyzer::api::BufLen::Arg(j) => raw.get(usize::from(j)).copied()?,
+        gpuless_analyzer::api::BufLen::Fixed(n) => u64::from(n),
+    };
+    Some((raw.get(i).copied()?, usize::try_from(n).ok()?))
+}
+
+fn record(slot: usize, f: &ApiFunction, seq: u64, args: Vec<Value>, results: Vec<Value>) -> CallRecord {
+    CallRecord {
+        seq,
+        thread: crate::record::tid(),
+        timestamp_ns: state::now_ns(),
+        duration_ns: 0,
+        level: f.level,
+        parent: None,
+        function: Function::Known(f.id),
+        variant: HOOKS[slot].variant,
+        status: 0,
+        args,
+        results,
+        repeat: 0,
+    }
+}
+
+/// Queues a successful call's record; a full segment goes out without waiting.
+fn push(slot: usize, f: &ApiFunction, args: Vec<Value>, results: Vec<Value>, d2h: Option<(u64, usize)>) -> u32 {
+    let mut g = lock();
+    let Some(Ok(sess)) = g.as_mut() else { return NOT_INITIALIZED };
+    if sess.failed.is_some() {
+        return LOST;
+    }
+    let seq = state::next_seq();
+    sess.pending.push(record(slot, f, seq, args, results));
+    if let Some(t) = d2h {
+        sess.d2h.insert(seq, t);
+    }
+    if sess.pending.len() >= SEGMENT_RECORDS {
+        if let Err(e) = sess.send(false) {
+            sess.fail(&e);
+            return LOST;
+        }
+    }
+    0
+}
+
+/// A call that needs the server's result: sends everything queued with it and waits.
+///
+/// # Safety
+/// As [`call`].
+unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> u32 {
+    let mut g = lock();
+    let Some(Ok(sess)) = g.as_mut() else { return NOT_INITIALIZED };
+    if sess.failed.is_some() {
+        return LOST;
+    }
+    let completion = matches!(f.sync, SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync)
+        || (f.sync == SyncClass::StateQuery && f.args.iter().all(|a| a.dir != Direction::Out));
+    if completion && !sess.outstanding && sess.pending.is_empty() {
+        // Nothing was sent since the last answer: all of it has completed.
+        LOCAL.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    }
+    let seq = state::next_seq();
+    sess.pending.push(record(slot, f, seq, args, Vec::new()));
+    sess.waits += 1;
+    let answer = match sess.send(true) {
+        Ok(Some(a)) => a,
+        Ok(None) => return LOST,
+        Err(e) => {
+            sess.fail(&e);
+            return LOST;
+        }
+    };
+    // SAFETY: forwarded from the caller (the program's buffers and out-pointers).
+    unsafe { sess.apply(seq, f, raw, answer) }
+}
+
+impl Session {
+    /// Sends what is queued: blobs first, then the segment. With `want`, waits for the answer.
+    fn send(&mut self, want: bool) -> Result<Option<Answer>, String> {
+        let conn = self.conn.as_mut().ok_or("not connected")?;
+        let blobs = std::mem::take(&mut self.new_blobs);
+        let large: Vec<Hash128> = blobs.iter().filter(|(_, b)| b.len() > SMALL_BLOB).map(|(h, _)| *h).collect();
+        let have: HashSet<Hash128> = if large.is_empty() {
+            HashSet::new()
+        } else {
+            let flags = conn.query_blobs(&large).map_err(|e| e.to_string())?;
+            large.iter().zip(flags).filter(|(_, f)| *f).map(|(h, _)| *h).collect()
+        };
+        for (h, b) in &blobs {
+            if !have.contains(h) {
+                conn.send_blob(*h, b).map_err(|e| e.to_string())?;
+            }
+            self.held.insert(*h);
+        }
+        if !self.pending.is_empty() || want {
+            conn.send_segment(&self.pending, want).map_err(|e| e.to_string())?;
+            self.sent += self.pending.len() as u64;
+            self.outstanding |= !self.pending.is_empty();
+            self.pending.clear();
+        }
+        if !want {
+            return Ok(None);
+        }
+        let a = conn.answer().map_err(|e| e.to_string())?;
+        self.outstanding = false;
+        Ok(Some(a))
+    }
+
+    fn fail(&mut self, why: &str) {
+        if self.failed.is_none() {
+            eprintln!(
+                "gpuless: the session with the GPU server at {} ended: {why}; every later CUDA call fails",
+                self.endpoint
+            );
+            self.failed = Some(why.to_string());
+        }
+        self.conn = None;
+    }
+
+    /// Takes an answer: bytes of asynchronous copies go to their host buffers; the result of
+    /// the call `seq` that waited is returned (its bytes, query values or the first error).
+    ///
+    /// # Safety
+    /// `raw` are the waiting call's arguments; the recorded host buffers are the program's.
+    unsafe fn apply(&mut self, seq: u64, f: &ApiFunction, raw: &[u64], a: Answer) -> u32 {
+        let mut own: Option<Vec<u8>> = None;
+        for (s, bytes) in a.outputs {
+            if s == seq {
+                own = Some(bytes);
+            } else if let Some((host, len)) = self.d2h.remove(&s) {
+                // SAFETY: the program's buffer of an asynchronous copy; it reads it only after
+                // the synchronization that is waiting now.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len)) };
+            }
+        }
+        let first_error = |errors: &[CallError]| errors.first().map(|e| e.code as u32);
+        match f.sync {
+            SyncClass::DeviceToHost | SyncClass::CopyAnyDirection => {
+                if let (Some(bytes), Some((host, len))) = (own, host_buffer(f, raw)) {
+                    // SAFETY: the program's destination buffer of `len` bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len)) };
+                }
+                first_error(&a.errors).unwrap_or(0)
+            }
+            SyncClass::StateQuery => match a.queries.iter().find(|q| q.seq == seq) {
+                Some(q) => {
+                    if q.status == 0 {
+                        // SAFETY: the program's out-pointers.
+                        unsafe { local::write_outs(f, raw, &q.values) };
+                    }
+                    q.status as u32
+                }
+                None => first_error(&a.errors).unwrap_or(LOST),
+            },
+            _ => first_error(&a.errors).unwrap_or(0),
+        }
+    }
+}
+
+/// A captured blob, kept until the segment that refers to it goes out.
+pub(crate) fn blob(kind: BlobKind, data: &[u8]) -> Value {
+    if kind == BlobKind::CodeImage {
+        super::modules::saw_image(data);
+    }
+    let hash = Hash128::of(data);
+    let r = BlobRef { hash, len: data.len() as u64 };
+    let mut g = lock();
+    if let Some(Ok(sess)) = g.as_mut() {
+        if !sess.held.contains(&hash) && !sess.new_blobs.iter().any(|(h, _)| *h == hash) {
+            sess.new_blobs.push((hash, data.to_vec()));
+        }
+    }
+    Value::Blob(r)
+}
+
+/// At exit: the last answer (errors the program never synchronized for are said), the
+/// session closed, the counts written.
+extern "C" fn at_exit() {
+    let mut g = lock();
+    let Some(Ok(sess)) = g.as_mut() else { return };
+    if sess.failed.is_none() && (sess.outstanding || !sess.pending.is_empty()) {
+        sess.waits += 1;
+        match sess.send(true) {
+            Ok(Some(a)) => {
+                for e in a.errors.iter().take(3) {
+                    eprintln!("gpuless: call #{} {} failed on the server: {} ({})", e.seq, e.function, e.message, e.code);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => sess.fail(&e),
+        }
+    }
+    if let Some(conn) = sess.conn.as_mut() {
+        if let Err(e) = conn.close() {
+            eprintln!("gpuless: closing the session: {e}");
+        }
+    }
+    write_stats(sess);
+}
+
+fn write_stats(sess: &Session) {
+    let Some(path) = std::env::var_os(ENV_STATS) else { return };
+    let t = sess.conn.as_ref().map(|c| c.traffic).unwrap_or_default();
+    let j = serde_json::json!({
+        "endpoint": sess.endpoint,
+        "session": sess.welcome.session,
+        "executor_pid": sess.welcome.executor_pid,
+        "device": sess.welcome.device.name,
+        "calls": CALLS.load(Ordering::Relaxed),
+        "sent": sess.sent,
+        "local": LOCAL.load(Ordering::Relaxed),
+        "round_trips": t.round_trips,
+        "segments": t.segments,
+        "bytes_up": t.bytes_up,
+        "bytes_down": t.bytes_down,
+        "blob_bytes": t.blob_bytes,
+        "blob_hits": t.blob_hits,
+        "blob_misses": t.blob_misses,
+        "waits": sess.waits,
+        "failed": sess.failed,
+    });
+    let _ = std::fs::write(path, format!("{j}\n"));
+}
+
+/// `cuGetProcAddress[_v2]` in client mode: the hook of the table's newest variant of the name
+/// (the per-thread-default-stream one when `flags` asks for it), else not found.
+///
+/// # Safety
+/// As the driver's `cuGetProcAddress_v2`; `status` may be null.
+pub(crate) unsafe fn proc_address(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_int) -> u32 {
+    const PER_THREAD: u64 = 2; // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+    if symbol.is_null() || pfn.is_null() {
+        return 1; // CUDA_ERROR_INVALID_VALUE
+    }
+    // SAFETY: the caller's NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_str().unwrap_or("");
+    let found: Option<*mut c_void> = match name {
+        "cuGetProcAddress" => Some(crate::intercept::cuGetProcAddress_v2 as *const () as *mut c_void),
+        _ => {
+            let slots = hooks::slots_of_base(name);
+            let per_thread = flags & PER_THREAD != 0;
+            let pick = |pt: bool| {
+                slots.iter().copied().filter(|&i| HOOKS[i].variant.per_thread == pt).max_by_key(|&i| HOOKS[i].variant.version)
+            };
+            pick(per_thread).or_else(|| pick(false)).map(|i| HOOKS[i].hook.ptr())
+        }
+    };
+    // SAFETY: valid out-pointers (checked above; status may be null).
+    unsafe {
+        *pfn = found.unwrap_or(std::ptr::null_mut());
+        if !status.is_null() {
+            *status = if found.is_some() { 0 } else { 1 }; // CU_GET_PROC_ADDRESS_SUCCESS / _SYMBOL_NOT_FOUND
+        }
+    }
+    if found.is_some() { 0 } else { hooks::NOT_FOUND }
+}
+
+/// The records not answered locally so far (for tests and diagnostics).
+#[allow(dead_code)]
+pub(crate) fn counts() -> (u64, u64) {
+    (CALLS.load(Ordering::Relaxed), LOCAL.load(Ordering::Relaxed))
+}
