@@ -117,10 +117,11 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
             SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync => {
                 // Only copies between device addresses are covered: a host side needs its bytes
                 // captured (or returned) by direction, which comes later.
-                if f.name == "cuMemcpy" || f.name == "cuMemcpyAsync" {
-                    if arena::contains(w(0)) && arena::contains(w(1)) {
-                        return Step::Done(0);
-                    }
+                if (f.name == "cuMemcpy" || f.name == "cuMemcpyAsync")
+                    && arena::contains(w(0))
+                    && arena::contains(w(1))
+                {
+                    return Step::Done(0);
                 }
                 unsupported(f, "copies with a host side whose direction is known only at run time")
             }
@@ -395,8 +396,9 @@ unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
                 h
             }
             ("cuKernelGetFunction", _) => {
-                let h = w(1);
-                if modules::kernel(h).is_none() {
+                // A handle of its own: the executor maps kernels and functions apart.
+                let h = new_handle();
+                if !modules::alias(h, w(1)) {
                     return Step::Done(INVALID_VALUE);
                 }
                 h

@@ -146,6 +146,15 @@ pub(crate) fn function(h: u64, module: u64, name: &str) -> bool {
     })
 }
 
+/// Binds function handle `h` to the kernel behind handle `of`; false when there is none.
+pub(crate) fn alias(h: u64, of: u64) -> bool {
+    known(|k| {
+        let Some(kernel) = k.functions.get(&of).cloned() else { return false };
+        k.functions.insert(h, kernel);
+        true
+    })
+}
+
 /// The kernel behind a function or kernel handle.
 pub(crate) fn kernel(h: u64) -> Option<Arc<Kernel>> {
     known(|k| k.functions.get(&h).cloned())
