@@ -17,6 +17,7 @@ mod progress;
 mod record;
 mod remote;
 mod replay;
+mod run;
 mod serve;
 
 use std::path::PathBuf;
@@ -66,6 +67,34 @@ enum Command {
         /// is timed, so recording is slightly slower.
         #[arg(long)]
         self_time: bool,
+        /// The program and its arguments (after `--`).
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Run an unmodified CUDA program here, without a GPU: its driver calls are executed by a
+    /// `gpuless serve` at ADDR (client mode). The client library is libgpuless_recorder.so,
+    /// loaded as the program's libcuda.so.1. Exits with the program's status (128 + N when
+    /// signal N killed it); the session's statistics go to stderr, stdout is the program's.
+    Run {
+        /// The server: `HOST:PORT`, `tcp://HOST:PORT` or `unix:PATH` (as `replay --remote`).
+        #[arg(long, value_name = "ADDR")]
+        remote: String,
+        /// The partition to ask for: a MIG profile (`3g.71gb`), `sms:N` or `whole` (the default).
+        #[arg(long, value_name = "PROFILE")]
+        mig: Option<String>,
+        /// The server's token (default: $GPULESS_TOKEN).
+        #[arg(long)]
+        token: Option<String>,
+        /// Ask for the best-effort priority class (default: latency-critical).
+        #[arg(long)]
+        best_effort: bool,
+        /// At exit, print the session in words to stderr: calls sent and answered locally, round
+        /// trips, waits, segments, bytes each way, blobs.
+        #[arg(long)]
+        stats: bool,
+        /// At exit, print the session's statistics to stderr as one JSON object on one line.
+        #[arg(long)]
+        json: bool,
         /// The program and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -288,6 +317,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let opts = replay::RunOptions { no_verify, iterations, json, partial, profile };
                 replay::run(&trace, &opts, &part)
             }
+        }
+        Command::Run { remote, mig, token, best_effort, stats, json, command } => {
+            let args = run::RunArgs { remote, partition: mig, token, best_effort, stats, json };
+            run::run(&args, &command)
         }
         Command::Serve(args) => serve::run(&args),
         Command::Executor { partition, create_mig } => serve::executor(&partition, create_mig),

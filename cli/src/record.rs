@@ -143,14 +143,7 @@ pub fn run(out: &Path, opts: &RecordOptions, cmd: &[String]) -> anyhow::Result<E
         child.env("GPULESS_COMPRESS_THREADS", n.to_string());
     }
     let mut running = child.spawn().with_context(|| format!("cannot start {program}"))?;
-    // Ctrl-C reaches the program from the terminal; this process waits for it instead of
-    // dying first, and passes SIGTERM on.
-    CHILD.store(running.id() as i32, std::sync::atomic::Ordering::Relaxed);
-    // SAFETY: installing a plain extern "C" handler.
-    unsafe {
-        libc::signal(libc::SIGINT, forward as extern "C" fn(libc::c_int) as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, forward as extern "C" fn(libc::c_int) as libc::sighandler_t);
-    }
+    forward_signals_to(&running);
     let status = running.wait().with_context(|| format!("waiting for {program}"))?;
     if out.is_file() {
         let size = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0);
@@ -158,14 +151,30 @@ pub fn run(out: &Path, opts: &RecordOptions, cmd: &[String]) -> anyhow::Result<E
     } else {
         eprintln!("gpuless: {program} made no CUDA driver call; no trace written");
     }
+    Ok(exit_code(status))
+}
+
+/// Makes this process wait for `child` instead of dying first: Ctrl-C reaches the program from
+/// the terminal, SIGINT is ignored here, and SIGTERM is passed on to the program.
+pub fn forward_signals_to(child: &std::process::Child) {
+    CHILD.store(child.id() as i32, std::sync::atomic::Ordering::Relaxed);
+    // SAFETY: installing a plain extern "C" handler.
+    unsafe {
+        libc::signal(libc::SIGINT, forward as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, forward as extern "C" fn(libc::c_int) as libc::sighandler_t);
+    }
+}
+
+/// The program's exit status as ours: its code, or 128 + the signal that killed it.
+pub fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     #[cfg(unix)]
     {
         use std::os::unix::process::ExitStatusExt;
         if let Some(sig) = status.signal() {
-            return Ok(ExitCode::from(128u8.wrapping_add(sig as u8)));
+            return ExitCode::from(128u8.wrapping_add(sig as u8));
         }
     }
-    Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
+    ExitCode::from(status.code().unwrap_or(1) as u8)
 }
 
 #[cfg(test)]

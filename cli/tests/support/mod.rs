@@ -5,7 +5,7 @@ use std::process::Command;
 
 #[allow(dead_code)] // only the tests that use the stand-in driver need it
 #[path = "../../../recorder/tests/common/mod.rs"]
-mod common;
+pub mod common;
 
 /// Runs the `gpuless` binary with `args`: (exit code, stdout, stderr).
 #[allow(dead_code)] // not every test binary that includes this module uses it

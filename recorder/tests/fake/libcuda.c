@@ -18,6 +18,7 @@ static int kernel_token, wide_token, module_token, ctx_token;
 CUresult cuInit(unsigned flags) { (void)flags; return 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 CUresult cuDeviceGet(int *d, int ordinal) { *d = ordinal; return 0; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
 CUresult cuDeviceGetName(char *name, int len, int dev) { (void)dev; strncpy(name, "Fake GPU", len); return 0; }
 CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
   (void)dev; *v = attr == 75 ? 9 : attr == 76 ? 0 : 1; return 0; }
@@ -197,6 +198,7 @@ CUresult cuGetExportTable(const void **t, const void *id) { (void)id; *t = expor
 struct entry { const char *name; void *fn; };
 static const struct entry table[] = {
   {"cuInit", cuInit}, {"cuDriverGetVersion", cuDriverGetVersion}, {"cuDeviceGet", cuDeviceGet},
+  {"cuDeviceGetCount", cuDeviceGetCount},
   {"cuDeviceGetName", cuDeviceGetName}, {"cuDeviceGetAttribute", cuDeviceGetAttribute},
   {"cuDeviceGetUuid", cuDeviceGetUuid_v2}, {"cuCtxGetCurrent", cuCtxGetCurrent},
   {"cuMemAlloc", cuMemAlloc_v2}, {"cuMemcpyHtoD", cuMemcpyHtoD_v2}, {"cuMemcpyDtoH", cuMemcpyDtoH_v2},

@@ -1,0 +1,233 @@
+//! `gpuless run --remote ADDR -- CMD ARGS...`: runs an unmodified CUDA program on this machine,
+//! with its driver calls executed by a `gpuless serve` at ADDR (client mode, issue 19).
+//!
+//! The client is the recorder library (`libgpuless_recorder.so`, [`record::recorder_path`]),
+//! loaded as the program's `libcuda.so.1`: a private directory holds `libcuda.so.1` (and
+//! `libcuda.so`) as links to it and goes first on `LD_LIBRARY_PATH`, so a program linked with
+//! `-lcuda` and one that `dlopen`s the driver (cudart) both get it; it is preloaded as well
+//! (`LD_PRELOAD`), so `dlsym` lookups of driver symbols reach it too. What the library is told,
+//! through its environment (the contract between this command and the library):
+//!
+//! | variable | value |
+//! |---|---|
+//! | `GPULESS_REMOTE` | the endpoint as given (`unix:PATH`, `HOST:PORT`, `tcp://HOST:PORT`); its presence turns client mode on |
+//! | `GPULESS_TOKEN` | `--token`, else inherited (may be absent) |
+//! | `GPULESS_REMOTE_PARTITION` | `--mig` (a MIG profile, `sms:N`, `whole`); `whole` without it |
+//! | `GPULESS_REMOTE_PRIORITY` | `best-effort` with `--best-effort`, else absent (latency-critical) |
+//! | `GPULESS_REMOTE_STATS` | a file in the private directory: the library writes one JSON object there at exit |
+//! | `GPULESS_TRACE` | removed: no recording in client mode |
+//!
+//! The statistics object has the fields `endpoint`, `session`, `executor_pid`, `device`,
+//! `calls`, `sent`, `local`, `round_trips`, `segments`, `bytes_up`, `bytes_down`, `blob_bytes`,
+//! `blob_hits`, `blob_misses`, `waits` and `failed` (why the session failed, or null). This
+//! command prints them to stderr (`--stats` in words, `--json` as one line; stdout is the
+//! program's), says when the session failed, and exits with the program's own status.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+use crate::record;
+
+/// What `gpuless run` was asked for besides the command.
+#[derive(Debug, Clone, Default)]
+pub struct RunArgs {
+    /// The server's endpoint (`--remote`).
+    pub remote: String,
+    /// The partition to ask for (`--mig`): a MIG profile, `sms:N` or `whole`.
+    pub partition: Option<String>,
+    /// `--token` (else the inherited `GPULESS_TOKEN`).
+    pub token: Option<String>,
+    /// Ask for the best-effort priority class.
+    pub best_effort: bool,
+    /// Print the session's statistics in words at exit.
+    pub stats: bool,
+    /// Print the session's statistics as one JSON line at exit.
+    pub json: bool,
+}
+
+/// A private directory under the system's temporary directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> anyhow::Result<TempDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::path::absolute(std::env::temp_dir())?;
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        for attempt in 0..100u32 {
+            let path = base.join(format!("gpuless-run-{}-{stamp:x}-{attempt}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(TempDir(path)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.display())),
+            }
+        }
+        bail!("cannot create a private directory in {}", base.display())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `first` before the current value of the path list `var`, separated by `:`.
+fn prepend(var: &str, first: &Path) -> OsString {
+    let mut s = first.as_os_str().to_os_string();
+    if let Some(rest) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+        s.push(":");
+        s.push(rest);
+    }
+    s
+}
+
+/// Checks the endpoint's form (the library parses it again, the same way).
+fn check_endpoint(addr: &str) -> anyhow::Result<()> {
+    let hint = "expected HOST:PORT, tcp://HOST:PORT or unix:PATH";
+    if let Some(path) = addr.strip_prefix("unix:") {
+        if path.is_empty() {
+            bail!("--remote {addr}: no socket path ({hint})");
+        }
+        return Ok(());
+    }
+    let hostport = addr.strip_prefix("tcp://").or_else(|| addr.strip_prefix("tls://")).unwrap_or(addr);
+    match hostport.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => bail!("--remote {addr}: {hint}"),
+    }
+}
+
+/// Runs `cmd` as a client of the server at `args.remote`; returns the program's exit status.
+pub fn run(args: &RunArgs, cmd: &[String]) -> anyhow::Result<ExitCode> {
+    let Some((program, rest)) = cmd.split_first() else {
+        bail!("no command given: gpuless run --remote ADDR -- CMD ARGS...")
+    };
+    check_endpoint(&args.remote)?;
+    let lib = record::recorder_path()?.canonicalize().context("locating the recorder library")?;
+    let dir = TempDir::new()?;
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        let link = dir.0.join(name);
+        std::os::unix::fs::symlink(&lib, &link)
+            .with_context(|| format!("cannot link {} to {}", link.display(), lib.display()))?;
+    }
+    let stats_path = dir.0.join("stats.json");
+    let mut child = Command::new(program);
+    child
+        .args(rest)
+        .env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", &dir.0))
+        .env("LD_PRELOAD", prepend("LD_PRELOAD", &lib))
+        .env("GPULESS_REMOTE", &args.remote)
+        .env("GPULESS_REMOTE_PARTITION", args.partition.as_deref().unwrap_or("whole"))
+        .env("GPULESS_REMOTE_STATS", &stats_path)
+        .env_remove("GPULESS_TRACE");
+    if let Some(t) = &args.token {
+        child.env("GPULESS_TOKEN", t);
+    }
+    if args.best_effort {
+        child.env("GPULESS_REMOTE_PRIORITY", "best-effort");
+    } else {
+        child.env_remove("GPULESS_REMOTE_PRIORITY");
+    }
+    let mut running = child.spawn().with_context(|| format!("cannot start {program}"))?;
+    record::forward_signals_to(&running);
+    let status = running.wait().with_context(|| format!("waiting for {program}"))?;
+    match std::fs::read(&stats_path) {
+        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
+            Ok(v) if v.is_object() => report(&v, args),
+            Ok(_) | Err(_) => eprintln!(
+                "gpuless: the client library's statistics for the session at {} are not a JSON object ({} bytes)",
+                args.remote,
+                bytes.len()
+            ),
+        },
+        Err(_) if args.stats || args.json || !status.success() => eprintln!(
+            "gpuless: no statistics from a session at {}: {program} made no CUDA driver call, or ended \
+             before the client library wrote them ({status})",
+            args.remote
+        ),
+        Err(_) => {}
+    }
+    Ok(record::exit_code(status))
+}
+
+/// Prints what `args` asks for from the statistics `v`, and the failure, if the session failed.
+fn report(v: &Value, args: &RunArgs) {
+    if args.json {
+        eprintln!("{v}");
+    }
+    if args.stats {
+        for line in summary(v) {
+            eprintln!("gpuless: {line}");
+        }
+    }
+    if let Some(why) = failure(v) {
+        let at = v.get("endpoint").and_then(Value::as_str).unwrap_or(&args.remote);
+        eprintln!("gpuless: the session at {at} failed: {why}");
+    }
+}
+
+/// Why the session failed, if `failed` says it did.
+fn failure(v: &Value) -> Option<String> {
+    match v.get("failed") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => Some(other.to_string()),
+    }
+}
+
+/// The statistics in words, one line each (without the `gpuless: ` prefix).
+fn summary(v: &Value) -> Vec<String> {
+    let num = |k: &str| v.get(k).and_then(Value::as_u64);
+    let show = |k: &str| num(k).map_or_else(|| "?".to_string(), |n| n.to_string());
+    let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("?").to_string();
+    let share = match (num("round_trips"), num("calls")) {
+        (Some(r), Some(c)) if c > 0 => format!(" ({:.1}% of calls)", r as f64 * 100.0 / c as f64),
+        _ => String::new(),
+    };
+    vec![
+        format!("session {} at {}, executor pid {}", show("session"), text("endpoint"), show("executor_pid")),
+        format!("device {}", text("device")),
+        format!("calls {}: sent {}, answered locally {}", show("calls"), show("sent"), show("local")),
+        format!("round trips {}{share}, waits {}, segments {}", show("round_trips"), show("waits"), show("segments")),
+        format!("bytes up {}, down {}", show("bytes_up"), show("bytes_down")),
+        format!("blob bytes {}, hits {}, misses {}", show("blob_bytes"), show("blob_hits"), show("blob_misses")),
+        format!("failed: {}", failure(v).unwrap_or_else(|| "no".into())),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        for ok in ["127.0.0.1:7011", "tcp://gpu-host:7011", "unix:/run/gpuless.sock", "[::1]:7011", "tls://h:1"] {
+            assert!(check_endpoint(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "gpu-host", ":7011", "h:port", "unix:", "tcp://h:99999"] {
+            assert!(check_endpoint(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn summary_in_words() {
+        let v = serde_json::json!({
+            "endpoint": "unix:/s", "session": 4, "executor_pid": 99, "device": "Fake GPU",
+            "calls": 40, "sent": 25, "local": 15, "round_trips": 9, "segments": 9, "bytes_up": 1000,
+            "bytes_down": 3000, "blob_bytes": 1024, "blob_hits": 0, "blob_misses": 1, "waits": 8,
+            "failed": null
+        });
+        let s = summary(&v);
+        assert_eq!(s[0], "session 4 at unix:/s, executor pid 99");
+        assert_eq!(s[2], "calls 40: sent 25, answered locally 15");
+        assert_eq!(s[3], "round trips 9 (22.5% of calls), waits 8, segments 9");
+        assert_eq!(s[6], "failed: no");
+        let f = serde_json::json!({"calls": 0, "failed": "connection refused"});
+        assert_eq!(failure(&f).as_deref(), Some("connection refused"));
+        assert_eq!(summary(&f)[3], "round trips ?, waits ?, segments ?");
+    }
+}

@@ -1,0 +1,245 @@
+//! `gpuless run --remote` (client mode) end to end without a GPU: the stand-in driver program
+//! `recorder/tests/fake/remote.c`, linked against libcuda.so.1, runs natively on the stand-in
+//! driver and then through `gpuless run` against a real `gpuless serve` whose executors use the
+//! stand-in (`serve_harness`); the client itself cannot load the stand-in, so every driver call
+//! is the client library's (the recorder library in client mode) or the server's. Also: an
+//! unreachable server, usage errors, and the command's environment contract with the library
+//! (through a shell standing in for the program).
+
+mod serve_harness;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serve_harness::{Server, GL};
+use support::common;
+
+/// Iterations of the program's stream loop (its argument).
+const ITERS: u64 = 3;
+
+/// What the program prints with `ITERS` iterations, natively and remotely alike.
+const EXPECTED_OUTPUT: &str = "driver version 13000\ndevices 1\ndevice Fake GPU, compute capability 9.0\n\
+sum 65792.0\niteration 0 sum 32896.0\niteration 1 sum 16448.0\niteration 2 sum 8224.0\n\
+elapsed 1.25 ms\ndone\n";
+
+/// The client's round trips with `ITERS` iterations: the Welcome, then one per point where the
+/// program waits for the server (what remote.c does; the client library decides which calls
+/// wait, so this is the one number to adjust if its policy changes):
+/// - `cuMemcpyDtoH_v2`, synchronous: 1
+/// - `cuStreamSynchronize`, one per iteration: ITERS
+/// - `cuEventSynchronize`: 1
+/// - `cuEventElapsedTime_v2`, a state query the server answers: 1
+/// - `cuCtxSynchronize`: 1
+/// - the final wait at exit (the session's last segment and its close): 1
+const EXPECTED_ROUND_TRIPS: u64 = 1 + (1 + ITERS + 1 + 1 + 1 + 1);
+
+/// Builds the stand-in libcuda (`support::build_stand_in`) and remote.c linked against it in
+/// `dir`; returns (the stand-in's directory, the program).
+fn build(dir: &Path) -> (PathBuf, PathBuf) {
+    let (libdir, _) = support::build_stand_in(dir);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recorder/tests/fake/remote.c");
+    let prog = dir.join("remote");
+    let (p, s, l) = (prog.to_str().unwrap(), src.to_str().unwrap(), libdir.to_str().unwrap());
+    common::cc(&["-O2", "-Wall", "-o", p, s, "-L", l, "-l:libcuda.so.1", "-ldl"]);
+    (libdir, prog)
+}
+
+/// What a bounded run gave: exit code (None: killed by a signal), stdout, stderr, time taken.
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// Runs `cmd` with stdout and stderr in files of `dir`, killing it after `limit`.
+fn run_within(mut cmd: Command, dir: &Path, limit: Duration) -> Ran {
+    let (out, err) = (dir.join("run.out"), dir.join("run.err"));
+    cmd.stdin(Stdio::null()).stdout(std::fs::File::create(&out).unwrap()).stderr(std::fs::File::create(&err).unwrap());
+    let t = Instant::now();
+    let mut child = cmd.spawn().expect("start gpuless run");
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("still running after {limit:?}; stderr:\n{}", std::fs::read_to_string(&err).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ran {
+        code: status.code(),
+        stdout: std::fs::read_to_string(&out).unwrap(),
+        stderr: std::fs::read_to_string(&err).unwrap(),
+        took: t.elapsed(),
+    }
+}
+
+/// `gpuless run` with `args` (the command included), the real recorder library as the client,
+/// and neither the stand-in's directory on the library path nor a preload or token inherited.
+fn gpuless_run(args: &[&str]) -> Command {
+    let mut cmd = Command::new(GL);
+    cmd.arg("run")
+        .args(args)
+        .env("GPULESS_RECORDER", common::recorder_lib())
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_PRELOAD")
+        .env_remove("GPULESS_TOKEN")
+        .env_remove("GPULESS_TRACE");
+    cmd
+}
+
+#[test]
+fn a_linked_program_runs_remotely_with_its_native_output_and_few_round_trips() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = build(dir.path());
+    let native = Command::new(&prog).arg(ITERS.to_string()).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    assert!(native.status.success(), "natively: {native:?}");
+    let a = String::from_utf8_lossy(&native.stdout).into_owned();
+    assert_eq!(a, EXPECTED_OUTPUT, "the program on the stand-in driver");
+
+    let s = Server::start(dir.path(), &libdir, &[], &[]);
+    let p = prog.to_str().unwrap();
+    let ran = run_within(
+        gpuless_run(&["--remote", &s.tcp, "--json", "--", p, &ITERS.to_string()]),
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(ran.code, Some(0), "gpuless run failed; stderr:\n{}", ran.stderr);
+    assert_eq!(ran.stdout, a, "remote output differs from native; stderr:\n{}", ran.stderr);
+    let stats: serde_json::Value = ran
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON statistics line on stderr:\n{}", ran.stderr));
+    let n = |k: &str| stats[k].as_u64().unwrap_or_else(|| panic!("no number {k} in {stats}"));
+    assert!(stats["failed"].is_null(), "{stats}");
+    assert_eq!(stats["endpoint"], s.tcp.as_str(), "{stats}");
+    assert_eq!(stats["device"], "Fake GPU", "{stats}");
+    assert!(n("executor_pid") > 0, "{stats}");
+    assert_eq!(n("round_trips"), EXPECTED_ROUND_TRIPS, "one per wait and the Welcome: {stats}");
+    assert!(n("round_trips") <= n("calls") / 2, "{stats}");
+    assert!(n("sent") < n("calls"), "device queries are answered locally: {stats}");
+    assert!(n("local") > 0 && n("segments") > 0 && n("bytes_up") > 0 && n("bytes_down") > 0, "{stats}");
+    // The download came back: at least the 1 KiB buffer once per synchronous or async copy.
+    assert!(n("bytes_down") >= (1 + ITERS) * 1024, "{stats}");
+}
+
+#[test]
+fn nothing_listening_fails_fast_and_names_the_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, prog) = build(dir.path());
+    let ran = run_within(
+        gpuless_run(&["--remote", "127.0.0.1:1", "--", prog.to_str().unwrap(), "1"]),
+        dir.path(),
+        Duration::from_secs(30),
+    );
+    assert!(ran.took < Duration::from_secs(10), "took {:?}; stderr:\n{}", ran.took, ran.stderr);
+    // A failure the program sees (a call's error: remote.c exits with 1), not a crash (128 + N).
+    assert!(ran.code.is_some_and(|c| c != 0 && c < 128), "exit {:?}; stderr:\n{}", ran.code, ran.stderr);
+    assert!(
+        ran.stderr.lines().any(|l| l.starts_with("gpuless:") && l.contains("127.0.0.1:1")),
+        "no `gpuless:` line naming the endpoint in:\n{}",
+        ran.stderr
+    );
+}
+
+#[test]
+fn without_a_server_or_a_command_it_is_a_usage_error() {
+    for args in [&["run", "--", "/bin/true"][..], &["run", "--remote", "127.0.0.1:7011"], &["run"]] {
+        let (code, _, err) = support::gpuless(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("Usage"), "{args:?}: {err}");
+    }
+    let (code, _, err) = support::gpuless(&["run", "--remote", "no-port", "--", "/bin/true"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("gpuless: error: --remote no-port"), "{err}");
+}
+
+/// A program in `sh`: what `gpuless run` hands it, with an empty library as the "recorder".
+fn shell_run(dir: &Path, args: &[&str], script: &str) -> Ran {
+    let lib = dir.join("libgpuless_recorder.so");
+    let empty = dir.join("empty.c");
+    std::fs::write(&empty, "int gpuless_stand_in_recorder;\n").unwrap();
+    common::cc(&["-shared", "-fPIC", "-o", lib.to_str().unwrap(), empty.to_str().unwrap()]);
+    let mut cmd = Command::new(GL);
+    cmd.arg("run")
+        .args(args)
+        .args(["--", "sh", "-c", script])
+        .env("GPULESS_RECORDER", &lib)
+        .env("LD_LIBRARY_PATH", "/inherited/lib")
+        .env("LD_PRELOAD", &lib)
+        .env("GPULESS_TOKEN", "inherited")
+        .env("GPULESS_TRACE", dir.join("t.gl"))
+        .env("GPULESS_REMOTE_PRIORITY", "best-effort");
+    run_within(cmd, dir, Duration::from_secs(30))
+}
+
+#[test]
+fn the_program_gets_the_library_and_the_environment_the_library_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"first=${LD_LIBRARY_PATH%%:*}
+echo "lib=$(readlink "$first/libcuda.so.1") alias=$(readlink "$first/libcuda.so")"
+echo "path=${LD_LIBRARY_PATH#*:} preload=$LD_PRELOAD"
+echo "remote=$GPULESS_REMOTE token=$GPULESS_TOKEN partition=$GPULESS_REMOTE_PARTITION"
+echo "priority=${GPULESS_REMOTE_PRIORITY-absent} trace=${GPULESS_TRACE-absent}"
+echo "stats=$(dirname "$GPULESS_REMOTE_STATS")=$first"
+exit 7"#;
+    let ran = shell_run(dir.path(), &["--remote", "unix:/x.sock", "--token", "T", "--mig", "sms:8"], script);
+    let lib = dir.path().join("libgpuless_recorder.so").canonicalize().unwrap();
+    let l = lib.display();
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(ran.code, Some(7), "the program's exit status; stderr:\n{}", ran.stderr);
+    assert_eq!(lines[0], format!("lib={l} alias={l}"), "{}", ran.stdout);
+    let given = dir.path().join("libgpuless_recorder.so");
+    assert_eq!(lines[1], format!("path=/inherited/lib preload={l}:{}", given.display()));
+    assert_eq!(lines[2], "remote=unix:/x.sock token=T partition=sms:8");
+    assert_eq!(lines[3], "priority=absent trace=absent");
+    assert!(lines[4].starts_with("stats=/") && lines[4].split('=').nth(1) == lines[4].split('=').nth(2));
+    // A failed program without statistics: one line naming the endpoint.
+    assert!(ran.stderr.lines().any(|l| l.starts_with("gpuless: no statistics") && l.contains("unix:/x.sock")));
+    // The token inherited, the whole GPU, best-effort; the private directory is gone afterwards.
+    let ran = shell_run(dir.path(), &["--remote", "h:1", "--best-effort"], script);
+    let lines: Vec<&str> = ran.stdout.lines().collect();
+    assert_eq!(lines[2], "remote=h:1 token=inherited partition=whole");
+    assert_eq!(lines[3], "priority=best-effort trace=absent");
+    let private = lines[4].split('=').nth(1).unwrap();
+    assert!(!Path::new(private).exists(), "{private} left behind");
+}
+
+#[test]
+fn statistics_in_words_and_as_one_json_line_and_signals_as_128_plus_n() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = r#"{"endpoint":"h:1","session":5,"executor_pid":42,"device":"Fake GPU","calls":40,"sent":25,"local":15,"round_trips":9,"segments":9,"bytes_up":1000,"bytes_down":3000,"blob_bytes":1024,"blob_hits":2,"blob_misses":1,"waits":8,"failed":null}"#;
+    let script = format!("printf '%s' '{stats}' > \"$GPULESS_REMOTE_STATS\"; echo out");
+    let ran = shell_run(dir.path(), &["--remote", "h:1", "--stats", "--json"], &script);
+    assert_eq!((ran.code, ran.stdout.as_str()), (Some(0), "out\n"), "{}", ran.stderr);
+    let json: Vec<&str> = ran.stderr.lines().filter(|l| l.starts_with('{')).collect();
+    assert_eq!(json.len(), 1, "{}", ran.stderr);
+    assert_eq!(serde_json::from_str::<serde_json::Value>(json[0]).unwrap()["round_trips"], 9);
+    for want in [
+        "gpuless: session 5 at h:1, executor pid 42",
+        "gpuless: device Fake GPU",
+        "gpuless: calls 40: sent 25, answered locally 15",
+        "gpuless: round trips 9 (22.5% of calls), waits 8, segments 9",
+        "gpuless: bytes up 1000, down 3000",
+        "gpuless: blob bytes 1024, hits 2, misses 1",
+        "gpuless: failed: no",
+    ] {
+        assert!(ran.stderr.lines().any(|l| l == want), "no {want:?} in:\n{}", ran.stderr);
+    }
+    // A failed session is said without --stats; a program killed by SIGTERM exits 128 + 15.
+    let failed = r#"{"endpoint":"h:1","calls":1,"failed":"connection refused"}"#;
+    let ran = shell_run(
+        dir.path(),
+        &["--remote", "h:1"],
+        &format!("printf '%s' '{failed}' > \"$GPULESS_REMOTE_STATS\"; kill -TERM $$"),
+    );
+    assert_eq!(ran.code, Some(128 + 15), "{}", ran.stderr);
+    assert_eq!(ran.stderr.trim(), "gpuless: the session at h:1 failed: connection refused");
+}
