@@ -24,7 +24,9 @@ if [ -z "$addr" ]; then echo "row|client: server start|FAIL|$(tail -3 "$out/serv
 hide=$(ldconfig -p | awk '/libcuda\.so|libnvidia-ml\.so/ {print $NF}' | xargs -r readlink -f | sort -u)
 hidden() { # runs "$@" in a mount namespace without the driver
   unshare -m bash -c '
-    for f in '"$(echo $hide)"' /dev/nvidia*; do [ -e "$f" ] && mount --bind /dev/null "$f"; done
+    for f in '"$(echo $hide)"' /dev/nvidia*; do
+      if [ -d "$f" ]; then mount -t tmpfs none "$f"; elif [ -e "$f" ]; then mount --bind /dev/null "$f"; fi
+    done
     exec "$@"' hidden "$@"
 }
 

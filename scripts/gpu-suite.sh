@@ -17,6 +17,8 @@
 #   4. replayer: every trace of section 3 (and the committed ones) replayed and verified; bad
 #      input (scripts/gpu-suite-bad-input.sh): arena range taken, a 200 GiB trace, sm_100 code.
 #   5. devices: `gpuless devices` against `nvidia-smi mig -lgip` (read-only).
+#   Client mode (issue 19, scripts/gpu-suite-client.sh): driver-API programs through `gpuless run
+#   --remote` with the driver hidden in a mount namespace.
 #   Server (issue 18, scripts/gpu-suite-server.sh, after section 4's replays; leave it out with
 #   GPULESS_SUITE_SKIP_SERVER=1): remote replay beside local replay, cache cold and warm, hot,
 #   segment latency, upload speed, soft partitions at once, a fault, killed clients, the drain.
@@ -73,6 +75,20 @@ print(f"{s['kernels']} kernels, {s['params']} params, {s['cubins']} cubins (skip
 PY
   )
   [[ $rc == 0 ]] && row "$label" PASS "$stats" || row "$label" FAIL "rc=$rc ${stats:-$(tail -n 1 "$out/$file.err")}"
+  # Client mode's computed answers (issue 19): function attributes and occupancy from the cubin.
+  local occ
+  occ=$(python3 - "$out/$file" <<'PY'
+import json, sys
+try:
+    s = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"FAIL|no report: {e}"); sys.exit()
+n, k, bad = s.get('occupancy_checked', 0), s.get('function_attributes_checked', 0), s.get('occupancy_mismatch_count', 0)
+first = '; '.join(s.get('occupancy_mismatches', [])[:3])
+print(f"{'PASS' if n > 0 and bad == 0 else 'FAIL'}|{n} occupancy answers and {k} kernels' attributes computed from cubins, {bad} differ from the driver{': ' + first if first else ''}")
+PY
+  )
+  row "$label: occupancy and function attributes computed as the driver answers" "${occ%%|*}" "${occ#*|}"
 }
 oracle "oracle: committed testdata/bin" oracle-testdata.json testdata/bin/*
 oracle "oracle: testdata rebuilt here" oracle-fresh.json "$fresh"/*
@@ -440,6 +456,14 @@ if [[ -f scripts/gpu-suite-export-tables.sh && -f $rec_lib ]]; then
   xrc=$?
   while IFS='|' read -r a b c; do row "${a#SUITE-ROW }" "$b" "$c"; done < <(grep '^SUITE-ROW ' "$out/export-tables.txt")
   grep -q '^SUITE-ROW ' "$out/export-tables.txt" || row "export tables" FAIL "rc=$xrc $(tail -n 2 "$out/export-tables.txt" | tr '\n' ' ')"
+fi
+# Issue 19: client mode — driver-API programs run through `gpuless run --remote` in a mount
+# namespace without the driver; outputs identical to native.
+if [[ -f scripts/gpu-suite-client.sh && -f $rec_lib ]]; then
+  ${limit[@]+"${limit[@]}"} bash scripts/gpu-suite-client.sh "$bin" "$suite_bin" "$out/client" >"$out/client.txt" 2>&1
+  crc=$?
+  while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/client.txt")
+  grep -q '^row|' "$out/client.txt" || row "client mode" FAIL "rc=$crc $(tail -n 2 "$out/client.txt" | tr '\n' ' ')"
 fi
 if [[ -f scripts/gpu-suite-partitions.sh && -f $out/resnet50_once.gl ]]; then
   ${limit[@]+"${limit[@]}"} bash scripts/gpu-suite-partitions.sh "$bin" "$out/resnet50_once.gl" "$out/partitions" >"$out/partitions.txt" 2>&1

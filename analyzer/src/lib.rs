@@ -8,6 +8,7 @@
 pub mod api;
 pub mod binary;
 pub mod cubin;
+pub mod occupancy;
 pub mod sync;
 
 pub use binary::{analyze, detect, AnalyzeError, EntryInfo, InputKind, NoProgress, Options, Progress, Report};

@@ -1,7 +1,9 @@
 //! `gpuless analyze --check-driver`: the correctness oracle. Loads every cubin of the given
 //! files that the local GPU can run and compares the analyzer's parameter layouts with what
 //! the driver reports (`cuKernelGetParamInfo` and `cuFuncGetParamInfo`), plus kernel counts,
-//! register counts and static shared memory. Needs a GPU; part of the project's GPU suite.
+//! register counts and static shared memory, and the function attributes and occupancy answers
+//! a GPU-less client computes from the cubin (`gpuless_analyzer::occupancy`). Needs a GPU; part
+//! of the project's GPU suite.
 
 use std::ffi::{c_int, c_uint, CString};
 use std::path::{Path, PathBuf};
@@ -10,6 +12,7 @@ use std::ptr;
 use anyhow::{bail, Context};
 use cudarc::driver::sys::{self, CUdevice_attribute as DevAttr, CUfunction_attribute as FnAttr, CUresult};
 use gpuless_analyzer::cubin::{analyze_cubin, Kernel};
+use gpuless_analyzer::occupancy::{self, DeviceLimits, KernelFacts};
 use gpuless_fatbin::{self as fatbin, EntryKind, Limits, MappedFile};
 use serde::Serialize;
 
@@ -44,6 +47,19 @@ pub struct Summary {
     pub smem_equal_section: usize,
     /// ... equal to the section size minus 1 KB.
     pub smem_equal_section_minus_1k: usize,
+    /// Kernels whose function attributes (max threads per block, local memory, binary
+    /// version) computed from the cubin were compared with `cuFuncGetAttribute`.
+    pub function_attributes_checked: usize,
+    /// Occupancy answers compared: `cuOccupancyMaxActiveBlocksPerMultiprocessor` at several
+    /// block sizes and dynamic shared memory sizes, and `cuOccupancyMaxPotentialBlockSize`.
+    pub occupancy_checked: usize,
+    /// Differences in either (the first 50; goal: none).
+    pub occupancy_mismatches: Vec<String>,
+    /// How many differences there were in all.
+    pub occupancy_mismatch_count: usize,
+    /// The device's limits the computed answers used.
+    #[serde(skip)]
+    limits: Option<DeviceLimits>,
 }
 
 fn check(r: CUresult, what: &str) -> anyhow::Result<()> {
@@ -76,13 +92,37 @@ pub fn run(paths: &[PathBuf], arch: Option<&str>) -> anyhow::Result<Summary> {
         let mut ctx = ptr::null_mut();
         check(sys::cuDevicePrimaryCtxRetain(&mut ctx, dev), "cuDevicePrimaryCtxRetain")?;
         check(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
-        let mut s = Summary { device_sm: (major * 10 + minor) as u32, ..Summary::default() };
+        let limits = DeviceLimits::from_attributes(|id| {
+            let a = limit_attribute(id)?;
+            let mut v: c_int = 0;
+            // SAFETY: a valid out-pointer.
+            (sys::cuDeviceGetAttribute(&mut v, a, dev) == CUresult::CUDA_SUCCESS).then_some(v)
+        });
+        let mut s = Summary { device_sm: (major * 10 + minor) as u32, limits, ..Summary::default() };
         for p in paths {
             check_file(p, arch, &mut s).with_context(|| p.display().to_string())?;
             s.files += 1;
         }
         Ok(s)
     }
+}
+
+/// The device attributes `DeviceLimits::from_attributes` asks for, by id.
+fn limit_attribute(id: u32) -> Option<DevAttr> {
+    Some(match id {
+        1 => DevAttr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+        8 => DevAttr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK,
+        10 => DevAttr::CU_DEVICE_ATTRIBUTE_WARP_SIZE,
+        12 => DevAttr::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK,
+        16 => DevAttr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        39 => DevAttr::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+        81 => DevAttr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+        82 => DevAttr::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR,
+        97 => DevAttr::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        106 => DevAttr::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR,
+        111 => DevAttr::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK,
+        _ => return None,
+    })
 }
 
 fn check_file(path: &Path, arch: Option<&str>, s: &mut Summary) -> anyhow::Result<()> {
@@ -202,7 +242,67 @@ unsafe fn check_kernel(lib: sys::CUlibrary, k: &Kernel, label: &str, s: &mut Sum
             k.name, k.registers, k.shared_bytes
         ));
     }
+    // SAFETY: forwarded: a live function handle.
+    unsafe { check_occupancy(func, k, label, s) };
     Ok(())
+}
+
+/// Compares the client's computed function attributes and occupancy answers
+/// (`gpuless_analyzer::occupancy`) with the driver's for one kernel.
+///
+/// # Safety
+/// `func` is a live function handle of the current context.
+unsafe fn check_occupancy(func: sys::CUfunction, k: &Kernel, label: &str, s: &mut Summary) {
+    let (Some(lim), Some(registers)) = (s.limits, k.registers) else { return };
+    let bound = k.required_threads.or(k.max_threads).map(|[x, y, z]| x.saturating_mul(y.max(1)).saturating_mul(z.max(1)));
+    let facts = KernelFacts { registers, shared: k.shared_bytes, max_threads: bound };
+    let differ = |s: &mut Summary, what: String| {
+        s.occupancy_mismatch_count += 1;
+        if s.occupancy_mismatches.len() < 50 {
+            s.occupancy_mismatches.push(format!("{label}: {}: {what}", k.name));
+        }
+    };
+    let attr = |a: FnAttr| {
+        let mut v: c_int = 0;
+        // SAFETY: a valid out-pointer and the caller's live handle.
+        (unsafe { sys::cuFuncGetAttribute(&mut v, a, func) } == CUresult::CUDA_SUCCESS).then_some(i64::from(v))
+    };
+    let max = occupancy::max_threads_per_block(&facts, &lim);
+    let binary = k.arch.trim_start_matches("sm_").trim_end_matches(['a', 'f']).parse::<i64>().ok();
+    let ours = [
+        ("MAX_THREADS_PER_BLOCK", Some(i64::from(max)), attr(FnAttr::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)),
+        ("LOCAL_SIZE_BYTES", k.local_bytes.map(i64::from), attr(FnAttr::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)),
+        ("BINARY_VERSION", binary, attr(FnAttr::CU_FUNC_ATTRIBUTE_BINARY_VERSION)),
+    ];
+    s.function_attributes_checked += 1;
+    for (name, computed, driver) in ours {
+        if computed != driver {
+            differ(s, format!("{name}: computed {computed:?}, driver {driver:?}"));
+        }
+    }
+    for block in [32u32, 64, 96, 128, 192, 256, 384, 512, 640, 768, 1024] {
+        for dynamic in [0u64, 4096] {
+            if block > max || k.shared_bytes + dynamic > lim.smem_per_block {
+                continue;
+            }
+            let mut n: c_int = 0;
+            // SAFETY: a valid out-pointer and the caller's live handle.
+            let r = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, func, block as c_int, dynamic as usize) };
+            s.occupancy_checked += 1;
+            let computed = occupancy::active_blocks(&facts, &lim, block, dynamic);
+            if r != CUresult::CUDA_SUCCESS || n as u32 != computed {
+                differ(s, format!("active blocks at {block} threads, {dynamic} B dynamic: computed {computed}, driver {n} ({r:?})"));
+            }
+        }
+    }
+    let (mut grid, mut block): (c_int, c_int) = (0, 0);
+    // SAFETY: valid out-pointers, no callback, the caller's live handle.
+    let r = unsafe { sys::cuOccupancyMaxPotentialBlockSize(&mut grid, &mut block, func, None, 0, 0) };
+    s.occupancy_checked += 1;
+    let computed = occupancy::potential_block_size(&facts, &lim, |_| 0, 0);
+    if r != CUresult::CUDA_SUCCESS || (grid as u32, block as u32) != computed {
+        differ(s, format!("potential block size: computed {computed:?}, driver ({grid}, {block}) ({r:?})"));
+    }
 }
 
 /// Asks the driver for parameter i = 0, 1, ... until it refuses.
@@ -216,4 +316,15 @@ fn probe(mut f: impl FnMut(usize, *mut usize, *mut usize) -> CUresult) -> Vec<(u
         out.push((off, size));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn limit_attributes_have_their_ids() {
+        for id in [1u32, 8, 10, 12, 16, 39, 81, 82, 97, 106, 111] {
+            assert_eq!(super::limit_attribute(id).map(|a| a as u32), Some(id));
+        }
+        assert!(super::limit_attribute(2).is_none());
+    }
 }

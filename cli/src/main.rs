@@ -338,8 +338,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let s = driver_check::run(&paths, arch.as_deref())?;
                 println!("{}", serde_json::to_string_pretty(&s)?);
                 eprintln!(
-                    "checked {} kernels ({} parameters) in {} cubins on sm_{}: {} layout mismatches, {} attribute differences, {} cubins skipped",
-                    s.kernels, s.params, s.cubins, s.device_sm, s.mismatches.len(), s.attribute_mismatches.len(), s.cubins_skipped
+                    "checked {} kernels ({} parameters) in {} cubins on sm_{}: {} layout mismatches, {} attribute differences, {} cubins skipped; {} occupancy answers and {} kernels' attributes computed, {} differ from the driver",
+                    s.kernels, s.params, s.cubins, s.device_sm, s.mismatches.len(), s.attribute_mismatches.len(), s.cubins_skipped,
+                    s.occupancy_checked, s.function_attributes_checked, s.occupancy_mismatch_count
                 );
                 return Ok(if s.mismatches.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(3) });
             }

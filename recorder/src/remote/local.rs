@@ -13,6 +13,8 @@ use std::sync::Mutex;
 
 use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, HandleKind, SyncClass};
 
+use gpuless_analyzer::occupancy;
+
 use super::{modules, session};
 use crate::capture::{self, Prim};
 use crate::slots::Slot;
@@ -349,6 +351,42 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 },
                 None => INVALID_VALUE,
             },
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor"
+            | "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags"
+            | "cuOccupancyMaxPotentialBlockSize"
+            | "cuOccupancyAvailableDynamicSMemPerBlock" => {
+                let fi = if f.name == "cuOccupancyMaxPotentialBlockSize" { 2 } else { 1 };
+                let Some(k) = modules::kernel(w(fi)) else { return Step::Done(INVALID_VALUE) };
+                let (Some(facts), Some(lim)) = (modules::facts(&k), modules::limits()) else {
+                    return unsupported(f, "the kernel's registers are known only from a cubin");
+                };
+                match f.name {
+                    "cuOccupancyMaxPotentialBlockSize" => {
+                        type B2D = unsafe extern "C" fn(std::ffi::c_int) -> usize;
+                        let cb = w(3);
+                        let fixed = w(4);
+                        let dynamic = |b: u32| {
+                            if cb == 0 {
+                                return fixed;
+                            }
+                            // SAFETY: the program's callback, with a block size as it expects.
+                            std::mem::transmute::<u64, B2D>(cb)(b as std::ffi::c_int) as u64
+                        };
+                        let (grid, block) = occupancy::potential_block_size(&facts, &lim, dynamic, w(5) as u32);
+                        put(f, raw, 0, u64::from(grid));
+                        put(f, raw, 1, u64::from(block));
+                    }
+                    "cuOccupancyAvailableDynamicSMemPerBlock" => {
+                        let n = occupancy::available_dynamic_smem(&facts, &lim, w(2) as u32, w(3) as u32);
+                        put(f, raw, 0, n);
+                    }
+                    _ => {
+                        let n = occupancy::active_blocks(&facts, &lim, w(2) as u32, w(3));
+                        put(f, raw, 0, u64::from(n));
+                    }
+                }
+                0
+            }
             "cuFuncGetName" | "cuKernelGetName" => match modules::kernel(w(1)) {
                 Some(k) => {
                     put(f, raw, 0, static_cstr(&k.name) as u64);

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use gpuless_analyzer::cubin::{analyze_cubin, Cubin};
+use gpuless_analyzer::occupancy::{self, DeviceLimits, KernelFacts};
 use gpuless_fatbin::{EntryKind, Image, Limits};
 
 use super::{ptx, session};
@@ -165,18 +166,23 @@ pub(crate) fn param(h: u64, i: usize) -> Option<(u32, u32)> {
     kernel(h)?.params.get(i).copied()
 }
 
+/// What the occupancy rules need of `k` (`None` without a register count: PTX).
+pub(crate) fn facts(k: &Kernel) -> Option<KernelFacts> {
+    Some(KernelFacts { registers: k.registers?, shared: k.shared, max_threads: k.max_threads })
+}
+
+/// The session's device limits for the occupancy rules.
+pub(crate) fn limits() -> Option<DeviceLimits> {
+    let d = session::device()?;
+    DeviceLimits::from_attributes(|id| d.attributes.iter().find(|a| a.0 == id).map(|a| a.1))
+}
+
 /// A `CUfunction_attribute` of `k`, where the code says it.
 pub(crate) fn attribute(k: &Kernel, attr: u32) -> Option<i32> {
     let clamp = |v: u64| i32::try_from(v).unwrap_or(i32::MAX);
     match attr {
-        // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: launch bounds, else what registers allow.
-        0 => {
-            let regs = k.registers?;
-            let per_warp = (u64::from(regs.max(1)) * 32).div_ceil(256) * 256;
-            let by_regs = (65_536 / per_warp) * 32;
-            let limit = by_regs.min(1024);
-            Some(clamp(k.max_threads.map_or(limit, |m| u64::from(m).min(limit))))
-        }
+        // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: launch bounds and what registers allow.
+        0 => Some(clamp(occupancy::max_threads_per_block(&facts(k)?, &limits()?).into())),
         1 => Some(clamp(k.shared)),            // SHARED_SIZE_BYTES
         3 => k.local.map(|l| clamp(l.into())), // LOCAL_SIZE_BYTES
         4 => k.registers.map(|r| clamp(r.into())), // NUM_REGS
