@@ -254,7 +254,8 @@ unsafe fn check_kernel(lib: sys::CUlibrary, k: &Kernel, label: &str, s: &mut Sum
 /// `func` is a live function handle of the current context.
 unsafe fn check_occupancy(func: sys::CUfunction, k: &Kernel, label: &str, s: &mut Summary) {
     let (Some(lim), Some(registers)) = (s.limits, k.registers) else { return };
-    let bound = k.required_threads.or(k.max_threads).map(|[x, y, z]| x.saturating_mul(y.max(1)).saturating_mul(z.max(1)));
+    let bound =
+        k.required_threads.or(k.max_threads).map(|[x, y, z]| x.saturating_mul(y.max(1)).saturating_mul(z.max(1)));
     let facts = KernelFacts { registers, shared: k.shared_bytes, max_threads: bound };
     let differ = |s: &mut Summary, what: String| {
         s.occupancy_mismatch_count += 1;
@@ -287,11 +288,23 @@ unsafe fn check_occupancy(func: sys::CUfunction, k: &Kernel, label: &str, s: &mu
             }
             let mut n: c_int = 0;
             // SAFETY: a valid out-pointer and the caller's live handle.
-            let r = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, func, block as c_int, dynamic as usize) };
+            let r = unsafe {
+                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, func, block as c_int, dynamic as usize)
+            };
             s.occupancy_checked += 1;
             let computed = occupancy::active_blocks(&facts, &lim, block, dynamic);
             if r != CUresult::CUDA_SUCCESS || n as u32 != computed {
-                differ(s, format!("active blocks at {block} threads, {dynamic} B dynamic: computed {computed}, driver {n} ({r:?})"));
+                differ(
+                    s,
+                    format!(
+                        "active blocks at {block} threads, {dynamic} B dynamic: computed {computed}, driver {n} ({r:?}); \
+                         cubin: {registers} registers, {} B shared, bound {bound:?}, cluster {:?} (explicit {}); driver attributes 0-15: {:?}",
+                        k.shared_bytes,
+                        k.cluster_dims,
+                        k.explicit_cluster,
+                        (0..16).map(|a| attr(std::mem::transmute::<u32, FnAttr>(a))).collect::<Vec<_>>()
+                    ),
+                );
             }
         }
     }

@@ -129,6 +129,68 @@ fn a_linked_program_runs_remotely_with_its_native_output_and_few_round_trips() {
     assert!(n("local") > 0 && n("segments") > 0 && n("bytes_up") > 0 && n("bytes_down") > 0, "{stats}");
     // The download came back: at least the 1 KiB buffer once per synchronous or async copy.
     assert!(n("bytes_down") >= (1 + ITERS) * 1024, "{stats}");
+
+    // The analyzer's `gpuless` policy models this client: on a local recording of the same
+    // program, its synchronization points are the client's waits.
+    let trace = dir.path().join("t.gl");
+    let rec = Command::new(GL)
+        .args(["record", "-o"])
+        .arg(&trace)
+        .args(["--", p, &ITERS.to_string()])
+        .env("GPULESS_RECORDER", common::recorder_lib())
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env_remove("GPULESS_REMOTE")
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "{rec:?}");
+    let an = Command::new(GL).args(["analyze", "--json"]).arg(&trace).output().unwrap();
+    assert!(an.status.success(), "{an:?}");
+    let report: serde_json::Value = serde_json::from_slice(&an.stdout).unwrap();
+    let policy = report["sync"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["policy"] == "gpuless"))
+        .unwrap_or_else(|| panic!("no gpuless policy in {report}"));
+    assert_eq!(
+        policy["syncs"].as_u64(),
+        Some(n("waits")),
+        "the policy's synchronizations, the client's waits: {policy} {stats}"
+    );
+}
+
+#[test]
+fn a_lost_connection_fails_every_later_call_and_says_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = build(dir.path());
+    let s = Server::start(dir.path(), &libdir, &[], &[]);
+    let p = prog.to_str().unwrap();
+    // Many iterations: the session is still running when its executor is killed.
+    let mut cmd = gpuless_run(&["--remote", &s.tcp, "--", p, "200000"]);
+    let (out, err) = (dir.path().join("lost.out"), dir.path().join("lost.err"));
+    cmd.stdout(std::fs::File::create(&out).unwrap()).stderr(std::fs::File::create(&err).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let t = Instant::now();
+    // Wait until a session is running (its executor serves it), then kill every executor.
+    while s.metric("gpuless_sessions{kind=\"latency-critical\"}") < 1.0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "no session started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    for pid in s.children() {
+        // SAFETY: signalling a child process of the test's server.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "the program hangs after its session was lost");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(&err).unwrap();
+    assert!(!status.success(), "the program must see its calls fail: {stderr}");
+    let said = stderr.lines().filter(|l| l.starts_with("gpuless: the session with the GPU server")).count();
+    assert_eq!(said, 1, "one line says the session ended:\n{stderr}");
+    assert!(stderr.contains("FAILED"), "the program's own error handling reports the failed call:\n{stderr}");
 }
 
 #[test]

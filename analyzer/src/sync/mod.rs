@@ -35,6 +35,9 @@ pub struct CallEvent {
     pub bytes_down: u64,
     /// The stream handle the call is ordered on, if any.
     pub stream: Option<u64>,
+    /// Whether the server fills the call's out arguments (a state query with out values:
+    /// an event timing, memory information), so a client must wait for it.
+    pub answers: bool,
 }
 
 /// Runs every policy over a stream of calls with bounded memory.

@@ -43,7 +43,9 @@ impl Policy {
         match self {
             Policy::PerCall => "every call is a round trip (rCUDA, Cricket, GVirtuS)",
             Policy::Gpuless2022 => "allocations, frees, device-to-host copies and queries whose results reach the host",
-            Policy::Gpuless => "client-chosen addresses and virtual handles: only data reaching the host",
+            Policy::Gpuless => {
+                "gpuless run --remote: device queries, addresses and handles answered locally; waits for data reaching the host, for server-filled query answers, and at synchronizations with work outstanding"
+            }
         }
     }
 
@@ -65,9 +67,7 @@ impl Policy {
                     | DeviceQuery
                     | StateQuery
             ),
-            Policy::Gpuless => {
-                matches!(class, DeviceToHost | AddressLookup | DeviceQuery | StateQuery)
-            }
+            Policy::Gpuless => matches!(class, DeviceToHost),
         }
     }
 }
@@ -88,6 +88,8 @@ pub(crate) struct PolicyState {
     up_max: u64,
     down_max: u64,
     pending_down: HashMap<Option<u64>, u64>,
+    /// `gpuless`: calls were sent since the last round trip (work the server may be doing).
+    outstanding: bool,
     segments: BTreeMap<u64, u64>,
     reasons: BTreeMap<String, u64>,
     timeline: Timeline,
@@ -121,6 +123,7 @@ impl PolicyState {
             up_max: 0,
             down_max: 0,
             pending_down: HashMap::new(),
+            outstanding: false,
             segments: BTreeMap::new(),
             reasons: BTreeMap::new(),
             timeline: Timeline::new(1024),
@@ -150,31 +153,33 @@ impl PolicyState {
         if self.policy != Policy::Gpuless {
             return (self.policy.syncs(class), ev.bytes_down, class_name(class));
         }
-        match class {
-            SyncClass::DeviceToHostAsync => {
-                let slot = self.pending_down.entry(ev.stream).or_insert(0);
-                *slot = slot.saturating_add(ev.bytes_down);
-                (false, 0, String::new())
+        // What `gpuless run --remote` does (recorder/src/remote/session.rs): a call the server
+        // must run is sent (queued); a round trip happens only where the program needs a result.
+        let sent = !matches!(class, SyncClass::Local | SyncClass::DeviceQuery);
+        let completion = matches!(class, SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync)
+            || (class == SyncClass::StateQuery && !ev.answers);
+        if completion {
+            // Waits only when something was sent since the last answer; the answer brings
+            // every finished asynchronous download with it.
+            if !self.outstanding && self.pending_down.is_empty() {
+                return (false, 0, String::new());
             }
-            SyncClass::StreamSync => match self.pending_down.remove(&ev.stream) {
-                Some(d) => (true, d, "deferred-download".into()),
-                None => (false, 0, String::new()),
-            },
-            SyncClass::EventSync | SyncClass::CtxSync => {
-                if self.pending_down.is_empty() {
-                    (false, 0, String::new())
-                } else {
-                    let d = self.take_all_pending();
-                    (true, d, "deferred-download".into())
-                }
-            }
-            c if self.policy.syncs(c) => {
-                // A round trip also delivers every finished asynchronous download.
-                let d = self.take_all_pending().saturating_add(ev.bytes_down);
-                (true, d, class_name(c))
-            }
-            _ => (false, 0, String::new()),
+            self.outstanding = false;
+            let d = self.take_all_pending();
+            let why = if d > 0 { "deferred-download".into() } else { class_name(class) };
+            return (true, d, why);
         }
+        if class == SyncClass::DeviceToHost || class == SyncClass::StateQuery {
+            self.outstanding = false;
+            let d = self.take_all_pending().saturating_add(ev.bytes_down);
+            return (true, d, class_name(class));
+        }
+        if class == SyncClass::DeviceToHostAsync {
+            let slot = self.pending_down.entry(ev.stream).or_insert(0);
+            *slot = slot.saturating_add(ev.bytes_down);
+        }
+        self.outstanding |= sent;
+        (false, 0, String::new())
     }
 
     fn take_all_pending(&mut self) -> u64 {
@@ -193,12 +198,13 @@ impl PolicyState {
     }
 
     pub(crate) fn finish(mut self) -> SyncReport {
-        // Downloads still pending at the end are delivered by a final round trip.
-        if !self.pending_down.is_empty() {
+        // Downloads still pending at the end, and (`gpuless`) work sent since the last round
+        // trip, are delivered by a final one: the client's wait at exit.
+        if !self.pending_down.is_empty() || self.outstanding {
             let d = self.take_all_pending();
             let index = self.calls.saturating_sub(1);
             self.seg_calls = self.seg_calls.max(1);
-            self.sync_point(index, d, "deferred-download".into());
+            self.sync_point(index, d, if d > 0 { "deferred-download".into() } else { "exit".into() });
         }
         let tail = self.seg_calls;
         let s = self.syncs.max(1) as f64;

@@ -2,7 +2,7 @@ use super::*;
 use crate::api::SyncClass::*;
 
 fn ev(class: SyncClass, up: u64, down: u64, stream: Option<u64>) -> CallEvent {
-    CallEvent { class: Some(class), bytes_up: up, bytes_down: down, stream }
+    CallEvent { class: Some(class), bytes_up: up, bytes_down: down, stream, answers: false }
 }
 
 #[test]
@@ -30,14 +30,15 @@ fn policies_on_a_small_program() {
     // query, alloc, handle, D2H async, free, unmodeled
     assert_eq!(r[1].syncs, 6);
     assert_eq!(r[2].policy, "gpuless");
-    // query, stream sync delivering the download, unmodeled
+    // stream sync delivering the download, unmodeled, the wait at exit for the free
     assert_eq!(r[2].syncs, 3);
+    assert_eq!(r[2].reasons.get("exit"), Some(&1));
     assert_eq!(r[2].reasons.get("deferred-download"), Some(&1));
     assert_eq!(r[2].bytes_down, 1024);
     assert_eq!(r[2].max_bytes_down_per_sync, 1024);
     assert_eq!(r[2].max_bytes_up_per_sync, 4096);
     assert_eq!(r[2].segments.count, 3);
-    assert_eq!(r[2].segments.histogram, vec![(1, 1), (2, 1), (6, 1)]);
+    assert_eq!(r[2].segments.histogram, vec![(1, 1), (2, 1), (7, 1)]);
     assert!((r[2].sync_percent - 100.0 * 3.0 / 9.0).abs() < 1e-9);
 }
 
@@ -79,4 +80,28 @@ fn policy_names_round_trip() {
     for p in Policy::ALL {
         assert_eq!(Policy::from_name(p.name()), Some(p));
     }
+}
+
+#[test]
+fn gpuless_waits_only_with_work_outstanding_or_for_an_answer() {
+    let mut a = SyncAnalyzer::new(&[Policy::Gpuless]);
+    let timing = CallEvent { class: Some(StateQuery), answers: true, ..CallEvent::default() };
+    let calls = [
+        ev(CtxSync, 0, 0, None),       // nothing sent yet: answered locally
+        ev(DeviceQuery, 0, 0, None),   // local
+        ev(AddressLookup, 0, 0, None), // local answer, sent
+        ev(EventSync, 0, 0, None),     // waits: the lookup is outstanding
+        ev(StateQuery, 0, 0, Some(3)), // a stream query with nothing outstanding: local
+        timing,                        // an event timing: the server fills it
+        ev(StreamSync, 0, 0, Some(1)), // nothing since: local
+        ev(DeviceToHost, 0, 64, None), // waits
+    ];
+    for c in &calls {
+        a.push(c);
+    }
+    let r = a.finish();
+    assert_eq!(r[0].syncs, 3, "{:?}", r[0].reasons);
+    assert_eq!(r[0].reasons.get("EventSync"), Some(&1));
+    assert_eq!(r[0].reasons.get("StateQuery"), Some(&1));
+    assert_eq!(r[0].reasons.get("DeviceToHost"), Some(&1));
 }

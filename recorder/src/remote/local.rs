@@ -16,9 +16,9 @@ use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, HandleKind, SyncCla
 use gpuless_analyzer::occupancy;
 
 use super::{modules, session};
+use crate::arena;
 use crate::capture::{self, Prim};
 use crate::slots::Slot;
-use crate::arena;
 
 /// What a call needs after the client's part.
 pub(crate) enum Step {
@@ -90,7 +90,10 @@ fn unsupported(f: &ApiFunction, why: &str) -> Step {
     static SAID: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
     let mut g = SAID.lock().unwrap_or_else(|e| e.into_inner());
     if g.get_or_insert_with(HashSet::new).insert(f.name) {
-        eprintln!("gpuless: {} is not supported in client mode yet ({why}); it returns CUDA_ERROR_NOT_SUPPORTED", f.name);
+        eprintln!(
+            "gpuless: {} is not supported in client mode yet ({why}); it returns CUDA_ERROR_NOT_SUPPORTED",
+            f.name
+        );
     }
     Step::Done(NOT_SUPPORTED)
 }
@@ -119,9 +122,7 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
             SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync => {
                 // Only copies between device addresses are covered: a host side needs its bytes
                 // captured (or returned) by direction, which comes later.
-                if (f.name == "cuMemcpy" || f.name == "cuMemcpyAsync")
-                    && arena::contains(w(0))
-                    && arena::contains(w(1))
+                if (f.name == "cuMemcpy" || f.name == "cuMemcpyAsync") && arena::contains(w(0)) && arena::contains(w(1))
                 {
                     return Step::Done(0);
                 }

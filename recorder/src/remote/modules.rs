@@ -127,8 +127,15 @@ fn add_cubin(m: &mut Module, bytes: &[u8]) {
 fn add_ptx(m: &mut Module, text: &[u8]) {
     let text = String::from_utf8_lossy(text.split(|&b| b == 0).next().unwrap_or(&[]));
     for e in ptx::entries(&text) {
-        let kernel =
-            Kernel { name: e.name.clone(), params: e.params, registers: None, shared: 0, local: None, max_threads: None, sm: 0 };
+        let kernel = Kernel {
+            name: e.name.clone(),
+            params: e.params,
+            registers: None,
+            shared: 0,
+            local: None,
+            max_threads: None,
+            sm: 0,
+        };
         m.kernels.insert(e.name, Arc::new(kernel));
     }
 }
@@ -183,9 +190,9 @@ pub(crate) fn attribute(k: &Kernel, attr: u32) -> Option<i32> {
     match attr {
         // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: launch bounds and what registers allow.
         0 => Some(clamp(occupancy::max_threads_per_block(&facts(k)?, &limits()?).into())),
-        1 => Some(clamp(k.shared)),            // SHARED_SIZE_BYTES
-        3 => k.local.map(|l| clamp(l.into())), // LOCAL_SIZE_BYTES
-        4 => k.registers.map(|r| clamp(r.into())), // NUM_REGS
+        1 => Some(clamp(k.shared)),                   // SHARED_SIZE_BYTES
+        3 => k.local.map(|l| clamp(l.into())),        // LOCAL_SIZE_BYTES
+        4 => k.registers.map(|r| clamp(r.into())),    // NUM_REGS
         6 => (k.sm != 0).then(|| clamp(k.sm.into())), // BINARY_VERSION
         _ => None,
     }

@@ -110,7 +110,11 @@ fn init() -> u32 {
     drop(g);
     // SAFETY: registering a plain extern "C" function with the C library.
     unsafe { libc::atexit(at_exit) };
-    if DEVICE.get().is_some() { 0 } else { NO_DEVICE }
+    if DEVICE.get().is_some() {
+        0
+    } else {
+        NO_DEVICE
+    }
 }
 
 fn connect(endpoint: &str) -> Result<Session, String> {
@@ -215,7 +219,8 @@ pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
 
 /// The host buffer a device-to-host copy writes: its first `out hostbuf` argument.
 fn host_buffer(f: &ApiFunction, raw: &[u64]) -> Option<(u64, usize)> {
-    let (i, a) = f.args.iter().enumerate().find(|(_, a)| a.dir == Direction::Out && matches!(a.kind, ArgKind::HostBuf(_)))?;
+    let (i, a) =
+        f.args.iter().enumerate().find(|(_, a)| a.dir == Direction::Out && matches!(a.kind, ArgKind::HostBuf(_)))?;
     let ArgKind::HostBuf(len) = a.kind else { return None };
     let n = match len {
         gpuless_analyzer::api::BufLen::Arg(j) => raw.get(usize::from(j)).copied()?,
@@ -403,7 +408,10 @@ extern "C" fn at_exit() {
         match sess.send(true) {
             Ok(Some(a)) => {
                 for e in a.errors.iter().take(3) {
-                    eprintln!("gpuless: call #{} {} failed on the server: {} ({})", e.seq, e.function, e.message, e.code);
+                    eprintln!(
+                        "gpuless: call #{} {} failed on the server: {} ({})",
+                        e.seq, e.function, e.message, e.code
+                    );
                 }
             }
             Ok(None) => {}
@@ -460,7 +468,11 @@ pub(crate) unsafe fn proc_address(symbol: *const c_char, pfn: *mut *mut c_void, 
             let slots = hooks::slots_of_base(name);
             let per_thread = flags & PER_THREAD != 0;
             let pick = |pt: bool| {
-                slots.iter().copied().filter(|&i| HOOKS[i].variant.per_thread == pt).max_by_key(|&i| HOOKS[i].variant.version)
+                slots
+                    .iter()
+                    .copied()
+                    .filter(|&i| HOOKS[i].variant.per_thread == pt)
+                    .max_by_key(|&i| HOOKS[i].variant.version)
             };
             pick(per_thread).or_else(|| pick(false)).map(|i| HOOKS[i].hook.ptr())
         }
@@ -472,7 +484,11 @@ pub(crate) unsafe fn proc_address(symbol: *const c_char, pfn: *mut *mut c_void, 
             *status = if found.is_some() { 0 } else { 1 }; // CU_GET_PROC_ADDRESS_SUCCESS / _SYMBOL_NOT_FOUND
         }
     }
-    if found.is_some() { 0 } else { hooks::NOT_FOUND }
+    if found.is_some() {
+        0
+    } else {
+        hooks::NOT_FOUND
+    }
 }
 
 /// The records not answered locally so far (for tests and diagnostics).

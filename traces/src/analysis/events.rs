@@ -90,5 +90,13 @@ pub fn stream_of(r: &CallRecord) -> Option<u64> {
 /// The abstract event for one record.
 pub fn call_event(r: &CallRecord) -> CallEvent {
     let (bytes_up, bytes_down) = transfer_bytes(r);
-    CallEvent { class: r.function.api().map(|f| f.sync), bytes_up, bytes_down, stream: stream_of(r) }
+    let f = r.function.api();
+    CallEvent {
+        class: f.map(|f| f.sync),
+        bytes_up,
+        bytes_down,
+        stream: stream_of(r),
+        answers: f
+            .is_some_and(|f| f.sync == gpuless_analyzer::api::SyncClass::StateQuery && f.out_args().next().is_some()),
+    }
 }
