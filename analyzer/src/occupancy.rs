@@ -112,7 +112,7 @@ pub fn active_blocks(k: &KernelFacts, d: &DeviceLimits, block: u32, dynamic: u64
     let by_threads = u64::from(d.max_threads_per_sm / d.warp_size) / warps;
     let by_regs = warps_by_registers(k, d) / warps;
     let smem = smem_per_block(k, d, dynamic);
-    let by_smem = if smem == 0 { u64::MAX } else { d.smem_per_sm / smem };
+    let by_smem = d.smem_per_sm.checked_div(smem).unwrap_or(u64::MAX);
     let n = by_threads.min(by_regs).min(by_smem).min(u64::from(d.max_blocks_per_sm));
     u32::try_from(n).unwrap_or(u32::MAX)
 }
