@@ -76,3 +76,35 @@ PY
   row "export tables: torch.fft replayed (cuFFT takes its kernels through a table; found by name at recording)" \
     "${detail%%|*}" "${detail#*|} $(tail -n 1 "$out/torch_fft.replay.err" | cut -c1-300)"
 fi
+
+# Which tables can each library do without? (What client mode must implement.) Each table in
+# turn is refused (GPULESS_EXPORT_TABLES=deny:PREFIX: cuGetExportTable answers
+# CUDA_ERROR_NOT_SUPPORTED for it) while the program is recorded; its output is compared with
+# the native run's.
+deny_probe() { # name, command...
+  local name=$1; shift
+  local needs=() without=()
+  for t in d4082055 263e8860 6bd5fb6c a094798c c693336e 42d85a81 21318c60 69a28e9f 6e163fbe; do
+    HOT_ITERS=2 GPULESS_EXPORT_TABLES=deny:$t "${lim[@]}" "$gl" record -o "$out/deny-$name-$t.gl" -- "$@" \
+      >"$out/deny-$name-$t.out" 2>"$out/deny-$name-$t.err"; local rc=$?
+    local same=no
+    if [[ $name == torch_* ]]; then
+      python3 -c 'import json,sys; a,b=(json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:]); sys.exit(a["checksum"]!=b["checksum"])' \
+        "$out/$name.native.out" "$out/deny-$name-$t.out" 2>/dev/null && same=yes
+    else
+      cmp -s "$out/$name.native.out" "$out/deny-$name-$t.out" && same=yes
+    fi
+    local asked=no
+    grep -q "export table $t" "$out/deny-$name-$t.err" && asked=yes
+    if [[ $asked == no ]]; then :
+    elif [[ $rc == 0 && $same == yes ]]; then without+=("$t")
+    else needs+=("$t(rc=$rc: $(grep -v '^gpuless: export table' "$out/deny-$name-$t.err" | tail -n 1 | cut -c1-80))")
+    fi
+    rm -f "$out/deny-$name-$t.gl"
+  done
+  row "export tables: $name without each table it asks for" INFO "works without: ${without[*]:-none}; needs: ${needs[*]:-none}"
+}
+for p in streams cublas_batched; do
+  [[ -x $suite_bin/$p && -f $out/$p.native.out ]] && deny_probe "$p" "$suite_bin/$p"
+done
+[[ -f $out/torch_tiny.native.out ]] && deny_probe torch_tiny python3 "$wl/tiny.py"

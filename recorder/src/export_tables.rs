@@ -21,6 +21,39 @@ pub fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("GPULESS_EXPORT_TABLES").is_ok_and(|v| v == "count"))
 }
 
+/// `GPULESS_EXPORT_TABLES=deny:PREFIX[,PREFIX...]`: the tables whose UUID starts with one of
+/// these (hex) are refused with `CUDA_ERROR_NOT_SUPPORTED`, the driver not asked — to find out
+/// which tables a library cannot do without (what client mode must implement).
+fn denied_prefixes() -> &'static [String] {
+    static DENY: OnceLock<Vec<String>> = OnceLock::new();
+    DENY.get_or_init(|| {
+        std::env::var("GPULESS_EXPORT_TABLES")
+            .ok()
+            .and_then(|v| v.strip_prefix("deny:").map(|l| l.split(',').map(|p| p.trim().to_ascii_lowercase()).collect()))
+            .unwrap_or_default()
+    })
+}
+
+/// Whether this `cuGetExportTable` call asks for a table `GPULESS_EXPORT_TABLES=deny:...` refuses.
+///
+/// # Safety
+/// `raw` are the program's arguments to `cuGetExportTable`.
+pub unsafe fn denied(raw: &[u64]) -> bool {
+    let deny = denied_prefixes();
+    let Some(&id) = raw.get(1) else { return false };
+    if deny.is_empty() || id == 0 {
+        return false;
+    }
+    // SAFETY: the program's 16-byte UUID.
+    let uuid = unsafe { *(id as *const [u8; 16]) };
+    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let hit = deny.iter().any(|p| !p.is_empty() && hex.starts_with(p.as_str()));
+    if hit {
+        eprintln!("gpuless: export table {hex} refused (GPULESS_EXPORT_TABLES=deny)");
+    }
+    hit
+}
+
 const MAX_WORDS: usize = 64;
 /// UUID prefix of the table whose slots are never replaced.
 const INTEGRITY_CHECK: &str = "d4082055";

@@ -97,6 +97,10 @@ unsafe fn call_dyn(slot: usize, raw: &[u64], real: &mut dyn FnMut(*mut c_void) -
 /// # Safety
 /// As [`call`].
 unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane: &Lane) -> u32 {
+    // SAFETY: the program's arguments.
+    if s.export_table && unsafe { crate::export_tables::denied(raw) } {
+        return 801; // CUDA_ERROR_NOT_SUPPORTED
+    }
     let mirrored = hostview::active() && state::enabled();
     if mirrored && s.submits {
         hostview::before_submit(lane);
