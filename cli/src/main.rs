@@ -67,6 +67,13 @@ enum Command {
         /// is timed, so recording is slightly slower.
         #[arg(long)]
         self_time: bool,
+        /// Record while running remotely: the program's driver calls are executed by the
+        /// `gpuless serve` at ADDR (client mode, as `gpuless run --remote`) and recorded here.
+        #[arg(long, value_name = "ADDR")]
+        remote: Option<String>,
+        /// With --remote: the server's token (default: $GPULESS_TOKEN).
+        #[arg(long, requires = "remote")]
+        token: Option<String>,
         /// The program and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -273,8 +280,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             max_size,
             compress_threads,
             self_time,
+            remote,
+            token,
             command,
         } => {
+            if let Some(remote) = remote {
+                let args = run::RunArgs {
+                    remote,
+                    token,
+                    trace: Some(std::path::absolute(&output)?),
+                    capture_outputs,
+                    ..run::RunArgs::default()
+                };
+                return run::run(&args, &command);
+            }
             let opts =
                 record::RecordOptions { capture_outputs, code, arena, levels, max_size, compress_threads, self_time };
             record::run(&output, &opts, &command)
@@ -319,7 +338,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Run { remote, mig, token, best_effort, stats, json, command } => {
-            let args = run::RunArgs { remote, partition: mig, token, best_effort, stats, json };
+            let args =
+                run::RunArgs { remote, partition: mig, token, best_effort, stats, json, ..run::RunArgs::default() };
             run::run(&args, &command)
         }
         Command::Serve(args) => serve::run(&args),

@@ -15,7 +15,7 @@
 //! | `GPULESS_REMOTE_PARTITION` | `--mig` (a MIG profile, `sms:N`, `whole`); `whole` without it |
 //! | `GPULESS_REMOTE_PRIORITY` | `best-effort` with `--best-effort`, else absent (latency-critical) |
 //! | `GPULESS_REMOTE_STATS` | a file in the private directory: the library writes one JSON object there at exit |
-//! | `GPULESS_TRACE` | removed: no recording in client mode |
+//! | `GPULESS_TRACE` | removed (no recording), except for `gpuless record --remote`: the trace to write while running remotely |
 //!
 //! The statistics object has the fields `endpoint`, `session`, `executor_pid`, `device`,
 //! `calls`, `sent`, `local`, `round_trips`, `segments`, `bytes_up`, `bytes_down`, `blob_bytes`,
@@ -47,6 +47,10 @@ pub struct RunArgs {
     pub stats: bool,
     /// Print the session's statistics as one JSON line at exit.
     pub json: bool,
+    /// `gpuless record --remote`: also record the program's calls into this trace.
+    pub trace: Option<PathBuf>,
+    /// With a trace: store device-to-host results in full.
+    pub capture_outputs: bool,
 }
 
 /// A private directory under the system's temporary directory, removed when dropped.
@@ -124,6 +128,12 @@ pub fn run(args: &RunArgs, cmd: &[String]) -> anyhow::Result<ExitCode> {
         .env("GPULESS_REMOTE_PARTITION", args.partition.as_deref().unwrap_or("whole"))
         .env("GPULESS_REMOTE_STATS", &stats_path)
         .env_remove("GPULESS_TRACE");
+    if let Some(t) = &args.trace {
+        child.env("GPULESS_TRACE", t);
+        if args.capture_outputs {
+            child.env("GPULESS_CAPTURE_OUTPUTS", "1");
+        }
+    }
     if let Some(t) = &args.token {
         child.env("GPULESS_TOKEN", t);
     }

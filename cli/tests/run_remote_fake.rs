@@ -155,6 +155,28 @@ fn a_linked_program_runs_remotely_with_its_native_output_and_few_round_trips() {
         Some(n("waits")),
         "the policy's synchronizations, the client's waits: {policy} {stats}"
     );
+
+    // `gpuless record --remote`: the same output, and a trace with the calls a local recording has.
+    let remote_trace = dir.path().join("remote.gl");
+    let mut cmd = Command::new(GL);
+    cmd.args(["record", "--remote", &s.tcp, "-o"])
+        .arg(&remote_trace)
+        .args(["--", p, &ITERS.to_string()])
+        .env("GPULESS_RECORDER", common::recorder_lib())
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_PRELOAD");
+    let ran = run_within(cmd, dir.path(), Duration::from_secs(60));
+    assert_eq!(ran.code, Some(0), "record --remote failed; stderr:\n{}", ran.stderr);
+    assert_eq!(ran.stdout, a, "record --remote changed the program's output");
+    let calls = |t: &Path| -> Vec<(String, i32)> {
+        serve_harness::records(t)
+            .iter()
+            .filter(|r| !r.is_summary())
+            .flat_map(|r| std::iter::repeat_n((r.function.name().to_string(), r.status), r.repeat as usize + 1))
+            .collect()
+    };
+    let (local, remote) = (calls(&trace), calls(&remote_trace));
+    assert_eq!(remote, local, "the calls recorded remotely are the calls recorded locally");
 }
 
 #[test]

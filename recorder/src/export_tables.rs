@@ -29,7 +29,9 @@ fn denied_prefixes() -> &'static [String] {
     DENY.get_or_init(|| {
         std::env::var("GPULESS_EXPORT_TABLES")
             .ok()
-            .and_then(|v| v.strip_prefix("deny:").map(|l| l.split(',').map(|p| p.trim().to_ascii_lowercase()).collect()))
+            .and_then(|v| {
+                v.strip_prefix("deny:").map(|l| l.split(',').map(|p| p.trim().to_ascii_lowercase()).collect())
+            })
             .unwrap_or_default()
     })
 }

@@ -427,7 +427,11 @@ fn flush_all() {
 /// Stores a blob, returning its reference.
 pub fn blob(kind: BlobKind, data: &[u8]) -> Value {
     if crate::remote::active() {
-        return crate::remote::blob(kind, data);
+        let r = crate::remote::blob(kind, data);
+        if config().path.is_none() {
+            return r;
+        }
+        // `gpuless record --remote`: the trace keeps the bytes too (same hash).
     }
     if let Ok(s) = SINK.read() {
         match &*s {
@@ -528,7 +532,11 @@ pub fn open(driver_ready: bool) {
     let mut meta = base_meta();
     meta.cuda_version = CUDA_VERSION.load(Ordering::Relaxed);
     if driver_ready {
-        device_facts(&mut meta);
+        if crate::remote::active() {
+            crate::remote::describe(&mut meta);
+        } else {
+            device_facts(&mut meta);
+        }
         DEVICE_SM.store(meta.sm, Ordering::Relaxed);
         if !keep_all_code() {
             meta.extra.push(("code".into(), format!("sm_{} only", meta.sm)));

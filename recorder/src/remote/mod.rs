@@ -61,6 +61,18 @@ pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     unsafe { session::call(slot, s, raw) }
 }
 
+/// Fills a trace's device facts from the session's device description (`gpuless record
+/// --remote`).
+pub(crate) fn describe(meta: &mut gpuless_traces::TraceMeta) {
+    if let Some(d) = session::device() {
+        meta.gpu_name = d.name.clone();
+        meta.sm = d.sm();
+        meta.uuid = d.uuid.to_vec();
+        meta.driver_version = d.driver_version;
+        meta.extra.push(("recorded_through".into(), "gpuless serve session (client mode)".into()));
+    }
+}
+
 /// A blob captured from the program's memory (a host-to-device payload, a code image): kept
 /// for the session, which uploads it before the segment that refers to it (or only its hash
 /// when the server holds it).

@@ -184,21 +184,22 @@ pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         }
     }
     let send = must_send(f);
+    // `gpuless record --remote`: every call is recorded too, as a local recording would.
+    let tracing = state::enabled();
     // Inputs are read before the local part runs (it may write `inout` arguments).
-    // SAFETY (both captures): the program's arguments; outputs only after success.
-    let args = if send { unsafe { capture::inputs(f, raw) } } else { Vec::new() };
+    // SAFETY (all captures): the program's arguments; outputs only after success.
+    let args = if send || tracing { unsafe { capture::inputs(f, raw) } } else { Vec::new() };
+    let kept = if tracing { args.clone() } else { Vec::new() };
     // SAFETY: forwarded from the caller.
     let step = unsafe { local::run(s, raw) };
-    match step {
+    let (st, seq) = match step {
+        Step::Done(st) if !send || st != 0 => {
+            // Answered here; or refused here, as the driver would have refused it: nothing for
+            // the server to run.
+            LOCAL.fetch_add(u64::from(!send), Ordering::Relaxed);
+            (st, None)
+        }
         Step::Done(st) => {
-            if !send {
-                LOCAL.fetch_add(1, Ordering::Relaxed);
-                return st;
-            }
-            if st != 0 {
-                // The driver would have refused it too: nothing for the server to run.
-                return st;
-            }
             let results = unsafe { capture::outputs(f, raw, st) };
             let async_d2h = f.sync == SyncClass::DeviceToHostAsync;
             let target = if async_d2h { host_buffer(f, raw) } else { None };
@@ -206,15 +207,25 @@ pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         }
         Step::Wait => {
             // SAFETY: forwarded from the caller.
-            let st = unsafe { wait(slot, f, raw, args) };
+            let (st, seq) = unsafe { wait(slot, f, raw, args) };
             if let (Some(op), 0) = (s.arena, st) {
                 // Pending asynchronous frees are released at synchronizations.
                 // SAFETY: forwarded from the caller.
                 unsafe { arena::after(op, raw, s.per_thread, st) };
             }
-            st
+            (st, seq)
+        }
+    };
+    if tracing {
+        let results = unsafe { capture::outputs(f, raw, st) };
+        let mut rec = record(slot, f, seq.unwrap_or_else(state::next_seq), kept, results);
+        rec.status = st as i32;
+        state::emit(rec);
+        if s.waits || f.sync == SyncClass::DeviceToHost {
+            crate::lane::with(state::flush_thread);
         }
     }
+    st
 }
 
 /// The host buffer a device-to-host copy writes: its first `out hostbuf` argument.
@@ -246,12 +257,19 @@ fn record(slot: usize, f: &ApiFunction, seq: u64, args: Vec<Value>, results: Vec
     }
 }
 
-/// Queues a successful call's record; a full segment goes out without waiting.
-fn push(slot: usize, f: &ApiFunction, args: Vec<Value>, results: Vec<Value>, d2h: Option<(u64, usize)>) -> u32 {
+/// Queues a successful call's record (a full segment goes out without waiting); the status
+/// and the record's sequence number.
+fn push(
+    slot: usize,
+    f: &ApiFunction,
+    args: Vec<Value>,
+    results: Vec<Value>,
+    d2h: Option<(u64, usize)>,
+) -> (u32, Option<u64>) {
     let mut g = lock();
-    let Some(Ok(sess)) = g.as_mut() else { return NOT_INITIALIZED };
+    let Some(Ok(sess)) = g.as_mut() else { return (NOT_INITIALIZED, None) };
     if sess.failed.is_some() {
-        return LOST;
+        return (LOST, None);
     }
     let seq = state::next_seq();
     sess.pending.push(record(slot, f, seq, args, results));
@@ -261,42 +279,42 @@ fn push(slot: usize, f: &ApiFunction, args: Vec<Value>, results: Vec<Value>, d2h
     if sess.pending.len() >= SEGMENT_RECORDS {
         if let Err(e) = sess.send(false) {
             sess.fail(&e);
-            return LOST;
+            return (LOST, Some(seq));
         }
     }
-    0
+    (0, Some(seq))
 }
 
 /// A call that needs the server's result: sends everything queued with it and waits.
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> u32 {
+unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> (u32, Option<u64>) {
     let mut g = lock();
-    let Some(Ok(sess)) = g.as_mut() else { return NOT_INITIALIZED };
+    let Some(Ok(sess)) = g.as_mut() else { return (NOT_INITIALIZED, None) };
     if sess.failed.is_some() {
-        return LOST;
+        return (LOST, None);
     }
     let completion = matches!(f.sync, SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync)
         || (f.sync == SyncClass::StateQuery && f.args.iter().all(|a| a.dir != Direction::Out));
     if completion && !sess.outstanding && sess.pending.is_empty() {
         // Nothing was sent since the last answer: all of it has completed.
         LOCAL.fetch_add(1, Ordering::Relaxed);
-        return 0;
+        return (0, None);
     }
     let seq = state::next_seq();
     sess.pending.push(record(slot, f, seq, args, Vec::new()));
     sess.waits += 1;
     let answer = match sess.send(true) {
         Ok(Some(a)) => a,
-        Ok(None) => return LOST,
+        Ok(None) => return (LOST, Some(seq)),
         Err(e) => {
             sess.fail(&e);
-            return LOST;
+            return (LOST, Some(seq));
         }
     };
     // SAFETY: forwarded from the caller (the program's buffers and out-pointers).
-    unsafe { sess.apply(seq, f, raw, answer) }
+    (unsafe { sess.apply(seq, f, raw, answer) }, Some(seq))
 }
 
 impl Session {
