@@ -56,6 +56,34 @@ if ! unshare -m true 2>/dev/null; then
 else
   run_one driver_api "$sb/driver_api" "$sb/driver_kernels.cubin"
 fi
+# Hot loop timing: native and remote runs of driver_loop interleaved (two each), per-iteration
+# median; with the flusher (segments sent while the program issues more) and without it.
+if [ -x "$sb/driver_loop" ] && unshare -m true 2>/dev/null; then
+  it=${CLIENT_LOOP_ITERS:-300}
+  loop_cmd=("$sb/driver_loop" "$sb/driver_kernels.cubin" "$it" 64)
+  med() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["median_us"])' "$1" 2>/dev/null || echo 0; }
+  nat=(); rem=(); nof=(); same=yes
+  for round in 1 2; do
+    "${loop_cmd[@]}" >"$out/loop.native.txt" 2>"$out/loop.native.err"; nat+=("$(med "$out/loop.native.err")")
+    hidden "$gl" run --remote "$addr" --json -- "${loop_cmd[@]}" >"$out/loop.remote.txt" 2>"$out/loop.remote.err"
+    rem+=("$(grep -m1 median_us "$out/loop.remote.err" > "$out/loop.r.json"; med "$out/loop.r.json")")
+    cmp -s "$out/loop.native.txt" "$out/loop.remote.txt" || same=no
+    GPULESS_REMOTE_FLUSH_US=0 hidden "$gl" run --remote "$addr" -- "${loop_cmd[@]}" >"$out/loop.noflush.txt" 2>"$out/loop.noflush.err"
+    nof+=("$(grep -m1 median_us "$out/loop.noflush.err" > "$out/loop.n.json"; med "$out/loop.n.json")")
+    cmp -s "$out/loop.native.txt" "$out/loop.noflush.txt" || same=no
+  done
+  stats=$(grep -m1 '"round_trips"' "$out/loop.remote.err")
+  verdict=$(python3 - "${nat[*]}" "${rem[*]}" "${nof[*]}" "$same" <<'PY'
+import sys, statistics
+nat, rem, nof = ([float(x) for x in a.split()] for a in sys.argv[1:4])
+same = sys.argv[4]
+n, r, f = statistics.median(nat), statistics.median(rem), statistics.median(nof)
+ok = same == "yes" and n > 0 and r > 0
+print(("PASS" if ok else "FAIL") + f"|native {', '.join(f'{x:.1f}' for x in nat)} us; remote {', '.join(f'{x:.1f}' for x in rem)} us (x{r/n:.3f} of native, +{r-n:.1f} us); without the flusher {', '.join(f'{x:.1f}' for x in nof)} us (x{f/n:.3f}); outputs identical: {same}")
+PY
+  )
+  echo "row|client: driver_loop hot iteration (16 KB up, 64 launches, 16 KB down) remote vs native, median|${verdict%%|*}|${verdict#*|}; last stats $stats"
+fi
 # A server that cannot be reached: the program sees no device, one gpuless: line says why.
 hidden "$gl" run --remote 127.0.0.1:1 -- "$sb/driver_api" "$sb/driver_kernels.cubin" >/dev/null 2>"$out/unreachable.err"
 rc=$?

@@ -177,6 +177,9 @@ fn a_linked_program_runs_remotely_with_its_native_output_and_few_round_trips() {
     };
     let (local, remote) = (calls(&trace), calls(&remote_trace));
     assert_eq!(remote, local, "the calls recorded remotely are the calls recorded locally");
+    let an = Command::new(GL).args(["analyze", "--json"]).arg(&remote_trace).output().unwrap();
+    let meta: serde_json::Value = serde_json::from_slice(&an.stdout).unwrap();
+    assert_eq!(meta["meta"]["gpu_name"], "Fake GPU", "the session's device describes the trace: {}", meta["meta"]);
 }
 
 #[test]

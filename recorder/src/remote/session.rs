@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use gpuless_analyzer::api::{ApiFunction, ApiLevel, ArgKind, Direction, SyncClass};
@@ -67,6 +67,8 @@ struct Session {
     outstanding: bool,
     /// Why the session ended early; every later call fails with `LOST`.
     failed: Option<String>,
+    /// Closed at exit: later calls (destructors after `atexit`) are answered locally.
+    closed: bool,
     sent: u64,
     waits: u64,
 }
@@ -75,6 +77,12 @@ struct Session {
 static SESSION: Mutex<Option<Result<Session, u32>>> = Mutex::new(None);
 /// The device description, readable without the session's lock.
 static DEVICE: OnceLock<DeviceDescription> = OnceLock::new();
+/// Wakes the flusher when a segment gets its first record.
+static FLUSH: Condvar = Condvar::new();
+
+/// Environment: microseconds a new segment waits before the flusher sends it without an
+/// answer (default 100; 0: segments go out only at waits and when full).
+const ENV_FLUSH_US: &str = "GPULESS_REMOTE_FLUSH_US";
 
 /// The session's device, once connected.
 pub(crate) fn device() -> Option<&'static DeviceDescription> {
@@ -110,11 +118,18 @@ fn init() -> u32 {
     drop(g);
     // SAFETY: registering a plain extern "C" function with the C library.
     unsafe { libc::atexit(at_exit) };
-    if DEVICE.get().is_some() {
-        0
-    } else {
-        NO_DEVICE
+    if DEVICE.get().is_none() {
+        return NO_DEVICE;
     }
+    let us = std::env::var(ENV_FLUSH_US).ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(100);
+    if us > 0 {
+        let _ = std::thread::Builder::new().name("gpuless-flush".into()).spawn(move || flusher(Duration::from_micros(us)));
+    }
+    if state::enabled() {
+        // `gpuless record --remote`: the trace opens now, described by the session's device.
+        state::open(true);
+    }
+    0
 }
 
 fn connect(endpoint: &str) -> Result<Session, String> {
@@ -152,9 +167,37 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         d2h: HashMap::new(),
         outstanding: false,
         failed: None,
+        closed: false,
         sent: 0,
         waits: 0,
     })
+}
+
+/// Sends a segment without waiting once it has gathered records for `after`: the server starts
+/// on the program's work while the program goes on issuing more (pipelining the CPU work of
+/// the program with the GPU work of the server).
+fn flusher(after: Duration) {
+    let mut g = lock();
+    loop {
+        let idle = |s: &mut Option<Result<Session, u32>>| match s {
+            Some(Ok(sess)) => sess.pending.is_empty() && sess.failed.is_none() && !sess.closed,
+            _ => false,
+        };
+        g = FLUSH.wait_while(g, idle).unwrap_or_else(|e| e.into_inner());
+        drop(g);
+        std::thread::sleep(after);
+        g = lock();
+        match g.as_mut() {
+            Some(Ok(sess)) if sess.failed.is_none() && !sess.closed => {
+                if !sess.pending.is_empty() {
+                    if let Err(e) = sess.send(false) {
+                        sess.fail(&e);
+                    }
+                }
+            }
+            _ => return,
+        }
+    }
 }
 
 /// Whether the server must execute calls of `f`: driver calls other than the ones a client
@@ -268,11 +311,17 @@ fn push(
 ) -> (u32, Option<u64>) {
     let mut g = lock();
     let Some(Ok(sess)) = g.as_mut() else { return (NOT_INITIALIZED, None) };
+    if sess.closed {
+        return (0, None);
+    }
     if sess.failed.is_some() {
         return (LOST, None);
     }
     let seq = state::next_seq();
     sess.pending.push(record(slot, f, seq, args, results));
+    if sess.pending.len() == 1 {
+        FLUSH.notify_one();
+    }
     if let Some(t) = d2h {
         sess.d2h.insert(seq, t);
     }
@@ -292,6 +341,9 @@ fn push(
 unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> (u32, Option<u64>) {
     let mut g = lock();
     let Some(Ok(sess)) = g.as_mut() else { return (NOT_INITIALIZED, None) };
+    if sess.closed {
+        return (0, None);
+    }
     if sess.failed.is_some() {
         return (LOST, None);
     }
@@ -441,6 +493,8 @@ extern "C" fn at_exit() {
             eprintln!("gpuless: closing the session: {e}");
         }
     }
+    sess.closed = true;
+    FLUSH.notify_all();
     write_stats(sess);
 }
 

@@ -58,6 +58,7 @@ build() { # output, nvcc arguments...
 "$NVCC" ${flags[@]+"${flags[@]}"} -O2 -std=c++17 -cubin -arch=sm_90 "$here/driver_kernels.cu" -o "$out/driver_kernels.cubin" \
   || failed+=(driver_kernels.cubin)
 build driver_api -O2 -std=c++17 -x c++ -cudart none "$here/driver_api.cu" -lcuda
+build driver_loop -O2 -std=c++17 -x c++ -cudart none "$here/driver_loop.cu" -lcuda
 build cublas_batched "${common[@]}" -cudart shared "$here/cublas_batched.cu" -lcublas
 build streams "${common[@]}" -cudart shared "$here/streams.cu"
 build streams_static "${common[@]}" -cudart static "$here/streams.cu"
