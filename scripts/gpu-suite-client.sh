@@ -72,6 +72,11 @@ if [ -x "$sb/driver_loop" ] && unshare -m true 2>/dev/null; then
     nof+=("$(grep -m1 median_us "$out/loop.noflush.err" > "$out/loop.n.json"; med "$out/loop.n.json")")
     cmp -s "$out/loop.native.txt" "$out/loop.noflush.txt" || same=no
   done
+  for b in 8 16 32; do  # pipelined segments of B records (GPULESS_REMOTE_BATCH), informative
+    GPULESS_REMOTE_BATCH=$b hidden "$gl" run --remote "$addr" -- "${loop_cmd[@]}" >"$out/loop.b$b.txt" 2>"$out/loop.b$b.err"
+    grep -m1 median_us "$out/loop.b$b.err" > "$out/loop.b$b.json"
+    echo "row|client: driver_loop with segments of $b records (GPULESS_REMOTE_BATCH)|INFO|median $(med "$out/loop.b$b.json") us per iteration (native ${nat[*]} us); output identical: $(cmp -s "$out/loop.native.txt" "$out/loop.b$b.txt" && echo yes || echo no)"
+  done
   stats=$(grep -m1 '"round_trips"' "$out/loop.remote.err")
   verdict=$(python3 - "${nat[*]}" "${rem[*]}" "${nof[*]}" "$same" <<'PY'
 import sys, statistics

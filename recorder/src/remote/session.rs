@@ -4,7 +4,8 @@
 //! Records are numbered under the session's lock, so the segment holds them in call order
 //! across the program's threads. A call that needs a result sends the segment with
 //! `WANT_ANSWER` and waits; everything else is queued and travels with the next segment (a
-//! segment also goes out, without waiting, when it reaches [`SEGMENT_RECORDS`] records).
+//! segment also goes out, without waiting, when it reaches [`batch`] records, or when the
+//! flusher finds it waiting).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -25,6 +26,16 @@ use crate::{arena, capture, state};
 
 /// A segment goes out (without waiting) when it holds this many records.
 const SEGMENT_RECORDS: usize = 4096;
+/// Environment: records after which a segment goes out without waiting (default 4096).
+const ENV_BATCH: &str = "GPULESS_REMOTE_BATCH";
+
+/// How many records a segment gathers before it goes out without waiting.
+fn batch() -> usize {
+    static B: OnceLock<usize> = OnceLock::new();
+    *B.get_or_init(|| {
+        std::env::var(ENV_BATCH).ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&b| b > 0).unwrap_or(SEGMENT_RECORDS)
+    })
+}
 /// Blobs up to this size are sent with the segment that uses them; larger ones are asked for
 /// first (one query for all of a segment's), and sent only when the server lacks them.
 const SMALL_BLOB: usize = 64 << 10;
@@ -325,7 +336,7 @@ fn push(
     if let Some(t) = d2h {
         sess.d2h.insert(seq, t);
     }
-    if sess.pending.len() >= SEGMENT_RECORDS {
+    if sess.pending.len() >= batch() {
         if let Err(e) = sess.send(false) {
             sess.fail(&e);
             return (LOST, Some(seq));
