@@ -29,10 +29,24 @@ pub const COMPRESS_ABOVE: usize = 16 << 10;
 /// Largest call batch a compressed segment may expand to.
 pub const MAX_BATCH: usize = 256 << 20;
 
+thread_local! {
+    /// One compression and one decompression context per thread: making a zstd context costs
+    /// more than compressing a hot segment of a few hundred records.
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+}
+
 /// A call batch as it goes on the wire: (frame flags besides `WANT_ANSWER`, payload).
 pub fn wire(batch: Vec<u8>) -> (u16, Vec<u8>) {
     if batch.len() > COMPRESS_ABOVE {
-        if let Ok(z) = zstd::bulk::compress(&batch, 1) {
+        let z = COMPRESSOR.with(|c| {
+            let mut c = c.try_borrow_mut().ok()?;
+            if c.is_none() {
+                *c = zstd::bulk::Compressor::new(1).ok();
+            }
+            c.as_mut()?.compress(&batch).ok()
+        });
+        if let Some(z) = z {
             if z.len() < batch.len() {
                 return (ZSTD, z);
             }
@@ -47,8 +61,24 @@ pub fn unwire(flags: u16, payload: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, 
     if flags & ZSTD == 0 {
         return Ok(std::borrow::Cow::Borrowed(payload));
     }
-    zstd::bulk::decompress(payload, MAX_BATCH)
-        .map(std::borrow::Cow::Owned)
+    let out = DECOMPRESSOR.with(|d| {
+        let mut d = d.try_borrow_mut().map_err(|e| std::io::Error::other(e.to_string()))?;
+        if d.is_none() {
+            *d = Some(zstd::bulk::Decompressor::new()?);
+        }
+        // The frame says its size (zstd's bulk compressor writes it): allocate that, not the
+        // bound, so a small segment does not map and unmap 256 MiB.
+        let size = match zstd::zstd_safe::get_frame_content_size(payload) {
+            Ok(Some(n)) if n <= MAX_BATCH as u64 => n as usize,
+            Ok(Some(_)) => return Err(std::io::Error::other("larger than the bound")),
+            _ => MAX_BATCH,
+        };
+        match d.as_mut() {
+            Some(d) => d.decompress(payload, size),
+            None => Err(std::io::Error::other("no zstd context")),
+        }
+    });
+    out.map(std::borrow::Cow::Owned)
         .map_err(|e| format!("compressed segment does not expand within {MAX_BATCH} bytes: {e}"))
 }
 
