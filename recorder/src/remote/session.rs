@@ -33,7 +33,11 @@ const ENV_BATCH: &str = "GPULESS_REMOTE_BATCH";
 fn batch() -> usize {
     static B: OnceLock<usize> = OnceLock::new();
     *B.get_or_init(|| {
-        std::env::var(ENV_BATCH).ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&b| b > 0).unwrap_or(SEGMENT_RECORDS)
+        std::env::var(ENV_BATCH)
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&b| b > 0)
+            .unwrap_or(SEGMENT_RECORDS)
     })
 }
 /// Blobs up to this size are sent with the segment that uses them; larger ones are asked for
@@ -134,7 +138,8 @@ fn init() -> u32 {
     }
     let us = std::env::var(ENV_FLUSH_US).ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(100);
     if us > 0 {
-        let _ = std::thread::Builder::new().name("gpuless-flush".into()).spawn(move || flusher(Duration::from_micros(us)));
+        let _ =
+            std::thread::Builder::new().name("gpuless-flush".into()).spawn(move || flusher(Duration::from_micros(us)));
     }
     if state::enabled() {
         // `gpuless record --remote`: the trace opens now, described by the session's device.
