@@ -89,6 +89,15 @@ PY
   )
   echo "row|client: driver_loop hot iteration (16 KB up, 64 launches, 16 KB down) remote vs native, median|${verdict%%|*}|${verdict#*|}; last stats $stats"
 fi
+# A CUDA-runtime program: cudart needs the driver's private export tables, which client mode
+# does not provide yet; the program must fail with a line naming what is missing.
+if [ -x "$sb/streams" ] && unshare -m true 2>/dev/null; then
+  hidden "$gl" run --remote "$addr" -- "$sb/streams" >"$out/streams.remote.txt" 2>"$out/streams.remote.err"
+  rc=$?
+  v=FAIL
+  [ $rc -ne 0 ] && grep -q "cuGetExportTable is not supported in client mode" "$out/streams.remote.err" && v=PASS
+  echo "row|client: a CUDA-runtime program (streams) fails with a line naming what client mode lacks|$v|rc=$rc; $(head -c 400 "$out/streams.remote.err" | tr '\n' ' ')"
+fi
 # A server that cannot be reached: the program sees no device, one gpuless: line says why.
 hidden "$gl" run --remote 127.0.0.1:1 -- "$sb/driver_api" "$sb/driver_kernels.cubin" >/dev/null 2>"$out/unreachable.err"
 rc=$?
