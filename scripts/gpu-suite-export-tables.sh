@@ -104,7 +104,10 @@ deny_probe() { # name, command...
   done
   row "export tables: $name without each table it asks for" INFO "works without: ${without[*]:-none}; needs: ${needs[*]:-none}"
 }
-for p in streams cublas_batched; do
-  [[ -x $suite_bin/$p && -f $out/$p.native.out ]] && deny_probe "$p" "$suite_bin/$p"
-done
-[[ -f $out/torch_tiny.native.out ]] && deny_probe torch_tiny python3 "$wl/tiny.py"
+# About two minutes: only with EXPORT_DENY_PROBE=1 (measured 2026-11-24, docs/BENCHMARKS.md).
+if [[ ${EXPORT_DENY_PROBE:-0} == 1 ]]; then
+  for p in streams cublas_batched; do
+    [[ -x $suite_bin/$p && -f $out/$p.native.out ]] && deny_probe "$p" "$suite_bin/$p"
+  done
+  [[ -f $out/torch_tiny.native.out ]] && deny_probe torch_tiny python3 "$wl/tiny.py"
+fi
