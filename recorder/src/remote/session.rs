@@ -229,11 +229,15 @@ fn must_send(f: &ApiFunction) -> bool {
 pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     let f = s.func;
     CALLS.fetch_add(1, Ordering::Relaxed);
-    if s.init {
+    // cuInit connects; so does cuDriverGetVersion, which the driver answers before cuInit
+    // (cudart asks it first, and takes a failure for a driver too old for it).
+    if s.init || f.name == "cuDriverGetVersion" {
         let st = init();
         if st != 0 {
             return st;
         }
+    } else if f.sync == SyncClass::Local && f.name.starts_with("cuGetError") {
+        // Error strings need no session.
     } else {
         match &*lock() {
             None => return NOT_INITIALIZED,
