@@ -19,7 +19,8 @@
 //!
 //! The statistics object has the fields `endpoint`, `session`, `executor_pid`, `device`,
 //! `calls`, `sent`, `local`, `round_trips`, `segments`, `bytes_up`, `bytes_down`, `blob_bytes`,
-//! `blob_hits`, `blob_misses`, `waits` and `failed` (why the session failed, or null). This
+//! `blob_hits`, `blob_misses`, `waits`, `server_exec_us` (the executor's time executing the
+//! session's records, from its answers) and `failed` (why the session failed, or null). This
 //! command prints them to stderr (`--stats` in words, `--json` as one line; stdout is the
 //! program's), says when the session failed, and exits with the program's own status.
 
@@ -203,6 +204,7 @@ fn summary(v: &Value) -> Vec<String> {
         format!("device {}", text("device")),
         format!("calls {}: sent {}, answered locally {}", show("calls"), show("sent"), show("local")),
         format!("round trips {}{share}, waits {}, segments {}", show("round_trips"), show("waits"), show("segments")),
+        format!("server execution {} us", show("server_exec_us")),
         format!("bytes up {}, down {}", show("bytes_up"), show("bytes_down")),
         format!("blob bytes {}, hits {}, misses {}", show("blob_bytes"), show("blob_hits"), show("blob_misses")),
         format!("failed: {}", failure(v).unwrap_or_else(|| "no".into())),
@@ -229,13 +231,14 @@ mod tests {
             "endpoint": "unix:/s", "session": 4, "executor_pid": 99, "device": "Fake GPU",
             "calls": 40, "sent": 25, "local": 15, "round_trips": 9, "segments": 9, "bytes_up": 1000,
             "bytes_down": 3000, "blob_bytes": 1024, "blob_hits": 0, "blob_misses": 1, "waits": 8,
-            "failed": null
+            "server_exec_us": 1234, "failed": null
         });
         let s = summary(&v);
         assert_eq!(s[0], "session 4 at unix:/s, executor pid 99");
         assert_eq!(s[2], "calls 40: sent 25, answered locally 15");
         assert_eq!(s[3], "round trips 9 (22.5% of calls), waits 8, segments 9");
-        assert_eq!(s[6], "failed: no");
+        assert_eq!(s[4], "server execution 1234 us");
+        assert_eq!(s[7], "failed: no");
         let f = serde_json::json!({"calls": 0, "failed": "connection refused"});
         assert_eq!(failure(&f).as_deref(), Some("connection refused"));
         assert_eq!(summary(&f)[3], "round trips ?, waits ?, segments ?");

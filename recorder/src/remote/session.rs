@@ -86,6 +86,8 @@ struct Session {
     closed: bool,
     sent: u64,
     waits: u64,
+    /// Microseconds the executor spent executing this session's segments (from the answers).
+    server_exec_us: u64,
 }
 
 /// `None` before `cuInit`; `Some(Err(code))` when it failed.
@@ -186,6 +188,7 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         closed: false,
         sent: 0,
         waits: 0,
+        server_exec_us: 0,
     })
 }
 
@@ -418,6 +421,7 @@ impl Session {
         }
         let a = conn.answer().map_err(|e| e.to_string())?;
         self.outstanding = false;
+        self.server_exec_us += a.exec_us;
         Ok(Some(a))
     }
 
@@ -537,6 +541,7 @@ fn write_stats(sess: &Session) {
         "blob_hits": t.blob_hits,
         "blob_misses": t.blob_misses,
         "waits": sess.waits,
+        "server_exec_us": sess.server_exec_us,
         "failed": sess.failed,
     });
     let _ = std::fs::write(path, format!("{j}\n"));
