@@ -7,6 +7,12 @@
 //! Exit codes: 0 success, 2 bad input or failure (the message names the file and offset, or the
 //! call), 3 verification mismatch.
 
+/// The server's executors decode and drop segments of records all the time, and replay and
+/// analysis allocate per record: mimalloc keeps freed memory for reuse where the C library's
+/// allocator gave pages back and faulted them in again.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod analyze_binary;
 mod analyze_trace;
 mod devices;
