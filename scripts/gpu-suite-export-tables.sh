@@ -23,18 +23,22 @@ shared=${GPULESS_WORKLOADS:-$root/../shared/workloads}
 [[ -d $shared ]] || shared=$root/.device/workloads
 row() { echo "SUITE-ROW $1|$2|$3"; }
 
+same_output() { # name, output file: whether it matches the native run's (torch: its checksum)
+  if [[ $1 == torch_* ]]; then
+    python3 -c 'import json,sys; a,b=(json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:]); sys.exit(a["checksum"]!=b["checksum"])' \
+      "$out/$1.native.out" "$2" 2>/dev/null
+  else
+    cmp -s "$out/$1.native.out" "$2"
+  fi
+}
+
 check() { # name, command...
   local name=$1; shift
   HOT_ITERS=2 "${lim[@]}" "$@" >"$out/$name.native.out" 2>"$out/$name.native.err"; local rc_n=$?
   HOT_ITERS=2 GPULESS_EXPORT_TABLES=count "${lim[@]}" "$gl" record -o "$out/$name.gl" -- "$@" \
     >"$out/$name.rec.out" 2>"$out/$name.rec.err"; local rc_r=$?
   local same=no
-  if [[ $name == torch_* ]]; then
-    python3 -c 'import json,sys; a,b=(json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:]); sys.exit(a["checksum"]!=b["checksum"])' \
-      "$out/$name.native.out" "$out/$name.rec.out" 2>/dev/null && same=yes
-  else
-    cmp -s "$out/$name.native.out" "$out/$name.rec.out" && same=yes
-  fi
+  same_output "$name" "$out/$name.rec.out" && same=yes
   if [[ $rc_n == 0 && $rc_r == 0 && $same == yes ]]; then
     row "export tables: $name recorded with every table slot counted, output identical" PASS "$(tail -n 1 "$out/$name.rec.out" | cut -c1-120)"
   else
@@ -88,12 +92,7 @@ deny_probe() { # name, command...
     HOT_ITERS=2 GPULESS_EXPORT_TABLES=deny:$t "${lim[@]}" "$gl" record -o "$out/deny-$name-$t.gl" -- "$@" \
       >"$out/deny-$name-$t.out" 2>"$out/deny-$name-$t.err"; local rc=$?
     local same=no
-    if [[ $name == torch_* ]]; then
-      python3 -c 'import json,sys; a,b=(json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:]); sys.exit(a["checksum"]!=b["checksum"])' \
-        "$out/$name.native.out" "$out/deny-$name-$t.out" 2>/dev/null && same=yes
-    else
-      cmp -s "$out/$name.native.out" "$out/deny-$name-$t.out" && same=yes
-    fi
+    same_output "$name" "$out/deny-$name-$t.out" && same=yes
     local asked=no
     grep -q "export table $t" "$out/deny-$name-$t.err" && asked=yes
     if [[ $asked == no ]]; then :

@@ -20,7 +20,9 @@
 //! The statistics object has the fields `endpoint`, `session`, `executor_pid`, `device`,
 //! `calls`, `sent`, `local`, `round_trips`, `segments`, `bytes_up`, `bytes_down`, `blob_bytes`,
 //! `blob_hits`, `blob_misses`, `waits`, `server_exec_us` (the executor's time executing the
-//! session's records, from its answers) and `failed` (why the session failed, or null). This
+//! session's records, from its answers), `failed` (why the session failed, or null) and
+//! `failure_said` (the library already said so on stderr; this command does not repeat it). A
+//! session that could not connect leaves `endpoint`, `calls`, `failed` and `failure_said`. This
 //! command prints them to stderr (`--stats` in words, `--json` as one line; stdout is the
 //! program's), says when the session failed, and exits with the program's own status.
 
@@ -175,7 +177,9 @@ fn report(v: &Value, args: &RunArgs) {
             eprintln!("gpuless: {line}");
         }
     }
-    if let Some(why) = failure(v) {
+    // Said once: the library prints a failure when it happens (`failure_said`).
+    let said = v.get("failure_said").and_then(Value::as_bool).unwrap_or(false);
+    if let (Some(why), false) = (failure(v), said) {
         let at = v.get("endpoint").and_then(Value::as_str).unwrap_or(&args.remote);
         eprintln!("gpuless: the session at {at} failed: {why}");
     }

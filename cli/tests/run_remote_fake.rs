@@ -230,11 +230,9 @@ fn nothing_listening_fails_fast_and_names_the_endpoint() {
     assert!(ran.took < Duration::from_secs(10), "took {:?}; stderr:\n{}", ran.took, ran.stderr);
     // A failure the program sees (a call's error: remote.c exits with 1), not a crash (128 + N).
     assert!(ran.code.is_some_and(|c| c != 0 && c < 128), "exit {:?}; stderr:\n{}", ran.code, ran.stderr);
-    assert!(
-        ran.stderr.lines().any(|l| l.starts_with("gpuless:") && l.contains("127.0.0.1:1")),
-        "no `gpuless:` line naming the endpoint in:\n{}",
-        ran.stderr
-    );
+    let said: Vec<&str> = ran.stderr.lines().filter(|l| l.starts_with("gpuless:")).collect();
+    assert_eq!(said.len(), 1, "one `gpuless:` line says why:\n{}", ran.stderr);
+    assert!(said[0].contains("127.0.0.1:1") && said[0].contains("no CUDA device"), "{}", ran.stderr);
 }
 
 #[test]
@@ -330,4 +328,12 @@ fn statistics_in_words_and_as_one_json_line_and_signals_as_128_plus_n() {
     );
     assert_eq!(ran.code, Some(128 + 15), "{}", ran.stderr);
     assert_eq!(ran.stderr.trim(), "gpuless: the session at h:1 failed: connection refused");
+    // A failure the library already said is not said again.
+    let said = r#"{"endpoint":"h:1","calls":1,"failed":"connection refused","failure_said":true}"#;
+    let ran = shell_run(
+        dir.path(),
+        &["--remote", "h:1"],
+        &format!("printf '%s' '{said}' > \"$GPULESS_REMOTE_STATS\"; exit 1"),
+    );
+    assert_eq!((ran.code, ran.stderr.trim()), (Some(1), ""), "{}", ran.stderr);
 }

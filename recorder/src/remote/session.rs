@@ -94,6 +94,8 @@ struct Session {
 static SESSION: Mutex<Option<Result<Session, u32>>> = Mutex::new(None);
 /// The device description, readable without the session's lock.
 static DEVICE: OnceLock<DeviceDescription> = OnceLock::new();
+/// The endpoint and why `cuInit` could not connect (for the statistics at exit).
+static UNREACHED: OnceLock<(String, String)> = OnceLock::new();
 /// Wakes the flusher when a segment gets its first record.
 static FLUSH: Condvar = Condvar::new();
 
@@ -129,6 +131,7 @@ fn init() -> u32 {
         Ok(s) => Ok(s),
         Err(why) => {
             eprintln!("gpuless: cannot use the GPU server at {endpoint}: {why}; the program sees no CUDA device");
+            let _ = UNREACHED.set((endpoint.clone(), why));
             Err(NO_DEVICE)
         }
     });
@@ -323,6 +326,17 @@ fn record(slot: usize, f: &ApiFunction, seq: u64, args: Vec<Value>, results: Vec
     }
 }
 
+/// The running session, or the status a call gets without one: `NOT_INITIALIZED` before
+/// `cuInit`, `LOST` after a failure, success (nothing to do) once closed at exit.
+fn open_session<'a>(g: &'a mut MutexGuard<'static, Option<Result<Session, u32>>>) -> Result<&'a mut Session, u32> {
+    match g.as_mut() {
+        Some(Ok(sess)) if sess.closed => Err(0),
+        Some(Ok(sess)) if sess.failed.is_some() => Err(LOST),
+        Some(Ok(sess)) => Ok(sess),
+        _ => Err(NOT_INITIALIZED),
+    }
+}
+
 /// Queues a successful call's record (a full segment goes out without waiting); the status
 /// and the record's sequence number.
 fn push(
@@ -333,13 +347,10 @@ fn push(
     d2h: Option<(u64, usize)>,
 ) -> (u32, Option<u64>) {
     let mut g = lock();
-    let Some(Ok(sess)) = g.as_mut() else { return (NOT_INITIALIZED, None) };
-    if sess.closed {
-        return (0, None);
-    }
-    if sess.failed.is_some() {
-        return (LOST, None);
-    }
+    let sess = match open_session(&mut g) {
+        Ok(sess) => sess,
+        Err(st) => return (st, None),
+    };
     let seq = state::next_seq();
     sess.pending.push(record(slot, f, seq, args, results));
     if sess.pending.len() == 1 {
@@ -363,13 +374,10 @@ fn push(
 /// As [`call`].
 unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> (u32, Option<u64>) {
     let mut g = lock();
-    let Some(Ok(sess)) = g.as_mut() else { return (NOT_INITIALIZED, None) };
-    if sess.closed {
-        return (0, None);
-    }
-    if sess.failed.is_some() {
-        return (LOST, None);
-    }
+    let sess = match open_session(&mut g) {
+        Ok(sess) => sess,
+        Err(st) => return (st, None),
+    };
     let completion = matches!(f.sync, SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync)
         || (f.sync == SyncClass::StateQuery && f.args.iter().all(|a| a.dir != Direction::Out));
     if completion && !sess.outstanding && sess.pending.is_empty() {
@@ -496,7 +504,18 @@ pub(crate) fn blob(kind: BlobKind, data: &[u8]) -> Value {
 /// session closed, the counts written.
 extern "C" fn at_exit() {
     let mut g = lock();
-    let Some(Ok(sess)) = g.as_mut() else { return };
+    let Some(Ok(sess)) = g.as_mut() else {
+        if let (Some((endpoint, why)), Some(path)) = (UNREACHED.get(), std::env::var_os(ENV_STATS)) {
+            let j = serde_json::json!({
+                "endpoint": endpoint,
+                "calls": CALLS.load(Ordering::Relaxed),
+                "failed": format!("cannot connect: {why}"),
+                "failure_said": true,
+            });
+            let _ = std::fs::write(path, format!("{j}\n"));
+        }
+        return;
+    };
     if sess.failed.is_none() && (sess.outstanding || !sess.pending.is_empty()) {
         sess.waits += 1;
         match sess.send(true) {
@@ -543,6 +562,8 @@ fn write_stats(sess: &Session) {
         "waits": sess.waits,
         "server_exec_us": sess.server_exec_us,
         "failed": sess.failed,
+        // The library said the failure on stderr when it happened (`fail`).
+        "failure_said": sess.failed.is_some(),
     });
     let _ = std::fs::write(path, format!("{j}\n"));
 }
