@@ -87,7 +87,7 @@ ok = same == "yes" and n > 0 and r > 0
 print(("PASS" if ok else "FAIL") + f"|native {', '.join(f'{x:.1f}' for x in nat)} us; remote {', '.join(f'{x:.1f}' for x in rem)} us (x{r/n:.3f} of native, +{r-n:.1f} us); without the flusher {', '.join(f'{x:.1f}' for x in nof)} us (x{f/n:.3f}); outputs identical: {same}")
 PY
   )
-  split=$(python3 -c 'import json,sys; s=json.loads(sys.argv[1]); print(f"the executor executes {s.get("server_exec_us",0)/max(1,s.get("waits",1)):.1f} us per wait")' "$stats" 2>/dev/null)
+  split=$(python3 -c 'import json,sys; s=json.loads(sys.argv[1]); w=max(1,s.get("waits",1)); c=s.get("call_us",0); wt=s.get("wait_us",0); print(f"per wait: {c/w:.1f} us in driver calls, {wt/w:.1f} us of it waiting for the answer, {(c-wt)/w:.1f} us in the client; the executor executes {s.get(chr(115)+"erver_exec_us",0)/w:.1f} us")' "$stats" 2>/dev/null)
   echo "row|client: driver_loop hot iteration (16 KB up, 64 launches, 16 KB down) remote vs native, median|${verdict%%|*}|${verdict#*|}; $split; last stats $stats"
 fi
 # A CUDA-runtime program: cudart needs the driver's private export tables, which client mode

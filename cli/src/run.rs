@@ -20,7 +20,8 @@
 //! The statistics object has the fields `endpoint`, `session`, `executor_pid`, `device`,
 //! `calls`, `sent`, `local`, `round_trips`, `segments`, `bytes_up`, `bytes_down`, `blob_bytes`,
 //! `blob_hits`, `blob_misses`, `waits`, `server_exec_us` (the executor's time executing the
-//! session's records, from its answers), `failed` (why the session failed, or null) and
+//! session's records, from its answers), `call_us` (time the program spent in driver calls)
+//! and `wait_us` (the part of it waiting for answers after a segment was written), `failed` (why the session failed, or null) and
 //! `failure_said` (the library already said so on stderr; this command does not repeat it). A
 //! session that could not connect leaves `endpoint`, `calls`, `failed` and `failure_said`. This
 //! command prints them to stderr (`--stats` in words, `--json` as one line; stdout is the
@@ -208,7 +209,12 @@ fn summary(v: &Value) -> Vec<String> {
         format!("device {}", text("device")),
         format!("calls {}: sent {}, answered locally {}", show("calls"), show("sent"), show("local")),
         format!("round trips {}{share}, waits {}, segments {}", show("round_trips"), show("waits"), show("segments")),
-        format!("server execution {} us", show("server_exec_us")),
+        format!(
+            "time in calls {} us, of which waiting for answers {} us; server execution {} us",
+            show("call_us"),
+            show("wait_us"),
+            show("server_exec_us")
+        ),
         format!("bytes up {}, down {}", show("bytes_up"), show("bytes_down")),
         format!("blob bytes {}, hits {}, misses {}", show("blob_bytes"), show("blob_hits"), show("blob_misses")),
         format!("failed: {}", failure(v).unwrap_or_else(|| "no".into())),
@@ -241,7 +247,7 @@ mod tests {
         assert_eq!(s[0], "session 4 at unix:/s, executor pid 99");
         assert_eq!(s[2], "calls 40: sent 25, answered locally 15");
         assert_eq!(s[3], "round trips 9 (22.5% of calls), waits 8, segments 9");
-        assert_eq!(s[4], "server execution 1234 us");
+        assert_eq!(s[4], "time in calls ? us, of which waiting for answers ? us; server execution 1234 us");
         assert_eq!(s[7], "failed: no");
         let f = serde_json::json!({"calls": 0, "failed": "connection refused"});
         assert_eq!(failure(&f).as_deref(), Some("connection refused"));

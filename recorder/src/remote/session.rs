@@ -65,6 +65,10 @@ const ENV_TIMEOUT: &str = "GPULESS_REMOTE_TIMEOUT_S";
 /// Every call the program made in client mode, and those answered without the server.
 static CALLS: AtomicU64 = AtomicU64::new(0);
 static LOCAL: AtomicU64 = AtomicU64::new(0);
+/// Nanoseconds spent in client-mode calls, and the part of it spent waiting for answers (after
+/// the segment was written: the server's decoding, execution and answer, and the transport).
+static CALL_NS: AtomicU64 = AtomicU64::new(0);
+static WAIT_NS: AtomicU64 = AtomicU64::new(0);
 
 struct Session {
     endpoint: String,
@@ -236,6 +240,18 @@ fn must_send(f: &ApiFunction) -> bool {
 /// # Safety
 /// `raw` are the program's arguments, in the API table's order.
 pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
+    let t0 = std::time::Instant::now();
+    // SAFETY: forwarded from the caller.
+    let st = unsafe { call_timed(slot, s, raw) };
+    CALL_NS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    st
+}
+
+/// [`call`] itself.
+///
+/// # Safety
+/// As [`call`].
+unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     let f = s.func;
     CALLS.fetch_add(1, Ordering::Relaxed);
     // cuInit connects; so does cuDriverGetVersion, which the driver answers before cuInit
@@ -430,7 +446,10 @@ impl Session {
         if !want {
             return Ok(None);
         }
-        let a = conn.answer().map_err(|e| e.to_string())?;
+        let t0 = std::time::Instant::now();
+        let a = conn.answer().map_err(|e| e.to_string());
+        WAIT_NS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let a = a?;
         self.outstanding = false;
         self.server_exec_us += a.exec_us;
         Ok(Some(a))
@@ -564,6 +583,8 @@ fn write_stats(sess: &Session) {
         "blob_misses": t.blob_misses,
         "waits": sess.waits,
         "server_exec_us": sess.server_exec_us,
+        "call_us": CALL_NS.load(Ordering::Relaxed) / 1000,
+        "wait_us": WAIT_NS.load(Ordering::Relaxed) / 1000,
         "failed": sess.failed,
         // The library said the failure on stderr when it happened (`fail`).
         "failure_said": sess.failed.is_some(),
