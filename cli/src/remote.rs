@@ -218,9 +218,21 @@ impl Client<'_> {
         let sent: Vec<usize> = idx.iter().copied().filter(|&i| must_send(&self.trace.calls[i])).collect();
         let mut segs = Vec::new();
         let mut cur: Vec<usize> = Vec::new();
+        // A recording needs no waits for timing: a synchronization that brings nothing back
+        // (no asynchronous download pending since the last answer) is not answered here, where
+        // the live client, which runs a program that may time its work, waits.
+        let mut downloads = false;
         for (k, &i) in sent.iter().enumerate() {
             cur.push(i);
-            let sync = policy.push_first(&call_event(&self.trace.calls[i]));
+            let ev = call_event(&self.trace.calls[i]);
+            let completion =
+                matches!(ev.class, Some(SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync))
+                    || (ev.class == Some(SyncClass::StateQuery) && !ev.answers);
+            downloads |= ev.class == Some(SyncClass::DeviceToHostAsync);
+            let sync = policy.push_first(&ev) && (!completion || downloads);
+            if sync {
+                downloads = false;
+            }
             if sync || k + 1 == sent.len() || cur.len() >= 4096 {
                 let records: Vec<CallRecord> = cur.iter().map(|&j| self.trace.calls[j].clone()).collect();
                 let (flags, bytes) = protocol::segment::wire(protocol::segment::encode(&records));
