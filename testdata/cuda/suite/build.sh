@@ -4,7 +4,8 @@
 #   testdata/cuda/suite/build.sh OUT_DIR [NVCC]      (NVCC: argument, else $NVCC, else `nvcc`)
 #
 # Outputs in OUT_DIR: driver_api (driver API only: -cudart none -lcuda) and driver_kernels.cubin
-# (its kernels, loaded at run time: `driver_api OUT_DIR/driver_kernels.cubin`), cublas_batched
+# (its kernels, loaded at run time: `driver_api OUT_DIR/driver_kernels.cubin`), driver_loop (the
+# same kernels in a timed hot loop, for client mode: `driver_loop CUBIN [ITERS] [LAUNCHES]`), cublas_batched
 # (-lcublas), streams (shared cudart) and streams_static (static cudart), globals, ptr_struct,
 # texture, graph, alloc_bench, segment, upload, fault (shared cudart; the last three for the
 # server section), ptr_attrs (shared cudart and -lcuda), oob, event_d2h, graph_query (issue 21's
