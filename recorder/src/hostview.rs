@@ -129,6 +129,15 @@ pub fn before_submit(lane: &Lane) {
     if !HOST_TURN.load(Ordering::Relaxed) {
         return;
     }
+    changed(|addr, bytes, _| {
+        let blob = state::blob(BlobKind::HostToDevice, bytes);
+        record(lane, HOST_MEMORY, vec![Value::DevPtr(addr), blob], Vec::new());
+    });
+}
+
+/// Calls `f(address, bytes, hash)` for every region whose bytes changed since it was last
+/// seen (by either side), and remembers their new hash.
+fn changed(mut f: impl FnMut(u64, &[u8], Hash128)) {
     let Ok(mut r) = REGIONS.lock() else { return };
     for g in r.iter_mut() {
         // SAFETY: a live region the program allocated or registered for both sides.
@@ -136,8 +145,7 @@ pub fn before_submit(lane: &Lane) {
         let h = Hash128::of(bytes);
         if g.seen != Some(h) {
             g.seen = Some(h);
-            let blob = state::blob(BlobKind::HostToDevice, bytes);
-            record(lane, HOST_MEMORY, vec![Value::DevPtr(g.addr), blob], Vec::new());
+            f(g.addr, bytes, h);
         }
     }
 }
@@ -151,15 +159,9 @@ pub fn device_turn() {
 /// After the program waited for the device: hashes every region the device changed.
 pub fn after_sync(lane: &Lane) {
     HOST_TURN.store(true, Ordering::Relaxed);
-    let Ok(mut r) = REGIONS.lock() else { return };
-    for g in r.iter_mut() {
-        // SAFETY: as above.
-        let bytes = unsafe { std::slice::from_raw_parts(g.addr as *const u8, g.len as usize) };
-        let h = Hash128::of(bytes);
-        if g.seen != Some(h) {
-            g.seen = Some(h);
-            let digest = Value::Digest(BlobRef { hash: h, len: g.len });
-            record(lane, HOST_VIEW, vec![Value::DevPtr(g.addr), Value::Size(g.len)], vec![digest]);
-        }
-    }
+    changed(|addr, bytes, h| {
+        let len = bytes.len() as u64;
+        let digest = Value::Digest(BlobRef { hash: h, len });
+        record(lane, HOST_VIEW, vec![Value::DevPtr(addr), Value::Size(len)], vec![digest]);
+    });
 }

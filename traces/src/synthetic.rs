@@ -202,20 +202,7 @@ pub fn vector_add(w: &TraceWriter, n: u32) -> Result<(), TraceError> {
     let mut r = Recorder::new(w);
     setup(&mut r)?;
     let image = r.blob(BlobKind::CodeImage, &rng.code_bytes(12 * 1024))?;
-    r.call(
-        "cuLibraryLoadData",
-        vec![
-            Value::Null,
-            Value::Blob(image),
-            Value::Null,
-            Value::Null,
-            Value::U64(0),
-            Value::Null,
-            Value::Null,
-            Value::U64(0),
-        ],
-        vec![h(HandleKind::Library, 0x1000)],
-    )?;
+    r.call("cuLibraryLoadData", library_load_args(image), vec![h(HandleKind::Library, 0x1000)])?;
     r.call(
         "cuLibraryGetKernel",
         vec![Value::Null, h(HandleKind::Library, 0x1000), Value::Str("_Z6vecAddPKfS0_Pfi".into())],
@@ -293,16 +280,7 @@ pub fn resnet_like(w: &TraceWriter, scale: ResnetScale) -> Result<(), TraceError
         r.call_in(
             "cuLibraryLoadData",
             Some(parent),
-            vec![
-                Value::Null,
-                Value::Blob(image),
-                Value::Null,
-                Value::Null,
-                Value::U64(0),
-                Value::Null,
-                Value::Null,
-                Value::U64(0),
-            ],
+            library_load_args(image),
             vec![h(HandleKind::Library, 0x1000 + lib)],
         )?;
         for k in 0..4u64 {
@@ -445,23 +423,7 @@ pub fn two_threads(w: &TraceWriter) -> Result<(), TraceError> {
         call(0, a, "cuInit", (1000, 100), vec![Value::U64(0)], vec![]),
         call(1, a, "__cudaRegisterFatBinary", (2000, 0), vec![Value::HostPtr(0x5000)], vec![Value::HostPtr(0x6000)]),
         nested(
-            call(
-                2,
-                a,
-                "cuLibraryLoadData",
-                (2500, 400),
-                vec![
-                    Value::Null,
-                    Value::Blob(image),
-                    Value::Null,
-                    Value::Null,
-                    Value::U64(0),
-                    Value::Null,
-                    Value::Null,
-                    Value::U64(0),
-                ],
-                vec![h(HandleKind::Library, 0x10)],
-            ),
+            call(2, a, "cuLibraryLoadData", (2500, 400), library_load_args(image), vec![h(HandleKind::Library, 0x10)]),
             1,
         ),
         call(3, a, "cuMemAlloc_v2", (3000, 50), vec![Value::Null, Value::Size(4096)], vec![Value::DevPtr(0x1000)]),
@@ -491,4 +453,13 @@ pub fn two_threads(w: &TraceWriter) -> Result<(), TraceError> {
     summary.timestamp_ns = 8000;
     summary.args = vec![Value::U64(3)];
     w.record(summary)
+}
+
+/// The arguments of a `cuLibraryLoadData` of `image` with no JIT or library options.
+fn library_load_args(image: crate::model::BlobRef) -> Vec<Value> {
+    let mut a = vec![Value::Null; 8];
+    a[1] = Value::Blob(image);
+    a[4] = Value::U64(0);
+    a[7] = Value::U64(0);
+    a
 }

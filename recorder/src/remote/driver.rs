@@ -78,8 +78,9 @@ extern "C" fn create(out: *mut u64, size: usize, _prop: *const c_void, _flags: u
     if out.is_null() {
         return INVALID_VALUE;
     }
+    let _ = size;
     // SAFETY: checked non-null.
-    unsafe { *out = size as u64 };
+    unsafe { *out = local::new_handle() };
     SUCCESS
 }
 

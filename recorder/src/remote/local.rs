@@ -51,6 +51,11 @@ struct Contexts {
     retained: u32,
     /// Streams being captured.
     capturing: HashSet<u64>,
+    /// Context flags as the program set them (`cuDevicePrimaryCtxSetFlags`, `cuCtxSetFlags`,
+    /// `cuCtxCreate`); one device, so one value.
+    flags: u64,
+    /// `cuCtxSetCacheConfig`'s last value.
+    cache_config: u64,
 }
 
 static CONTEXTS: Mutex<Option<Contexts>> = Mutex::new(None);
@@ -61,6 +66,8 @@ fn contexts<R>(f: impl FnOnce(&mut Contexts) -> R) -> R {
 }
 
 thread_local! {
+    /// The thread's stream capture mode (`CU_STREAM_CAPTURE_MODE_GLOBAL`, 0, at first).
+    static CAPTURE_MODE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// The calling thread's context stack (the top is current).
     static CURRENT: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
@@ -291,7 +298,7 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 0
             }
             "cuDevicePrimaryCtxGetState" => {
-                put(f, raw, 1, 0);
+                put(f, raw, 1, contexts(|c| c.flags));
                 put(f, raw, 2, u64::from(contexts(|c| c.retained > 0)));
                 0
             }
@@ -311,8 +318,12 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 put(f, raw, 1, w(0).max(current_context()));
                 0
             }
-            "cuCtxGetFlags" | "cuCtxGetCacheConfig" => {
-                put(f, raw, 0, 0);
+            "cuCtxGetFlags" => {
+                put(f, raw, 0, contexts(|c| c.flags));
+                0
+            }
+            "cuCtxGetCacheConfig" => {
+                put(f, raw, 0, contexts(|c| c.cache_config));
                 0
             }
             "cuCtxGetStreamPriorityRange" => {
@@ -328,7 +339,17 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 put(f, raw, 1, u64::from(is_capturing(w(0))));
                 0
             }
-            "cuThreadExchangeStreamCaptureMode" => 0,
+            "cuThreadExchangeStreamCaptureMode" => {
+                // Swaps the thread's mode: the new one is read, the previous one written back.
+                if w(0) == 0 {
+                    INVALID_VALUE
+                } else {
+                    let new = capture::read_scalar(gpuless_analyzer::api::CScalar::U32, w(0));
+                    let old = CAPTURE_MODE.with(|m| m.replace(new));
+                    put(f, raw, 0, old);
+                    0
+                }
+            }
             "cuMemGetAllocationGranularity" => {
                 put(f, raw, 0, gpuless_traces::arena::CHUNK);
                 0
@@ -449,6 +470,9 @@ unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
         unsafe { put(f, raw, i, h) };
         if kind == HandleKind::Context && f.name != "cuDevicePrimaryCtxRetain" {
             set_current(h); // cuCtxCreate makes the new context current
+            if let Some(fl) = f.args.iter().position(|a| a.name == "flags") {
+                contexts(|c| c.flags = w(fl));
+            }
         }
         if f.name == "cuStreamEndCapture" {
             contexts(|c| c.capturing.remove(&w(0)));
@@ -537,7 +561,9 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
         "cuStreamBeginCapture" => {
             contexts(|c| c.capturing.insert(w(0)));
         }
-        "cuMemAllocManaged" => return unsupported(f, "managed memory is not mirrored to the server"),
+        "cuDevicePrimaryCtxSetFlags" => contexts(|c| c.flags = w(1)),
+        "cuCtxSetFlags" => contexts(|c| c.flags = w(0)),
+        "cuCtxSetCacheConfig" => contexts(|c| c.cache_config = w(0)),
         _ => {}
     }
     Step::Done(0)

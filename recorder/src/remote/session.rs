@@ -94,6 +94,10 @@ struct Session {
     server_exec_us: u64,
 }
 
+/// The session's state for the hot path, read without the lock: 0 before `cuInit`, 1
+/// running, 2 lost (every call fails with `LOST`), or a `CUresult` ≥ 100 `cuInit` failed with.
+static READY: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
 /// `None` before `cuInit`; `Some(Err(code))` when it failed.
 static SESSION: Mutex<Option<Result<Session, u32>>> = Mutex::new(None);
 /// The device description, readable without the session's lock.
@@ -132,10 +136,14 @@ fn init() -> u32 {
     let endpoint = std::env::var(super::ENV_REMOTE).unwrap_or_default();
     let r = connect(&endpoint);
     *g = Some(match r {
-        Ok(s) => Ok(s),
+        Ok(s) => {
+            READY.store(1, Ordering::Release);
+            Ok(s)
+        }
         Err(why) => {
             eprintln!("gpuless: cannot use the GPU server at {endpoint}: {why}; the program sees no CUDA device");
             let _ = UNREACHED.set((endpoint.clone(), why));
+            READY.store(NO_DEVICE, Ordering::Release);
             Err(NO_DEVICE)
         }
     });
@@ -264,11 +272,11 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     } else if f.sync == SyncClass::Local && f.name.starts_with("cuGetError") {
         // Error strings need no session.
     } else {
-        match &*lock() {
-            None => return NOT_INITIALIZED,
-            Some(Err(code)) => return *code,
-            Some(Ok(sess)) if sess.failed.is_some() => return LOST,
-            Some(Ok(_)) => {}
+        match READY.load(Ordering::Acquire) {
+            0 => return NOT_INITIALIZED,
+            1 => {}
+            2 => return LOST,
+            code => return code,
         }
     }
     let send = must_send(f);
@@ -280,6 +288,8 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     let kept = if tracing { args.clone() } else { Vec::new() };
     // SAFETY: forwarded from the caller.
     let step = unsafe { local::run(s, raw) };
+    // Outputs already captured for the server's record, reused for the trace's.
+    let mut traced: Option<Vec<Value>> = None;
     let (st, seq) = match step {
         Step::Done(st) if !send || st != 0 => {
             // Answered here; or refused here, as the driver would have refused it: nothing for
@@ -289,6 +299,9 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         }
         Step::Done(st) => {
             let results = unsafe { capture::outputs(f, raw, st) };
+            if tracing {
+                traced = Some(results.clone());
+            }
             let async_d2h = f.sync == SyncClass::DeviceToHostAsync;
             let target = if async_d2h { host_buffer(f, raw) } else { None };
             push(slot, f, args, results, target)
@@ -305,7 +318,7 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         }
     };
     if tracing {
-        let results = unsafe { capture::outputs(f, raw, st) };
+        let results = traced.unwrap_or_else(|| unsafe { capture::outputs(f, raw, st) });
         let mut rec = record(slot, f, seq.unwrap_or_else(state::next_seq), kept, results);
         rec.status = st as i32;
         state::emit(rec);
@@ -463,6 +476,7 @@ impl Session {
             );
             self.failed = Some(why.to_string());
         }
+        READY.store(2, Ordering::Release);
         self.conn = None;
     }
 
@@ -631,10 +645,4 @@ pub(crate) unsafe fn proc_address(symbol: *const c_char, pfn: *mut *mut c_void, 
     } else {
         hooks::NOT_FOUND
     }
-}
-
-/// The records not answered locally so far (for tests and diagnostics).
-#[allow(dead_code)]
-pub(crate) fn counts() -> (u64, u64) {
-    (CALLS.load(Ordering::Relaxed), LOCAL.load(Ordering::Relaxed))
 }
