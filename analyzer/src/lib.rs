@@ -3,11 +3,13 @@
 //! This crate owns what can be learned from GPU binaries without a GPU — kernels, their
 //! parameter layouts and resources read from cubins ([`cubin`]), whole host ELF / fatbin /
 //! cubin files analyzed in parallel ([`binary`]) — and the declarative CUDA API table
-//! ([`api`]) with the synchronization analysis built on it ([`sync`]).
+//! ([`api`]) with the synchronization analysis built on it ([`sync`]), and what the driver's private
+//! integrity check answers ([`integrity`], for client mode).
 
 pub mod api;
 pub mod binary;
 pub mod cubin;
+pub mod integrity;
 pub mod occupancy;
 pub mod sync;
 

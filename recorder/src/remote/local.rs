@@ -72,6 +72,12 @@ thread_local! {
     static CURRENT: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
+/// The primary context's handle (the same every time; the driver's private table hands it out
+/// without a retain).
+pub(crate) fn primary_context() -> u64 {
+    contexts(|c| *c.primary.get_or_insert_with(new_handle))
+}
+
 /// The calling thread's current context (0: none).
 pub(crate) fn current_context() -> u64 {
     CURRENT.with(|c| c.borrow().last().copied().unwrap_or(0))
@@ -203,7 +209,11 @@ unsafe fn local_fn(f: &ApiFunction, raw: &[u64]) -> Step {
             unsafe { put(f, raw, 1, static_cstr(&name) as u64) };
             Step::Done(0)
         }
-        _ => unsupported(f, "the driver's private tables are the next step of client mode"),
+        "cuGetExportTable" => {
+            let st = super::tables::get(raw.first().copied().unwrap_or(0), raw.get(1).copied().unwrap_or(0));
+            Step::Done(st)
+        }
+        _ => unsupported(f, "not answered by the client"),
     }
 }
 
@@ -222,7 +232,7 @@ pub(crate) fn static_cstr(s: &str) -> *const u8 {
     leaked.as_ptr()
 }
 
-fn attr(id: u32) -> Option<i32> {
+pub(crate) fn attr(id: u32) -> Option<i32> {
     session::device()?.attributes.iter().find(|a| a.0 == id).map(|a| a.1)
 }
 

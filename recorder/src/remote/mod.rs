@@ -22,6 +22,7 @@ mod local;
 mod modules;
 mod ptx;
 mod session;
+mod tables;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 

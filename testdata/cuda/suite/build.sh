@@ -60,6 +60,9 @@ build() { # output, nvcc arguments...
   || failed+=(driver_kernels.cubin)
 build driver_api -O2 -std=c++17 -x c++ -cudart none "$here/driver_api.cu" -lcuda
 build driver_loop -O2 -std=c++17 -x c++ -cudart none "$here/driver_loop.cu" -lcuda
+# tables: the driver's private export tables as cudart uses them (C; client mode's row compares
+# what the real driver answers with what the client answers).
+build tables -O2 -x c -cudart none "$here/../../../recorder/tests/fake/tables.c" -lcuda -lpthread
 build cublas_batched "${common[@]}" -cudart shared "$here/cublas_batched.cu" -lcublas
 build streams "${common[@]}" -cudart shared "$here/streams.cu"
 build streams_static "${common[@]}" -cudart static "$here/streams.cu"

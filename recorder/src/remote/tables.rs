@@ -1,0 +1,329 @@
+//! The driver's private export tables (`cuGetExportTable`) as the client hands them out, so
+//! that the CUDA runtime (static or shared cudart) initializes on a machine without a driver.
+//!
+//! Which tables and slots: what the runtime was measured to call (docs/BENCHMARKS.md, "Fidelity
+//! (issue 19) and the driver's export tables"; each table refused in turn broke it). What each
+//! slot answers: what the real driver answered on the device machine
+//! (`recorder/tests/fake/tables.c`, run natively in the GPU suite) and what public reverse engineering describes
+//! (REFERENCE.md §8). Each table has the driver's size (its first word, where the driver's has
+//! one). A slot nobody has seen called answers `CUDA_ERROR_NOT_SUPPORTED` and says so once on
+//! stderr; a table not listed here is refused the same way, so a library that needs one fails
+//! with a line naming it (cuBLAS's `21318c60` "tools context" table is such a table today).
+//!
+//! | table | slots answered here |
+//! |---|---|
+//! | `6bd5fb6c` CUDART_INTERFACE | 2 primary context (a client handle, no record: the executor has one context); 1, 6, 8 module from a fatbin (sent as `cuModuleLoadData` through the hook); 7 no-op |
+//! | `42d85a81` TOOLS_TLS | size only |
+//! | `a094798c` TOOLS_RUNTIME_CALLBACK_HOOKS | 2, 6 zeroed buffers of the driver's sizes (no tool is attached) |
+//! | `c693336e` CONTEXT_LOCAL_STORAGE | 0 put, 1 delete, 2 get per (context, key); a missing key is `CUDA_ERROR_INVALID_HANDLE`, as the driver answers |
+//! | `263e8860` CONTEXT_CHECKS | 2 writes 0 to its first out-value and leaves the second; 3 returns 0 (the driver's answers) |
+//! | `d4082055` INTEGRITY_CHECK | 1 ([`gpuless_analyzer::integrity`]) |
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use super::local;
+use gpuless_analyzer::integrity::{self, DeviceIds};
+
+const SUCCESS: u32 = 0;
+const INVALID_VALUE: u32 = 1;
+const INVALID_HANDLE: u32 = 400;
+const NOT_SUPPORTED: u32 = 801;
+
+/// One word of a table: a size or a function's address.
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+struct Word(*const ());
+
+// SAFETY: sizes and the addresses of functions, immutable for the whole process.
+unsafe impl Sync for Word {}
+
+const fn size(words: usize) -> Word {
+    Word(std::ptr::without_provenance(words * 8))
+}
+
+/// A slot nobody has seen called: says so once, answers `CUDA_ERROR_NOT_SUPPORTED`.
+extern "C" fn stub<const T: usize, const S: usize>() -> u32 {
+    static SAID: Mutex<Option<HashSet<(usize, usize)>>> = Mutex::new(None);
+    let mut g = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if g.get_or_insert_with(HashSet::new).insert((T, S)) {
+        eprintln!(
+            "gpuless: client mode does not implement slot {S} of the driver's private table {}; \
+             it returns CUDA_ERROR_NOT_SUPPORTED",
+            TABLES.get(T).map_or("?", |t| t.0)
+        );
+    }
+    NOT_SUPPORTED
+}
+
+macro_rules! f {
+    ($e:expr) => {
+        Word($e as *const ())
+    };
+}
+
+static CUDART_INTERFACE: [Word; 13] = [
+    size(13),
+    f!(module_from_wrapper),
+    f!(primary_context),
+    f!(stub::<0, 3>),
+    f!(stub::<0, 4>),
+    f!(stub::<0, 5>),
+    f!(module_from_wrapper_ex),
+    f!(no_op),
+    f!(module_from_header_ex),
+    f!(stub::<0, 9>),
+    f!(stub::<0, 10>),
+    f!(stub::<0, 11>),
+    f!(stub::<0, 12>),
+];
+static TOOLS_TLS: [Word; 3] = [size(3), f!(stub::<1, 1>), f!(stub::<1, 2>)];
+static CALLBACK_HOOKS: [Word; 7] = [
+    size(7),
+    f!(stub::<2, 1>),
+    f!(hooks_buffer_2),
+    f!(stub::<2, 3>),
+    f!(stub::<2, 4>),
+    f!(stub::<2, 5>),
+    f!(hooks_buffer_6),
+];
+static CONTEXT_STORAGE: [Word; 4] = [f!(cls_put), f!(cls_delete), f!(cls_get), f!(stub::<3, 3>)];
+static CONTEXT_CHECKS: [Word; 15] = [
+    size(15),
+    f!(stub::<4, 1>),
+    f!(context_check),
+    f!(check_zero),
+    f!(stub::<4, 4>),
+    f!(stub::<4, 5>),
+    f!(stub::<4, 6>),
+    f!(stub::<4, 7>),
+    f!(stub::<4, 8>),
+    f!(stub::<4, 9>),
+    f!(stub::<4, 10>),
+    f!(stub::<4, 11>),
+    f!(stub::<4, 12>),
+    f!(stub::<4, 13>),
+    f!(stub::<4, 14>),
+];
+static INTEGRITY_CHECK: [Word; 3] = [size(3), f!(integrity_check), f!(stub::<5, 2>)];
+
+/// The tables by UUID (hex, as `cuGetExportTable`'s 16 bytes print), in `stub`'s numbering.
+static TABLES: [(&str, &[Word]); 6] = [
+    ("6bd5fb6c5bf4e74a8987d93912fd9df9", &CUDART_INTERFACE),
+    ("42d85a8123f6cb478298f6e78a3aecdc", &TOOLS_TLS),
+    ("a094798c2e742e7493f20800200c0a66", &CALLBACK_HOOKS),
+    ("c693336e1121df11a8c368f355d89593", &CONTEXT_STORAGE),
+    ("263e88607cd2614392f6bbd5006dfa7e", &CONTEXT_CHECKS),
+    ("d4082055bde6704b8d34ba123c66e1f2", &INTEGRITY_CHECK),
+];
+
+/// `cuGetExportTable(out, id)` in client mode.
+///
+/// # Safety
+/// `out` and `id` are the program's arguments: null or an out-pointer and a 16-byte UUID.
+pub(crate) unsafe fn get(out: u64, id: u64) -> u32 {
+    if out == 0 || id == 0 {
+        return INVALID_VALUE;
+    }
+    // SAFETY: the program's 16-byte UUID.
+    let uuid = unsafe { *(id as *const [u8; 16]) };
+    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    match TABLES.iter().find(|t| t.0 == hex) {
+        Some(t) => {
+            // SAFETY: the program's out-pointer.
+            unsafe { *(out as *mut *const c_void) = t.1.as_ptr().cast() };
+            SUCCESS
+        }
+        None => {
+            static SAID: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+            let mut g = SAID.lock().unwrap_or_else(|e| e.into_inner());
+            if g.get_or_insert_with(HashSet::new).insert(hex.clone()) {
+                eprintln!(
+                    "gpuless: client mode does not implement the driver's private table {hex}; \
+                     cuGetExportTable returns CUDA_ERROR_NOT_SUPPORTED"
+                );
+            }
+            NOT_SUPPORTED
+        }
+    }
+}
+
+extern "C" fn no_op(_a: usize) -> u32 {
+    SUCCESS
+}
+
+extern "C" fn primary_context(out: *mut u64, dev: i32) -> u32 {
+    if out.is_null() {
+        return INVALID_VALUE;
+    }
+    if dev != 0 {
+        return 101; // CUDA_ERROR_INVALID_DEVICE: the session has one device
+    }
+    // SAFETY: checked non-null.
+    unsafe { *out = local::primary_context() };
+    SUCCESS
+}
+
+/// The module load through the hook of `cuModuleLoadData`, so that it is sent (and recorded)
+/// as one.
+fn load_fatbin(module: *mut u64, image: *const c_void) -> u32 {
+    if module.is_null() || image.is_null() {
+        return INVALID_VALUE;
+    }
+    let Some(i) = crate::hooks::slot_of("cuModuleLoadData") else { return NOT_SUPPORTED };
+    type Load = unsafe extern "C" fn(*mut u64, *const c_void) -> u32;
+    // SAFETY: the hook has cuModuleLoadData's signature.
+    let load = unsafe { std::mem::transmute::<*mut c_void, Load>(crate::hooks::HOOKS[i].hook.ptr()) };
+    // SAFETY: the program's out-pointer and fatbin.
+    unsafe { load(module, image) }
+}
+
+/// The fatbin of a `__fatBinC_Wrapper_t` (magic, version, data pointer, ...).
+unsafe fn wrapper_data(wrapper: *const c_void) -> *const c_void {
+    if wrapper.is_null() {
+        return std::ptr::null();
+    }
+    // SAFETY: the runtime's wrapper: two 32-bit words, then the fatbin's address.
+    unsafe { *(wrapper.cast::<u8>().add(8) as *const *const c_void) }
+}
+
+extern "C" fn module_from_wrapper(module: *mut u64, wrapper: *const c_void) -> u32 {
+    // SAFETY: the runtime's wrapper.
+    load_fatbin(module, unsafe { wrapper_data(wrapper) })
+}
+
+extern "C" fn module_from_wrapper_ex(
+    module: *mut u64,
+    wrapper: *const c_void,
+    a3: *const c_void,
+    a4: *const c_void,
+    _a5: u32,
+) -> u32 {
+    if !a3.is_null() || !a4.is_null() {
+        return stub::<0, 6>();
+    }
+    // SAFETY: the runtime's wrapper.
+    load_fatbin(module, unsafe { wrapper_data(wrapper) })
+}
+
+extern "C" fn module_from_header_ex(
+    header: *const c_void,
+    module: *mut u64,
+    a3: *const c_void,
+    a4: *const c_void,
+    a5: u32,
+) -> u32 {
+    if !a3.is_null() || !a4.is_null() || a5 != 0 {
+        return stub::<0, 8>();
+    }
+    load_fatbin(module, header)
+}
+
+/// A zeroed buffer the runtime may write into.
+#[repr(align(64))]
+struct Buffer<const N: usize>(std::cell::UnsafeCell<[u8; N]>);
+// SAFETY: handed to the runtime, which owns its contents; never read here.
+unsafe impl<const N: usize> Sync for Buffer<N> {}
+
+static HOOKS_2: Buffer<8192> = Buffer(std::cell::UnsafeCell::new([0; 8192]));
+static HOOKS_6: Buffer<64> = Buffer(std::cell::UnsafeCell::new([0; 64]));
+
+extern "C" fn hooks_buffer_2(p: *mut *mut u8, n: *mut usize) {
+    // SAFETY: the runtime's out-pointers, checked; the driver answers 1024.
+    unsafe {
+        if !p.is_null() && !n.is_null() {
+            *p = HOOKS_2.0.get().cast();
+            *n = 1024;
+        }
+    }
+}
+
+extern "C" fn hooks_buffer_6(p: *mut *mut u8, n: *mut usize) {
+    // SAFETY: as above; the driver answers 14.
+    unsafe {
+        if !p.is_null() && !n.is_null() {
+            *p = HOOKS_6.0.get().cast();
+            *n = 14;
+        }
+    }
+}
+
+type Destructor = extern "C" fn(u64, u64, u64);
+
+/// Context-local storage: (context, key) → (value, destructor).
+type Storage = HashMap<(u64, u64), (u64, Option<Destructor>)>;
+static STORAGE: Mutex<Option<Storage>> = Mutex::new(None);
+
+fn context_or_current(ctx: u64) -> u64 {
+    if ctx == 0 {
+        local::current_context()
+    } else {
+        ctx
+    }
+}
+
+extern "C" fn cls_put(ctx: u64, key: u64, value: u64, dtor: Option<Destructor>) -> u32 {
+    let ctx = context_or_current(ctx);
+    let mut g = STORAGE.lock().unwrap_or_else(|e| e.into_inner());
+    g.get_or_insert_with(HashMap::new).insert((ctx, key), (value, dtor));
+    SUCCESS
+}
+
+extern "C" fn cls_delete(ctx: u64, key: u64) -> u32 {
+    let ctx = context_or_current(ctx);
+    let mut g = STORAGE.lock().unwrap_or_else(|e| e.into_inner());
+    g.get_or_insert_with(HashMap::new).remove(&(ctx, key));
+    SUCCESS
+}
+
+extern "C" fn cls_get(out: *mut u64, ctx: u64, key: u64) -> u32 {
+    if out.is_null() {
+        return INVALID_VALUE;
+    }
+    let ctx = context_or_current(ctx);
+    let g = STORAGE.lock().unwrap_or_else(|e| e.into_inner());
+    match g.as_ref().and_then(|m| m.get(&(ctx, key))) {
+        Some(&(v, _)) => {
+            // SAFETY: checked non-null.
+            unsafe { *out = v };
+            SUCCESS
+        }
+        None => INVALID_HANDLE,
+    }
+}
+
+extern "C" fn context_check(_ctx: u64, first: *mut u32, _second: *mut u64) -> u32 {
+    if !first.is_null() {
+        // SAFETY: the caller's out-value.
+        unsafe { *first = 0 };
+    }
+    SUCCESS
+}
+
+extern "C" fn check_zero() -> u32 {
+    0
+}
+
+extern "C" fn integrity_check(runtime_version: u32, timestamp: u64, out: *mut [u8; 16]) -> u32 {
+    if out.is_null() {
+        return INVALID_VALUE;
+    }
+    let Some(d) = super::session::device() else { return 3 }; // CUDA_ERROR_NOT_INITIALIZED
+    let attr = |id: u32| local::attr(id).unwrap_or(0) as u32;
+    let inputs = integrity::Inputs {
+        driver_version: d.driver_version as u32,
+        runtime_version,
+        pid: std::process::id(),
+        // SAFETY: no preconditions.
+        thread: unsafe { libc::pthread_self() } as u32,
+        cudart_table: CUDART_INTERFACE.as_ptr() as u64,
+        integrity_table: INTEGRITY_CHECK.as_ptr() as u64,
+        check_fn: INTEGRITY_CHECK[1].0 as usize as u64,
+        timestamp,
+        devices: vec![DeviceIds { uuid: d.uuid, pci_domain: attr(50), pci_bus: attr(33), pci_device: attr(34) }],
+    };
+    // SAFETY: checked non-null: the caller's 16-byte result.
+    unsafe { *out = integrity::answer(&inputs) };
+    SUCCESS
+}

@@ -1,0 +1,126 @@
+/* The driver's private export tables as the CUDA runtime uses them, asked of the client library
+ * (cli/tests/run_remote_tables.rs runs it with `gpuless run --remote`): every table cudart asks
+ * for, the slots it calls, and the inputs of the integrity check, so that the test can recompute
+ * the answer. Prints `key value...` lines; any failing call prints `FAILED <what> <code>` to
+ * stderr and exits with 1. */
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef struct { unsigned char bytes[16]; } CUuuid;
+CUresult cuInit(unsigned flags);
+CUresult cuDriverGetVersion(int *version);
+CUresult cuDeviceGet(CUdevice *dev, int ordinal);
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
+CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice dev);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuGetExportTable(const void **table, const CUuuid *id);
+
+static void check(CUresult r, const char *what) {
+  if (r != 0) {
+    fprintf(stderr, "FAILED %s %d\n", what, r);
+    exit(1);
+  }
+}
+
+static const void *table(const char *hex) {
+  CUuuid u;
+  for (int i = 0; i < 16; i++) {
+    unsigned v;
+    sscanf(hex + 2 * i, "%2x", &v);
+    u.bytes[i] = (unsigned char)v;
+  }
+  const void *t = 0;
+  check(cuGetExportTable(&t, &u), hex);
+  return t;
+}
+
+static void destructor(CUcontext c, void *k, void *v) { (void)c; (void)k; (void)v; }
+
+int main(void) {
+  check(cuInit(0), "cuInit");
+  int drv = 0;
+  check(cuDriverGetVersion(&drv), "cuDriverGetVersion");
+  CUdevice dev;
+  check(cuDeviceGet(&dev, 0), "cuDeviceGet");
+  CUuuid uuid;
+  check(cuDeviceGetUuid_v2(&uuid, dev), "cuDeviceGetUuid_v2");
+  int dom = 0, bus = 0, slot = 0;
+  check(cuDeviceGetAttribute(&dom, 50, dev), "cuDeviceGetAttribute(PCI_DOMAIN_ID)");
+  check(cuDeviceGetAttribute(&bus, 33, dev), "cuDeviceGetAttribute(PCI_BUS_ID)");
+  check(cuDeviceGetAttribute(&slot, 34, dev), "cuDeviceGetAttribute(PCI_DEVICE_ID)");
+
+  const void *cudart = table("6bd5fb6c5bf4e74a8987d93912fd9df9");
+  const void *tls = table("42d85a8123f6cb478298f6e78a3aecdc");
+  const void *hooks = table("a094798c2e742e7493f20800200c0a66");
+  const void *cls = table("c693336e1121df11a8c368f355d89593");
+  const void *checks = table("263e88607cd2614392f6bbd5006dfa7e");
+  const void *integ = table("d4082055bde6704b8d34ba123c66e1f2");
+  printf("sizes %zu %zu %zu %zu %zu\n", *(const size_t *)cudart, *(const size_t *)tls,
+         *(const size_t *)hooks, *(const size_t *)checks, *(const size_t *)integ);
+  const void *other = 0;
+  CUuuid unknown = {{1, 2, 3}};
+  printf("unknown_table %d\n", cuGetExportTable(&other, &unknown));
+
+  /* CUDART_INTERFACE slot 2: the primary context, the one cuDevicePrimaryCtxRetain returns. */
+  typedef CUresult (*primary_fn)(CUcontext *, CUdevice);
+  CUcontext p1 = 0, p2 = 0;
+  check(((primary_fn const *)cudart)[2](&p1, 0), "cudart_interface[2]");
+  check(cuDevicePrimaryCtxRetain(&p2, dev), "cuDevicePrimaryCtxRetain");
+  check(cuCtxSetCurrent(p2), "cuCtxSetCurrent");
+  printf("primary_same %d\n", p1 == p2 && p1 != 0);
+
+  /* Context-local storage: put, get (explicit and current context), delete, get again. */
+  typedef CUresult (*put_fn)(CUcontext, void *, void *, void (*)(CUcontext, void *, void *));
+  typedef CUresult (*del_fn)(CUcontext, void *);
+  typedef CUresult (*get_fn)(void **, CUcontext, void *);
+  void *v = 0;
+  printf("cls_missing %d\n", ((get_fn const *)cls)[2](&v, p2, (void *)0x5151));
+  check(((put_fn const *)cls)[0](p2, (void *)0x5151, (void *)0x7777, destructor), "cls[0]");
+  check(((get_fn const *)cls)[2](&v, p2, (void *)0x5151), "cls[2]");
+  void *w = 0;
+  check(((get_fn const *)cls)[2](&w, 0, (void *)0x5151), "cls[2] current");
+  printf("cls_value %d %d\n", v == (void *)0x7777, w == (void *)0x7777);
+  check(((del_fn const *)cls)[1](p2, (void *)0x5151), "cls[1]");
+  printf("cls_deleted %d\n", ((get_fn const *)cls)[2](&v, p2, (void *)0x5151));
+
+  /* Context checks. */
+  typedef CUresult (*check2_fn)(CUcontext, unsigned *, void **);
+  typedef unsigned (*check3_fn)(void);
+  unsigned r1 = 7;
+  void *r2 = (void *)0x1234;
+  check(((check2_fn const *)checks)[2](p2, &r1, &r2), "checks[2]");
+  printf("checks %u %d %u\n", r1, r2 == (void *)0x1234, ((check3_fn const *)checks)[3]());
+
+  /* Callback hooks' buffers. */
+  typedef void (*hook_fn)(void **, size_t *);
+  void *b2 = 0, *b6 = 0;
+  size_t n2 = 0, n6 = 0;
+  ((hook_fn const *)hooks)[2](&b2, &n2);
+  ((hook_fn const *)hooks)[6](&b6, &n6);
+  memset(b2, 0xab, n2);
+  memset(b6, 0xcd, n6);
+  printf("hooks %zu %zu\n", n2, n6);
+
+  /* The integrity check, as cudart calls it, and every input of its answer. */
+  typedef CUresult (*integ_fn)(unsigned, unsigned long long, unsigned long long *);
+  integ_fn f = ((integ_fn const *)integ)[1];
+  for (unsigned ver = 13000; ver <= 13002; ver++) {
+    unsigned long long out[2] = {0, 0};
+    check(f(ver, 1764000000ULL, out), "integrity[1]");
+    printf("integrity %u %016llx%016llx\n", ver, out[1], out[0]);
+  }
+  printf("inputs %d %d 0x%lx %p %p %p ", drv, (int)getpid(), (unsigned long)pthread_self(), cudart, integ,
+         (void *)f);
+  for (int i = 0; i < 16; i++) printf("%02x", uuid.bytes[i]);
+  printf(" %d %d %d\n", dom, bus, slot);
+  return 0;
+}
