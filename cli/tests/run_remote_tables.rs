@@ -56,7 +56,7 @@ fn the_runtime_s_private_tables_answer_as_the_driver_does() {
     };
     // The driver's table sizes (bytes, the first word), measured on the device machine.
     assert_eq!(line("sizes"), ["104", "24", "56", "120", "24"]);
-    assert_eq!(line("unknown_table"), ["801"], "a table the client lacks is refused");
+    assert_eq!(line("unknown_table"), ["1"], "a table the client lacks is refused as the driver refuses one");
     assert!(stderr.contains("does not implement the driver's private table 01020300"), "{stderr}");
     assert_eq!(line("primary_same"), ["1"], "slot 2 hands out the primary context");
     assert_eq!(line("cls_missing"), ["400"], "the driver answers INVALID_HANDLE for a missing key");

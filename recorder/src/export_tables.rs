@@ -10,6 +10,9 @@
 //! Where a table ends is not published: a first word between 8 and 4096 that is a multiple of
 //! 8 is taken as its size in bytes; without one the table ends at the first word that does not
 //! point into libcuda's code, at most 64 words.
+//!
+//! `GPULESS_EXPORT_TABLES=log:PREFIX,...` patches the same way with logging wrappers instead
+//! (`export_log.rs`), for the tables named.
 
 use std::collections::HashSet;
 use std::ffi::c_void;
@@ -19,6 +22,7 @@ use std::sync::{Mutex, OnceLock};
 pub fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("GPULESS_EXPORT_TABLES").is_ok_and(|v| v == "count"))
+        || crate::export_log::enabled()
 }
 
 /// `GPULESS_EXPORT_TABLES=deny:PREFIX[,PREFIX...]`: the tables whose UUID starts with one of
@@ -143,6 +147,10 @@ pub unsafe fn after_get(raw: &[u64]) {
         w
     };
     let name = uuid_text(&uuid);
+    let log = crate::export_log::enabled();
+    if log && !crate::export_log::wanted(&name.replace('-', "")) {
+        return;
+    }
     // The integrity-check table (`d4082055-…`): cudart hashes what it hands out and refuses
     // to run when a slot of it points elsewhere (cudaErrorSoftwareValidityNotEstablished,
     // measured); left as it is, uncounted.
@@ -161,7 +169,11 @@ pub unsafe fn after_get(raw: &[u64]) {
             return;
         }
         for (i, &v) in words.iter().enumerate() {
-            if is_code(v) {
+            if is_code(v) && log {
+                if let Some(t) = crate::export_log::wrap(format!("{name}:{i}"), v as *mut c_void) {
+                    std::ptr::write_volatile((table + i * 8) as *mut usize, t as usize);
+                }
+            } else if is_code(v) {
                 let t = crate::unmodeled::wrap(
                     &format!("{}{name}:{i}", gpuless_traces::model::EXPORT_TABLE_SLOT),
                     v as *mut c_void,
@@ -173,4 +185,20 @@ pub unsafe fn after_get(raw: &[u64]) {
             libc::mprotect(start as *mut c_void, end - start, prot);
         }
     }
+}
+
+/// `GPULESS_EXPORT_TABLES=log:...`: says what `cuGetExportTable` answered for a table asked.
+///
+/// # Safety
+/// `raw` are the program's arguments; on success the driver wrote the table's address.
+pub unsafe fn log_get(raw: &[u64], status: u32) {
+    let (Some(&pp), Some(&id)) = (raw.first(), raw.get(1)) else { return };
+    if id == 0 {
+        return;
+    }
+    // SAFETY: the program's 16-byte UUID; the out-pointer is written on success.
+    let (uuid, table) =
+        unsafe { (*(id as *const [u8; 16]), if status == 0 && pp != 0 { *(pp as *const usize) } else { 0 }) };
+    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    crate::export_log::said_get(&hex, status, table);
 }

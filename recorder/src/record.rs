@@ -127,6 +127,10 @@ unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lan
     if s.invalidates {
         fold::invalidate();
     }
+    if s.export_table && crate::export_log::enabled() {
+        // SAFETY: the program's arguments: the out-pointer (written on success) and the UUID.
+        unsafe { crate::export_tables::log_get(raw, status) };
+    }
     if status == 0 {
         if let Some(&out) = s.func_out.and_then(|i| raw.get(usize::from(i))) {
             if out != 0 {

@@ -25,6 +25,9 @@ pub struct ParsedFunction {
     /// `stable` after the class: the answer stays the same for the same arguments until a call
     /// that may change answers ([`ApiFunction::may_change_answers`] in the library).
     pub stable: bool,
+    /// `gpu` after the class: a device query only the GPU can answer; a client waits for the
+    /// server's answer ([`ApiFunction::gpu_answers`] in the library).
+    pub gpu: bool,
     /// Arguments in C order.
     pub args: Vec<ParsedArg>,
     /// What the function returns: `None` for a status code (`CUresult`, `cudaError_t`), else
@@ -151,15 +154,20 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
     let mut head_words = head.split_whitespace();
     let spec = head_words.next().ok_or_else(|| err(line, "missing function name"))?;
     let sync = head_words.next().ok_or_else(|| err(line, "missing sync class"))?.to_string();
-    let stable = match head_words.next() {
-        None => false,
-        Some("stable") => true,
-        Some(w) => {
-            return Err(err(line, format!("unexpected word {w:?} before '(' (only `stable` may follow the class)")))
+    let (mut stable, mut gpu) = (false, false);
+    for w in head_words {
+        match w {
+            "stable" if !stable => stable = true,
+            "gpu" if !gpu => gpu = true,
+            w => {
+                return Err(err(
+                    line,
+                    format!(
+                        "unexpected word {w:?} before '(' (only `stable` and `gpu` may follow the class, once each)"
+                    ),
+                ))
+            }
         }
-    };
-    if head_words.next().is_some() {
-        return Err(err(line, "unexpected words before '('"));
     }
     let (name, suffixes) = match spec.find('{') {
         Some(b) => {
@@ -205,6 +213,7 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
         group: group.to_string(),
         sync,
         stable,
+        gpu,
         args,
         ret,
     })

@@ -379,6 +379,10 @@ pub struct ApiFunction {
     /// [may change answers](Self::may_change_answers) (`stable` in the table): the recorder
     /// answers repeats itself.
     pub stable: bool,
+    /// A device query only the GPU can answer (`gpu` in the table: cluster occupancy depends
+    /// on how the GPU groups its SMs): a client waits for the server's answer, as for a
+    /// [`SyncClass::StateQuery`].
+    pub gpu_answers: bool,
     /// Exported symbols with this signature.
     pub symbols: &'static [Symbol],
     /// Arguments in C order.
@@ -388,6 +392,12 @@ pub struct ApiFunction {
 }
 
 impl ApiFunction {
+    /// Whether a client of `gpuless serve` needs the server's answer to this call (a state
+    /// query, or a query only the GPU can answer): it waits for it.
+    pub fn server_answers(&self) -> bool {
+        self.sync == SyncClass::StateQuery || self.gpu_answers
+    }
+
     /// Indices of the output (`out` and `inout`) arguments, in order; results in a trace record
     /// follow this order.
     pub fn out_args(&self) -> impl Iterator<Item = (usize, &'static ApiArg)> {

@@ -165,8 +165,15 @@ extern "C" fn param_info(f: u64, i: usize, off: *mut usize, size: *mut usize) ->
     SUCCESS
 }
 
-/// Only arena memory is device memory here (the arena answers for it before this is asked);
-/// anything else is host memory the driver does not know.
-extern "C" fn pointer_get_attribute(_out: *mut c_void, _attr: u32, _p: u64) -> u32 {
+/// Only arena memory is device memory here (for the program's own calls the arena answers
+/// before this is asked; the recorder's capture asks memory types directly); anything else is
+/// host memory the driver does not know.
+extern "C" fn pointer_get_attribute(out: *mut c_void, attr: u32, p: u64) -> u32 {
+    const MEMORY_TYPE: u32 = 2; // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+    if attr == MEMORY_TYPE && !out.is_null() && crate::arena::contains(p) {
+        // SAFETY: checked non-null: a CUmemorytype out-value.
+        unsafe { *(out as *mut u32) = gpuless_analyzer::api::structs::MEMORYTYPE_DEVICE };
+        return SUCCESS;
+    }
     INVALID_VALUE
 }

@@ -31,6 +31,7 @@ pub(crate) enum Step {
 const INVALID_VALUE: u32 = 1;
 const INVALID_DEVICE: u32 = 101;
 const INVALID_CONTEXT: u32 = 201;
+const INVALID_HANDLE: u32 = 400;
 const NOT_FOUND: u32 = 500;
 const NOT_SUPPORTED: u32 = 801;
 /// `CU_MEMHOSTALLOC_DEVICEMAP`, `CU_MEMHOSTREGISTER_DEVICEMAP`.
@@ -56,6 +57,8 @@ struct Contexts {
     flags: u64,
     /// `cuCtxSetCacheConfig`'s last value.
     cache_config: u64,
+    /// `cuCtxGetLimit` answers the server gave, until `cuCtxSetLimit` changes that limit.
+    limits: HashMap<u64, u64>,
 }
 
 static CONTEXTS: Mutex<Option<Contexts>> = Mutex::new(None);
@@ -93,13 +96,22 @@ fn set_current(ctx: u64) {
     });
 }
 
+/// Whether `f`'s stream argument is being captured.
+fn captured(f: &ApiFunction, raw: &[u64]) -> bool {
+    f.args
+        .iter()
+        .position(|a| a.kind == ArgKind::Handle(HandleKind::Stream))
+        .and_then(|i| raw.get(i))
+        .is_some_and(|&s| is_capturing(s))
+}
+
 /// Whether stream `s` is being captured (`cuStreamBeginCapture`).
 pub(crate) fn is_capturing(s: u64) -> bool {
     contexts(|c| c.capturing.contains(&s))
 }
 
 /// Says once per function that client mode does not answer it yet; the call fails.
-fn unsupported(f: &ApiFunction, why: &str) -> Step {
+pub(crate) fn unsupported(f: &ApiFunction, why: &str) -> Step {
     static SAID: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
     let mut g = SAID.lock().unwrap_or_else(|e| e.into_inner());
     if g.get_or_insert_with(HashSet::new).insert(f.name) {
@@ -123,7 +135,12 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
             return Step::Done(st);
         }
     }
-    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    if f.sync == SyncClass::DeviceToHostAsync && captured(f, raw) {
+        return unsupported(
+            f,
+            "a device-to-host copy captured into a graph is not brought back to the client at the graph's launches yet",
+        );
+    }
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match f.sync {
@@ -132,15 +149,7 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
             SyncClass::CreatesHandle => create(f, raw),
             SyncClass::DeviceToHost | SyncClass::StateQuery => Step::Wait,
             SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync => Step::Wait,
-            SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync => {
-                // Only copies between device addresses are covered: a host side needs its bytes
-                // captured (or returned) by direction, which comes later.
-                if (f.name == "cuMemcpy" || f.name == "cuMemcpyAsync") && arena::contains(w(0)) && arena::contains(w(1))
-                {
-                    return Step::Done(0);
-                }
-                unsupported(f, "copies with a host side whose direction is known only at run time")
-            }
+            SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync => super::copies::plan(f, raw),
             SyncClass::AllocatesDevice => unsupported(f, "only cuMemAlloc-style allocations from the arena are"),
             SyncClass::HostMemory => host_memory(f, raw),
             SyncClass::AddressLookup => address_lookup(f, raw),
@@ -179,6 +188,52 @@ pub(crate) unsafe fn write_outs(f: &ApiFunction, raw: &[u64], values: &[u64]) {
     for ((i, _), &v) in f.out_args().zip(values) {
         // SAFETY: forwarded.
         unsafe { put(f, raw, i, v) };
+    }
+}
+
+/// Writes the server's answer to a query only the GPU answers (`gpu` in the API table): the
+/// values follow the out arguments in order — a node array's entries (as many as the
+/// program's count asked for, when it passed an array), edge data as zeros (the default edge,
+/// no value sent), then single values (a count, a handle, an enum).
+///
+/// # Safety
+/// `raw` are the program's arguments to `f`, their out-pointers valid for its declared types.
+pub(crate) unsafe fn write_answer(f: &ApiFunction, raw: &[u64], values: &[u64]) {
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    if f.name == "cuCtxGetLimit" {
+        if let Some(&v) = values.first() {
+            contexts(|c| c.limits.insert(w(1), v));
+        }
+    }
+    let mut next = values.iter().copied();
+    for (i, a) in f.out_args() {
+        let p = w(i);
+        match a.kind {
+            ArgKind::Structs { ty, count_arg } => {
+                if p == 0 {
+                    continue;
+                }
+                let cp = w(usize::from(count_arg));
+                // SAFETY: the program's count, read before the answer overwrites it.
+                let n = if cp == 0 { 0 } else { unsafe { *(cp as *const usize) } };
+                for k in 0..n {
+                    // SAFETY: the program's array of `n` entries of `ty`.
+                    unsafe {
+                        if ty == "CUgraphNode" {
+                            *(p as *mut u64).add(k) = next.next().unwrap_or(0);
+                        } else {
+                            *(p as *mut u64).add(k) = 0; // CUgraphEdgeData: 8 bytes
+                        }
+                    }
+                }
+            }
+            _ => {
+                if let Some(v) = next.next() {
+                    // SAFETY: forwarded.
+                    unsafe { put(f, raw, i, v) };
+                }
+            }
+        }
     }
 }
 
@@ -426,10 +481,78 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 }
                 None => INVALID_VALUE,
             },
+            "cuCtxGetLimit" => match contexts(|c| c.limits.get(&w(1)).copied()) {
+                Some(v) => {
+                    put(f, raw, 0, v);
+                    0
+                }
+                None => return Step::Wait,
+            },
+            "cuArrayGetDescriptor" => array_descriptor(w(0), w(1), false),
+            "cuArray3DGetDescriptor" => array_descriptor(w(0), w(1), true),
+            _ if f.server_answers() => return Step::Wait,
             _ => return unsupported(f, "no local answer for this query yet"),
         };
         Step::Done(st)
     }
+}
+
+/// An array's extent and format as created: width, height, depth, format, channels, flags.
+type ArrayShape = [u64; 6];
+static ARRAYS: Mutex<Option<HashMap<u64, ArrayShape>>> = Mutex::new(None);
+
+/// Keeps what `cuArray(3D)GetDescriptor` answers for array `h`.
+///
+/// # Safety
+/// `desc` is null or the program's `CUDA_ARRAY_DESCRIPTOR` (`3d`: `CUDA_ARRAY3D_DESCRIPTOR`).
+unsafe fn remember_array(h: u64, desc: u64, three_d: bool) {
+    if desc == 0 {
+        return;
+    }
+    let p = desc as *const u8;
+    // SAFETY: the caller's contract; fields read unaligned at their C offsets.
+    let shape = unsafe {
+        let u64_at = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u64);
+        let u32_at = |o: usize| u64::from(std::ptr::read_unaligned(p.add(o) as *const u32));
+        if three_d {
+            [u64_at(0), u64_at(8), u64_at(16), u32_at(24), u32_at(28), u32_at(32)]
+        } else {
+            [u64_at(0), u64_at(8), 0, u32_at(16), u32_at(20), 0]
+        }
+    };
+    ARRAYS.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(h, shape);
+}
+
+/// `cuArrayGetDescriptor` / `cuArray3DGetDescriptor` of a client array.
+///
+/// # Safety
+/// `out` is null or the program's descriptor of the function's kind.
+unsafe fn array_descriptor(out: u64, h: u64, three_d: bool) -> u32 {
+    let shape = ARRAYS.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|m| m.get(&h).copied());
+    let Some([w, ht, d, fmt, ch, flags]) = shape else { return INVALID_HANDLE };
+    if out == 0 {
+        return INVALID_VALUE;
+    }
+    let p = out as *mut u8;
+    // SAFETY: the caller's contract; fields written unaligned at their C offsets.
+    unsafe {
+        let put64 = |o: usize, v: u64| std::ptr::write_unaligned(p.add(o) as *mut u64, v);
+        let put32 = |o: usize, v: u64| std::ptr::write_unaligned(p.add(o) as *mut u32, v as u32);
+        if three_d {
+            put64(0, w);
+            put64(8, ht);
+            put64(16, d);
+            put32(24, fmt);
+            put32(28, ch);
+            put32(32, flags);
+        } else {
+            put64(0, w);
+            put64(8, ht);
+            put32(16, fmt);
+            put32(20, ch);
+        }
+    }
+    0
 }
 
 /// Calls that return new handles: client numbers, with what later answers need about them.
@@ -474,6 +597,12 @@ unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
                 h
             }
             ("cuLibraryGetModule", _) => w(1),
+            ("cuArrayCreate" | "cuArray3DCreate", _) => {
+                let h = new_handle();
+                // SAFETY: the program's descriptor (2D: 24 bytes, 3D: 40 bytes).
+                unsafe { remember_array(h, w(1), f.name == "cuArray3DCreate") };
+                h
+            }
             _ => new_handle(),
         };
         // SAFETY: the program's out-pointer for the handle.
@@ -574,6 +703,12 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
         "cuDevicePrimaryCtxSetFlags" => contexts(|c| c.flags = w(1)),
         "cuCtxSetFlags" => contexts(|c| c.flags = w(0)),
         "cuCtxSetCacheConfig" => contexts(|c| c.cache_config = w(0)),
+        "cuCtxSetLimit" => {
+            contexts(|c| c.limits.remove(&w(0)));
+        }
+        "cuStreamBeginCaptureToGraph" => {
+            contexts(|c| c.capturing.insert(w(0)));
+        }
         _ => {}
     }
     Step::Done(0)

@@ -17,6 +17,7 @@
 //! What the recorder asks of "the driver" for itself (the arena's VMM calls, parameter layouts,
 //! pointer types) resolves to [`driver`], the client's implementations of those entry points.
 
+mod copies;
 mod driver;
 mod local;
 mod modules;

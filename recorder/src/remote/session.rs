@@ -240,7 +240,7 @@ fn flusher(after: Duration) {
 /// Whether the server must execute calls of `f`: driver calls other than the ones a client
 /// answers itself (the table's `Local` and `DeviceQuery` classes).
 fn must_send(f: &ApiFunction) -> bool {
-    f.level == ApiLevel::Driver && !matches!(f.sync, SyncClass::Local | SyncClass::DeviceQuery)
+    f.level == ApiLevel::Driver && (!matches!(f.sync, SyncClass::Local | SyncClass::DeviceQuery) || f.server_answers())
 }
 
 /// One hooked call ([`super::call`]).
@@ -284,8 +284,11 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     let tracing = state::enabled();
     // Inputs are read before the local part runs (it may write `inout` arguments).
     // SAFETY (all captures): the program's arguments; outputs only after success.
-    let args = if send || tracing { unsafe { capture::inputs(f, raw) } } else { Vec::new() };
+    let mut args = if send || tracing { unsafe { capture::inputs(f, raw) } } else { Vec::new() };
     let kept = if tracing { args.clone() } else { Vec::new() };
+    if send {
+        super::copies::normalize(f, &mut args);
+    }
     // SAFETY: forwarded from the caller.
     let step = unsafe { local::run(s, raw) };
     // Outputs already captured for the server's record, reused for the trace's.
@@ -499,15 +502,25 @@ impl Session {
         let first_error = |errors: &[CallError]| errors.first().map(|e| e.code as u32);
         match f.sync {
             SyncClass::DeviceToHost | SyncClass::CopyAnyDirection => {
-                if let (Some(bytes), Some((host, len))) = (own, host_buffer(f, raw)) {
-                    // SAFETY: the program's destination buffer of `len` bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len)) };
+                if let Some(bytes) = own {
+                    // SAFETY: the program's destination rows (a 2D/3D copy) or buffer of `len`
+                    // bytes.
+                    unsafe {
+                        if !super::copies::scatter(f, raw, &bytes) {
+                            if let Some((host, len)) = host_buffer(f, raw) {
+                                std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len));
+                            }
+                        }
+                    }
                 }
                 first_error(&a.errors).unwrap_or(0)
             }
-            SyncClass::StateQuery => match a.queries.iter().find(|q| q.seq == seq) {
+            _ if f.server_answers() => match a.queries.iter().find(|q| q.seq == seq) {
                 Some(q) => {
-                    if q.status == 0 {
+                    if q.status == 0 && f.gpu_answers {
+                        // SAFETY: the program's out-pointers.
+                        unsafe { local::write_answer(f, raw, &q.values) };
+                    } else if q.status == 0 {
                         // SAFETY: the program's out-pointers.
                         unsafe { local::write_outs(f, raw, &q.values) };
                     }

@@ -7,13 +7,15 @@
 //! (`recorder/tests/fake/tables.c`, run natively in the GPU suite) and what public reverse engineering describes
 //! (REFERENCE.md §8). Each table has the driver's size (its first word, where the driver's has
 //! one). A slot nobody has seen called answers `CUDA_ERROR_NOT_SUPPORTED` and says so once on
-//! stderr; a table not listed here is refused the same way, so a library that needs one fails
-//! with a line naming it (cuBLAS's `21318c60` "tools context" table is such a table today).
+//! stderr; a table not listed here is refused as the driver refuses one it lacks
+//! (`CUDA_ERROR_INVALID_VALUE`), with a line naming it.
 //!
 //! | table | slots answered here |
 //! |---|---|
 //! | `6bd5fb6c` CUDART_INTERFACE | 2 primary context (a client handle, no record: the executor has one context); 1, 6, 8 module from a fatbin (sent as `cuModuleLoadData` through the hook); 7 no-op |
-//! | `42d85a81` TOOLS_TLS | size only |
+//! | `42d85a81` TOOLS_TLS | 2 no tool context (null) |
+//! | `f8cff951` (cuBLAS, at `cublasCreate`) | size only |
+//! | `21318c60` "ToolsContext" | size only (its slots take the tool context client mode never hands out) |
 //! | `a094798c` TOOLS_RUNTIME_CALLBACK_HOOKS | 2, 6 zeroed buffers of the driver's sizes (no tool is attached) |
 //! | `c693336e` CONTEXT_LOCAL_STORAGE | 0 put, 1 delete, 2 get per (context, key); a missing key is `CUDA_ERROR_INVALID_HANDLE`, as the driver answers |
 //! | `263e8860` CONTEXT_CHECKS | 2 writes 0 to its first out-value and leaves the second; 3 returns 0 (the driver's answers) |
@@ -78,7 +80,7 @@ static CUDART_INTERFACE: [Word; 13] = [
     f!(stub::<0, 11>),
     f!(stub::<0, 12>),
 ];
-static TOOLS_TLS: [Word; 3] = [size(3), f!(stub::<1, 1>), f!(stub::<1, 2>)];
+static TOOLS_TLS: [Word; 3] = [size(3), f!(stub::<1, 1>), f!(no_tools_context)];
 static CALLBACK_HOOKS: [Word; 7] = [
     size(7),
     f!(stub::<2, 1>),
@@ -107,15 +109,31 @@ static CONTEXT_CHECKS: [Word; 15] = [
     f!(stub::<4, 14>),
 ];
 static INTEGRITY_CHECK: [Word; 3] = [size(3), f!(integrity_check), f!(stub::<5, 2>)];
+/// Asked for by cuBLAS at `cublasCreate`; none of its slots was seen called.
+static CUBLAS_INIT: [Word; 3] = [size(3), f!(stub::<6, 1>), f!(stub::<6, 2>)];
+/// "ToolsContext" (cuBLAS calls slots 4, 39 and 51 with the object TOOLS_TLS slot 2 hands out
+/// when a tool context exists); client mode hands out none, so these are only stubs.
+static TOOLS_CONTEXT: [Word; 93] = tools_context();
+
+const fn tools_context() -> [Word; 93] {
+    let mut t = [f!(stub::<7, 0>); 93];
+    t[0] = size(93);
+    t[4] = f!(stub::<7, 4>);
+    t[39] = f!(stub::<7, 39>);
+    t[51] = f!(stub::<7, 51>);
+    t
+}
 
 /// The tables by UUID (hex, as `cuGetExportTable`'s 16 bytes print), in `stub`'s numbering.
-static TABLES: [(&str, &[Word]); 6] = [
+static TABLES: [(&str, &[Word]); 8] = [
     ("6bd5fb6c5bf4e74a8987d93912fd9df9", &CUDART_INTERFACE),
     ("42d85a8123f6cb478298f6e78a3aecdc", &TOOLS_TLS),
     ("a094798c2e742e7493f20800200c0a66", &CALLBACK_HOOKS),
     ("c693336e1121df11a8c368f355d89593", &CONTEXT_STORAGE),
     ("263e88607cd2614392f6bbd5006dfa7e", &CONTEXT_CHECKS),
     ("d4082055bde6704b8d34ba123c66e1f2", &INTEGRITY_CHECK),
+    ("f8cff95121468b4eb9e2fb469e7c0dd9", &CUBLAS_INIT),
+    ("21318c60971432488ca641ff7324c8f2", &TOOLS_CONTEXT),
 ];
 
 /// `cuGetExportTable(out, id)` in client mode.
@@ -141,10 +159,10 @@ pub(crate) unsafe fn get(out: u64, id: u64) -> u32 {
             if g.get_or_insert_with(HashSet::new).insert(hex.clone()) {
                 eprintln!(
                     "gpuless: client mode does not implement the driver's private table {hex}; \
-                     cuGetExportTable returns CUDA_ERROR_NOT_SUPPORTED"
+                     cuGetExportTable returns CUDA_ERROR_INVALID_VALUE"
                 );
             }
-            NOT_SUPPORTED
+            INVALID_VALUE // what the driver answers for a table it does not have
         }
     }
 }
@@ -297,6 +315,17 @@ extern "C" fn context_check(_ctx: u64, first: *mut u32, _second: *mut u64) -> u3
     if !first.is_null() {
         // SAFETY: the caller's out-value.
         unsafe { *first = 0 };
+    }
+    SUCCESS
+}
+
+/// TOOLS_TLS slot 2, at a cuBLAS API entry: `(state, callback id, ...)`; the driver writes its
+/// tool context object into `state[0]` (measured: `GPULESS_EXPORT_TABLES=log:42d85a81`). No
+/// tool is attached to a client: null, success.
+extern "C" fn no_tools_context(state: *mut u64) -> u32 {
+    if !state.is_null() {
+        // SAFETY: the caller's state block (its first word is the context out-value).
+        unsafe { *state = 0 };
     }
     SUCCESS
 }

@@ -561,6 +561,36 @@ pub(crate) fn relocate_words(bytes: &mut [u8], moves: &[(super::blockhash::Span,
     n
 }
 
+/// The live `CUlaunchConfig` of a recorded one; its attributes are built in `attrs` (as raw
+/// bytes: ids newer than cudarc's enum stay intact), which must outlive the config's use.
+pub(crate) fn live_config(st: &State, cfg: &gpuless_traces::LaunchConfig, attrs: &mut Vec<u64>) -> sys::CUlaunchConfig {
+    let size = std::mem::size_of::<sys::CUlaunchAttribute>();
+    let value_at = std::mem::offset_of!(sys::CUlaunchAttribute, value);
+    *attrs = vec![0u64; (cfg.attrs.len() * size).div_ceil(8).max(1)];
+    let base = attrs.as_mut_ptr().cast::<u8>();
+    for (i, a) in cfg.attrs.iter().enumerate() {
+        // SAFETY: entry `i` lies inside `attrs`, sized for every entry.
+        unsafe {
+            let at = base.add(i * size);
+            std::ptr::write_unaligned(at.cast::<u32>(), a.id);
+            let n = a.value.len().min(size - value_at);
+            std::ptr::copy_nonoverlapping(a.value.as_ptr(), at.add(value_at), n);
+        }
+    }
+    sys::CUlaunchConfig {
+        gridDimX: cfg.grid.x,
+        gridDimY: cfg.grid.y,
+        gridDimZ: cfg.grid.z,
+        blockDimX: cfg.block.x,
+        blockDimY: cfg.block.y,
+        blockDimZ: cfg.block.z,
+        sharedMemBytes: cfg.shared_mem,
+        hStream: st.stream(cfg.stream),
+        attrs: base.cast(),
+        numAttrs: cfg.attrs.len() as u32,
+    }
+}
+
 unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<(), ReplayError> {
     let seq = c.rec.seq;
     let rec_f = c.word("f")?;
@@ -594,29 +624,8 @@ unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<()
     let extra = if packed.is_empty() { std::ptr::null_mut() } else { extra_list.as_mut_ptr() };
     let r = if c.f.name == "cuLaunchKernelEx" {
         let Some(Value::LaunchConfig(cfg)) = c.arg("config") else { return Err(c.missing("config")) };
-        let size = std::mem::size_of::<sys::CUlaunchAttribute>();
-        let value_at = std::mem::offset_of!(sys::CUlaunchAttribute, value);
-        // Attributes are rebuilt as raw bytes: ids newer than cudarc's enum stay intact.
-        let mut attrs = vec![0u64; (cfg.attrs.len() * size).div_ceil(8).max(1)];
-        let base = attrs.as_mut_ptr().cast::<u8>();
-        for (i, a) in cfg.attrs.iter().enumerate() {
-            let at = base.add(i * size);
-            std::ptr::write_unaligned(at.cast::<u32>(), a.id);
-            let n = a.value.len().min(size - value_at);
-            std::ptr::copy_nonoverlapping(a.value.as_ptr(), at.add(value_at), n);
-        }
-        let config = sys::CUlaunchConfig {
-            gridDimX: cfg.grid.x,
-            gridDimY: cfg.grid.y,
-            gridDimZ: cfg.grid.z,
-            blockDimX: cfg.block.x,
-            blockDimY: cfg.block.y,
-            blockDimZ: cfg.block.z,
-            sharedMemBytes: cfg.shared_mem,
-            hStream: st.stream(cfg.stream),
-            attrs: base.cast(),
-            numAttrs: cfg.attrs.len() as u32,
-        };
+        let mut attrs = Vec::new();
+        let config = live_config(st, cfg, &mut attrs);
         sys::cuLaunchKernelEx(&config, func, params, extra)
     } else {
         let g = |n: &str| c.word(n).map(|v| v as u32);

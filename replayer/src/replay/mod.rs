@@ -11,6 +11,7 @@ mod exec;
 mod exec_array;
 mod exec_graph;
 mod exec_node;
+mod graph_answer;
 mod graph_query;
 pub mod green;
 mod hostview;

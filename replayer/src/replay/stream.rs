@@ -59,7 +59,7 @@ impl Stream {
         self.report.calls += 1;
         exec::call(&mut self.st, &self.trace, rec, &mut self.report)
             .map_err(|e| explain(e, self.st.mem.translated, &self.report.warnings))?;
-        self.queries.extend(query::answer(&self.st, rec));
+        self.queries.extend(query::answer(&mut self.st, rec));
         Ok(())
     }
 

@@ -92,11 +92,11 @@ pub fn call_event(r: &CallRecord) -> CallEvent {
     let (bytes_up, bytes_down) = transfer_bytes(r);
     let f = r.function.api();
     CallEvent {
-        class: f.map(|f| f.sync),
+        // A query only the GPU answers is, for a client, a state query with values.
+        class: f.map(|f| if f.gpu_answers { gpuless_analyzer::api::SyncClass::StateQuery } else { f.sync }),
         bytes_up,
         bytes_down,
         stream: stream_of(r),
-        answers: f
-            .is_some_and(|f| f.sync == gpuless_analyzer::api::SyncClass::StateQuery && f.out_args().next().is_some()),
+        answers: f.is_some_and(|f| f.server_answers() && f.out_args().next().is_some()),
     }
 }

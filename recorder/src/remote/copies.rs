@@ -1,0 +1,115 @@
+//! Copies whose direction is in their arguments rather than in their name, as client mode runs
+//! them: `cuMemcpy`/`cuMemcpyAsync` between device addresses, and the 2D/3D copies
+//! (`CUDA_MEMCPY2D` / `CUDA_MEMCPY3D`) between host memory, device memory and arrays.
+//!
+//! A side is host memory when its memory type says so, or when it is unified and outside the
+//! arena (the only device memory a client has). A copy from host memory is sent with its rows
+//! (the recorder's capture packs them); a synchronous copy into host memory waits for the
+//! server, whose answer is the packed rows, scattered here into the program's rows. Unified
+//! sides are sent as what they are (host or device), so the executor needs no guess.
+//! Asynchronous 2D/3D copies into host memory are refused with a line saying so.
+
+use gpuless_analyzer::api::structs::{self, Copy, Dims, Side};
+use gpuless_analyzer::api::{ApiFunction, ArgKind, SyncClass};
+use gpuless_traces::Value;
+
+use super::local::{unsupported, Step};
+use crate::arena;
+
+/// The 2D/3D copy struct argument of `f` (its index and shape), if it has one.
+fn copy_struct(f: &ApiFunction) -> Option<(usize, Dims)> {
+    f.args.iter().enumerate().find_map(|(i, a)| match a.kind {
+        ArgKind::Struct(ty) => Dims::of(ty).map(|d| (i, d)),
+        _ => None,
+    })
+}
+
+/// The program's copy struct, parsed.
+///
+/// # Safety
+/// Argument `i` of `raw` is null or points at a struct of `dims`' size.
+unsafe fn parse(raw: &[u64], i: usize, dims: Dims) -> Option<Copy> {
+    let p = raw.get(i).copied().filter(|&p| p != 0)?;
+    // SAFETY: the caller's contract.
+    let b = unsafe { std::slice::from_raw_parts(p as *const u8, dims.size()) };
+    Copy::parse(dims, b)
+}
+
+fn is_host(s: &Side) -> bool {
+    s.memory_type == structs::MEMORYTYPE_HOST
+        || (s.memory_type == structs::MEMORYTYPE_UNIFIED && !arena::contains(s.device))
+}
+
+/// What the client does with a copy of class `CopyAnyDirection(Async)`.
+///
+/// # Safety
+/// `raw` are the program's arguments to `f`.
+pub(crate) unsafe fn plan(f: &ApiFunction, raw: &[u64]) -> Step {
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    let Some((i, dims)) = copy_struct(f) else {
+        if (f.name == "cuMemcpy" || f.name == "cuMemcpyAsync") && arena::contains(w(0)) && arena::contains(w(1)) {
+            return Step::Done(0);
+        }
+        return unsupported(f, "copies with a host side whose direction is known only at run time");
+    };
+    if f.name.starts_with("cuMemcpy3DPeer") || f.name.contains("Batch") {
+        return unsupported(f, "peer and batched copies are not covered yet");
+    }
+    // SAFETY: forwarded: the struct argument.
+    let Some(c) = (unsafe { parse(raw, i, dims) }) else { return Step::Done(1) };
+    if !is_host(&c.dst) {
+        return Step::Done(0);
+    }
+    if f.sync == SyncClass::CopyAnyDirection {
+        Step::Wait
+    } else {
+        unsupported(f, "asynchronous 2D/3D copies into host memory are not returned to the client yet")
+    }
+}
+
+/// Rewrites unified sides of a captured 2D/3D copy struct as host or device memory, for the
+/// executor (the record sent to the server; a trace keeps what the program passed).
+pub(crate) fn normalize(f: &ApiFunction, args: &mut [Value]) {
+    let Some((i, dims)) = copy_struct(f) else { return };
+    let bytes = match args.get_mut(i) {
+        Some(Value::List(l)) => match l.first_mut() {
+            Some(Value::Bytes(b)) => b,
+            _ => return,
+        },
+        Some(Value::Bytes(b)) => b,
+        _ => return,
+    };
+    let Some(c) = Copy::parse(dims, bytes) else { return };
+    for (dst, mut s) in [(false, c.src), (true, c.dst)] {
+        if s.memory_type == structs::MEMORYTYPE_UNIFIED {
+            if arena::contains(s.device) {
+                s.memory_type = structs::MEMORYTYPE_DEVICE;
+            } else {
+                s.memory_type = structs::MEMORYTYPE_HOST;
+                s.host = s.device;
+            }
+            Copy::write_side(dims, bytes, dst, &s);
+        }
+    }
+}
+
+/// Writes the packed rows the server returned for a synchronous 2D/3D copy into host memory
+/// to the program's rows. Returns whether `f` is such a copy.
+///
+/// # Safety
+/// `raw` are the program's arguments; its destination rows are writable.
+pub(crate) unsafe fn scatter(f: &ApiFunction, raw: &[u64], bytes: &[u8]) -> bool {
+    let Some((i, dims)) = copy_struct(f) else { return false };
+    // SAFETY: forwarded.
+    let Some(c) = (unsafe { parse(raw, i, dims) }) else { return true };
+    if !is_host(&c.dst) || c.packed_len() != Some(bytes.len() as u64) {
+        return true;
+    }
+    let w = c.width as usize;
+    for (k, row) in c.rows(&c.dst).enumerate() {
+        let from = &bytes[k * w..(k + 1) * w];
+        // SAFETY: the program's destination row of `w` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), row as *mut u8, w) };
+    }
+    true
+}
