@@ -121,6 +121,24 @@ if unshare -m true 2>/dev/null; then
     echo "row|client: cublas_batched identical to native, or fails naming the private table it lacks|$v|$d; rc=$rc; $(grep -v '^{' "$out/cublas.remote.err" | head -c 400 | tr '\n' ' ')"
   fi
 fi
+# PyTorch (testdata/workloads/tiny.py: cuDNN convolutions, a cuBLAS linear layer): the output
+# checksum must equal the native run's.
+if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
+  wl=$(cd "$(dirname "$0")/../testdata/workloads" && pwd)
+  python3 "$wl/tiny.py" >"$out/tiny.native.txt" 2>"$out/tiny.native.err"; rn=$?
+  hidden "$gl" run --remote "$addr" --json -- python3 "$wl/tiny.py" >"$out/tiny.remote.txt" 2>"$out/tiny.remote.err"; rr=$?
+  same=$(python3 - "$out/tiny.native.txt" "$out/tiny.remote.txt" <<'PY'
+import json, sys
+try:
+    a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:])
+    print("yes" if a["checksum"] == b["checksum"] else "no")
+except Exception:
+    print("no")
+PY
+)
+  v=FAIL; [ $rn -eq 0 ] && [ $rr -eq 0 ] && [ "$same" = yes ] && v=PASS
+  echo "row|client: PyTorch tiny model (cuDNN, cuBLAS) runs remotely, output identical to native|$v|native rc=$rn, remote rc=$rr, same checksum: $same; stats $(grep -m1 '^{' "$out/tiny.remote.err"); stderr: $(grep -v '^{' "$out/tiny.remote.err" | grep -v '^ ' | tail -n 6 | head -c 900 | tr '\n' ' ')"
+fi
 # A server that cannot be reached: the program sees no device, one gpuless: line says why.
 hidden "$gl" run --remote 127.0.0.1:1 -- "$sb/driver_api" "$sb/driver_kernels.cubin" >/dev/null 2>"$out/unreachable.err"
 rc=$?

@@ -34,8 +34,6 @@ const INVALID_CONTEXT: u32 = 201;
 const INVALID_HANDLE: u32 = 400;
 const NOT_FOUND: u32 = 500;
 const NOT_SUPPORTED: u32 = 801;
-/// `CU_MEMHOSTALLOC_DEVICEMAP`, `CU_MEMHOSTREGISTER_DEVICEMAP`.
-const DEVICEMAP: u64 = 0x2;
 
 /// Handles the client hands out: distinct, never null, never a special stream value.
 static NEXT_HANDLE: AtomicU64 = AtomicU64::new(0x5000_0000);
@@ -147,11 +145,14 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
             SyncClass::Local => local_fn(f, raw),
             SyncClass::DeviceQuery => query(f, raw),
             SyncClass::CreatesHandle => create(f, raw),
+            SyncClass::StateQuery if f.name.starts_with("cuPointerGetAttribute") => {
+                super::host::pointer_query(f, raw).unwrap_or(Step::Wait)
+            }
             SyncClass::DeviceToHost | SyncClass::StateQuery => Step::Wait,
             SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync => Step::Wait,
             SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync => super::copies::plan(f, raw),
             SyncClass::AllocatesDevice => unsupported(f, "only cuMemAlloc-style allocations from the arena are"),
-            SyncClass::HostMemory => host_memory(f, raw),
+            SyncClass::HostMemory => super::host::memory(f, raw),
             SyncClass::AddressLookup => address_lookup(f, raw),
             _ => state_change(f, raw),
         }
@@ -445,7 +446,12 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 let fi = if f.name == "cuOccupancyMaxPotentialBlockSize" { 2 } else { 1 };
                 let Some(k) = modules::kernel(w(fi)) else { return Step::Done(INVALID_VALUE) };
                 let (Some(facts), Some(lim)) = (modules::facts(&k), modules::limits()) else {
-                    return unsupported(f, "the kernel's registers are known only from a cubin");
+                    // Registers unknown here (a PTX-only kernel, an image not analyzed): the
+                    // executor asks the driver, unless a callback must size the shared memory.
+                    if f.name == "cuOccupancyMaxPotentialBlockSize" && w(3) != 0 {
+                        return unsupported(f, "the kernel's registers are known only from a cubin");
+                    }
+                    return Step::Wait;
                 };
                 match f.name {
                     "cuOccupancyMaxPotentialBlockSize" => {
@@ -477,6 +483,13 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
             "cuFuncGetName" | "cuKernelGetName" => match modules::kernel(w(1)) {
                 Some(k) => {
                     put(f, raw, 0, static_cstr(&k.name) as u64);
+                    0
+                }
+                None => INVALID_VALUE,
+            },
+            "cuMemHostGetFlags" => match super::host::flags(w(1)) {
+                Some(v) => {
+                    put(f, raw, 0, v);
                     0
                 }
                 None => INVALID_VALUE,
@@ -628,36 +641,6 @@ unsafe fn cstr(p: u64) -> String {
     unsafe { std::ffi::CStr::from_ptr(p as *const std::ffi::c_char) }.to_string_lossy().into_owned()
 }
 
-/// Pinned host memory is ordinary memory here; memory the device would read directly is
-/// refused (a mirror of it is future work).
-unsafe fn host_memory(f: &ApiFunction, raw: &[u64]) -> Step {
-    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
-    match f.name {
-        "cuMemAllocHost" | "cuMemHostAlloc" => {
-            if f.name == "cuMemHostAlloc" && w(2) & DEVICEMAP != 0 {
-                return unsupported(f, "host memory mapped for the device is not mirrored to the server");
-            }
-            let mut p: *mut libc::c_void = std::ptr::null_mut();
-            // SAFETY: a valid out-pointer; page-aligned as pinned memory is.
-            if unsafe { libc::posix_memalign(&mut p, 4096, w(1).max(1) as usize) } != 0 {
-                return Step::Done(2); // CUDA_ERROR_OUT_OF_MEMORY
-            }
-            // SAFETY: the program's out-pointer.
-            unsafe { put(f, raw, 0, p as u64) };
-            Step::Done(0)
-        }
-        "cuMemFreeHost" => {
-            // SAFETY: memory this module allocated (the driver fails other pointers too).
-            unsafe { libc::free(w(0) as *mut libc::c_void) };
-            Step::Done(0)
-        }
-        "cuMemHostRegister" if w(2) & DEVICEMAP != 0 => {
-            unsupported(f, "host memory mapped for the device is not mirrored to the server")
-        }
-        _ => Step::Done(0),
-    }
-}
-
 /// Addresses the driver chooses: module globals (from the cubin's symbols).
 unsafe fn address_lookup(f: &ApiFunction, raw: &[u64]) -> Step {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
@@ -678,6 +661,13 @@ unsafe fn address_lookup(f: &ApiFunction, raw: &[u64]) -> Step {
                 None => unsupported(f, "the module's code image could not be analyzed"),
             }
         }
+        "cuMemHostGetDevicePointer" if super::host::is_pinned(w(1)) => {
+            // With unified addressing the device address of pinned memory is its host address.
+            // SAFETY: the program's out-pointer.
+            unsafe { put(f, raw, 0, w(1)) };
+            Step::Done(0)
+        }
+        "cuMemHostGetDevicePointer" => Step::Done(INVALID_VALUE),
         _ => unsupported(f, "no local answer for this address yet"),
     }
 }

@@ -19,6 +19,7 @@
 
 mod copies;
 mod driver;
+mod host;
 mod local;
 mod modules;
 mod ptx;

@@ -288,6 +288,13 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     let kept = if tracing { args.clone() } else { Vec::new() };
     if send {
         super::copies::normalize(f, &mut args);
+        if s.runs_kernels && super::host::args_reach_mapped(&args) {
+            let why =
+                "a kernel argument points into host memory mapped for the device, which is not mirrored to the server";
+            if let local::Step::Done(st) = local::unsupported(f, why) {
+                return st;
+            }
+        }
     }
     // SAFETY: forwarded from the caller.
     let step = unsafe { local::run(s, raw) };
@@ -310,6 +317,11 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
             push(slot, f, args, results, target)
         }
         Step::Wait => {
+            if args.is_empty() && !f.args.is_empty() {
+                // A query answered locally when it can be, sent when it cannot.
+                // SAFETY: the program's arguments, unchanged so far.
+                args = unsafe { capture::inputs(f, raw) };
+            }
             // SAFETY: forwarded from the caller.
             let (st, seq) = unsafe { wait(slot, f, raw, args) };
             if let (Some(op), 0) = (s.arena, st) {
@@ -515,19 +527,24 @@ impl Session {
                 }
                 first_error(&a.errors).unwrap_or(0)
             }
-            _ if f.server_answers() => match a.queries.iter().find(|q| q.seq == seq) {
-                Some(q) => {
-                    if q.status == 0 && f.gpu_answers {
-                        // SAFETY: the program's out-pointers.
-                        unsafe { local::write_answer(f, raw, &q.values) };
-                    } else if q.status == 0 {
-                        // SAFETY: the program's out-pointers.
-                        unsafe { local::write_outs(f, raw, &q.values) };
+            _ if f.server_answers() || f.sync == SyncClass::DeviceQuery => {
+                match a.queries.iter().find(|q| q.seq == seq) {
+                    Some(q) => {
+                        if q.status == 0 && f.name.starts_with("cuPointerGetAttribute") {
+                            // SAFETY: the program's out-pointers.
+                            unsafe { super::host::write_pointer_answer(f, raw, &q.values) };
+                        } else if q.status == 0 && f.gpu_answers {
+                            // SAFETY: the program's out-pointers.
+                            unsafe { local::write_answer(f, raw, &q.values) };
+                        } else if q.status == 0 {
+                            // SAFETY: the program's out-pointers.
+                            unsafe { local::write_outs(f, raw, &q.values) };
+                        }
+                        q.status as u32
                     }
-                    q.status as u32
+                    None => first_error(&a.errors).unwrap_or(LOST),
                 }
-                None => first_error(&a.errors).unwrap_or(LOST),
-            },
+            }
             _ => first_error(&a.errors).unwrap_or(0),
         }
     }

@@ -15,7 +15,7 @@
 //! | `6bd5fb6c` CUDART_INTERFACE | 2 primary context (a client handle, no record: the executor has one context); 1, 6, 8 module from a fatbin (sent as `cuModuleLoadData` through the hook); 7 no-op |
 //! | `42d85a81` TOOLS_TLS | 2 no tool context (null) |
 //! | `f8cff951` (cuBLAS, at `cublasCreate`) | size only |
-//! | `21318c60` "ToolsContext" | size only (its slots take the tool context client mode never hands out) |
+//! | `21318c60` "ToolsContext" | 4, 39, 51: the outputs the driver was measured to write |
 //! | `a094798c` TOOLS_RUNTIME_CALLBACK_HOOKS | 2, 6 zeroed buffers of the driver's sizes (no tool is attached) |
 //! | `c693336e` CONTEXT_LOCAL_STORAGE | 0 put, 1 delete, 2 get per (context, key); a missing key is `CUDA_ERROR_INVALID_HANDLE`, as the driver answers |
 //! | `263e8860` CONTEXT_CHECKS | 2 writes 0 to its first out-value and leaves the second; 3 returns 0 (the driver's answers) |
@@ -111,16 +111,19 @@ static CONTEXT_CHECKS: [Word; 15] = [
 static INTEGRITY_CHECK: [Word; 3] = [size(3), f!(integrity_check), f!(stub::<5, 2>)];
 /// Asked for by cuBLAS at `cublasCreate`; none of its slots was seen called.
 static CUBLAS_INIT: [Word; 3] = [size(3), f!(stub::<6, 1>), f!(stub::<6, 2>)];
-/// "ToolsContext" (cuBLAS calls slots 4, 39 and 51 with the object TOOLS_TLS slot 2 hands out
-/// when a tool context exists); client mode hands out none, so these are only stubs.
+/// "ToolsContext": cuBLAS calls slot 4 at every API entry (after TOOLS_TLS slot 2), and slots
+/// 51 and 39 once, with the tool context object. What the driver does there, measured
+/// (`GPULESS_EXPORT_TABLES=log:21318c60`, cublas_batched on the H100): slot 4 writes 1 into
+/// the word after the context in the caller's block; 51 writes an object's address; 39, given
+/// that object, writes 7. The client reproduces those outputs (no tool is attached).
 static TOOLS_CONTEXT: [Word; 93] = tools_context();
 
 const fn tools_context() -> [Word; 93] {
     let mut t = [f!(stub::<7, 0>); 93];
     t[0] = size(93);
-    t[4] = f!(stub::<7, 4>);
-    t[39] = f!(stub::<7, 39>);
-    t[51] = f!(stub::<7, 51>);
+    t[4] = f!(tools_enter);
+    t[39] = f!(tools_value);
+    t[51] = f!(tools_object);
     t
 }
 
@@ -326,6 +329,32 @@ extern "C" fn no_tools_context(state: *mut u64) -> u32 {
     if !state.is_null() {
         // SAFETY: the caller's state block (its first word is the context out-value).
         unsafe { *state = 0 };
+    }
+    SUCCESS
+}
+
+extern "C" fn tools_enter(_ctx: u64, flag: *mut u32) -> u32 {
+    if !flag.is_null() {
+        // SAFETY: the caller's block (measured: the driver writes 1 there).
+        unsafe { *flag = 1 };
+    }
+    SUCCESS
+}
+
+static TOOLS_OBJECT: Buffer<256> = Buffer(std::cell::UnsafeCell::new([0; 256]));
+
+extern "C" fn tools_object(_ctx: u64, _a: u64, out: *mut u64) -> u32 {
+    if !out.is_null() {
+        // SAFETY: the caller's out-value.
+        unsafe { *out = TOOLS_OBJECT.0.get() as u64 };
+    }
+    SUCCESS
+}
+
+extern "C" fn tools_value(_ctx: u64, _obj: u64, out: *mut u64) -> u32 {
+    if !out.is_null() {
+        // SAFETY: the caller's out-value (measured: the driver writes 7).
+        unsafe { *out = 7 };
     }
     SUCCESS
 }

@@ -20,7 +20,8 @@ const NOT_SUPPORTED: i32 = 801;
 /// The answer to `rec` if it is a state query; `None` for every other call.
 pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
     let f = rec.function.api()?;
-    if !f.server_answers() {
+    // A device query reaches the executor only when its client could not answer it.
+    if !f.server_answers() && f.sync != gpuless_analyzer::api::SyncClass::DeviceQuery {
         return None;
     }
     let c = Call { f, rec };
@@ -58,6 +59,7 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 };
                 (r as i32, vec![free, total])
             }
+            "cuPointerGetAttribute" | "cuPointerGetAttributes" => pointer(st, &c),
             "cuCtxGetLimit" => {
                 let mut v = 0usize;
                 let get: CtxGetLimit = match super::exec::raw_fn(b"cuCtxGetLimit\0", rec.seq) {
@@ -67,6 +69,10 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 let r = get(&mut v, c.word("limit").unwrap_or(0) as u32);
                 (r as i32, vec![v as u64])
             }
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor"
+            | "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags"
+            | "cuOccupancyAvailableDynamicSMemPerBlock"
+            | "cuOccupancyMaxPotentialBlockSize" => occupancy(st, &c),
             "cuOccupancyMaxActiveClusters" => {
                 let func = c.word("func").ok().and_then(|h| st.function(h));
                 match (func, c.arg("config")) {
@@ -84,4 +90,118 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
         }
     };
     Some(QueryResult { seq: rec.seq, status, values })
+}
+
+/// An occupancy query for a kernel whose registers its client did not know (the driver's
+/// answer; `cuOccupancyMaxPotentialBlockSize` only without a shared-memory callback).
+///
+/// # Safety
+/// Driver queries with a live function.
+unsafe fn occupancy(st: &State, c: &Call<'_>) -> (i32, Vec<u64>) {
+    let bad = (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]);
+    let w = |n: &str| c.word(n).unwrap_or(0);
+    let Some(func) = c.word("func").ok().and_then(|h| st.function(h)) else { return bad };
+    // SAFETY (all arms): the driver's queries with valid out-pointers.
+    unsafe {
+        match c.f.name {
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor" => {
+                let mut n = 0i32;
+                let r = sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &mut n,
+                    func,
+                    w("blockSize") as i32,
+                    w("dynamicSMemSize") as usize,
+                );
+                (r as i32, vec![n as u32 as u64])
+            }
+            "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags" => {
+                let mut n = 0i32;
+                let r = sys::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+                    &mut n,
+                    func,
+                    w("blockSize") as i32,
+                    w("dynamicSMemSize") as usize,
+                    w("flags") as u32,
+                );
+                (r as i32, vec![n as u32 as u64])
+            }
+            "cuOccupancyAvailableDynamicSMemPerBlock" => {
+                let mut n = 0usize;
+                let r = sys::cuOccupancyAvailableDynamicSMemPerBlock(
+                    &mut n,
+                    func,
+                    w("numBlocks") as i32,
+                    w("blockSize") as i32,
+                );
+                (r as i32, vec![n as u64])
+            }
+            _ => {
+                let (mut grid, mut block) = (0i32, 0i32);
+                let r = sys::cuOccupancyMaxPotentialBlockSize(
+                    &mut grid,
+                    &mut block,
+                    func,
+                    None,
+                    w("dynamicSMemSize") as usize,
+                    w("blockSizeLimit") as i32,
+                );
+                (r as i32, vec![grid as u32 as u64, block as u32 as u64])
+            }
+        }
+    }
+}
+
+/// A pointer query about an address only this driver knows fully (the arena's memory is at
+/// the same addresses here as in the client): per attribute, how many bytes the driver wrote
+/// (found by asking twice, into buffers filled with 0x00 and with 0xff) and two words of
+/// value.
+///
+/// # Safety
+/// Driver queries with buffers sized here.
+unsafe fn pointer(st: &State, c: &Call<'_>) -> (i32, Vec<u64>) {
+    let _ = st;
+    let single = c.f.name == "cuPointerGetAttribute";
+    let ptr = c.word("ptr").unwrap_or(0);
+    let attrs: Vec<u32> = if single {
+        vec![c.word("attribute").unwrap_or(0) as u32]
+    } else {
+        match c.arg("attributes") {
+            Some(gpuless_traces::Value::Bytes(b)) => {
+                b.chunks_exact(4).map(|x| u32::from_le_bytes(x.try_into().unwrap_or([0; 4]))).take(64).collect()
+            }
+            _ => return (sys::CUresult::CUDA_ERROR_INVALID_VALUE as i32, Vec::new()),
+        }
+    };
+    type Get = unsafe extern "C" fn(*mut std::ffi::c_void, u32, u64) -> sys::CUresult;
+    type GetMany = unsafe extern "C" fn(u32, *mut u32, *mut *mut std::ffi::c_void, u64) -> sys::CUresult;
+    let ask = |fill: u8| -> (sys::CUresult, Vec<[u8; 16]>) {
+        let mut bufs = vec![[fill; 16]; attrs.len()];
+        // SAFETY: buffers of 16 bytes per attribute (the largest attribute value).
+        let r = unsafe {
+            if single {
+                match super::exec::raw_fn::<Get>(b"cuPointerGetAttribute\0", c.rec.seq) {
+                    Ok(g) => g(bufs[0].as_mut_ptr().cast(), attrs[0], ptr),
+                    Err(_) => sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                }
+            } else {
+                let mut ids = attrs.clone();
+                let mut outs: Vec<*mut std::ffi::c_void> = bufs.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
+                match super::exec::raw_fn::<GetMany>(b"cuPointerGetAttributes\0", c.rec.seq) {
+                    Ok(g) => g(ids.len() as u32, ids.as_mut_ptr(), outs.as_mut_ptr(), ptr),
+                    Err(_) => sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                }
+            }
+        };
+        (r, bufs)
+    };
+    let (r, zeros) = ask(0);
+    let (_, ones) = ask(0xff);
+    let mut values = Vec::with_capacity(attrs.len() * 3);
+    for (z, o) in zeros.iter().zip(&ones) {
+        let written = (0..16).rev().find(|&i| z[i] == o[i]).map_or(0, |i| i + 1);
+        values.push(written as u64);
+        values.push(u64::from_le_bytes(z[..8].try_into().unwrap_or([0; 8])));
+        values.push(u64::from_le_bytes(z[8..].try_into().unwrap_or([0; 8])));
+    }
+    (r as i32, values)
 }

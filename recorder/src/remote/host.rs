@@ -1,0 +1,252 @@
+//! Host memory in client mode, and what pointer queries answer about any address.
+//!
+//! Pinned host memory (`cuMemAllocHost`, `cuMemHostAlloc`, `cuMemHostRegister`) is ordinary
+//! memory of this process, kept in a registry so that pointer queries answer for it as the
+//! driver does. Memory the program maps for the device (`DEVICEMAP`; with unified addressing
+//! every `cudaHostAlloc` asks for it) is allocated too: the policy is that the device never
+//! reads it directly — it is not mirrored to the server — and a launch whose arguments point
+//! into it is refused with a line naming the call ([`args_reach_mapped`]); copies from and to
+//! it work as for any host memory.
+//!
+//! Pointer queries: arena memory is device memory (what only the server's driver knows — the
+//! mapping's size, handle types, access flags — is asked of it); pinned memory answers from the
+//! registry; any other address is pageable host memory, which the driver does not know.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use gpuless_analyzer::api::ApiFunction;
+use gpuless_traces::Value;
+
+use super::local::{unsupported, Step};
+use crate::arena;
+
+/// `CU_MEMHOSTALLOC_DEVICEMAP`, `CU_MEMHOSTREGISTER_DEVICEMAP`.
+const DEVICEMAP: u64 = 0x2;
+const SUCCESS: u32 = 0;
+const INVALID_VALUE: u32 = 1;
+const OUT_OF_MEMORY: u32 = 2;
+
+#[derive(Clone, Copy)]
+struct Pinned {
+    len: u64,
+    flags: u64,
+    /// Allocated here (freed with `cuMemFreeHost`), or the program's memory registered.
+    ours: bool,
+    id: u64,
+}
+
+static PINNED: Mutex<BTreeMap<u64, Pinned>> = Mutex::new(BTreeMap::new());
+
+fn registry() -> std::sync::MutexGuard<'static, BTreeMap<u64, Pinned>> {
+    PINNED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The pinned allocation holding `p`: (start, allocation).
+fn find(p: u64) -> Option<(u64, Pinned)> {
+    let g = registry();
+    let (&start, &a) = g.range(..=p).next_back()?;
+    (p < start.saturating_add(a.len.max(1))).then_some((start, a))
+}
+
+/// `cuMemAllocHost`, `cuMemHostAlloc`, `cuMemFreeHost`, `cuMemHostRegister`,
+/// `cuMemHostUnregister`.
+///
+/// # Safety
+/// `raw` are the program's arguments to `f`.
+pub(crate) unsafe fn memory(f: &ApiFunction, raw: &[u64]) -> Step {
+    static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    let id = || IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | (1 << 62);
+    match f.name {
+        "cuMemAllocHost" | "cuMemHostAlloc" => {
+            let len = w(1).max(1);
+            let flags = if f.name == "cuMemHostAlloc" { w(2) } else { 0 };
+            let mut p: *mut libc::c_void = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer; page-aligned as pinned memory is.
+            if unsafe { libc::posix_memalign(&mut p, 4096, len as usize) } != 0 {
+                return Step::Done(OUT_OF_MEMORY);
+            }
+            registry().insert(p as u64, Pinned { len, flags, ours: true, id: id() });
+            if w(0) != 0 {
+                // SAFETY: the program's out-pointer.
+                unsafe { *(w(0) as *mut u64) = p as u64 };
+            }
+            Step::Done(SUCCESS)
+        }
+        "cuMemFreeHost" => match registry().remove(&w(0)) {
+            Some(a) if a.ours => {
+                // SAFETY: memory this module allocated.
+                unsafe { libc::free(w(0) as *mut libc::c_void) };
+                Step::Done(SUCCESS)
+            }
+            Some(a) => {
+                registry().insert(w(0), a);
+                Step::Done(INVALID_VALUE)
+            }
+            None => Step::Done(INVALID_VALUE),
+        },
+        "cuMemHostRegister" => {
+            if w(0) == 0 || w(1) == 0 {
+                return Step::Done(INVALID_VALUE);
+            }
+            registry().insert(w(0), Pinned { len: w(1), flags: w(2), ours: false, id: id() });
+            Step::Done(SUCCESS)
+        }
+        "cuMemHostUnregister" => {
+            let mut g = registry();
+            match g.get(&w(0)) {
+                Some(a) if !a.ours => {
+                    g.remove(&w(0));
+                    Step::Done(SUCCESS)
+                }
+                _ => Step::Done(713), // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+            }
+        }
+        _ => Step::Done(SUCCESS),
+    }
+}
+
+/// `cuMemHostGetFlags`: the flags the memory was allocated or registered with.
+pub(crate) fn flags(p: u64) -> Option<u64> {
+    find(p).map(|(_, a)| a.flags)
+}
+
+/// Whether `p` lies in pinned memory of this process.
+pub(crate) fn is_pinned(p: u64) -> bool {
+    find(p).is_some()
+}
+
+/// Whether a launch's captured arguments hold an address inside host memory mapped for the
+/// device (8-byte-aligned words of its parameter bytes).
+pub(crate) fn args_reach_mapped(args: &[Value]) -> bool {
+    let mapped: Vec<(u64, u64)> = {
+        let g = registry();
+        g.iter().filter(|(_, a)| a.flags & DEVICEMAP != 0).map(|(&s, a)| (s, s + a.len)).collect()
+    };
+    if mapped.is_empty() {
+        return false;
+    }
+    let hit = |b: &[u8]| {
+        b.chunks_exact(8).any(|c| {
+            let v = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+            mapped.iter().any(|&(s, e)| v >= s && v < e)
+        })
+    };
+    args.iter().any(|v| match v {
+        Value::KernelParams(kp) => hit(&kp.bytes),
+        Value::Bytes(b) => hit(b),
+        _ => false,
+    })
+}
+
+/// Bytes the driver writes for pointer attribute `attr`.
+pub(crate) fn attribute_size(attr: u64) -> usize {
+    match attr {
+        1 | 3 | 4 | 7 | 11 | 12 | 17 | 18 | 19 | 20 => 8,
+        5 => 16, // CUDA_POINTER_ATTRIBUTE_P2P_TOKENS
+        _ => 4,
+    }
+}
+
+/// One attribute of `p` as the client knows it: `Some(Ok(value))`, `Some(Err(status))`, or
+/// `None` when only the server's driver knows (arena memory's mapping facts).
+fn attribute(attr: u64, p: u64) -> Option<Result<u64, u32>> {
+    if arena::contains(p) {
+        return match attr {
+            2 => Some(Ok(u64::from(gpuless_analyzer::api::structs::MEMORYTYPE_DEVICE))),
+            3 => Some(Ok(p)),
+            4 => Some(Err(INVALID_VALUE)),
+            8 | 9 => Some(Ok(0)),
+            13 => Some(Ok(1)),
+            _ => None,
+        };
+    }
+    let Some((start, a)) = find(p) else { return Some(Err(INVALID_VALUE)) };
+    Some(match attr {
+        1 => Ok(super::local::primary_context()),
+        2 => Ok(u64::from(gpuless_analyzer::api::structs::MEMORYTYPE_HOST)),
+        3 | 4 => Ok(p),
+        7 => Ok(a.id),
+        8 | 9 => Ok(0),
+        11 => Ok(start),
+        12 => Ok(a.len),
+        13 => Ok(1),
+        _ => Err(INVALID_VALUE),
+    })
+}
+
+/// `cuPointerGetAttribute(s)` answered here, or `None` when the server must answer.
+///
+/// # Safety
+/// `raw` are the program's arguments; its out-pointers are valid for each attribute's type.
+pub(crate) unsafe fn pointer_query(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    let write = |out: u64, attr: u64, v: u64| {
+        if out != 0 {
+            let n = attribute_size(attr).min(8);
+            // SAFETY: the program's value of this attribute's type.
+            unsafe { std::ptr::copy_nonoverlapping(v.to_le_bytes().as_ptr(), out as *mut u8, n) };
+        }
+    };
+    match f.name {
+        "cuPointerGetAttribute" => match attribute(w(1), w(2))? {
+            Ok(v) => {
+                write(w(0), w(1), v);
+                Some(Step::Done(SUCCESS))
+            }
+            Err(st) => Some(Step::Done(st)),
+        },
+        "cuPointerGetAttributes" => {
+            let (n, attrs, data, p) = (w(0).min(64) as usize, w(1), w(2), w(3));
+            if attrs == 0 || data == 0 {
+                return Some(Step::Done(INVALID_VALUE));
+            }
+            // SAFETY: `n` attribute ids and as many value pointers (the program's arrays).
+            let (ids, outs) = unsafe {
+                (std::slice::from_raw_parts(attrs as *const u32, n), std::slice::from_raw_parts(data as *const u64, n))
+            };
+            let answers: Vec<Option<Result<u64, u32>>> = ids.iter().map(|&a| attribute(u64::from(a), p)).collect();
+            if answers.iter().any(Option::is_none) {
+                return None;
+            }
+            // Unlike the single query, an address the driver does not know is no error: its
+            // attributes read as zero.
+            for ((&a, &out), r) in ids.iter().zip(outs).zip(answers) {
+                write(out, u64::from(a), r.and_then(Result::ok).unwrap_or(0));
+            }
+            Some(Step::Done(SUCCESS))
+        }
+        _ => Some(unsupported(f, "not a pointer query")),
+    }
+}
+
+/// Writes the server's answer to a pointer query: per attribute asked, the number of bytes
+/// its driver wrote and two words of value.
+///
+/// # Safety
+/// As [`pointer_query`].
+pub(crate) unsafe fn write_pointer_answer(f: &ApiFunction, raw: &[u64], values: &[u64]) {
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    let outs: Vec<u64> = if f.name == "cuPointerGetAttribute" {
+        vec![w(0)]
+    } else {
+        let n = w(0).min(64) as usize;
+        if w(2) == 0 {
+            return;
+        }
+        // SAFETY: the program's `n` value pointers.
+        unsafe { std::slice::from_raw_parts(w(2) as *const u64, n) }.to_vec()
+    };
+    for (out, v) in outs.into_iter().zip(values.chunks_exact(3)) {
+        let n = (v[0] as usize).min(16);
+        if out == 0 || n == 0 {
+            continue;
+        }
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&v[1].to_le_bytes());
+        b[8..].copy_from_slice(&v[2].to_le_bytes());
+        // SAFETY: the program's value of the size the server's driver wrote.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), out as *mut u8, n) };
+    }
+}
