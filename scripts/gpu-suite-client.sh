@@ -121,23 +121,47 @@ if unshare -m true 2>/dev/null; then
     echo "row|client: cublas_batched identical to native, or fails naming the private table it lacks|$v|$d; rc=$rc; $(grep -v '^{' "$out/cublas.remote.err" | head -c 400 | tr '\n' ' ')"
   fi
 fi
-# PyTorch (testdata/workloads/tiny.py: cuDNN convolutions, a cuBLAS linear layer): the output
-# checksum must equal the native run's.
-if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
-  wl=$(cd "$(dirname "$0")/../testdata/workloads" && pwd)
-  python3 "$wl/tiny.py" >"$out/tiny.native.txt" 2>"$out/tiny.native.err"; rn=$?
-  hidden "$gl" run --remote "$addr" --json -- python3 "$wl/tiny.py" >"$out/tiny.remote.txt" 2>"$out/tiny.remote.err"; rr=$?
-  same=$(python3 - "$out/tiny.native.txt" "$out/tiny.remote.txt" <<'PY'
+# PyTorch through the client: tiny (cuDNN convolutions, a cuBLAS linear layer), ResNet-50 and
+# BERT-base (testdata/workloads, ../shared's resnet50.py where the suite copied it). Each runs
+# natively, then remotely; the output checksum must equal the native run's; hot latency, first
+# result and the client's counts (round trips, waits by call) are reported with the ratios.
+torch_row() { # NAME SCRIPT
+  local name=$1 script=$2
+  HOT_ITERS=${CLIENT_HOT_ITERS:-30} python3 "$script" >"$out/$name.native.txt" 2>"$out/$name.native.err"; local rn=$?
+  HOT_ITERS=${CLIENT_HOT_ITERS:-30} hidden "$gl" run --remote "$addr" --json -- python3 "$script" >"$out/$name.remote.txt" 2>"$out/$name.remote.err"; local rr=$?
+  grep -m1 '^{' "$out/$name.remote.err" >"$out/$name.stats.json"
+  local verdict
+  verdict=$(python3 - "$out/$name.native.txt" "$out/$name.remote.txt" "$out/$name.stats.json" "$rn" "$rr" <<'PY'
 import json, sys
-try:
-    a, b = (json.loads(open(f).read().strip().splitlines()[-1]) for f in sys.argv[1:])
-    print("yes" if a["checksum"] == b["checksum"] else "no")
-except Exception:
-    print("no")
+def last(f):
+    try:
+        return json.loads(open(f).read().strip().splitlines()[-1])
+    except Exception:
+        return None
+a, b, s = last(sys.argv[1]), last(sys.argv[2]), last(sys.argv[3]) or {}
+rn, rr = int(sys.argv[4]), int(sys.argv[5])
+same = a is not None and b is not None and a["checksum"] == b["checksum"]
+ok = rn == 0 and rr == 0 and same
+d = f"native rc={rn}, remote rc={rr}, same checksum: {'yes' if same else 'no'}"
+if a and b and a.get("hot_ms_median") and b.get("hot_ms_median"):
+    d += (f"; hot {b['hot_ms_median']:.3f} ms vs native {a['hot_ms_median']:.3f} ms (x{b['hot_ms_median']/a['hot_ms_median']:.3f})"
+          f"; first result {b['first_result_s']:.2f} s vs {a['first_result_s']:.2f} s (x{b['first_result_s']/a['first_result_s']:.3f})")
+if s:
+    calls, rt = s.get("calls", 0), s.get("round_trips", 0)
+    d += (f"; {calls} calls, {s.get('local', 0)} answered locally, {rt} round trips ({100*rt/max(calls,1):.2f}% of calls), "
+          f"{s.get('bytes_up', 0)} B up, {s.get('bytes_down', 0)} B down; waits by call {json.dumps(s.get('waits_by_call', {}), sort_keys=True)}")
+print(("PASS" if ok else "FAIL") + "|" + d)
 PY
 )
-  v=FAIL; [ $rn -eq 0 ] && [ $rr -eq 0 ] && [ "$same" = yes ] && v=PASS
-  echo "row|client: PyTorch tiny model (cuDNN, cuBLAS) runs remotely, output identical to native|$v|native rc=$rn, remote rc=$rr, same checksum: $same; stats $(grep -m1 '^{' "$out/tiny.remote.err"); stderr: $(grep -v '^{' "$out/tiny.remote.err" | grep -v '^ ' | tail -n 6 | head -c 900 | tr '\n' ' ')"
+  echo "row|client: PyTorch $name runs remotely, output identical to native|${verdict%%|*}|${verdict#*|}; stderr: $(grep -v '^{' "$out/$name.remote.err" | grep -v '^ ' | tail -n 4 | head -c 600 | tr '\n' ' ')"
+}
+if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
+  wl=$(cd "$(dirname "$0")/../testdata/workloads" && pwd)
+  torch_row tiny "$wl/tiny.py"
+  for r in "$(dirname "$0")/../.device/workloads/resnet50.py" "$(dirname "$0")/../../shared/workloads/resnet50.py"; do
+    if [ -f "$r" ]; then torch_row resnet50 "$r"; break; fi
+  done
+  python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py"
 fi
 # A server that cannot be reached: the program sees no device, one gpuless: line says why.
 hidden "$gl" run --remote 127.0.0.1:1 -- "$sb/driver_api" "$sb/driver_kernels.cubin" >/dev/null 2>"$out/unreachable.err"

@@ -50,6 +50,8 @@ struct Contexts {
     retained: u32,
     /// Streams being captured.
     capturing: HashSet<u64>,
+    /// Each capture's id (`cuStreamGetCaptureInfo`), unique in the process.
+    capture_ids: HashMap<u64, u64>,
     /// Context flags as the program set them (`cuDevicePrimaryCtxSetFlags`, `cuCtxSetFlags`,
     /// `cuCtxCreate`); one device, so one value.
     flags: u64,
@@ -405,6 +407,18 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 put(f, raw, 1, u64::from(is_capturing(w(0))));
                 0
             }
+            "cuStreamGetCaptureInfo" => {
+                if !is_capturing(w(0)) {
+                    put(f, raw, 1, 0); // CU_STREAM_CAPTURE_STATUS_NONE
+                    0
+                } else if (3..f.args.len()).any(|i| w(i) != 0) {
+                    return unsupported(f, "the graph and dependencies of a capture in progress are the server's");
+                } else {
+                    put(f, raw, 1, 1); // CU_STREAM_CAPTURE_STATUS_ACTIVE
+                    put(f, raw, 2, contexts(|c| c.capture_ids.get(&w(0)).copied().unwrap_or(0)));
+                    0
+                }
+            }
             "cuThreadExchangeStreamCaptureMode" => {
                 // Swaps the thread's mode: the new one is read, the previous one written back.
                 if w(0) == 0 {
@@ -435,7 +449,8 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                         put(f, raw, 0, v as u32 as u64);
                         0
                     }
-                    None => return unsupported(f, "this function attribute is not derived from the cubin yet"),
+                    // Not derived from the cubin: the executor asks its driver.
+                    None => return Step::Wait,
                 },
                 None => INVALID_VALUE,
             },
@@ -687,17 +702,18 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
             }
         }
         "cuDevicePrimaryCtxRelease" => contexts(|c| c.retained = c.retained.saturating_sub(1)),
-        "cuStreamBeginCapture" => {
-            contexts(|c| c.capturing.insert(w(0)));
+        "cuStreamBeginCapture" | "cuStreamBeginCaptureToGraph" => {
+            contexts(|c| {
+                c.capturing.insert(w(0));
+                let id = c.capture_ids.len() as u64 + 1;
+                c.capture_ids.insert(w(0), id);
+            });
         }
         "cuDevicePrimaryCtxSetFlags" => contexts(|c| c.flags = w(1)),
         "cuCtxSetFlags" => contexts(|c| c.flags = w(0)),
         "cuCtxSetCacheConfig" => contexts(|c| c.cache_config = w(0)),
         "cuCtxSetLimit" => {
             contexts(|c| c.limits.remove(&w(0)));
-        }
-        "cuStreamBeginCaptureToGraph" => {
-            contexts(|c| c.capturing.insert(w(0)));
         }
         _ => {}
     }

@@ -79,14 +79,33 @@ fn prop() -> sys::CUmemAllocationProp {
     p
 }
 
-/// Creates physical memory for `[addr, addr + len)` (reserved, unmapped) and maps it.
+/// Whether memory is still created RDMA- and decompression-capable (cleared when the driver
+/// refuses it once).
+static CAPABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Creates physical memory for `[addr, addr + len)` (reserved, unmapped) and maps it. Like the
+/// recorder's arena (and `cuMemAlloc` memory on current GPUs), it is RDMA- and
+/// decompression-capable where the driver allows it, so pointer queries a client sends here
+/// answer as they did where the program was recorded.
 unsafe fn map(addr: u64, len: u64) -> Result<(), sys::CUresult> {
+    use std::sync::atomic::Ordering;
     let len = len as usize;
-    let p = prop();
+    let mut p = prop();
+    let capable = CAPABLE.load(Ordering::Relaxed);
+    if capable {
+        p.allocFlags.gpuDirectRDMACapable = 1;
+        p.allocFlags.usage = sys::CU_MEM_CREATE_USAGE_HW_DECOMPRESS as u16;
+    }
     // SAFETY: the range is reserved by us and unmapped; valid pointers to structs.
     unsafe {
         let mut h = 0;
-        let r = sys::cuMemCreate(&mut h, len, &p, 0);
+        let mut r = sys::cuMemCreate(&mut h, len, &p, 0);
+        if capable && matches!(r, sys::CUresult::CUDA_ERROR_INVALID_VALUE | sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) {
+            CAPABLE.store(false, Ordering::Relaxed);
+            p.allocFlags.gpuDirectRDMACapable = 0;
+            p.allocFlags.usage = 0;
+            r = sys::cuMemCreate(&mut h, len, &p, 0);
+        }
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(r);
         }

@@ -14,6 +14,10 @@ use super::State;
 /// `cuCtxGetLimit` with the limit as a plain integer (values newer than cudarc's enum).
 type CtxGetLimit = unsafe extern "C" fn(*mut usize, u32) -> sys::CUresult;
 
+/// Function attributes with the attribute as a plain integer (values newer than cudarc's enum).
+type FuncGetAttribute = unsafe extern "C" fn(*mut i32, u32, *mut std::ffi::c_void) -> sys::CUresult;
+type KernelGetAttribute = unsafe extern "C" fn(*mut i32, u32, *mut std::ffi::c_void, i32) -> sys::CUresult;
+
 /// `CUDA_ERROR_NOT_SUPPORTED`: the executor does not answer this query.
 const NOT_SUPPORTED: i32 = 801;
 
@@ -60,6 +64,30 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 (r as i32, vec![free, total])
             }
             "cuPointerGetAttribute" | "cuPointerGetAttributes" => pointer(st, &c),
+            "cuFuncGetAttribute" => match c.word("hfunc").ok().and_then(|h| st.function(h)) {
+                Some(func) => {
+                    let get: FuncGetAttribute = match super::exec::raw_fn(b"cuFuncGetAttribute\0", rec.seq) {
+                        Ok(g) => g,
+                        Err(_) => return Some(QueryResult { seq: rec.seq, status: NOT_SUPPORTED, values: vec![0] }),
+                    };
+                    let mut v = 0i32;
+                    let r = get(&mut v, c.word("attrib").unwrap_or(0) as u32, func.cast());
+                    (r as i32, vec![v as u32 as u64])
+                }
+                None => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]),
+            },
+            "cuKernelGetAttribute" => match c.word("kernel").ok().and_then(|k| st.kernels.get(&k).copied()) {
+                Some(k) => {
+                    let get: KernelGetAttribute = match super::exec::raw_fn(b"cuKernelGetAttribute\0", rec.seq) {
+                        Ok(g) => g,
+                        Err(_) => return Some(QueryResult { seq: rec.seq, status: NOT_SUPPORTED, values: vec![0] }),
+                    };
+                    let mut v = 0i32;
+                    let r = get(&mut v, c.word("attrib").unwrap_or(0) as u32, k.cast(), 0);
+                    (r as i32, vec![v as u32 as u64])
+                }
+                None => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]),
+            },
             "cuCtxGetLimit" => {
                 let mut v = 0usize;
                 let get: CtxGetLimit = match super::exec::raw_fn(b"cuCtxGetLimit\0", rec.seq) {

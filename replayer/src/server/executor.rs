@@ -180,10 +180,18 @@ struct Session<'a> {
 struct Decoded {
     map: HashMap<Hash128, (Vec<u8>, Rc<Vec<CallRecord>>)>,
     bytes: usize,
+    /// Hashes of the segments seen lately (cached or not), to tell whether segments repeat.
+    seen: std::collections::HashSet<Hash128>,
+    /// Segments decoded (not found in the map), and how many of those had been seen before.
+    misses: u64,
+    repeats: u64,
 }
 
 impl Decoded {
     const MAX_BYTES: usize = 64 << 20;
+    /// Segments decoded before the repeat rate decides whether keeping them pays.
+    const WARM_UP: u64 = 64;
+    const MAX_SEEN: usize = 1 << 16;
 
     fn get(&self, payload: &[u8]) -> Option<Rc<Vec<CallRecord>>> {
         match self.map.get(&Hash128::of(payload)) {
@@ -192,14 +200,39 @@ impl Decoded {
         }
     }
 
+    /// Whether decoded segments are worth keeping. A live client's segments never repeat byte
+    /// for byte (their sequence numbers grow): keeping them would only grow the executor's
+    /// memory — fresh pages, faulted and zeroed, for every segment (half of an executor's time
+    /// on a launch loop, measured). A replayed loop repeats its segments from its second
+    /// iteration on; hashes of recent segments tell the two apart, and keeping resumes as soon
+    /// as segments repeat.
+    fn worth_keeping(&self) -> bool {
+        self.misses < Self::WARM_UP || self.repeats * 8 >= self.misses
+    }
+
     fn insert(&mut self, payload: &[u8], recs: Vec<CallRecord>) -> Rc<Vec<CallRecord>> {
+        let hash = Hash128::of(payload);
+        self.misses += 1;
+        if self.seen.len() >= Self::MAX_SEEN {
+            self.seen.clear();
+        }
+        if !self.seen.insert(hash) {
+            self.repeats += 1;
+        }
+        let recs = Rc::new(recs);
+        if !self.worth_keeping() {
+            if !self.map.is_empty() {
+                self.map.clear();
+                self.bytes = 0;
+            }
+            return recs;
+        }
         if self.bytes + payload.len() > Self::MAX_BYTES {
             self.map.clear();
             self.bytes = 0;
         }
-        let recs = Rc::new(recs);
         self.bytes += payload.len();
-        self.map.insert(Hash128::of(payload), (payload.to_vec(), recs.clone()));
+        self.map.insert(hash, (payload.to_vec(), recs.clone()));
         recs
     }
 }
