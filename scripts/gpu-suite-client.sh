@@ -162,6 +162,9 @@ if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unsha
     if [ -f "$r" ]; then torch_row resnet50 "$r"; break; fi
   done
   python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py"
+  torch_row train "$wl/train.py"        # forward, backward, optimizer
+  torch_row compiled "$wl/compiled.py"  # torch.compile: Triton kernels
+  torch_row fft "$wl/fft.py"            # cuFFT
 fi
 # A server that cannot be reached: the program sees no device, one gpuless: line says why.
 hidden "$gl" run --remote 127.0.0.1:1 -- "$sb/driver_api" "$sb/driver_kernels.cubin" >/dev/null 2>"$out/unreachable.err"

@@ -16,6 +16,7 @@
 //! | `GPULESS_REMOTE_PRIORITY` | `best-effort` with `--best-effort`, else absent (latency-critical) |
 //! | `GPULESS_REMOTE_STATS` | a file in the private directory: the library writes one JSON object there at exit |
 //! | `GPULESS_TRACE` | removed (no recording), except for `gpuless record --remote`: the trace to write while running remotely |
+//! | `TRITON_LIBCUDA_PATH` | the private directory, unless set: Triton links its kernel launcher against the `libcuda.so` there |
 //!
 //! The statistics object has the fields `endpoint`, `session`, `executor_pid`, `device`,
 //! `calls`, `sent`, `local`, `round_trips`, `segments`, `bytes_up`, `bytes_down`, `blob_bytes`,
@@ -132,6 +133,11 @@ pub fn run(args: &RunArgs, cmd: &[String]) -> anyhow::Result<ExitCode> {
         .env("GPULESS_REMOTE_PARTITION", args.partition.as_deref().unwrap_or("whole"))
         .env("GPULESS_REMOTE_STATS", &stats_path)
         .env_remove("GPULESS_TRACE");
+    // Triton links its launcher against the driver it finds (`TRITON_LIBCUDA_PATH`, else
+    // `ldconfig`'s, which a machine without a GPU lacks): it finds the client.
+    if std::env::var_os("TRITON_LIBCUDA_PATH").is_none() {
+        child.env("TRITON_LIBCUDA_PATH", &dir.0);
+    }
     if let Some(t) = &args.trace {
         child.env("GPULESS_TRACE", t);
         if args.capture_outputs {

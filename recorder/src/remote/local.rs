@@ -97,7 +97,7 @@ fn set_current(ctx: u64) {
 }
 
 /// Whether `f`'s stream argument is being captured.
-fn captured(f: &ApiFunction, raw: &[u64]) -> bool {
+pub(crate) fn captured(f: &ApiFunction, raw: &[u64]) -> bool {
     f.args
         .iter()
         .position(|a| a.kind == ArgKind::Handle(HandleKind::Stream))
@@ -134,12 +134,6 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
         if let Some(st) = unsafe { arena::before(op, raw, s.per_thread) } {
             return Step::Done(st);
         }
-    }
-    if f.sync == SyncClass::DeviceToHostAsync && captured(f, raw) {
-        return unsupported(
-            f,
-            "a device-to-host copy captured into a graph is not brought back to the client at the graph's launches yet",
-        );
     }
     // SAFETY (all arms): forwarded from the caller.
     unsafe {

@@ -82,6 +82,9 @@ struct Session {
     held: HashSet<Hash128>,
     /// Asynchronous device-to-host copies whose bytes have not arrived: seq → (host, len).
     d2h: HashMap<u64, (u64, usize)>,
+    /// Asynchronous device-to-host copies captured into graphs: their bytes come back after
+    /// every launch of the graph, so their targets stay.
+    graph_d2h: HashSet<u64>,
     /// Whether records went out since the last answer (work the server may still be doing).
     outstanding: bool,
     /// Why the session ended early; every later call fails with `LOST`.
@@ -200,6 +203,7 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         new_blobs: Vec::new(),
         held: HashSet::new(),
         d2h: HashMap::new(),
+        graph_d2h: HashSet::new(),
         outstanding: false,
         failed: None,
         closed: false,
@@ -251,10 +255,11 @@ fn must_send(f: &ApiFunction) -> bool {
 /// # Safety
 /// `raw` are the program's arguments, in the API table's order.
 pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
-    let t0 = std::time::Instant::now();
+    // The recorder's clock (the TSC where the kernel keeps time with it): two readings per call.
+    let t0 = crate::clock::now_ns();
     // SAFETY: forwarded from the caller.
     let st = unsafe { call_timed(slot, s, raw) };
-    CALL_NS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    CALL_NS.fetch_add(crate::clock::now_ns().saturating_sub(t0), Ordering::Relaxed);
     st
 }
 
@@ -324,7 +329,8 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
                 traced = Some(results.clone());
             }
             let async_d2h = f.sync == SyncClass::DeviceToHostAsync;
-            let target = if async_d2h { host_buffer(f, raw) } else { None };
+            let target =
+                if async_d2h { host_buffer(f, raw).map(|(h, n)| (h, n, local::captured(f, raw))) } else { None };
             push(slot, f, args, results, target)
         }
         Step::Wait => {
@@ -402,7 +408,7 @@ fn push(
     f: &ApiFunction,
     args: Vec<Value>,
     results: Vec<Value>,
-    d2h: Option<(u64, usize)>,
+    d2h: Option<(u64, usize, bool)>,
 ) -> (u32, Option<u64>) {
     let mut g = lock();
     let sess = match open_session(&mut g) {
@@ -414,8 +420,11 @@ fn push(
     if sess.pending.len() == 1 {
         FLUSH.notify_one();
     }
-    if let Some(t) = d2h {
-        sess.d2h.insert(seq, t);
+    if let Some((host, len, captured)) = d2h {
+        sess.d2h.insert(seq, (host, len));
+        if captured {
+            sess.graph_d2h.insert(seq);
+        }
     }
     if sess.pending.len() >= batch() {
         if let Err(e) = sess.send(false) {
@@ -517,7 +526,9 @@ impl Session {
         for (s, bytes) in a.outputs {
             if s == seq {
                 own = Some(bytes);
-            } else if let Some((host, len)) = self.d2h.remove(&s) {
+            } else if let Some((host, len)) =
+                if self.graph_d2h.contains(&s) { self.d2h.get(&s).copied() } else { self.d2h.remove(&s) }
+            {
                 // SAFETY: the program's buffer of an asynchronous copy; it reads it only after
                 // the synchronization that is waiting now.
                 unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len)) };
@@ -544,6 +555,7 @@ impl Session {
                     Some(q) => {
                         if f.stable {
                             memo_keep(f, raw, q.status as u32, &q.values);
+                            remember_all_attributes(f, raw, &q.values);
                         }
                         // SAFETY: the program's out-pointers.
                         unsafe { write_query(f, raw, q.status as u32, &q.values) }
@@ -580,7 +592,8 @@ unsafe fn write_query(f: &ApiFunction, raw: &[u64], status: u32, values: &[u64])
 /// Server answers to `stable` queries (the API table: the same answer for the same arguments
 /// until a call that may change answers), by function and input words; emptied by every call
 /// that may change answers, as the recorder's memo is.
-static MEMO: Mutex<Option<HashMap<(u32, Vec<u64>), (u32, Vec<u64>)>>> = Mutex::new(None);
+type Memo = HashMap<(u32, Vec<u64>), (u32, Vec<u64>)>;
+static MEMO: Mutex<Option<Memo>> = Mutex::new(None);
 static MEMO_HITS: AtomicU64 = AtomicU64::new(0);
 
 fn memo_key(f: &ApiFunction, raw: &[u64]) -> (u32, Vec<u64>) {
@@ -591,6 +604,25 @@ fn memo_key(f: &ApiFunction, raw: &[u64]) -> (u32, Vec<u64>) {
 fn memo_keep(f: &ApiFunction, raw: &[u64], status: u32, values: &[u64]) {
     let mut g = MEMO.lock().unwrap_or_else(|e| e.into_inner());
     g.get_or_insert_with(HashMap::new).insert(memo_key(f, raw), (status, values.to_vec()));
+}
+
+/// A function attribute's answer carries every attribute of the function (the executor's
+/// `query::FUNCTION_ATTRIBUTES`: the runtime asks for all of them in a row): the others are
+/// remembered as if asked.
+fn remember_all_attributes(f: &ApiFunction, raw: &[u64], values: &[u64]) {
+    if !matches!(f.name, "cuFuncGetAttribute" | "cuKernelGetAttribute") || values.len() < 2 {
+        return;
+    }
+    let Some(at) = f.args.iter().position(|a| a.name == "attrib") else { return };
+    let mut other = raw.to_vec();
+    for (a, &v) in values[1..].iter().enumerate() {
+        if v != u64::MAX {
+            if let Some(w) = other.get_mut(at) {
+                *w = a as u64;
+            }
+            memo_keep(f, &other, 0, &[v]);
+        }
+    }
 }
 
 /// A stable query the server answered before, answered again from memory.

@@ -442,6 +442,13 @@ unsafe fn dtoh_async(
         if capturing(stream) {
             let host = st.objects.pinned(n, seq)?;
             check(sys::cuMemcpyDtoHAsync_v2(host.cast(), src, n, stream), seq, name)?;
+            if report.outputs.is_some() {
+                // A client's session: the copy runs at every launch of the graph, and its bytes
+                // go back after each (`exec_graph`'s launch).
+                let out = super::objects::GraphOutput { seq, what: name, host, len: n };
+                st.objects.graph_outputs.capturing.entry(rec_s).or_default().push(out);
+                return Ok(());
+            }
             let want = c.result("dstHost").cloned();
             st.objects.defer(Pending { seq, what: name, stream: rec_s, live_stream: stream, host, len: n, want });
             return Ok(());

@@ -294,6 +294,7 @@ pub(crate) fn call(
                 };
                 check(r, seq, name)?;
                 st.objects.execs.insert(c.out_word("phGraphExec")?, e);
+                st.objects.graph_outputs.instantiated(c.word("hGraph")?, c.out_word("phGraphExec")?);
             }
             "cuGraphExecDestroy" => {
                 if let Some(e) = st.objects.execs.remove(&c.word("hGraphExec")?) {
@@ -302,8 +303,25 @@ pub(crate) fn call(
             }
             "cuGraphUpload" => check(sys::cuGraphUpload(st.exec(c)?, st.stream(c.word("hStream")?)), seq, name)?,
             "cuGraphLaunch" => {
-                check(sys::cuGraphLaunch(st.exec(c)?, st.stream(c.word("hStream")?)), seq, name)?;
+                let rec_s = c.word("hStream")?;
+                let live_stream = st.stream(rec_s);
+                check(sys::cuGraphLaunch(st.exec(c)?, live_stream), seq, name)?;
                 launched(st, c.word("hGraphExec")?, report);
+                // A client's captured device-to-host copies: their bytes go back at the
+                // synchronization that covers this launch.
+                if let Some(outs) = st.objects.graph_outputs.execs.get(&c.word("hGraphExec")?).cloned() {
+                    for o in outs {
+                        st.objects.defer(super::objects::Pending {
+                            seq: o.seq,
+                            what: o.what,
+                            stream: rec_s,
+                            live_stream,
+                            host: o.host,
+                            len: o.len,
+                            want: None,
+                        });
+                    }
+                }
             }
             "cuGraphAddNode" => super::exec_node::add(st, trace, c, report)?,
             "cuGraphExecUpdate" => {
@@ -332,6 +350,7 @@ pub(crate) fn call(
                 let mut g = std::ptr::null_mut();
                 check(sys::cuStreamEndCapture(st.stream(c.word("hStream")?), &mut g), seq, name)?;
                 st.objects.graphs.insert(c.out_word("phGraph")?, g);
+                st.objects.graph_outputs.captured(c.word("hStream")?, c.out_word("phGraph")?);
             }
             "cuStreamGetCaptureInfo" if c.result("graph_out").and_then(word).is_some_and(|g| g != 0) => {
                 // The graph being captured, when the program asked for it: later calls may

@@ -30,6 +30,43 @@ pub(crate) struct Objects {
     /// Device-to-host results in flight, completed by the recorder's rule
     /// ([`gpuless_traces::completion`]), on recorded handles.
     pub pending: Completion<Pending>,
+    /// For a client's session: device-to-host copies captured into graphs, returned to the
+    /// client after every launch — by capturing stream (recorded handle) until the capture
+    /// ends, then by graph, then by executable graph.
+    pub graph_outputs: GraphOutputs,
+}
+
+/// A captured device-to-host copy: its record, and the pinned buffer its graph node writes.
+#[derive(Clone, Copy)]
+pub(crate) struct GraphOutput {
+    pub seq: u64,
+    pub what: &'static str,
+    pub host: *const u8,
+    pub len: usize,
+}
+
+/// [`Objects::graph_outputs`].
+#[derive(Default)]
+pub(crate) struct GraphOutputs {
+    pub capturing: HashMap<u64, Vec<GraphOutput>>,
+    pub graphs: HashMap<u64, Vec<GraphOutput>>,
+    pub execs: HashMap<u64, Vec<GraphOutput>>,
+}
+
+impl GraphOutputs {
+    /// The capture on recorded stream `stream` ended in recorded graph `graph`.
+    pub fn captured(&mut self, stream: u64, graph: u64) {
+        if let Some(v) = self.capturing.remove(&stream) {
+            self.graphs.entry(graph).or_default().extend(v);
+        }
+    }
+
+    /// Recorded graph `graph` was instantiated as `exec`.
+    pub fn instantiated(&mut self, graph: u64, exec: u64) {
+        if let Some(v) = self.graphs.get(&graph) {
+            self.execs.insert(exec, v.clone());
+        }
+    }
 }
 
 /// Page-locked host memory owned by the replay.

@@ -18,6 +18,24 @@ type CtxGetLimit = unsafe extern "C" fn(*mut usize, u32) -> sys::CUresult;
 type FuncGetAttribute = unsafe extern "C" fn(*mut i32, u32, *mut std::ffi::c_void) -> sys::CUresult;
 type KernelGetAttribute = unsafe extern "C" fn(*mut i32, u32, *mut std::ffi::c_void, i32) -> sys::CUresult;
 
+/// Function attributes sent along with the one asked for: the runtime asks for all of them
+/// at once (`cudaFuncGetAttributes`), so one round trip answers the rest from the client's
+/// memory. `u64::MAX` for an attribute the driver refused.
+pub const FUNCTION_ATTRIBUTES: u32 = 16;
+
+fn all_attributes(mut get: impl FnMut(u32, &mut i32) -> sys::CUresult) -> Vec<u64> {
+    (0..FUNCTION_ATTRIBUTES)
+        .map(|a| {
+            let mut v = 0i32;
+            if get(a, &mut v) == sys::CUresult::CUDA_SUCCESS {
+                v as u32 as u64
+            } else {
+                u64::MAX
+            }
+        })
+        .collect()
+}
+
 /// `CUDA_ERROR_NOT_SUPPORTED`: the executor does not answer this query.
 const NOT_SUPPORTED: i32 = 801;
 
@@ -72,7 +90,9 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                     };
                     let mut v = 0i32;
                     let r = get(&mut v, c.word("attrib").unwrap_or(0) as u32, func.cast());
-                    (r as i32, vec![v as u32 as u64])
+                    let mut values = vec![v as u32 as u64];
+                    values.extend(all_attributes(|a, out| get(out, a, func.cast())));
+                    (r as i32, values)
                 }
                 None => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]),
             },
@@ -84,7 +104,9 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                     };
                     let mut v = 0i32;
                     let r = get(&mut v, c.word("attrib").unwrap_or(0) as u32, k.cast(), 0);
-                    (r as i32, vec![v as u32 as u64])
+                    let mut values = vec![v as u32 as u64];
+                    values.extend(all_attributes(|a, out| get(out, a, k.cast(), 0)));
+                    (r as i32, values)
                 }
                 None => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]),
             },
