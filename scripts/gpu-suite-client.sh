@@ -5,7 +5,9 @@
 #
 #   scripts/gpu-suite-client.sh BIN_DIR SUITE_BIN OUT_DIR
 #
-# SUITE_BIN holds the suite's programs (testdata/cuda/suite/build.sh). For each program: the
+# SUITE_BIN holds the suite's programs (testdata/cuda/suite/build.sh). CLIENT_PROGRAMS and
+# CLIENT_TORCH_ROWS choose the CUDA programs and PyTorch workloads (default: all), CLIENT_LOOP=0
+# leaves out the driver_loop timing. For each program: the
 # native output, the same command in the namespace without gpuless (must see no GPU), and
 # with `gpuless run --remote` (must print what the native run printed); the client's counts
 # (--json) go to OUT_DIR/NAME.stats.json. Prints one `row|NAME|PASS or FAIL|detail` line each.
@@ -58,7 +60,7 @@ else
 fi
 # Hot loop timing: native and remote runs of driver_loop interleaved (two each), per-iteration
 # median; with the flusher (segments sent while the program issues more) and without it.
-if [ -x "$sb/driver_loop" ] && unshare -m true 2>/dev/null; then
+if [ -x "$sb/driver_loop" ] && [ "${CLIENT_LOOP:-1}" != 0 ] && unshare -m true 2>/dev/null; then
   it=${CLIENT_LOOP_ITERS:-300}
   loop_cmd=("$sb/driver_loop" "$sb/driver_kernels.cubin" "$it" 64)
   med() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["median_us"])' "$1" 2>/dev/null || echo 0; }
@@ -106,7 +108,7 @@ fi
 # CUDA-runtime programs (static and shared cudart): the runtime initializes on the client's
 # private export tables (integrity check included) and runs remotely like the driver-API one.
 if unshare -m true 2>/dev/null; then
-  for p in streams streams_static globals ptr_struct texture graph graph_query event_d2h ptr_attrs; do
+  for p in ${CLIENT_PROGRAMS:-streams streams_static globals ptr_struct texture graph graph_query event_d2h ptr_attrs}; do
     [ -x "$sb/$p" ] && run_one "$p" "$sb/$p"
   done
   # cuBLAS needs tables client mode does not implement yet (21318c60): it must fail with a
@@ -157,14 +159,17 @@ PY
 }
 if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
   wl=$(cd "$(dirname "$0")/../testdata/workloads" && pwd)
-  torch_row tiny "$wl/tiny.py"
-  for r in "$(dirname "$0")/../.device/workloads/resnet50.py" "$(dirname "$0")/../../shared/workloads/resnet50.py"; do
-    if [ -f "$r" ]; then torch_row resnet50 "$r"; break; fi
+  # train: forward, backward, optimizer; compiled: torch.compile (Triton kernels); fft: cuFFT.
+  for t in ${CLIENT_TORCH_ROWS:-tiny resnet50 bert train compiled fft}; do
+    case $t in
+      resnet50)
+        for r in "$(dirname "$0")/../.device/workloads/resnet50.py" "$(dirname "$0")/../../shared/workloads/resnet50.py"; do
+          if [ -f "$r" ]; then torch_row resnet50 "$r"; break; fi
+        done ;;
+      bert) python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py" ;;
+      *) torch_row "$t" "$wl/$t.py" ;;
+    esac
   done
-  python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py"
-  torch_row train "$wl/train.py"        # forward, backward, optimizer
-  torch_row compiled "$wl/compiled.py"  # torch.compile: Triton kernels
-  torch_row fft "$wl/fft.py"            # cuFFT
 fi
 # A server that cannot be reached: the program sees no device, one gpuless: line says why.
 hidden "$gl" run --remote 127.0.0.1:1 -- "$sb/driver_api" "$sb/driver_kernels.cubin" >/dev/null 2>"$out/unreachable.err"

@@ -52,6 +52,9 @@ struct Contexts {
     capturing: HashSet<u64>,
     /// Each capture's id (`cuStreamGetCaptureInfo`), unique in the process.
     capture_ids: HashMap<u64, u64>,
+    /// Captures into an existing graph (`cuStreamBeginCaptureToGraph`): ending them hands
+    /// back that graph.
+    capture_into: HashMap<u64, u64>,
     /// Context flags as the program set them (`cuDevicePrimaryCtxSetFlags`, `cuCtxSetFlags`,
     /// `cuCtxCreate`); one device, so one value.
     flags: u64,
@@ -619,6 +622,8 @@ unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
                 h
             }
             ("cuLibraryGetModule", _) => w(1),
+            // A capture into an existing graph ends in that graph.
+            ("cuStreamEndCapture", _) => contexts(|c| c.capture_into.remove(&w(0))).unwrap_or_else(new_handle),
             ("cuArrayCreate" | "cuArray3DCreate", _) => {
                 let h = new_handle();
                 // SAFETY: the program's descriptor (2D: 24 bytes, 3D: 40 bytes).
@@ -699,6 +704,11 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
         "cuStreamBeginCapture" | "cuStreamBeginCaptureToGraph" => {
             contexts(|c| {
                 c.capturing.insert(w(0));
+                if f.name == "cuStreamBeginCaptureToGraph" {
+                    c.capture_into.insert(w(0), w(1));
+                } else {
+                    c.capture_into.remove(&w(0));
+                }
                 let id = c.capture_ids.len() as u64 + 1;
                 c.capture_ids.insert(w(0), id);
             });

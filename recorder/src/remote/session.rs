@@ -287,7 +287,7 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
             code => return code,
         }
     }
-    let send = must_send(f);
+    let mut send = must_send(f);
     // `gpuless record --remote`: every call is recorded too, as a local recording would.
     let tracing = state::enabled();
     // Inputs are read before the local part runs (it may write `inout` arguments).
@@ -306,12 +306,15 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     }
     // SAFETY: forwarded from the caller.
     let mut step = unsafe { local::run(s, raw) };
-    if f.may_change_answers() {
+    // A call that creates a handle changes no answer about the handles there were: the memo
+    // (server answers, keyed by their handles) outlives it, unlike the recorder's.
+    if f.may_change_answers() && f.sync != SyncClass::CreatesHandle {
         memo_forget();
     } else if matches!(step, Step::Wait) && f.stable && f.sync == SyncClass::DeviceQuery {
         // SAFETY: the program's arguments.
         if let Some(st) = unsafe { memo_answer(f, raw) } {
             step = Step::Done(st);
+            send = false; // answered from memory: nothing for the server
         }
     }
     // Outputs already captured for the server's record, reused for the trace's.
@@ -591,7 +594,7 @@ unsafe fn write_query(f: &ApiFunction, raw: &[u64], status: u32, values: &[u64])
 
 /// Server answers to `stable` queries (the API table: the same answer for the same arguments
 /// until a call that may change answers), by function and input words; emptied by every call
-/// that may change answers, as the recorder's memo is.
+/// that may change answers except those that only create handles.
 type Memo = HashMap<(u32, Vec<u64>), (u32, Vec<u64>)>;
 static MEMO: Mutex<Option<Memo>> = Mutex::new(None);
 static MEMO_HITS: AtomicU64 = AtomicU64::new(0);

@@ -110,6 +110,12 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 }
                 None => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]),
             },
+            "cuCtxGetApiVersion" => {
+                // The executor's own context stands for every context of its client.
+                let mut v = 0u32;
+                let r = sys::cuCtxGetApiVersion(std::ptr::null_mut(), &mut v);
+                (r as i32, vec![u64::from(v)])
+            }
             "cuCtxGetLimit" => {
                 let mut v = 0usize;
                 let get: CtxGetLimit = match super::exec::raw_fn(b"cuCtxGetLimit\0", rec.seq) {
