@@ -1,0 +1,62 @@
+//! What client mode answers on its own about host memory, pointers and streams: the program
+//! `recorder/tests/fake/client_host.c` runs through `gpuless run --remote` against a real
+//! server on the stand-in driver and prints what the client answered — pinned and
+//! device-mapped host memory, pointer attributes of pinned, pageable and device memory,
+//! capture status, and a launch refused because its argument points into device-mapped host
+//! memory (not mirrored to the server), said once on stderr.
+
+mod serve_harness;
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use serve_harness::{Server, GL};
+use support::common;
+
+#[test]
+fn host_memory_and_pointer_queries_are_answered_by_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, _) = support::build_stand_in(dir.path());
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recorder/tests/fake/client_host.c");
+    let prog = dir.path().join("client_host");
+    common::cc(&["-O2", "-Wall", "-o", prog.to_str().unwrap(), src.to_str().unwrap(), "-ldl"]);
+
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let out = Command::new(GL)
+        .args(["run", "--remote", &srv.tcp, "--json", "--", prog.to_str().unwrap()])
+        .env("GPULESS_RECORDER", common::recorder_lib())
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_PRELOAD")
+        .env_remove("GPULESS_TRACE")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let line = |key: &str| -> Vec<String> {
+        let l = stdout.lines().find(|l| l.split(' ').next() == Some(key));
+        let l = l.unwrap_or_else(|| panic!("no `{key}` line in:\n{stdout}\nstderr:\n{stderr}"));
+        l.split(' ').skip(1).map(str::to_string).collect()
+    };
+    assert_eq!(line("mapped_flags"), ["2"], "the flags it was allocated with");
+    assert_eq!(line("mapped_devptr_is_host"), ["1"], "unified addressing: the device address is the host address");
+    assert_eq!(line("pinned"), ["type", "1", "start_is_base", "1", "size", "8192"], "host memory, its allocation");
+    assert_eq!(line("pageable_single"), ["1"], "pageable memory: CUDA_ERROR_INVALID_VALUE, as the driver says");
+    assert_eq!(line("pageable_many"), ["0", "0", "0"], "cuPointerGetAttributes: success, values zero");
+    assert_eq!(line("device"), ["type", "2"], "arena memory is device memory");
+    assert_eq!(line("capture_status"), ["0"], "not capturing");
+    assert_eq!(line("launch_mapped"), ["801"], "refused: the kernel would read host memory the server never sees");
+    assert_eq!(line("launch_device"), ["0"]);
+    assert_eq!(line("freed_again"), ["1"], "a second free of the same pinned memory fails");
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("mapped for the device")).collect();
+    assert_eq!(said.len(), 1, "one line names the refused call:\n{stderr}");
+    assert!(said[0].contains("cuLaunchKernel"), "{}", said[0]);
+    let stats: serde_json::Value = stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no statistics on stderr:\n{stderr}"));
+    // Everything here was answered by the client: the Welcome and the final wait at exit.
+    assert!(stats["round_trips"].as_u64().unwrap_or(99) <= 2, "{stats}");
+}

@@ -1,0 +1,123 @@
+/* What client mode answers on its own about host memory, pointers and streams
+ * (cli/tests/run_remote_host.rs runs it with `gpuless run --remote` against a server on the
+ * stand-in driver): every driver function is found through cuGetProcAddress_v2, as cudart finds
+ * them. Prints `key value...` lines; a failing call prints `FAILED <what> <code>` and exits 1. */
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef CUresult (*gpa_t)(const char *, void **, int, unsigned long long, int *);
+static gpa_t gpa;
+
+static void *fn(const char *name) {
+  void *p = 0;
+  int status = 0;
+  if (gpa(name, &p, 13000, 0, &status) != 0 || !p) {
+    fprintf(stderr, "FAILED cuGetProcAddress_v2(%s) %d\n", name, status);
+    exit(1);
+  }
+  return p;
+}
+
+static void check(CUresult r, const char *what) {
+  if (r != 0) {
+    fprintf(stderr, "FAILED %s %d\n", what, r);
+    exit(1);
+  }
+}
+
+static const char ptx[] =
+  ".version 8.0\n.target sm_90\n.address_size 64\n"
+  ".visible .entry scale(\n\t.param .u64 scale_param_0,\n\t.param .f32 scale_param_1,\n"
+  "\t.param .u32 scale_param_2\n)\n{\n\tret;\n}\n";
+
+int main(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!lib) { fprintf(stderr, "FAILED dlopen %s\n", dlerror()); return 1; }
+  gpa = (gpa_t)dlsym(lib, "cuGetProcAddress_v2");
+  if (!gpa) { fprintf(stderr, "FAILED dlsym\n"); return 1; }
+  CUresult (*init)(unsigned) = fn("cuInit");
+  CUresult (*dev_get)(int *, int) = fn("cuDeviceGet");
+  CUresult (*retain)(void **, int) = fn("cuDevicePrimaryCtxRetain");
+  CUresult (*set_current)(void *) = fn("cuCtxSetCurrent");
+  CUresult (*host_alloc)(void **, size_t, unsigned) = fn("cuMemHostAlloc");
+  CUresult (*alloc_host)(void **, size_t) = fn("cuMemAllocHost");
+  CUresult (*free_host)(void *) = fn("cuMemFreeHost");
+  CUresult (*host_flags)(unsigned *, void *) = fn("cuMemHostGetFlags");
+  CUresult (*host_devptr)(unsigned long long *, void *, unsigned) = fn("cuMemHostGetDevicePointer");
+  CUresult (*ptr_attr)(void *, int, unsigned long long) = fn("cuPointerGetAttribute");
+  CUresult (*ptr_attrs)(unsigned, int *, void **, unsigned long long) = fn("cuPointerGetAttributes");
+  CUresult (*stream_create)(void **, unsigned) = fn("cuStreamCreate");
+  CUresult (*capture_info)(void *, int *, unsigned long long *) = fn("cuStreamGetCaptureInfo");
+  CUresult (*load)(void **, const void *) = fn("cuModuleLoadData");
+  CUresult (*get_fn)(void **, void *, const char *) = fn("cuModuleGetFunction");
+  CUresult (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                     void **, void **) = fn("cuLaunchKernel");
+  CUresult (*mem_alloc)(unsigned long long *, size_t) = fn("cuMemAlloc");
+
+  int dev;
+  void *ctx;
+  check(init(0), "cuInit");
+  check(dev_get(&dev, 0), "cuDeviceGet");
+  check(retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(set_current(ctx), "cuCtxSetCurrent");
+
+  /* Pinned memory, plain and mapped for the device. */
+  void *pinned = 0, *mapped = 0;
+  check(alloc_host(&pinned, 8192), "cuMemAllocHost");
+  check(host_alloc(&mapped, 4096, 0x2 /* DEVICEMAP */), "cuMemHostAlloc");
+  unsigned flags = 99;
+  check(host_flags(&flags, mapped), "cuMemHostGetFlags");
+  printf("mapped_flags %u\n", flags);
+  unsigned long long dptr = 0;
+  check(host_devptr(&dptr, (char *)mapped + 16, 0), "cuMemHostGetDevicePointer");
+  printf("mapped_devptr_is_host %d\n", dptr == (unsigned long long)(uintptr_t)mapped + 16);
+
+  /* Pointer queries: pinned, pageable, device. */
+  int type = 0;
+  check(ptr_attr(&type, 2 /* MEMORY_TYPE */, (uintptr_t)pinned + 100), "cuPointerGetAttribute(pinned)");
+  unsigned long long start = 0, size = 0;
+  check(ptr_attr(&start, 11 /* RANGE_START_ADDR */, (uintptr_t)pinned + 100), "RANGE_START_ADDR");
+  check(ptr_attr(&size, 12 /* RANGE_SIZE */, (uintptr_t)pinned + 100), "RANGE_SIZE");
+  printf("pinned type %d start_is_base %d size %llu\n", type, start == (uintptr_t)pinned, size);
+  static char pageable[64];
+  printf("pageable_single %d\n", ptr_attr(&type, 2, (uintptr_t)pageable));
+  int attrs[2] = {2 /* MEMORY_TYPE */, 9 /* DEVICE_ORDINAL */};
+  int v0 = 7, v1 = 7;
+  void *outs[2] = {&v0, &v1};
+  CUresult many = ptr_attrs(2, attrs, outs, (uintptr_t)pageable);
+  printf("pageable_many %d %d %d\n", many, v0, v1);
+  unsigned long long d = 0;
+  check(mem_alloc(&d, 1 << 20), "cuMemAlloc");
+  check(ptr_attr(&type, 2, d + 4096), "cuPointerGetAttribute(device)");
+  printf("device type %d\n", type);
+
+  /* A stream that is not capturing. */
+  void *s = 0;
+  check(stream_create(&s, 0), "cuStreamCreate");
+  int status = 7;
+  check(capture_info(s, &status, 0), "cuStreamGetCaptureInfo");
+  printf("capture_status %d\n", status);
+
+  /* A launch whose argument points into host memory mapped for the device: refused, since
+   * that memory is not mirrored to the server; one pointing into pinned memory that is not
+   * mapped (an ordinary host address for the kernel) is the program's business. */
+  void *mod, *f;
+  check(load(&mod, ptx), "cuModuleLoadData");
+  check(get_fn(&f, mod, "scale"), "cuModuleGetFunction");
+  float k = 2.0f;
+  int n = 4;
+  unsigned long long arg = (uintptr_t)mapped + 64;
+  void *args[] = {&arg, &k, &n};
+  printf("launch_mapped %d\n", launch(f, 1, 1, 1, 32, 1, 1, 0, 0, args, 0));
+  arg = d;
+  printf("launch_device %d\n", launch(f, 1, 1, 1, 32, 1, 1, 0, 0, args, 0));
+  check(free_host(mapped), "cuMemFreeHost");
+  check(free_host(pinned), "cuMemFreeHost(pinned)");
+  printf("freed_again %d\n", free_host(pinned));
+  return 0;
+}
