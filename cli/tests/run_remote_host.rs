@@ -8,10 +8,8 @@
 mod serve_harness;
 mod support;
 
+use serve_harness::{run_client, Server};
 use std::path::Path;
-use std::process::Command;
-
-use serve_harness::{Server, GL};
 use support::common;
 
 #[test]
@@ -23,22 +21,10 @@ fn host_memory_and_pointer_queries_are_answered_by_the_client() {
     common::cc(&["-O2", "-Wall", "-o", prog.to_str().unwrap(), src.to_str().unwrap(), "-ldl"]);
 
     let srv = Server::start(dir.path(), &libdir, &[], &[]);
-    let out = Command::new(GL)
-        .args(["run", "--remote", &srv.tcp, "--json", "--", prog.to_str().unwrap()])
-        .env("GPULESS_RECORDER", common::recorder_lib())
-        .env_remove("LD_LIBRARY_PATH")
-        .env_remove("LD_PRELOAD")
-        .env_remove("GPULESS_TRACE")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    let line = |key: &str| -> Vec<String> {
-        let l = stdout.lines().find(|l| l.split(' ').next() == Some(key));
-        let l = l.unwrap_or_else(|| panic!("no `{key}` line in:\n{stdout}\nstderr:\n{stderr}"));
-        l.split(' ').skip(1).map(str::to_string).collect()
-    };
+    let ran = run_client(&srv, &prog);
+    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
+    assert!(ran.ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let line = |key: &str| ran.line(key);
     assert_eq!(line("mapped_flags"), ["2"], "the flags it was allocated with");
     assert_eq!(line("mapped_devptr_is_host"), ["1"], "unified addressing: the device address is the host address");
     assert_eq!(line("pinned"), ["type", "1", "start_is_base", "1", "size", "8192"], "host memory, its allocation");

@@ -11,10 +11,9 @@ mod serve_harness;
 mod support;
 
 use std::path::Path;
-use std::process::Command;
 
 use gpuless_analyzer::integrity::{answer, DeviceIds, Inputs};
-use serve_harness::{Server, GL};
+use serve_harness::{run_client, Server};
 use support::common;
 
 fn hex(s: &str) -> Vec<u8> {
@@ -38,22 +37,10 @@ fn the_runtime_s_private_tables_answer_as_the_driver_does() {
     common::cc(&["-O2", "-Wall", "-o", p, s, "-L", l, "-l:libcuda.so.1", "-lpthread"]);
 
     let srv = Server::start(dir.path(), &libdir, &[], &[]);
-    let out = Command::new(GL)
-        .args(["run", "--remote", &srv.tcp, "--", p])
-        .env("GPULESS_RECORDER", common::recorder_lib())
-        .env_remove("LD_LIBRARY_PATH")
-        .env_remove("LD_PRELOAD")
-        .env_remove("GPULESS_TRACE")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    let line = |key: &str| -> Vec<String> {
-        let l = stdout.lines().find(|l| l.split(' ').next() == Some(key));
-        let l = l.unwrap_or_else(|| panic!("no `{key}` line in:\n{stdout}"));
-        l.split(' ').skip(1).map(str::to_string).collect()
-    };
+    let ran = run_client(&srv, &prog);
+    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
+    assert!(ran.ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let line = |key: &str| ran.line(key);
     // The driver's table sizes (bytes, the first word), measured on the device machine.
     assert_eq!(line("sizes"), ["104", "24", "56", "120", "24"]);
     assert_eq!(line("unknown_table"), ["1"], "a table the client lacks is refused as the driver refuses one");

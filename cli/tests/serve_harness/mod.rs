@@ -1,6 +1,7 @@
 //! The harness of the server's end-to-end tests: a real `gpuless serve` on the stand-in driver
-//! (`crate::support`), clients, and what the tests read back. Shared by `serve_fake.rs` and
-//! `serve_shared.rs`.
+//! (`crate::support`), clients (protocol connections, remote replays, programs under
+//! `gpuless run --remote`), and what the tests read back. Shared by the `serve_*` and
+//! `run_remote_*` tests.
 #![allow(dead_code)] // each test binary uses part of it
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -191,5 +192,41 @@ pub fn wait_until(mut f: impl FnMut() -> bool, what: &str) {
     while !f() {
         assert!(t.elapsed() < Duration::from_secs(20), "timed out waiting until {what}");
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What a client program printed under `gpuless run --remote`: exit success, stdout, stderr.
+pub struct ClientRun {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ClientRun {
+    /// The words after `key` on the first stdout line that starts with it (panics when absent).
+    pub fn line(&self, key: &str) -> Vec<String> {
+        let l = self.stdout.lines().find(|l| l.split(' ').next() == Some(key));
+        let l = l.unwrap_or_else(|| panic!("no `{key}` line in:\n{}\nstderr:\n{}", self.stdout, self.stderr));
+        l.split(' ').skip(1).map(str::to_string).collect()
+    }
+}
+
+/// Runs `prog` through `gpuless run --remote` against `s` (`--json` statistics on stderr), with
+/// the real recorder library as the client and nothing of the caller's environment that would
+/// redirect it.
+pub fn run_client(s: &Server, prog: &Path) -> ClientRun {
+    let out = Command::new(GL)
+        .args(["run", "--remote", &s.tcp, "--json", "--"])
+        .arg(prog)
+        .env("GPULESS_RECORDER", support::common::recorder_lib())
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_PRELOAD")
+        .env_remove("GPULESS_TRACE")
+        .output()
+        .expect("run gpuless run");
+    ClientRun {
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }
