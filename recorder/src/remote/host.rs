@@ -60,6 +60,9 @@ pub(crate) unsafe fn memory(f: &ApiFunction, raw: &[u64]) -> Step {
     let id = || IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | (1 << 62);
     match f.name {
         "cuMemAllocHost" | "cuMemHostAlloc" => {
+            if w(0) == 0 {
+                return Step::Done(INVALID_VALUE);
+            }
             let len = w(1).max(1);
             let flags = if f.name == "cuMemHostAlloc" { w(2) } else { 0 };
             let mut p: *mut libc::c_void = std::ptr::null_mut();
@@ -68,10 +71,8 @@ pub(crate) unsafe fn memory(f: &ApiFunction, raw: &[u64]) -> Step {
                 return Step::Done(OUT_OF_MEMORY);
             }
             registry().insert(p as u64, Pinned { len, flags, ours: true, id: id() });
-            if w(0) != 0 {
-                // SAFETY: the program's out-pointer.
-                unsafe { *(w(0) as *mut u64) = p as u64 };
-            }
+            // SAFETY: the program's out-pointer, checked non-null.
+            unsafe { *(w(0) as *mut u64) = p as u64 };
             Step::Done(SUCCESS)
         }
         "cuMemFreeHost" => match registry().remove(&w(0)) {

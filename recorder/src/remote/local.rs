@@ -716,6 +716,25 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
         "cuDevicePrimaryCtxSetFlags" => contexts(|c| c.flags = w(1)),
         "cuCtxSetFlags" => contexts(|c| c.flags = w(0)),
         "cuCtxSetCacheConfig" => contexts(|c| c.cache_config = w(0)),
+        // The update runs on the server; its outcome here is success (an update the server's
+        // driver refuses fails the next synchronization, as an asynchronous error). The runtime
+        // reads the result it passes down, so it is written as the driver writes it.
+        "cuGraphExecUpdate" => {
+            let v2 = f.args.iter().any(|a| a.name == "resultInfo");
+            // SAFETY: the program's out-pointers (null skipped): v2 a
+            // `CUgraphExecUpdateResultInfo` (result, error node, error-from node: 24 bytes), v1
+            // a node handle and a result enum.
+            unsafe {
+                if v2 {
+                    if w(2) != 0 {
+                        std::ptr::write_bytes(w(2) as *mut u8, 0, 24);
+                    }
+                } else {
+                    put(f, raw, 2, 0);
+                    put(f, raw, 3, 0);
+                }
+            }
+        }
         "cuCtxSetLimit" => {
             contexts(|c| c.limits.remove(&w(0)));
         }
