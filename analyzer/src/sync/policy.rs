@@ -155,7 +155,7 @@ impl PolicyState {
         }
         // What `gpuless run --remote` does (recorder/src/remote/session.rs): a call the server
         // must run is sent (queued); a round trip happens only where the program needs a result.
-        let sent = !matches!(class, SyncClass::Local | SyncClass::DeviceQuery);
+        let sent = !matches!(class, SyncClass::Local | SyncClass::DeviceQuery | SyncClass::HostMemory);
         let completion = matches!(class, SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync)
             || (class == SyncClass::StateQuery && !ev.answers);
         if completion {

@@ -245,9 +245,12 @@ fn flusher(after: Duration) {
 }
 
 /// Whether the server must execute calls of `f`: driver calls other than the ones a client
-/// answers itself (the table's `Local` and `DeviceQuery` classes).
+/// answers itself (the table's `Local` and `DeviceQuery` classes) and host memory (pinned
+/// memory is this process's own; copies carry its bytes), plus the queries only the server
+/// answers.
 fn must_send(f: &ApiFunction) -> bool {
-    f.level == ApiLevel::Driver && (!matches!(f.sync, SyncClass::Local | SyncClass::DeviceQuery) || f.server_answers())
+    f.level == ApiLevel::Driver
+        && (!matches!(f.sync, SyncClass::Local | SyncClass::DeviceQuery | SyncClass::HostMemory) || f.server_answers())
 }
 
 /// One hooked call ([`super::call`]).

@@ -30,6 +30,23 @@ static void check(CUresult r, const char *what) {
   }
 }
 
+/* CUDA_MEMCPY2D as cuda.h lays it out. */
+typedef struct {
+  size_t srcXInBytes, srcY;
+  int srcMemoryType;
+  const void *srcHost;
+  unsigned long long srcDevice;
+  void *srcArray;
+  size_t srcPitch;
+  size_t dstXInBytes, dstY;
+  int dstMemoryType;
+  void *dstHost;
+  unsigned long long dstDevice;
+  void *dstArray;
+  size_t dstPitch;
+  size_t WidthInBytes, Height;
+} copy2d;
+
 static const char ptx[] =
   ".version 8.0\n.target sm_90\n.address_size 64\n"
   ".visible .entry scale(\n\t.param .u64 scale_param_0,\n\t.param .f32 scale_param_1,\n"
@@ -116,6 +133,41 @@ int main(void) {
   printf("launch_mapped %d\n", launch(f, 1, 1, 1, 32, 1, 1, 0, 0, args, 0));
   arg = d;
   printf("launch_device %d\n", launch(f, 1, 1, 1, 32, 1, 1, 0, 0, args, 0));
+  /* 2D copies with host sides given as unified addresses: 4 rows of 48 bytes from a host
+   * buffer of pitch 100 to device memory of pitch 64, and back into a host buffer of pitch
+   * 80 whose gaps must stay as they were. */
+  CUresult (*copy)(const copy2d *) = fn("cuMemcpy2D");
+  unsigned char src[400], back[320];
+  for (int i = 0; i < 400; i++) src[i] = (unsigned char)(i * 7 + 1);
+  memset(back, 0xee, sizeof back);
+  copy2d up = {0};
+  up.srcMemoryType = 4; /* UNIFIED: host memory */
+  up.srcDevice = (uintptr_t)src;
+  up.srcPitch = 100;
+  up.dstMemoryType = 4; /* UNIFIED: device memory */
+  up.dstDevice = d;
+  up.dstPitch = 64;
+  up.WidthInBytes = 48;
+  up.Height = 4;
+  check(copy(&up), "cuMemcpy2D up");
+  copy2d down = {0};
+  down.srcMemoryType = 2; /* DEVICE */
+  down.srcDevice = d;
+  down.srcPitch = 64;
+  down.dstMemoryType = 4; /* UNIFIED: host memory */
+  down.dstDevice = (uintptr_t)back;
+  down.dstPitch = 80;
+  down.WidthInBytes = 48;
+  down.Height = 4;
+  check(copy(&down), "cuMemcpy2D down");
+  int rows_ok = 1, gaps_ok = 1;
+  for (int r = 0; r < 4; r++)
+    for (int x = 0; x < 80; x++) {
+      if (x < 48) rows_ok &= back[r * 80 + x] == src[r * 100 + x];
+      else gaps_ok &= back[r * 80 + x] == 0xee;
+    }
+  printf("copy2d rows %d gaps %d\n", rows_ok, gaps_ok);
+
   check(free_host(mapped), "cuMemFreeHost");
   check(free_host(pinned), "cuMemFreeHost(pinned)");
   printf("freed_again %d\n", free_host(pinned));
