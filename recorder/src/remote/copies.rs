@@ -113,3 +113,83 @@ pub(crate) unsafe fn scatter(f: &ApiFunction, raw: &[u64], bytes: &[u8]) -> bool
     }
     true
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `CUDA_MEMCPY2D` as cuda.h lays it out.
+    #[repr(C)]
+    #[derive(Default)]
+    struct Copy2d {
+        src_x: usize,
+        src_y: usize,
+        src_type: u32,
+        src_host: u64,
+        src_device: u64,
+        src_array: u64,
+        src_pitch: usize,
+        dst_x: usize,
+        dst_y: usize,
+        dst_type: u32,
+        dst_host: u64,
+        dst_device: u64,
+        dst_array: u64,
+        dst_pitch: usize,
+        width: usize,
+        height: usize,
+    }
+
+    fn memcpy2d() -> &'static ApiFunction {
+        gpuless_analyzer::api::functions().iter().find(|f| f.name == "cuMemcpy2D").expect("in the table")
+    }
+
+    #[test]
+    fn packed_rows_are_scattered_into_the_pitched_host_destination_only() {
+        let mut host = [0xeeu8; 16];
+        let c = Copy2d {
+            src_type: structs::MEMORYTYPE_DEVICE,
+            src_device: 0x1000,
+            src_pitch: 64,
+            dst_type: structs::MEMORYTYPE_UNIFIED, // outside the arena: host memory
+            dst_device: host.as_mut_ptr() as u64,
+            dst_x: 1,
+            dst_pitch: 8,
+            width: 3,
+            height: 2,
+            ..Copy2d::default()
+        };
+        let raw = [&c as *const Copy2d as u64];
+        // SAFETY: the struct and the 16-byte destination above.
+        assert!(unsafe { scatter(memcpy2d(), &raw, &[1, 2, 3, 4, 5, 6]) });
+        assert_eq!(host, [0xee, 1, 2, 3, 0xee, 0xee, 0xee, 0xee, 0xee, 4, 5, 6, 0xee, 0xee, 0xee, 0xee]);
+        // Not the packed size: nothing written.
+        // SAFETY: as above.
+        assert!(unsafe { scatter(memcpy2d(), &raw, &[9; 5]) });
+        assert_eq!(host[1], 1);
+    }
+
+    #[test]
+    fn unified_sides_are_sent_as_what_they_are() {
+        let c = Copy2d {
+            src_type: structs::MEMORYTYPE_UNIFIED,
+            src_device: 0x7000_1234, // not in the arena: host memory
+            dst_type: structs::MEMORYTYPE_DEVICE,
+            dst_device: 0x6400_0000_0000,
+            width: 4,
+            height: 1,
+            ..Copy2d::default()
+        };
+        // SAFETY: a plain C struct read as bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(&c as *const Copy2d as *const u8, std::mem::size_of::<Copy2d>()).to_vec()
+        };
+        let mut args = vec![Value::List(vec![Value::Bytes(bytes), Value::Null])];
+        normalize(memcpy2d(), &mut args);
+        let Value::List(l) = &args[0] else { panic!() };
+        let Value::Bytes(b) = &l[0] else { panic!() };
+        let parsed = Copy::parse(Dims::Two, b).unwrap();
+        assert_eq!((parsed.src.memory_type, parsed.src.host), (structs::MEMORYTYPE_HOST, 0x7000_1234));
+        assert_eq!(parsed.dst.memory_type, structs::MEMORYTYPE_DEVICE, "a typed side is left as it is");
+    }
+}
