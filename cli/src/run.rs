@@ -20,7 +20,9 @@
 //!
 //! The statistics object has the fields `endpoint`, `session`, `executor_pid`, `device`,
 //! `calls`, `sent`, `local`, `round_trips`, `segments`, `bytes_up`, `bytes_down`, `blob_bytes`,
-//! `blob_hits`, `blob_misses`, `waits`, `server_exec_us` (the executor's time executing the
+//! `blob_hits`, `blob_misses`, `waits`, `waits_by_call` (the functions that waited for an
+//! answer, with counts), `memo_hits` (server answers to stable queries given again from memory),
+//! `server_exec_us` (the executor's time executing the
 //! session's records, from its answers), `call_us` (time the program spent in driver calls)
 //! and `wait_us` (the part of it waiting for answers after a segment was written), `failed` (why the session failed, or null) and
 //! `failure_said` (the library already said so on stderr; this command does not repeat it). A
@@ -223,8 +225,20 @@ fn summary(v: &Value) -> Vec<String> {
         ),
         format!("bytes up {}, down {}", show("bytes_up"), show("bytes_down")),
         format!("blob bytes {}, hits {}, misses {}", show("blob_bytes"), show("blob_hits"), show("blob_misses")),
+        format!("waits by call: {}; server answers remembered: {}", waits_by_call(v), show("memo_hits")),
         format!("failed: {}", failure(v).unwrap_or_else(|| "no".into())),
     ]
+}
+
+/// `waits_by_call` as `name n, name n` (most first), or `?`.
+fn waits_by_call(v: &Value) -> String {
+    let Some(m) = v.get("waits_by_call").and_then(Value::as_object) else { return "?".into() };
+    let mut w: Vec<(&String, u64)> = m.iter().map(|(k, n)| (k, n.as_u64().unwrap_or(0))).collect();
+    w.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    if w.is_empty() {
+        return "none".into();
+    }
+    w.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]
@@ -247,14 +261,16 @@ mod tests {
             "endpoint": "unix:/s", "session": 4, "executor_pid": 99, "device": "Fake GPU",
             "calls": 40, "sent": 25, "local": 15, "round_trips": 9, "segments": 9, "bytes_up": 1000,
             "bytes_down": 3000, "blob_bytes": 1024, "blob_hits": 0, "blob_misses": 1, "waits": 8,
-            "server_exec_us": 1234, "failed": null
+            "server_exec_us": 1234, "failed": null,
+            "waits_by_call": {"cuStreamSynchronize": 2, "cuMemcpyDtoH": 6}, "memo_hits": 3
         });
         let s = summary(&v);
         assert_eq!(s[0], "session 4 at unix:/s, executor pid 99");
         assert_eq!(s[2], "calls 40: sent 25, answered locally 15");
         assert_eq!(s[3], "round trips 9 (22.5% of calls), waits 8, segments 9");
         assert_eq!(s[4], "time in calls ? us, of which waiting for answers ? us; server execution 1234 us");
-        assert_eq!(s[7], "failed: no");
+        assert_eq!(s[7], "waits by call: cuMemcpyDtoH 6, cuStreamSynchronize 2; server answers remembered: 3");
+        assert_eq!(s[8], "failed: no");
         let f = serde_json::json!({"calls": 0, "failed": "connection refused"});
         assert_eq!(failure(&f).as_deref(), Some("connection refused"));
         assert_eq!(summary(&f)[3], "round trips ?, waits ?, segments ?");
