@@ -38,6 +38,12 @@ pub struct CallEvent {
     /// Whether the server fills the call's out arguments (a state query with out values:
     /// an event timing, memory information), so a client must wait for it.
     pub answers: bool,
+    /// A `stable` query the server answers: its question (function and input values, hashed).
+    /// A client remembers the answer and asks again only after a call that [forgets](Self::forgets).
+    pub memo: Option<u64>,
+    /// The call may change answers (not only by creating handles): a client forgets the
+    /// answers it remembered.
+    pub forgets: bool,
 }
 
 /// Runs every policy over a stream of calls with bounded memory.

@@ -90,6 +90,8 @@ pub(crate) struct PolicyState {
     pending_down: HashMap<Option<u64>, u64>,
     /// `gpuless`: calls were sent since the last round trip (work the server may be doing).
     outstanding: bool,
+    /// `gpuless`: the stable questions the server answered since the last call that forgets.
+    remembered: std::collections::HashSet<u64>,
     segments: BTreeMap<u64, u64>,
     reasons: BTreeMap<String, u64>,
     timeline: Timeline,
@@ -124,6 +126,7 @@ impl PolicyState {
             down_max: 0,
             pending_down: HashMap::new(),
             outstanding: false,
+            remembered: std::collections::HashSet::new(),
             segments: BTreeMap::new(),
             reasons: BTreeMap::new(),
             timeline: Timeline::new(1024),
@@ -155,6 +158,15 @@ impl PolicyState {
         }
         // What `gpuless run --remote` does (recorder/src/remote/session.rs): a call the server
         // must run is sent (queued); a round trip happens only where the program needs a result.
+        if ev.forgets {
+            self.remembered.clear();
+        }
+        if let Some(q) = ev.memo {
+            // A stable question the server answered before: answered from the client's memory.
+            if !self.remembered.insert(q) {
+                return (false, 0, String::new());
+            }
+        }
         let sent = !matches!(class, SyncClass::Local | SyncClass::DeviceQuery | SyncClass::HostMemory);
         let completion = matches!(class, SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync)
             || (class == SyncClass::StateQuery && !ev.answers);

@@ -2,7 +2,7 @@ use super::*;
 use crate::api::SyncClass::*;
 
 fn ev(class: SyncClass, up: u64, down: u64, stream: Option<u64>) -> CallEvent {
-    CallEvent { class: Some(class), bytes_up: up, bytes_down: down, stream, answers: false }
+    CallEvent { class: Some(class), bytes_up: up, bytes_down: down, stream, ..CallEvent::default() }
 }
 
 #[test]
@@ -104,4 +104,17 @@ fn gpuless_waits_only_with_work_outstanding_or_for_an_answer() {
     assert_eq!(r[0].reasons.get("EventSync"), Some(&1));
     assert_eq!(r[0].reasons.get("StateQuery"), Some(&1));
     assert_eq!(r[0].reasons.get("DeviceToHost"), Some(&1));
+}
+
+#[test]
+fn gpuless_asks_a_stable_question_again_only_after_a_call_that_forgets() {
+    let mut a = SyncAnalyzer::new(&[Policy::Gpuless]);
+    let ask = |q| CallEvent { class: Some(StateQuery), answers: true, memo: Some(q), ..CallEvent::default() };
+    let forget = CallEvent { class: Some(Async), forgets: true, ..CallEvent::default() };
+    let handle = ev(CreatesHandle, 0, 0, None); // creates a handle: remembered answers stay
+    for c in [ask(1), ask(1), ask(2), handle, ask(2), forget, ask(1), ask(1)] {
+        a.push(&c);
+    }
+    let r = a.finish();
+    assert_eq!(r[0].syncs, 3, "asked: 1, 2, and 1 again after the forgetting call: {:?}", r[0].reasons);
 }

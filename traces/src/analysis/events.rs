@@ -98,5 +98,21 @@ pub fn call_event(r: &CallRecord) -> CallEvent {
         bytes_down,
         stream: stream_of(r),
         answers: f.is_some_and(|f| f.server_answers() && f.out_args().next().is_some()),
+        memo: f.filter(|f| f.stable && f.gpu_answers).map(|f| question(f, r)),
+        forgets: f.is_some_and(|f| f.may_change_answers() && f.sync != gpuless_analyzer::api::SyncClass::CreatesHandle),
     }
+}
+
+/// A stable query's question: its function and input values, hashed (what the client's memo
+/// of server answers is keyed by).
+fn question(f: &gpuless_analyzer::api::ApiFunction, r: &CallRecord) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    f.id.0.hash(&mut h);
+    for (a, v) in f.args.iter().zip(&r.args) {
+        if a.dir == gpuless_analyzer::api::Direction::In {
+            format!("{v:?}").hash(&mut h);
+        }
+    }
+    h.finish()
 }
