@@ -13,21 +13,6 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// `mi_option_purge_delay` (mimalloc.h, v2 and v3).
-const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
-
-/// Freed memory is never handed back to the OS while the process runs (mimalloc's purge):
-/// a server relaying segments and an executor decoding them free and reuse the same memory
-/// every few hundred microseconds, and a purge made them fault it in again, 2 MiB at a time
-/// with transparent huge pages (half their time on a launch loop, measured). `MIMALLOC_PURGE_DELAY`
-/// set by the operator wins.
-fn keep_freed_memory() {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-        // SAFETY: sets an option of the allocator this binary links; any value is valid.
-        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
-    }
-}
-
 mod analyze_binary;
 mod analyze_trace;
 mod devices;
@@ -263,7 +248,6 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    keep_freed_memory();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

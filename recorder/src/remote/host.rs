@@ -37,6 +37,31 @@ struct Pinned {
 }
 
 static PINNED: Mutex<BTreeMap<u64, Pinned>> = Mutex::new(BTreeMap::new());
+/// How many device-mapped allocations the registry holds.
+static MAPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Adds an allocation to the registry (counting the device-mapped ones).
+fn keep(start: u64, a: Pinned) {
+    if a.flags & DEVICEMAP != 0 {
+        MAPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    if let Some(old) = registry().insert(start, a) {
+        forget_one(&old);
+    }
+}
+
+/// Removes the allocation at `start` from the registry.
+fn drop_at(start: u64) -> Option<Pinned> {
+    let a = registry().remove(&start)?;
+    forget_one(&a);
+    Some(a)
+}
+
+fn forget_one(a: &Pinned) {
+    if a.flags & DEVICEMAP != 0 {
+        MAPPED.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 fn registry() -> std::sync::MutexGuard<'static, BTreeMap<u64, Pinned>> {
     PINNED.lock().unwrap_or_else(|e| e.into_inner())
@@ -70,39 +95,33 @@ pub(crate) unsafe fn memory(f: &ApiFunction, raw: &[u64]) -> Step {
             if unsafe { libc::posix_memalign(&mut p, 4096, len as usize) } != 0 {
                 return Step::Done(OUT_OF_MEMORY);
             }
-            registry().insert(p as u64, Pinned { len, flags, ours: true, id: id() });
+            keep(p as u64, Pinned { len, flags, ours: true, id: id() });
             // SAFETY: the program's out-pointer, checked non-null.
             unsafe { *(w(0) as *mut u64) = p as u64 };
             Step::Done(SUCCESS)
         }
-        "cuMemFreeHost" => match registry().remove(&w(0)) {
-            Some(a) if a.ours => {
-                // SAFETY: memory this module allocated.
-                unsafe { libc::free(w(0) as *mut libc::c_void) };
-                Step::Done(SUCCESS)
+        "cuMemFreeHost" => {
+            if !registry().get(&w(0)).is_some_and(|a| a.ours) {
+                return Step::Done(INVALID_VALUE);
             }
-            Some(a) => {
-                registry().insert(w(0), a);
-                Step::Done(INVALID_VALUE)
-            }
-            None => Step::Done(INVALID_VALUE),
-        },
+            drop_at(w(0));
+            // SAFETY: memory this module allocated.
+            unsafe { libc::free(w(0) as *mut libc::c_void) };
+            Step::Done(SUCCESS)
+        }
         "cuMemHostRegister" => {
             if w(0) == 0 || w(1) == 0 {
                 return Step::Done(INVALID_VALUE);
             }
-            registry().insert(w(0), Pinned { len: w(1), flags: w(2), ours: false, id: id() });
+            keep(w(0), Pinned { len: w(1), flags: w(2), ours: false, id: id() });
             Step::Done(SUCCESS)
         }
         "cuMemHostUnregister" => {
-            let mut g = registry();
-            match g.get(&w(0)) {
-                Some(a) if !a.ours => {
-                    g.remove(&w(0));
-                    Step::Done(SUCCESS)
-                }
-                _ => Step::Done(713), // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+            if !registry().get(&w(0)).is_some_and(|a| !a.ours) {
+                return Step::Done(713); // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
             }
+            drop_at(w(0));
+            Step::Done(SUCCESS)
         }
         _ => Step::Done(SUCCESS),
     }
@@ -121,17 +140,15 @@ pub(crate) fn is_pinned(p: u64) -> bool {
 /// Whether a launch's captured arguments hold an address inside host memory mapped for the
 /// device (8-byte-aligned words of its parameter bytes).
 pub(crate) fn args_reach_mapped(args: &[Value]) -> bool {
-    let mapped: Vec<(u64, u64)> = {
-        let g = registry();
-        g.iter().filter(|(_, a)| a.flags & DEVICEMAP != 0).map(|(&s, a)| (s, s + a.len)).collect()
-    };
-    if mapped.is_empty() {
+    // Every launch asks: without device-mapped memory, no lock and no scan.
+    if MAPPED.load(std::sync::atomic::Ordering::Relaxed) == 0 {
         return false;
     }
+    let g = registry();
     let hit = |b: &[u8]| {
         b.chunks_exact(8).any(|c| {
             let v = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
-            mapped.iter().any(|&(s, e)| v >= s && v < e)
+            g.range(..=v).next_back().is_some_and(|(&s, a)| a.flags & DEVICEMAP != 0 && v < s.saturating_add(a.len))
         })
     };
     args.iter().any(|v| match v {

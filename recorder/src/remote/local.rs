@@ -60,8 +60,6 @@ struct Contexts {
     flags: u64,
     /// `cuCtxSetCacheConfig`'s last value.
     cache_config: u64,
-    /// `cuCtxGetLimit` answers the server gave, until `cuCtxSetLimit` changes that limit.
-    limits: HashMap<u64, u64>,
 }
 
 static CONTEXTS: Mutex<Option<Contexts>> = Mutex::new(None);
@@ -200,11 +198,6 @@ pub(crate) unsafe fn write_outs(f: &ApiFunction, raw: &[u64], values: &[u64]) {
 /// `raw` are the program's arguments to `f`, their out-pointers valid for its declared types.
 pub(crate) unsafe fn write_answer(f: &ApiFunction, raw: &[u64], values: &[u64]) {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
-    if f.name == "cuCtxGetLimit" {
-        if let Some(&v) = values.first() {
-            contexts(|c| c.limits.insert(w(1), v));
-        }
-    }
     let mut next = values.iter().copied();
     for (i, a) in f.out_args() {
         let p = w(i);
@@ -391,15 +384,6 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 put(f, raw, 0, contexts(|c| c.cache_config));
                 0
             }
-            "cuCtxGetStreamPriorityRange" => {
-                put(f, raw, 0, 0);
-                put(f, raw, 1, (-5i32) as u32 as u64);
-                0
-            }
-            "cuModuleGetLoadingMode" => {
-                put(f, raw, 0, 2); // CU_MODULE_LOADING_MODE_LAZY_LOADING, CUDA 12.2+'s default
-                0
-            }
             "cuStreamIsCapturing" => {
                 put(f, raw, 1, u64::from(is_capturing(w(0))));
                 0
@@ -505,13 +489,6 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                     0
                 }
                 None => INVALID_VALUE,
-            },
-            "cuCtxGetLimit" => match contexts(|c| c.limits.get(&w(1)).copied()) {
-                Some(v) => {
-                    put(f, raw, 0, v);
-                    0
-                }
-                None => return Step::Wait,
             },
             "cuArrayGetDescriptor" => array_descriptor(w(0), w(1), false),
             "cuArray3DGetDescriptor" => array_descriptor(w(0), w(1), true),
@@ -734,9 +711,6 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
                     put(f, raw, 3, 0);
                 }
             }
-        }
-        "cuCtxSetLimit" => {
-            contexts(|c| c.limits.remove(&w(0)));
         }
         _ => {}
     }

@@ -200,13 +200,14 @@ fn load_fatbin(module: *mut u64, image: *const c_void) -> u32 {
     unsafe { load(module, image) }
 }
 
-/// The fatbin of a `__fatBinC_Wrapper_t` (magic, version, data pointer, ...).
+/// The fatbin of a `__fatBinC_Wrapper_t` (null when it is not one).
 unsafe fn wrapper_data(wrapper: *const c_void) -> *const c_void {
     if wrapper.is_null() {
         return std::ptr::null();
     }
-    // SAFETY: the runtime's wrapper: two 32-bit words, then the fatbin's address.
-    unsafe { *(wrapper.cast::<u8>().add(8) as *const *const c_void) }
+    // SAFETY: the runtime's wrapper, 24 bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(wrapper.cast::<u8>(), gpuless_fatbin::Wrapper::SIZE) };
+    gpuless_fatbin::Wrapper::parse(bytes).map_or(std::ptr::null(), |w| w.data as *const c_void)
 }
 
 extern "C" fn module_from_wrapper(module: *mut u64, wrapper: *const c_void) -> u32 {

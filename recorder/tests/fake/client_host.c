@@ -75,6 +75,8 @@ int main(void) {
   CUresult (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                      void **, void **) = fn("cuLaunchKernel");
   CUresult (*mem_alloc)(unsigned long long *, size_t) = fn("cuMemAlloc");
+  CUresult (*priorities)(int *, int *) = fn("cuCtxGetStreamPriorityRange");
+  CUresult (*loading)(int *) = fn("cuModuleGetLoadingMode");
 
   int dev;
   void *ctx;
@@ -82,6 +84,14 @@ int main(void) {
   check(dev_get(&dev, 0), "cuDeviceGet");
   check(retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   check(set_current(ctx), "cuCtxSetCurrent");
+
+  /* What only the server's driver knows, asked twice: the second answer comes from memory. */
+  int least = 9, greatest = 9, mode = 9;
+  for (int i = 0; i < 2; i++) {
+    check(priorities(&least, &greatest), "cuCtxGetStreamPriorityRange");
+    check(loading(&mode), "cuModuleGetLoadingMode");
+  }
+  printf("priorities %d %d loading_mode %d\n", least, greatest, mode);
 
   /* Pinned memory, plain and mapped for the device. */
   void *pinned = 0, *mapped = 0;

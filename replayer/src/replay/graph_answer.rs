@@ -19,18 +19,36 @@ use super::State;
 /// address, so never a driver's handle or a client number.
 const SERVER_NAMES: u64 = 0x7ffe_0000_0000_0000;
 
-/// The client's name for a live node (an existing one, else a new server name).
-fn name(st: &mut State, live: sys::CUgraphNode) -> u64 {
-    if live.is_null() {
-        return 0;
+/// The client's names of live nodes: the lowest handle each is known under, and new server
+/// names for the others (built once per answer: a graph may have thousands of nodes).
+struct Names {
+    known: std::collections::HashMap<sys::CUgraphNode, u64>,
+}
+
+impl Names {
+    fn of(st: &State) -> Names {
+        let mut known: std::collections::HashMap<sys::CUgraphNode, u64> = std::collections::HashMap::new();
+        for (&k, &l) in &st.objects.nodes {
+            let e = known.entry(l).or_insert(k);
+            *e = (*e).min(k);
+        }
+        Names { known }
     }
-    if let Some((&k, _)) = st.objects.nodes.iter().filter(|(_, &l)| l == live).min_by_key(|(&k, _)| k) {
-        return k;
+
+    /// The client's name for `live` (0 for null), naming it now if it has none.
+    fn name(&mut self, st: &mut State, live: sys::CUgraphNode) -> u64 {
+        if live.is_null() {
+            return 0;
+        }
+        if let Some(&k) = self.known.get(&live) {
+            return k;
+        }
+        let start = SERVER_NAMES + 0x10 * (st.objects.nodes.len() as u64 + 1);
+        let k = (start..).step_by(0x10).find(|k| !st.objects.nodes.contains_key(k)).unwrap_or(start);
+        st.objects.nodes.insert(k, live);
+        self.known.insert(live, k);
+        k
     }
-    let k = SERVER_NAMES + 0x10 * (st.objects.nodes.len() as u64 + 1);
-    let k = (k..).step_by(0x10).find(|k| !st.objects.nodes.contains_key(k)).unwrap_or(k);
-    st.objects.nodes.insert(k, live);
-    k
 }
 
 /// What the program asked for: its count (input of the `inout` count) and whether it passed
@@ -48,7 +66,9 @@ pub(super) unsafe fn answer(st: &mut State, c: &Call<'_>) -> Option<(i32, Vec<u6
     const BAD: i32 = sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32;
     let null = std::ptr::null_mut::<sys::CUgraphNode_st>;
     let no_edges = std::ptr::null_mut::<sys::CUgraphEdgeData>;
-    let name_all = |st: &mut State, live: &[sys::CUgraphNode]| live.iter().map(|&l| name(st, l)).collect::<Vec<u64>>();
+    let mut names = Names::of(st);
+    let mut name_all =
+        |st: &mut State, live: &[sys::CUgraphNode]| live.iter().map(|&l| names.name(st, l)).collect::<Vec<u64>>();
     // SAFETY (whole match): the driver's queries with live handles and buffers sized here.
     let r = unsafe {
         match c.f.name {
@@ -118,7 +138,7 @@ pub(super) unsafe fn answer(st: &mut State, c: &Call<'_>) -> Option<(i32, Vec<u6
                 let Ok(g) = st.graph(c, "hClonedGraph") else { return Some((BAD, Vec::new())) };
                 let mut found = null();
                 let r = sys::cuGraphNodeFindInClone(&mut found, orig, g);
-                (r, vec![name(st, found)])
+                (r, name_all(st, &[found]))
             }
             "cuGraphNodeGetType" => {
                 let Ok(node) = c.word("hNode").and_then(|h| st.node(c, h)) else { return Some((BAD, Vec::new())) };

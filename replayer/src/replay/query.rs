@@ -14,6 +14,9 @@ use super::State;
 /// `cuCtxGetLimit` with the limit as a plain integer (values newer than cudarc's enum).
 type CtxGetLimit = unsafe extern "C" fn(*mut usize, u32) -> sys::CUresult;
 
+/// `cuModuleGetLoadingMode` with the mode as a plain integer.
+type LoadingMode = unsafe extern "C" fn(*mut u32) -> sys::CUresult;
+
 /// Function attributes with the attribute as a plain integer (values newer than cudarc's enum).
 type FuncGetAttribute = unsafe extern "C" fn(*mut i32, u32, *mut std::ffi::c_void) -> sys::CUresult;
 type KernelGetAttribute = unsafe extern "C" fn(*mut i32, u32, *mut std::ffi::c_void, i32) -> sys::CUresult;
@@ -110,6 +113,20 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 }
                 None => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]),
             },
+            "cuCtxGetStreamPriorityRange" => {
+                let (mut least, mut greatest) = (0i32, 0i32);
+                let r = sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest);
+                (r as i32, vec![least as u32 as u64, greatest as u32 as u64])
+            }
+            "cuModuleGetLoadingMode" => {
+                let get: LoadingMode = match super::exec::raw_fn(b"cuModuleGetLoadingMode\0", rec.seq) {
+                    Ok(g) => g,
+                    Err(_) => return Some(QueryResult { seq: rec.seq, status: NOT_SUPPORTED, values: vec![0] }),
+                };
+                let mut mode = 0u32;
+                let r = get(&mut mode);
+                (r as i32, vec![u64::from(mode)])
+            }
             "cuCtxGetApiVersion" => {
                 // The executor's own context stands for every context of its client.
                 let mut v = 0u32;
@@ -160,17 +177,8 @@ unsafe fn occupancy(st: &State, c: &Call<'_>) -> (i32, Vec<u64>) {
     // SAFETY (all arms): the driver's queries with valid out-pointers.
     unsafe {
         match c.f.name {
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor" => {
-                let mut n = 0i32;
-                let r = sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
-                    &mut n,
-                    func,
-                    w("blockSize") as i32,
-                    w("dynamicSMemSize") as usize,
-                );
-                (r as i32, vec![n as u32 as u64])
-            }
-            "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags" => {
+            // The plain query is the one with default flags.
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor" | "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags" => {
                 let mut n = 0i32;
                 let r = sys::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
                     &mut n,
