@@ -117,7 +117,7 @@ pub(crate) unsafe fn memory(f: &ApiFunction, raw: &[u64]) -> Step {
             Step::Done(SUCCESS)
         }
         "cuMemHostUnregister" => {
-            if !registry().get(&w(0)).is_some_and(|a| !a.ours) {
+            if registry().get(&w(0)).is_none_or(|a| a.ours) {
                 return Step::Done(713); // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
             }
             drop_at(w(0));
