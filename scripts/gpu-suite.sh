@@ -86,7 +86,14 @@ except Exception as e:
     print(f"FAIL|no report: {e}"); sys.exit()
 n, k, bad = s.get('occupancy_checked', 0), s.get('function_attributes_checked', 0), s.get('occupancy_mismatch_count', 0)
 first = '; '.join(s.get('occupancy_mismatches', [])[:3])
-print(f"{'PASS' if n > 0 and bad == 0 else 'FAIL'}|{n} occupancy answers and {k} kernels' attributes computed from cubins, {bad} differ from the driver{': ' + first if first else ''}")
+attrs = s.get('attributes', [])
+compared = sum(a['compared'] for a in attrs)
+differ = [a for a in attrs if a['differ']]
+bad += sum(a['differ'] for a in attrs)
+per = ', '.join(f"{a['id']}: {a['differ']} of {a['compared']} ({a['examples'][0] if a['examples'] else ''})" for a in differ)
+left = ', '.join(f"{a['id']}: {a['not_computed']} (driver {a['driver_values']})" for a in attrs if a['not_computed'])
+print(f"{'PASS' if n > 0 and bad == 0 else 'FAIL'}|{n} occupancy answers and {compared} function attributes of {k} kernels computed from cubins, {bad} differ from the driver{': ' + first if first else ''}"
+      f"{'; attributes differing: ' + per if per else ''}{'; not computed: ' + left if left else ''}")
 PY
   )
   # The target covers the kernels the suite's programs launch; PyTorch's library is informative.

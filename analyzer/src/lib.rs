@@ -3,10 +3,12 @@
 //! This crate owns what can be learned from GPU binaries without a GPU — kernels, their
 //! parameter layouts and resources read from cubins ([`cubin`]), whole host ELF / fatbin /
 //! cubin files analyzed in parallel ([`binary`]) — and the declarative CUDA API table
-//! ([`api`]) with the synchronization analysis built on it ([`sync`]), and what the driver's private
-//! integrity check answers ([`integrity`], for client mode).
+//! ([`api`]) with the synchronization analysis built on it ([`sync`]); for client mode, what
+//! the driver answers about a kernel without running it (function [`attributes`],
+//! [`occupancy`]) and what its private integrity check answers ([`integrity`]).
 
 pub mod api;
+pub mod attributes;
 pub mod binary;
 pub mod cubin;
 pub mod integrity;

@@ -11,7 +11,8 @@ use std::ptr;
 
 use anyhow::{bail, Context};
 use cudarc::driver::sys::{self, CUdevice_attribute as DevAttr, CUfunction_attribute as FnAttr, CUresult};
-use gpuless_analyzer::cubin::{analyze_cubin, Kernel};
+use gpuless_analyzer::attributes::{self, FunctionFacts};
+use gpuless_analyzer::cubin::{analyze_cubin, Cubin, Kernel};
 use gpuless_analyzer::occupancy::{self, DeviceLimits, KernelFacts};
 use gpuless_fatbin::{self as fatbin, EntryKind, Limits, MappedFile};
 use serde::Serialize;
@@ -57,9 +58,29 @@ pub struct Summary {
     pub occupancy_mismatches: Vec<String>,
     /// How many differences there were in all.
     pub occupancy_mismatch_count: usize,
+    /// Every function attribute (`CUfunction_attribute` 0–15), computed from the cubin
+    /// (`gpuless_analyzer::attributes`) and compared with `cuFuncGetAttribute`.
+    pub attributes: Vec<AttributeCheck>,
     /// The device's limits the computed answers used.
     #[serde(skip)]
     limits: Option<DeviceLimits>,
+}
+
+/// How one function attribute's computed answers compared with the driver's.
+#[derive(Debug, Default, Serialize)]
+pub struct AttributeCheck {
+    /// The `CUfunction_attribute` id.
+    pub id: u32,
+    /// Kernels whose computed answer was compared.
+    pub compared: usize,
+    /// ... and differed (goal: none).
+    pub differ: usize,
+    /// The first differences: kernel, computed, driver, cubin flags.
+    pub examples: Vec<String>,
+    /// Kernels the rules gave no answer for (the client asks the server).
+    pub not_computed: usize,
+    /// The driver's answers where none was computed: (value, kernels), the 8 most common.
+    pub driver_values: Vec<(i64, usize)>,
 }
 
 fn check(r: CUresult, what: &str) -> anyhow::Result<()> {
@@ -98,7 +119,8 @@ pub fn run(paths: &[PathBuf], arch: Option<&str>) -> anyhow::Result<Summary> {
             // SAFETY: a valid out-pointer.
             (sys::cuDeviceGetAttribute(&mut v, a, dev) == CUresult::CUDA_SUCCESS).then_some(v)
         });
-        let mut s = Summary { device_sm: (major * 10 + minor) as u32, limits, ..Summary::default() };
+        let attributes = (0..attributes::COUNT).map(|id| AttributeCheck { id, ..AttributeCheck::default() }).collect();
+        let mut s = Summary { device_sm: (major * 10 + minor) as u32, limits, attributes, ..Summary::default() };
         for p in paths {
             check_file(p, arch, &mut s).with_context(|| p.display().to_string())?;
             s.files += 1;
@@ -135,7 +157,7 @@ fn check_file(path: &Path, arch: Option<&str>, s: &mut Summary) -> anyhow::Resul
         if cubin.relocatable {
             s.relocatable_skipped += 1;
         } else if wanted(&format!("sm_{}", cubin.sm)) {
-            check_cubin(bytes, &cubin.kernels, &format!("{}", path.display()), s)?;
+            check_cubin(bytes, &cubin, &format!("{}", path.display()), s)?;
         }
         return Ok(());
     }
@@ -159,12 +181,13 @@ fn check_file(path: &Path, arch: Option<&str>, s: &mut Summary) -> anyhow::Resul
             continue;
         }
         let label = format!("{}@{:#x}({})", path.display(), e.offset, e.arch_name());
-        check_cubin(&payload, &cubin.kernels, &label, s)?;
+        check_cubin(&payload, &cubin, &label, s)?;
     }
     Ok(())
 }
 
-fn check_cubin(image: &[u8], kernels: &[Kernel], label: &str, s: &mut Summary) -> anyhow::Result<()> {
+fn check_cubin(image: &[u8], cubin: &Cubin, label: &str, s: &mut Summary) -> anyhow::Result<()> {
+    let kernels = &cubin.kernels;
     // The driver reads the image through a pointer; keep an aligned, owned copy.
     let owned: Vec<u64> = {
         let mut v = vec![0u64; image.len().div_ceil(8)];
@@ -192,14 +215,20 @@ fn check_cubin(image: &[u8], kernels: &[Kernel], label: &str, s: &mut Summary) -
             s.mismatches.push(format!("{label}: driver counts {count} kernels, analyzer found {}", kernels.len()));
         }
         for k in kernels {
-            check_kernel(lib, k, label, s)?;
+            check_kernel(lib, k, cubin, label, s)?;
         }
         sys::cuLibraryUnload(lib);
     }
     Ok(())
 }
 
-unsafe fn check_kernel(lib: sys::CUlibrary, k: &Kernel, label: &str, s: &mut Summary) -> anyhow::Result<()> {
+unsafe fn check_kernel(
+    lib: sys::CUlibrary,
+    k: &Kernel,
+    cubin: &Cubin,
+    label: &str,
+    s: &mut Summary,
+) -> anyhow::Result<()> {
     let name = CString::new(k.name.as_bytes())?;
     let mut kernel = ptr::null_mut();
     let r = sys::cuLibraryGetKernel(&mut kernel, lib, name.as_ptr());
@@ -243,7 +272,10 @@ unsafe fn check_kernel(lib: sys::CUlibrary, k: &Kernel, label: &str, s: &mut Sum
         ));
     }
     // SAFETY: forwarded: a live function handle.
-    unsafe { check_occupancy(func, k, label, s) };
+    unsafe {
+        check_attributes(func, &FunctionFacts::of(k, cubin), cubin.flags, &format!("{label}: {}", k.name), s);
+        check_occupancy(func, k, label, s)
+    };
     Ok(())
 }
 
@@ -269,18 +301,6 @@ unsafe fn check_occupancy(func: sys::CUfunction, k: &Kernel, label: &str, s: &mu
         (unsafe { sys::cuFuncGetAttribute(&mut v, a, func) } == CUresult::CUDA_SUCCESS).then_some(i64::from(v))
     };
     let max = occupancy::max_threads_per_block(&facts, &lim);
-    let binary = k.arch.trim_start_matches("sm_").trim_end_matches(['a', 'f']).parse::<i64>().ok();
-    let ours = [
-        ("MAX_THREADS_PER_BLOCK", Some(i64::from(max)), attr(FnAttr::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)),
-        ("LOCAL_SIZE_BYTES", k.local_bytes.map(i64::from), attr(FnAttr::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)),
-        ("BINARY_VERSION", binary, attr(FnAttr::CU_FUNC_ATTRIBUTE_BINARY_VERSION)),
-    ];
-    s.function_attributes_checked += 1;
-    for (name, computed, driver) in ours {
-        if computed != driver {
-            differ(s, format!("{name}: computed {computed:?}, driver {driver:?}"));
-        }
-    }
     for block in [32u32, 64, 96, 128, 192, 256, 384, 512, 640, 768, 1024] {
         for dynamic in [0u64, 4096] {
             if block > max || k.shared_bytes + dynamic > lim.smem_per_block {
@@ -315,6 +335,42 @@ unsafe fn check_occupancy(func: sys::CUfunction, k: &Kernel, label: &str, s: &mu
     let computed = occupancy::potential_block_size(&facts, &lim, |_| 0, 0);
     if r != CUresult::CUDA_SUCCESS || (grid as u32, block as u32) != computed {
         differ(s, format!("potential block size: computed {computed:?}, driver ({grid}, {block}) ({r:?})"));
+    }
+}
+
+/// Compares every function attribute computed from the cubin with the driver's answer.
+///
+/// # Safety
+/// `func` is a live function handle of the current context.
+unsafe fn check_attributes(func: sys::CUfunction, f: &FunctionFacts, flags: u32, label: &str, s: &mut Summary) {
+    s.function_attributes_checked += 1;
+    let limits = s.limits;
+    for c in &mut s.attributes {
+        let mut v: c_int = 0;
+        // SAFETY: a valid out-pointer and the caller's live handle; the id is below
+        // CU_FUNC_ATTRIBUTE_MAX.
+        let r = unsafe { sys::cuFuncGetAttribute(&mut v, std::mem::transmute::<u32, FnAttr>(c.id), func) };
+        let driver = (r == CUresult::CUDA_SUCCESS).then_some(i64::from(v));
+        match attributes::initial(f, limits.as_ref(), c.id) {
+            Some(ours) => {
+                c.compared += 1;
+                if Some(ours) != driver {
+                    c.differ += 1;
+                    if c.examples.len() < 5 {
+                        c.examples.push(format!("{label}: computed {ours}, driver {driver:?} (e_flags {flags:#x})"));
+                    }
+                }
+            }
+            None => {
+                c.not_computed += 1;
+                let v = driver.unwrap_or(i64::MIN);
+                if let Some(e) = c.driver_values.iter_mut().find(|(x, _)| *x == v) {
+                    e.1 += 1;
+                } else if c.driver_values.len() < 8 {
+                    c.driver_values.push((v, 1));
+                }
+            }
+        }
     }
 }
 

@@ -41,6 +41,13 @@ pub struct Cubin {
     /// A relocatable object (`ET_REL`, from `-rdc`): must be linked before the driver can
     /// load it.
     pub relocatable: bool,
+    /// The ELF header's `e_flags`, as written.
+    pub flags: u32,
+    /// The virtual architecture the code was compiled from (`compute_XY` as XY), where the
+    /// ELF flags say it (toolkits before CUDA 13: bits 16..23).
+    pub virtual_sm: Option<u32>,
+    /// Bytes of the user constant bank (`.nv.constant3`: `__constant__` variables).
+    pub user_constant_bytes: u64,
 }
 
 /// SM number from a cubin's `e_flags`: CUDA 13 keeps it in bits 8..15, older toolkits in the
@@ -54,6 +61,14 @@ pub fn sm_from_flags(e_flags: u32) -> u32 {
     }
 }
 
+/// The virtual architecture in a cubin's `e_flags`, where it is there (before CUDA 13's ELF
+/// layout, bits 16..23).
+pub fn virtual_sm_from_flags(e_flags: u32) -> Option<u32> {
+    let new = (e_flags >> 8) & 0xff;
+    let virt = (e_flags >> 16) & 0xff;
+    (new < 20 && virt >= 20).then_some(virt)
+}
+
 /// Analyzes a cubin. `arch` names its architecture in the results (e.g. `sm_90a` from the
 /// fatbin entry); `None` derives `sm_XY` from the ELF flags.
 pub fn analyze_cubin(data: &[u8], arch: Option<&str>) -> Result<Cubin, CubinError> {
@@ -64,7 +79,9 @@ pub fn analyze_cubin(data: &[u8], arch: Option<&str>) -> Result<Cubin, CubinErro
     if machine != object::elf::EM_CUDA.0 {
         return Err(CubinError::NotCuda(machine));
     }
-    let sm = sm_from_flags(header.e_flags(endian).0);
+    let flags = header.e_flags(endian).0;
+    let sm = sm_from_flags(flags);
+    let mut user_constant_bytes = 0;
     let relocatable = header.e_type(endian) == object::elf::ET_REL;
     let arch_name = arch.map_or_else(|| format!("sm_{sm}"), str::to_string);
     let sections = header.sections(endian, data).map_err(elf_err)?;
@@ -108,6 +125,10 @@ pub fn analyze_cubin(data: &[u8], arch: Option<&str>) -> Result<Cubin, CubinErro
             offset: sec.sh_offset(endian) + offset as u64,
             what,
         };
+        if name == b".nv.constant3" {
+            user_constant_bytes = sec.sh_size(endian);
+            continue;
+        }
         if name.starts_with(b".nv.shared.reserved.") {
             has_reserved_smem = true;
             continue;
@@ -154,7 +175,15 @@ pub fn analyze_cubin(data: &[u8], arch: Option<&str>) -> Result<Cubin, CubinErro
         k.relocatable = relocatable;
         k.shared_bytes = k.shared_section_bytes.saturating_sub(reserved);
     }
-    Ok(Cubin { sm, kernels, globals, relocatable })
+    Ok(Cubin {
+        sm,
+        kernels,
+        globals,
+        relocatable,
+        flags,
+        virtual_sm: virtual_sm_from_flags(flags),
+        user_constant_bytes,
+    })
 }
 
 fn relocate(e: CubinError, section_err: &dyn Fn(usize, String) -> CubinError) -> CubinError {

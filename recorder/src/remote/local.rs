@@ -693,6 +693,15 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
         "cuDevicePrimaryCtxSetFlags" => contexts(|c| c.flags = w(1)),
         "cuCtxSetFlags" => contexts(|c| c.flags = w(0)),
         "cuCtxSetCacheConfig" => contexts(|c| c.cache_config = w(0)),
+        // Kept so that attribute queries stay local; the call goes to the server too.
+        "cuFuncSetAttribute" | "cuKernelSetAttribute" => {
+            let (h, attr, value) = if f.name == "cuFuncSetAttribute" { (w(0), w(1), w(2)) } else { (w(2), w(0), w(1)) };
+            if let Some(k) = modules::kernel(h) {
+                if !modules::set_attribute(&k, attr as u32, value as u32 as i32) {
+                    return Step::Done(INVALID_VALUE);
+                }
+            }
+        }
         // The update runs on the server; its outcome here is success (an update the server's
         // driver refuses fails the next synchronization, as an asynchronous error). The runtime
         // reads the result it passes down, so it is written as the driver writes it.

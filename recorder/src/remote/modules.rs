@@ -7,8 +7,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use gpuless_analyzer::cubin::{analyze_cubin, Cubin};
-use gpuless_analyzer::occupancy::{self, DeviceLimits, KernelFacts};
+use gpuless_analyzer::attributes::{self, FunctionFacts};
+use gpuless_analyzer::cubin::analyze_cubin;
+use gpuless_analyzer::occupancy::{DeviceLimits, KernelFacts};
 use gpuless_fatbin::{EntryKind, Image, Limits};
 
 use super::{ptx, session};
@@ -20,16 +21,16 @@ pub(crate) struct Kernel {
     pub name: String,
     /// (offset, size) of each parameter.
     pub params: Vec<(u32, u32)>,
-    /// Registers per thread (cubin only).
-    pub registers: Option<u32>,
-    /// Static shared memory in bytes.
-    pub shared: u64,
-    /// Local memory per thread in bytes (cubin only).
-    pub local: Option<u32>,
-    /// `__launch_bounds__` maximum threads, if declared.
-    pub max_threads: Option<u32>,
-    /// SM of the code (binary version).
-    pub sm: u32,
+    /// What its cubin says (nothing for PTX: the driver compiles it).
+    pub facts: FunctionFacts,
+    /// Function attributes the program set (`cuFuncSetAttribute`, `cuKernelSetAttribute`).
+    set: Mutex<HashMap<u32, i32>>,
+}
+
+impl Kernel {
+    fn new(name: String, params: Vec<(u32, u32)>, facts: FunctionFacts) -> Kernel {
+        Kernel { name, params, facts, set: Mutex::new(HashMap::new()) }
+    }
 }
 
 #[derive(Default)]
@@ -105,21 +106,12 @@ fn analyze(image: &[u8], sm: u32) -> Module {
 
 fn add_cubin(m: &mut Module, bytes: &[u8]) {
     let Ok(c) = analyze_cubin(bytes, None) else { return };
-    let Cubin { sm, kernels, globals, .. } = c;
-    for k in kernels {
+    for k in &c.kernels {
         let params = k.params.iter().map(|p| (p.offset, p.size)).collect();
-        let kernel = Kernel {
-            params,
-            registers: k.registers,
-            shared: k.shared_bytes,
-            local: k.local_bytes,
-            max_threads: k.max_threads.map(|[x, y, z]| x.saturating_mul(y.max(1)).saturating_mul(z.max(1))),
-            sm,
-            name: k.name,
-        };
+        let kernel = Kernel::new(k.name.clone(), params, FunctionFacts::of(k, &c));
         m.kernels.insert(kernel.name.clone(), Arc::new(kernel));
     }
-    for g in globals {
+    for g in c.globals {
         m.globals.insert(g.name, g.size);
     }
 }
@@ -127,16 +119,7 @@ fn add_cubin(m: &mut Module, bytes: &[u8]) {
 fn add_ptx(m: &mut Module, text: &[u8]) {
     let text = String::from_utf8_lossy(text.split(|&b| b == 0).next().unwrap_or(&[]));
     for e in ptx::entries(&text) {
-        let kernel = Kernel {
-            name: e.name.clone(),
-            params: e.params,
-            registers: None,
-            shared: 0,
-            local: None,
-            max_threads: None,
-            sm: 0,
-        };
-        m.kernels.insert(e.name, Arc::new(kernel));
+        m.kernels.insert(e.name.clone(), Arc::new(Kernel::new(e.name, e.params, FunctionFacts::default())));
     }
 }
 
@@ -175,7 +158,7 @@ pub(crate) fn param(h: u64, i: usize) -> Option<(u32, u32)> {
 
 /// What the occupancy rules need of `k` (`None` without a register count: PTX).
 pub(crate) fn facts(k: &Kernel) -> Option<KernelFacts> {
-    Some(KernelFacts { registers: k.registers?, shared: k.shared, max_threads: k.max_threads })
+    k.facts.occupancy
 }
 
 /// The session's device limits for the occupancy rules.
@@ -184,17 +167,28 @@ pub(crate) fn limits() -> Option<DeviceLimits> {
     DeviceLimits::from_attributes(|id| d.attributes.iter().find(|a| a.0 == id).map(|a| a.1))
 }
 
-/// A `CUfunction_attribute` of `k`, where the code says it.
+/// A `CUfunction_attribute` of `k`: what the program set, else what the driver answers for
+/// the code as loaded (`gpuless_analyzer::attributes`); `None` where the code does not say.
 pub(crate) fn attribute(k: &Kernel, attr: u32) -> Option<i32> {
-    let clamp = |v: u64| i32::try_from(v).unwrap_or(i32::MAX);
-    match attr {
-        // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: launch bounds and what registers allow.
-        0 => Some(clamp(occupancy::max_threads_per_block(&facts(k)?, &limits()?).into())),
-        1 => Some(clamp(k.shared)),                   // SHARED_SIZE_BYTES
-        3 => k.local.map(|l| clamp(l.into())),        // LOCAL_SIZE_BYTES
-        4 => k.registers.map(|r| clamp(r.into())),    // NUM_REGS
-        6 => (k.sm != 0).then(|| clamp(k.sm.into())), // BINARY_VERSION
-        _ => None,
+    if let Some(&v) = k.set.lock().unwrap_or_else(|e| e.into_inner()).get(&attr) {
+        return Some(v);
+    }
+    let v = attributes::initial(&k.facts, limits().as_ref(), attr)?;
+    Some(i32::try_from(v).unwrap_or(if v < 0 { i32::MIN } else { i32::MAX }))
+}
+
+/// The program sets attribute `attr` of `k` to `value`: remembered when the driver would
+/// accept it (the call goes to the server either way); `false` when the driver would refuse
+/// it (the status the program gets is then `CUDA_ERROR_INVALID_VALUE`).
+pub(crate) fn set_attribute(k: &Kernel, attr: u32, value: i32) -> bool {
+    match attributes::accepts(&k.facts, limits().as_ref(), attr, i64::from(value)) {
+        Some(false) => false,
+        Some(true) | None => {
+            if attributes::settable(attr) {
+                k.set.lock().unwrap_or_else(|e| e.into_inner()).insert(attr, value);
+            }
+            true
+        }
     }
 }
 
