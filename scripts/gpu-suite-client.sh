@@ -130,11 +130,11 @@ fi
 torch_row() { # NAME SCRIPT
   local name=$1 script=$2
   HOT_ITERS=${CLIENT_HOT_ITERS:-30} python3 "$script" >"$out/$name.native.txt" 2>"$out/$name.native.err"; local rn=$?
-  HOT_ITERS=${CLIENT_HOT_ITERS:-30} hidden "$gl" run --remote "$addr" --json -- python3 "$script" >"$out/$name.remote.txt" 2>"$out/$name.remote.err"; local rr=$?
+  HOT_ITERS=${CLIENT_HOT_ITERS:-30} GPULESS_REMOTE_WAITS="$out/$name.waits.jsonl" hidden "$gl" run --remote "$addr" --json -- python3 "$script" >"$out/$name.remote.txt" 2>"$out/$name.remote.err"; local rr=$?
   grep -m1 '^{' "$out/$name.remote.err" >"$out/$name.stats.json"
   local verdict
-  verdict=$(python3 - "$out/$name.native.txt" "$out/$name.remote.txt" "$out/$name.stats.json" "$rn" "$rr" <<'PY'
-import json, sys
+  verdict=$(python3 - "$out/$name.native.txt" "$out/$name.remote.txt" "$out/$name.stats.json" "$rn" "$rr" "$out/$name.waits.jsonl" "${CLIENT_HOT_ITERS:-30}" <<'PY'
+import json, statistics, sys
 def last(f):
     try:
         return json.loads(open(f).read().strip().splitlines()[-1])
@@ -152,6 +152,18 @@ if s:
     calls, rt = s.get("calls", 0), s.get("round_trips", 0)
     d += (f"; {calls} calls, {s.get('local', 0)} answered locally, {rt} round trips ({100*rt/max(calls,1):.2f}% of calls), "
           f"{s.get('bytes_up', 0)} B up, {s.get('bytes_down', 0)} B down; waits by call {json.dumps(s.get('waits_by_call', {}), sort_keys=True)}")
+# The hot loop's waits (GPULESS_REMOTE_WAITS): the last synchronizations, each after one
+# inference: how long the program ran between answers, how long it waited, what the executor ran.
+try:
+    w = [json.loads(l) for l in open(sys.argv[6])]
+    hot = [x for x in w if x["call"] == "cuCtxSynchronize"][-int(sys.argv[7]):]
+    if hot:
+        med = lambda k: statistics.median(x[k] for x in hot)
+        d += (f"; hot syncs (median of {len(hot)}): program {med('between_us'):.0f} us between answers, "
+              f"{med('sent_since'):.0f} records ({med('records'):.0f} with the wait), waited {med('wait_us'):.0f} us, "
+              f"executor ran {med('exec_us'):.0f} us")
+except Exception as e:
+    d += f"; no wait log ({e})"
 print(("PASS" if ok else "FAIL") + "|" + d)
 PY
 )

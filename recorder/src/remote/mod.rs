@@ -20,11 +20,13 @@
 mod copies;
 mod driver;
 mod host;
+mod link;
 mod local;
 mod modules;
 mod ptx;
 mod session;
 mod tables;
+mod waits;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 

@@ -10,15 +10,16 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use gpuless_analyzer::api::{ApiFunction, ApiLevel, ArgKind, Direction, SyncClass};
 use gpuless_traces::protocol::{
-    self, Answer, CallError, Connection, DeviceDescription, Endpoint, Hello, PartitionRequest, Priority, Welcome,
+    self, Answer, CallError, DeviceDescription, Endpoint, Hello, PartitionRequest, Priority, Welcome,
 };
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, Hash128, Value};
 
+use super::link::{self, Link, Outgoing};
 use super::local::{self, Step};
 use crate::hooks::{self, HOOKS};
 use crate::slots::Slot;
@@ -40,9 +41,6 @@ fn batch() -> usize {
             .unwrap_or(SEGMENT_RECORDS)
     })
 }
-/// Blobs up to this size are sent with the segment that uses them; larger ones are asked for
-/// first (one query for all of a segment's), and sent only when the server lacks them.
-const SMALL_BLOB: usize = 64 << 10;
 
 /// `CUDA_ERROR_NOT_INITIALIZED`.
 pub(crate) const NOT_INITIALIZED: u32 = 3;
@@ -65,14 +63,12 @@ const ENV_TIMEOUT: &str = "GPULESS_REMOTE_TIMEOUT_S";
 /// Every call the program made in client mode, and those answered without the server.
 static CALLS: AtomicU64 = AtomicU64::new(0);
 static LOCAL: AtomicU64 = AtomicU64::new(0);
-/// Nanoseconds spent in client-mode calls, and the part of it spent waiting for answers (after
-/// the segment was written: the server's decoding, execution and answer, and the transport).
+/// Nanoseconds spent in client-mode calls (the part spent waiting: [`link::WAIT_NS`]).
 static CALL_NS: AtomicU64 = AtomicU64::new(0);
-static WAIT_NS: AtomicU64 = AtomicU64::new(0);
 
 struct Session {
     endpoint: String,
-    conn: Option<Connection>,
+    conn: Option<Link>,
     welcome: Welcome,
     /// Records not sent yet, in call order.
     pending: Vec<CallRecord>,
@@ -97,6 +93,8 @@ struct Session {
     waited_for: HashMap<&'static str, u64>,
     /// Microseconds the executor spent executing this session's segments (from the answers).
     server_exec_us: u64,
+    /// Records sent since the last answer.
+    sent_since: u64,
 }
 
 /// The session's state for the hot path, read without the lock: 0 before `cuInit`, 1
@@ -197,7 +195,7 @@ fn connect(endpoint: &str) -> Result<Session, String> {
     let _ = DEVICE.set(welcome.device.clone());
     Ok(Session {
         endpoint: endpoint.to_string(),
-        conn: Some(conn),
+        conn: Some(Arc::new(Mutex::new(conn))),
         welcome,
         pending: Vec::new(),
         new_blobs: Vec::new(),
@@ -211,6 +209,7 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         waits: 0,
         waited_for: HashMap::new(),
         server_exec_us: 0,
+        sent_since: 0,
     })
 }
 
@@ -231,15 +230,23 @@ fn flusher(after: Duration) {
         drop(g);
         std::thread::sleep(after);
         g = lock();
-        match g.as_mut() {
-            Some(Ok(sess)) if sess.failed.is_none() && !sess.closed => {
-                if !sess.pending.is_empty() {
-                    if let Err(e) = sess.send(false) {
-                        sess.fail(&e);
-                    }
-                }
-            }
-            _ => return,
+        let Some(Ok(sess)) = g.as_mut() else { return };
+        if sess.failed.is_some() || sess.closed {
+            return;
+        }
+        if sess.pending.is_empty() {
+            continue;
+        }
+        let Some(link) = sess.conn.clone() else { continue };
+        let out = sess.take();
+        // The connection is taken before the session is let go: segments leave in order.
+        let mut conn = link::lock(&link);
+        drop(g);
+        let r = link::transmit(&mut conn, &out, false);
+        drop(conn);
+        g = lock();
+        if let (Err(e), Some(Ok(sess))) = (r, g.as_mut()) {
+            sess.fail(&e);
         }
     }
 }
@@ -462,8 +469,12 @@ unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> (
     sess.pending.push(record(slot, f, seq, args, Vec::new()));
     sess.waits += 1;
     *sess.waited_for.entry(f.name).or_insert(0) += 1;
+    let (began, records) = (std::time::Instant::now(), sess.pending.len() as u64);
     let answer = match sess.send(true) {
-        Ok(Some(a)) => a,
+        Ok(Some(a)) => {
+            super::waits::note(f.name, records, std::mem::take(&mut sess.sent_since), began, a.exec_us);
+            a
+        }
         Ok(None) => return (LOST, Some(seq)),
         Err(e) => {
             sess.fail(&e);
@@ -475,39 +486,27 @@ unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> (
 }
 
 impl Session {
+    /// Takes what is queued to be sent (the blobs counted as held from now on).
+    fn take(&mut self) -> Outgoing {
+        let records = std::mem::take(&mut self.pending);
+        let blobs = std::mem::take(&mut self.new_blobs);
+        self.held.extend(blobs.iter().map(|(h, _)| *h));
+        self.sent += records.len() as u64;
+        self.sent_since += records.len() as u64;
+        self.outstanding |= !records.is_empty();
+        Outgoing { records, blobs }
+    }
+
     /// Sends what is queued: blobs first, then the segment. With `want`, waits for the answer.
     fn send(&mut self, want: bool) -> Result<Option<Answer>, String> {
-        let conn = self.conn.as_mut().ok_or("not connected")?;
-        let blobs = std::mem::take(&mut self.new_blobs);
-        let large: Vec<Hash128> = blobs.iter().filter(|(_, b)| b.len() > SMALL_BLOB).map(|(h, _)| *h).collect();
-        let have: HashSet<Hash128> = if large.is_empty() {
-            HashSet::new()
-        } else {
-            let flags = conn.query_blobs(&large).map_err(|e| e.to_string())?;
-            large.iter().zip(flags).filter(|(_, f)| *f).map(|(h, _)| *h).collect()
-        };
-        for (h, b) in &blobs {
-            if !have.contains(h) {
-                conn.send_blob(*h, b).map_err(|e| e.to_string())?;
-            }
-            self.held.insert(*h);
+        let link = self.conn.clone().ok_or("not connected")?;
+        let out = self.take();
+        let a = link::transmit(&mut link::lock(&link), &out, want)?;
+        if let Some(a) = &a {
+            self.outstanding = false;
+            self.server_exec_us += a.exec_us;
         }
-        if !self.pending.is_empty() || want {
-            conn.send_segment(&self.pending, want).map_err(|e| e.to_string())?;
-            self.sent += self.pending.len() as u64;
-            self.outstanding |= !self.pending.is_empty();
-            self.pending.clear();
-        }
-        if !want {
-            return Ok(None);
-        }
-        let t0 = std::time::Instant::now();
-        let a = conn.answer().map_err(|e| e.to_string());
-        WAIT_NS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        let a = a?;
-        self.outstanding = false;
-        self.server_exec_us += a.exec_us;
-        Ok(Some(a))
+        Ok(a)
     }
 
     fn fail(&mut self, why: &str) {
@@ -695,19 +694,20 @@ extern "C" fn at_exit() {
             Err(e) => sess.fail(&e),
         }
     }
-    if let Some(conn) = sess.conn.as_mut() {
-        if let Err(e) = conn.close() {
+    if let Some(conn) = sess.conn.as_ref() {
+        if let Err(e) = link::lock(conn).close() {
             eprintln!("gpuless: closing the session: {e}");
         }
     }
     sess.closed = true;
     FLUSH.notify_all();
     write_stats(sess);
+    super::waits::write();
 }
 
 fn write_stats(sess: &Session) {
     let Some(path) = std::env::var_os(ENV_STATS) else { return };
-    let t = sess.conn.as_ref().map(|c| c.traffic).unwrap_or_default();
+    let t = sess.conn.as_ref().map(|c| link::lock(c).traffic).unwrap_or_default();
     let j = serde_json::json!({
         "endpoint": sess.endpoint,
         "session": sess.welcome.session,
@@ -728,7 +728,7 @@ fn write_stats(sess: &Session) {
         "memo_hits": MEMO_HITS.load(Ordering::Relaxed),
         "server_exec_us": sess.server_exec_us,
         "call_us": CALL_NS.load(Ordering::Relaxed) / 1000,
-        "wait_us": WAIT_NS.load(Ordering::Relaxed) / 1000,
+        "wait_us": link::WAIT_NS.load(Ordering::Relaxed) / 1000,
         "failed": sess.failed,
         // The library said the failure on stderr when it happened (`fail`).
         "failure_said": sess.failed.is_some(),

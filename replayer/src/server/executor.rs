@@ -23,6 +23,7 @@ use std::rc::Rc;
 use super::cache::Dirs;
 use super::control::{Channel, Control};
 use super::gate::{Gate, GRACE, MAX_HOLD};
+use super::timeline::Timeline;
 use crate::replay::stream::{describe_device, Stream};
 use crate::replay::{Device, Options, ReplayError};
 
@@ -95,6 +96,7 @@ pub fn run(mut setup: Setup) -> i32 {
         control: &setup.control,
         cache: &setup.cache,
         decoded: Decoded::default(),
+        timeline: Timeline::new(),
         writers: Vec::new(),
         checks: Vec::new(),
         gate,
@@ -121,6 +123,7 @@ pub fn run(mut setup: Setup) -> i32 {
         }
     };
     s.flush_notes(true);
+    s.timeline.write();
     let error = result.err().unwrap_or_default();
     let _ = setup.control.send(&Control::Done { stats: s.stats.clone(), error }, None);
     0
@@ -164,6 +167,8 @@ struct Session<'a> {
     control: &'a Channel,
     cache: &'a Dirs,
     decoded: Decoded,
+    /// Where the session's time went (`GPULESS_EXECUTOR_TIMELINE`).
+    timeline: Timeline,
     /// Cache copies being written in the background: what each added.
     writers: Vec<std::thread::JoinHandle<Vec<(Hash128, u64)>>>,
     /// Hash checks of shared-memory blobs not yet waited for ([`Session::verified`]).
@@ -340,7 +345,13 @@ impl Session<'_> {
                     let run0 = Instant::now();
                     for rec in records.iter() {
                         self.last_seq = rec.seq;
-                        match stream.call(rec) {
+                        let r0 = self.timeline.on().then(Instant::now);
+                        let r = stream.call(rec);
+                        if let Some(r0) = r0 {
+                            let name = rec.function.api().map_or("?", |f| f.name);
+                            self.timeline.record(rec.seq, name, r0.elapsed().as_micros() as u64);
+                        }
+                        match r {
                             Ok(()) => self.executed += 1,
                             // Driver errors reach the client at its next synchronization, as the
                             // driver reports asynchronous errors.
@@ -356,9 +367,11 @@ impl Session<'_> {
                             Err(e) => return fail(&mut w, code::EXECUTOR, e.to_string()),
                         }
                     }
-                    let us = run0.elapsed().as_micros() as u64;
+                    let ran = Instant::now();
+                    let us = ran.duration_since(run0).as_micros() as u64;
                     self.exec_us += us;
                     self.sample(0, us);
+                    let mut answered = None;
                     if h.flags & WANT_ANSWER != 0 {
                         if let Err(e) = self.verified() {
                             return fail(&mut w, code::BAD_MESSAGE, e);
@@ -380,7 +393,9 @@ impl Session<'_> {
                             g.leave();
                         }
                         self.sample(1, t0.elapsed().as_micros() as u64);
+                        answered = Some(Instant::now());
                     }
+                    self.timeline.segment(t0, records.len(), run0, ran, answered);
                 }
                 kind::BLOB_QUERY => {
                     let hashes = match Message::decode(h.kind, h.flags, &payload) {

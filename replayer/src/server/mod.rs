@@ -22,6 +22,7 @@ pub mod executor;
 pub mod gate;
 pub mod manager;
 pub mod metrics;
+mod timeline;
 pub mod tls;
 
 use std::collections::HashMap;
