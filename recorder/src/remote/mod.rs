@@ -22,6 +22,7 @@ mod driver;
 mod host;
 mod local;
 mod modules;
+mod nodes;
 mod ptx;
 mod session;
 mod tables;
