@@ -39,12 +39,7 @@ const EXPECTED_ROUND_TRIPS: u64 = 1 + (1 + ITERS + 1 + 1 + 1);
 /// Builds the stand-in libcuda (`support::build_stand_in`) and remote.c linked against it in
 /// `dir`; returns (the stand-in's directory, the program).
 fn build(dir: &Path) -> (PathBuf, PathBuf) {
-    let (libdir, _) = support::build_stand_in(dir);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recorder/tests/fake/remote.c");
-    let prog = dir.join("remote");
-    let (p, s, l) = (prog.to_str().unwrap(), src.to_str().unwrap(), libdir.to_str().unwrap());
-    common::cc(&["-O2", "-Wall", "-o", p, s, "-L", l, "-l:libcuda.so.1", "-ldl"]);
-    (libdir, prog)
+    support::build_program(dir, "remote", &["-l:libcuda.so.1", "-ldl"])
 }
 
 /// What a bounded run gave: exit code (None: killed by a signal), stdout, stderr, time taken.

@@ -11,16 +11,11 @@ mod serve_harness;
 mod support;
 
 use serve_harness::{run_client, Server};
-use std::path::Path;
-use support::common;
 
 #[test]
 fn host_memory_and_pointer_queries_are_answered_by_the_client() {
     let dir = tempfile::tempdir().unwrap();
-    let (libdir, _) = support::build_stand_in(dir.path());
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recorder/tests/fake/client_host.c");
-    let prog = dir.path().join("client_host");
-    common::cc(&["-O2", "-Wall", "-o", prog.to_str().unwrap(), src.to_str().unwrap(), "-ldl"]);
+    let (libdir, prog) = support::build_program(dir.path(), "client_host", &["-ldl"]);
 
     let srv = Server::start(dir.path(), &libdir, &[], &[]);
     let ran = run_client(&srv, &prog);

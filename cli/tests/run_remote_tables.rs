@@ -10,11 +10,8 @@
 mod serve_harness;
 mod support;
 
-use std::path::Path;
-
 use gpuless_analyzer::integrity::{answer, DeviceIds, Inputs};
 use serve_harness::{run_client, Server};
-use support::common;
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
@@ -30,11 +27,7 @@ fn num(s: &str) -> u64 {
 #[test]
 fn the_runtime_s_private_tables_answer_as_the_driver_does() {
     let dir = tempfile::tempdir().unwrap();
-    let (libdir, _) = support::build_stand_in(dir.path());
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../recorder/tests/fake/tables.c");
-    let prog = dir.path().join("tables");
-    let (p, s, l) = (prog.to_str().unwrap(), src.to_str().unwrap(), libdir.to_str().unwrap());
-    common::cc(&["-O2", "-Wall", "-o", p, s, "-L", l, "-l:libcuda.so.1", "-lpthread"]);
+    let (libdir, prog) = support::build_program(dir.path(), "tables", &["-l:libcuda.so.1", "-lpthread"]);
 
     let srv = Server::start(dir.path(), &libdir, &[], &[]);
     let ran = run_client(&srv, &prog);

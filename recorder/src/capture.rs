@@ -198,9 +198,7 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
         ArgKind::Image => unsafe { image(v) },
         ArgKind::ImageFile => unsafe { image_file(v) },
         ArgKind::Struct("CUlaunchConfig") => unsafe { launch_config(v) },
-        ArgKind::Struct(ty @ ("CUDA_KERNEL_NODE_PARAMS" | "CUDA_KERNEL_NODE_PARAMS_v1")) => unsafe {
-            kernel_node(ty, v)
-        },
+        ArgKind::Struct(ty) if structs::is_kernel_node(ty) => unsafe { kernel_node(ty, v) },
         ArgKind::Struct(ty) if Dims::of(ty).is_some() => unsafe { copy_nd(ty, v) },
         ArgKind::Struct(ty) if structs::is_tagged(ty) => unsafe { tagged(f, a, ty, v, raw) },
         ArgKind::Struct(ty) => unsafe { struct_bytes(ty, v, 1) },

@@ -313,6 +313,13 @@ pub struct KernelNode {
     pub extra: u64,
     /// `kern` (v2: used when `func` is null).
     pub kern: u64,
+    /// `ctx` (v2: the context of the node's function).
+    pub ctx: u64,
+}
+
+/// Whether a struct named in the API table is a `CUDA_KERNEL_NODE_PARAMS` (v1 or v2).
+pub fn is_kernel_node(c_struct: &str) -> bool {
+    matches!(c_struct, "CUDA_KERNEL_NODE_PARAMS" | "CUDA_KERNEL_NODE_PARAMS_v1")
 }
 
 /// Size of `CUDA_KERNEL_NODE_PARAMS_v1`.
@@ -323,6 +330,8 @@ pub const KERNEL_NODE_PARAMS_AT: usize = 40;
 pub const KERNEL_NODE_EXTRA_AT: usize = 48;
 /// See [`KERNEL_NODE_PARAMS_AT`].
 pub const KERNEL_NODE_KERN_AT: usize = 56;
+/// See [`KERNEL_NODE_PARAMS_AT`].
+pub const KERNEL_NODE_CTX_AT: usize = 64;
 
 impl KernelNode {
     /// Reads v1 or v2 bytes (`kern` is 0 for v1).
@@ -339,7 +348,21 @@ impl KernelNode {
             kernel_params: get_u64(b, KERNEL_NODE_PARAMS_AT),
             extra: get_u64(b, KERNEL_NODE_EXTRA_AT),
             kern: if b.len() >= KERNEL_NODE_KERN_AT + 8 { get_u64(b, KERNEL_NODE_KERN_AT) } else { 0 },
+            ctx: if b.len() >= KERNEL_NODE_CTX_AT + 8 { get_u64(b, KERNEL_NODE_CTX_AT) } else { 0 },
         })
+    }
+
+    /// Writes the fields into v1 (56 bytes) or v2 bytes; `kern` and `ctx` only where `b` has
+    /// room for them (the inverse of [`KernelNode::parse`]; bytes between fields untouched).
+    pub fn write(&self, b: &mut [u8]) {
+        put_u64(b, 0, self.func);
+        for (i, v) in self.grid.iter().chain(&self.block).chain([&self.shared_mem]).enumerate() {
+            put_u32(b, 8 + 4 * i, *v);
+        }
+        put_u64(b, KERNEL_NODE_PARAMS_AT, self.kernel_params);
+        put_u64(b, KERNEL_NODE_EXTRA_AT, self.extra);
+        put_u64(b, KERNEL_NODE_KERN_AT, self.kern);
+        put_u64(b, KERNEL_NODE_CTX_AT, self.ctx);
     }
 
     /// The function or kernel handle to launch.
@@ -589,6 +612,27 @@ mod tests {
         let n = KernelNode::parse(&k).unwrap();
         assert_eq!((n.handle(), n.grid[0]), (0x55, 7));
         assert_eq!(KernelNode::parse(&k[..56]).unwrap().handle(), 0);
+    }
+
+    #[test]
+    fn a_kernel_node_written_reads_back_in_both_versions() {
+        let n = KernelNode {
+            func: 0x10,
+            grid: [1, 2, 3],
+            block: [4, 5, 6],
+            shared_mem: 7,
+            kernel_params: 0x7000,
+            extra: 0,
+            kern: 0x20,
+            ctx: 0x30,
+        };
+        let mut v2 = vec![0xeeu8; 72];
+        n.write(&mut v2);
+        assert_eq!(KernelNode::parse(&v2), Some(n));
+        assert_eq!(&v2[36..40], &[0xee; 4], "padding untouched");
+        let mut v1 = vec![0u8; KERNEL_NODE_V1];
+        n.write(&mut v1);
+        assert_eq!(KernelNode::parse(&v1), Some(KernelNode { kern: 0, ctx: 0, ..n }), "v1 has no kern or ctx");
     }
 
     #[test]

@@ -43,6 +43,20 @@ pub fn build_stand_in(dir: &Path) -> (PathBuf, PathBuf) {
     (dir.to_path_buf(), prog)
 }
 
+/// Builds the stand-in in `dir` ([`build_stand_in`]) and the test program
+/// `recorder/tests/fake/NAME.c` as `dir/NAME`, with `-Wall`, the stand-in's directory on the
+/// library path and `libs` (`-l:libcuda.so.1` links it against the stand-in); returns (the
+/// stand-in's directory, the program).
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn build_program(dir: &Path, name: &str, libs: &[&str]) -> (PathBuf, PathBuf) {
+    let (libdir, _) = build_stand_in(dir);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../recorder/tests/fake/{name}.c"));
+    let prog = dir.join(name);
+    let (p, s, l) = (prog.to_str().unwrap(), src.to_str().unwrap(), libdir.to_str().unwrap());
+    common::cc(&[&["-O2", "-Wall", "-o", p, s, "-L", l], libs].concat());
+    (libdir, prog)
+}
+
 /// Builds the stand-in in `dir` ([`build_stand_in`]: the stand-in libcuda is in `dir`
 /// afterwards) and records its program under the real recorder (`LD_PRELOAD` of the recorder
 /// library, built if needed; `GPULESS_TRACE`); returns the trace, `dir/t.gl`.

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, HandleKind, SyncClass};
+use gpuless_analyzer::api::{structs, ApiFunction, ArgKind, Direction, HandleKind, SyncClass};
 
 use gpuless_analyzer::occupancy;
 
@@ -113,6 +113,11 @@ pub(crate) fn is_capturing(s: u64) -> bool {
 
 /// Says once per function that client mode does not answer it yet; the call fails.
 pub(crate) fn unsupported(f: &ApiFunction, why: &str) -> Step {
+    Step::Done(refused(f, why))
+}
+
+/// [`unsupported`] as the status the call returns.
+pub(crate) fn refused(f: &ApiFunction, why: &str) -> u32 {
     static SAID: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
     let mut g = SAID.lock().unwrap_or_else(|e| e.into_inner());
     if g.get_or_insert_with(HashSet::new).insert(f.name) {
@@ -121,7 +126,7 @@ pub(crate) fn unsupported(f: &ApiFunction, why: &str) -> Step {
             f.name
         );
     }
-    Step::Done(NOT_SUPPORTED)
+    NOT_SUPPORTED
 }
 
 /// The client's part of one call.
@@ -192,16 +197,24 @@ pub(crate) unsafe fn write_outs(f: &ApiFunction, raw: &[u64], values: &[u64]) {
 /// Writes the server's answer to a query only the GPU answers (`gpu` in the API table): the
 /// values follow the out arguments in order — a node array's entries (as many as the
 /// program's count asked for, when it passed an array), edge data as zeros (the default edge,
-/// no value sent), then single values (a count, a handle, an enum).
+/// no value sent), then single values (a count, a handle, an enum); a struct (a kernel node's
+/// parameters, [`super::nodes`]) takes the rest. The call's status.
 ///
 /// # Safety
 /// `raw` are the program's arguments to `f`, their out-pointers valid for its declared types.
-pub(crate) unsafe fn write_answer(f: &ApiFunction, raw: &[u64], values: &[u64]) {
+pub(crate) unsafe fn write_answer(f: &ApiFunction, raw: &[u64], values: &[u64]) -> u32 {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
     let mut next = values.iter().copied();
     for (i, a) in f.out_args() {
         let p = w(i);
         match a.kind {
+            ArgKind::Struct(ty) if structs::is_kernel_node(ty) => {
+                let node = f.args.iter().position(|a| a.dir == Direction::In && a.kind == GRAPH_NODE);
+                let rest: Vec<u64> = next.collect();
+                // SAFETY: the program's struct of type `ty`.
+                return unsafe { super::nodes::write_kernel_node(f, ty, p, node.map_or(0, w), &rest) };
+            }
+            ArgKind::Struct(_) => return refused(f, "no struct of this type is written from a server's answer"),
             ArgKind::Structs { ty, count_arg } => {
                 if p == 0 {
                     continue;
@@ -228,7 +241,11 @@ pub(crate) unsafe fn write_answer(f: &ApiFunction, raw: &[u64], values: &[u64]) 
             }
         }
     }
+    0
 }
+
+/// A graph node handle argument.
+const GRAPH_NODE: ArgKind = ArgKind::Handle(HandleKind::GraphNode);
 
 /// Copies `s` (and a NUL) into the out buffer of argument `i` of at most `len` bytes.
 unsafe fn put_str(raw: &[u64], i: usize, len: u64, s: &str) {
@@ -591,12 +608,12 @@ unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
                 h
             }
             ("cuKernelGetFunction", _) => {
-                // A handle of its own: the executor maps kernels and functions apart.
-                let h = new_handle();
-                if !modules::alias(h, w(1)) {
-                    return Step::Done(INVALID_VALUE);
+                // A handle of its own (the executor maps kernels and functions apart), the same
+                // every time, as the driver's.
+                match modules::kernel_function(w(1), new_handle) {
+                    Some(h) => h,
+                    None => return Step::Done(INVALID_VALUE),
                 }
-                h
             }
             ("cuLibraryGetModule", _) => w(1),
             // A capture into an existing graph ends in that graph.

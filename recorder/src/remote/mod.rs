@@ -23,6 +23,7 @@ mod host;
 mod link;
 mod local;
 mod modules;
+mod nodes;
 mod ptx;
 mod session;
 mod tables;

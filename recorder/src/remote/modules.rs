@@ -46,6 +46,8 @@ struct Module {
 struct Known {
     modules: HashMap<u64, Module>,
     functions: HashMap<u64, Arc<Kernel>>,
+    /// The function handle each kernel handle was looked up as (`cuKernelGetFunction`).
+    kernel_functions: HashMap<u64, u64>,
     /// Next address for a module global (a range reserved in this process).
     next_global: u64,
     globals_end: u64,
@@ -143,6 +145,23 @@ pub(crate) fn alias(h: u64, of: u64) -> bool {
         let Some(kernel) = k.functions.get(&of).cloned() else { return false };
         k.functions.insert(h, kernel);
         true
+    })
+}
+
+/// The function handle of kernel handle `kernel`, bound to `make()`'s handle the first time it
+/// is asked (the driver looks up the same function for the same kernel every time:
+/// `cuKernelGetFunction`, and the function a kernel node's parameters name); `None` when the
+/// kernel is unknown.
+pub(crate) fn kernel_function(kernel: u64, make: impl FnOnce() -> u64) -> Option<u64> {
+    known(|k| {
+        if let Some(&f) = k.kernel_functions.get(&kernel) {
+            return Some(f);
+        }
+        let facts = k.functions.get(&kernel).cloned()?;
+        let f = make();
+        k.functions.insert(f, facts);
+        k.kernel_functions.insert(kernel, f);
+        Some(f)
     })
 }
 

@@ -309,9 +309,7 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         if s.runs_kernels && super::host::args_reach_mapped(&args) {
             let why =
                 "a kernel argument points into host memory mapped for the device, which is not mirrored to the server";
-            if let local::Step::Done(st) = local::unsupported(f, why) {
-                return st;
-            }
+            return local::refused(f, why);
         }
     }
     // SAFETY: forwarded from the caller.
@@ -586,7 +584,7 @@ unsafe fn write_query(f: &ApiFunction, raw: &[u64], status: u32, values: &[u64])
         if f.name.starts_with("cuPointerGetAttribute") {
             super::host::write_pointer_answer(f, raw, values);
         } else if f.gpu_answers {
-            local::write_answer(f, raw, values);
+            return local::write_answer(f, raw, values);
         } else {
             local::write_outs(f, raw, values);
         }

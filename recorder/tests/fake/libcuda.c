@@ -14,6 +14,10 @@ typedef uint64_t CUdeviceptr;
 static unsigned char heap[4 << 20]; /* device memory: the driver's at 0x7e0000000000, the arena's at 0x640000000000 */
 static size_t heap_top = 256;
 static int kernel_token, wide_token, module_token, ctx_token;
+/* A library holding scale too (cuLibraryLoadData): its CUkernel, and the function the driver
+ * makes of it in the context (cuKernelGetFunction; a captured launch of the kernel names it). */
+static int library_token, lib_kernel_token, lib_function_token;
+static int is_scale(const void *f) { return f == &kernel_token || f == &lib_kernel_token || f == &lib_function_token; }
 
 CUresult cuInit(unsigned flags) { (void)flags; return 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
@@ -48,7 +52,7 @@ CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *off, size_t *size) {
   /* wide(float* data, float factor, int n, struct { char meta[640]; }): like PyTorch's
    * element-wise kernels, a few scalars and a large struct (the median launch passes ~650 bytes). */
   static const size_t o[] = {0, 8, 12, 16}, s[] = {8, 4, 4, 640};
-  if (!((f == &kernel_token && i <= 2) || (f == &wide_token && i <= 3))) return 1;
+  if (!((is_scale(f) && i <= 2) || (f == &wide_token && i <= 3))) return 1;
   *off = o[i]; *size = s[i]; return 0; }
 /* FAKE_CUDA_SCALE_BIAS=x makes the kernels compute data * factor + x instead of data * factor
  * (read once at load: a device whose results differ from the recording's, for replay tests). */
@@ -56,13 +60,20 @@ static float scale_bias;
 __attribute__((constructor)) static void read_scale_bias(void) {
   const char *b = getenv("FAKE_CUDA_SCALE_BIAS");
   if (b) scale_bias = strtof(b, 0); }
-CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                        unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
-  (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)smem; (void)stream; (void)extra;
-  if (f != &kernel_token && f != &wide_token) return 400;
+static void run_scale(void **params) {
   float *d = (float *)host(*(CUdeviceptr *)params[0]);
   float k = *(float *)params[1]; int n = *(int *)params[2];
-  for (int i = 0; i < n; i++) d[i] = d[i] * k + scale_bias;
+  for (int i = 0; i < n; i++) d[i] = d[i] * k + scale_bias; }
+static CUresult capture_launch(void *f, const unsigned *grid, const unsigned *block, unsigned smem, void **params);
+static void *capturing; /* the stream being captured (all streams are one here) */
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
+  (void)extra;
+  if (!is_scale(f) && f != &wide_token) return 400;
+  if (capturing && stream == capturing) {
+    unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    return capture_launch(f, grid, block, smem, params); }
+  run_scale(params);
   return 0; }
 /* FAKE_CUDA_SYNC_FAULT=1 makes every context synchronization report an illegal address, as a
  * kernel's fault surfaces at the next synchronization (for replay error reports). */
@@ -141,14 +152,130 @@ CUresult cuMemcpy3D_v2(const copy3d *c) {
              at(c->src.type, c->src.host, c->src.dev) + ((c->src.z + z) * c->src.height + c->src.y + r) * c->src.pitch + c->src.x,
              c->width);
   return 0; }
-/* Graphs: one graph, kernel nodes that must name the one kernel. */
-static int graph_token, node_token;
-CUresult cuGraphCreate(void **g, unsigned f) { (void)f; *g = &graph_token; return 0; }
+/* Graphs of kernel nodes of scale, each depending on the one before (8 graphs of 8 nodes at
+ * most, in a pool). A node keeps its own copy of the arguments, as the driver does; a captured
+ * launch of a CUkernel names the kernel's function and the kernel; cuGraphLaunch runs the
+ * nodes of an instantiated copy in order. */
 typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; void *kern, *ctx; } knode;
+typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; } knode_v1;
+struct gnode { void *func, *kern; unsigned grid[3], block[3], smem; unsigned char args[16]; void *ptrs[3]; };
+struct graph { int used, n; struct gnode nodes[8]; };
+static struct graph graphs[8], execs[8], *captured;
+static const size_t arg_off[] = {0, 8, 12}, arg_size[] = {8, 4, 4}; /* scale's layout */
+static struct graph *new_graph(struct graph *pool) {
+  for (int i = 0; i < 8; i++) {
+    if (pool[i].used) continue;
+    memset(&pool[i], 0, sizeof pool[i]);
+    pool[i].used = 1;
+    return &pool[i];
+  }
+  return 0; }
+/* The graph holding node n (null: not a node). */
+static struct graph *graph_of(const void *n) {
+  for (int i = 0; i < 8; i++) {
+    const struct gnode *first = graphs[i].nodes;
+    if (graphs[i].used && (const struct gnode *)n >= first && (const struct gnode *)n < first + graphs[i].n)
+      return &graphs[i];
+  }
+  return 0; }
+static void point_args(struct gnode *n) { for (int i = 0; i < 3; i++) n->ptrs[i] = n->args + arg_off[i]; }
+static void copy_graph(struct graph *to, const struct graph *from) {
+  to->n = from->n;
+  for (int i = 0; i < from->n; i++) { to->nodes[i] = from->nodes[i]; point_args(&to->nodes[i]); } }
+static CUresult set_node(struct gnode *n, const knode *p, int v2) {
+  void *f = p->func ? p->func : v2 ? p->kern : 0;
+  if (!is_scale(f) || !p->params) return 400;
+  n->func = f == &lib_kernel_token ? &lib_function_token : f;
+  n->kern = f == &kernel_token ? 0 : &lib_kernel_token;
+  memcpy(n->grid, p->grid, sizeof n->grid);
+  memcpy(n->block, p->block, sizeof n->block);
+  n->smem = p->smem;
+  for (int i = 0; i < 3; i++) memcpy(n->args + arg_off[i], p->params[i], arg_size[i]);
+  point_args(n);
+  return 0; }
+static CUresult add_node(void **out, struct graph *g, const knode *p) {
+  if (!g || g->n == 8) return 1;
+  CUresult r = set_node(&g->nodes[g->n], p, 1);
+  if (r) return r;
+  *out = &g->nodes[g->n++];
+  return 0; }
+static CUresult capture_launch(void *f, const unsigned *grid, const unsigned *block, unsigned smem, void **params) {
+  knode p = {f, {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, smem, params, 0, 0, 0};
+  void *n;
+  return add_node(&n, captured, &p); }
+CUresult cuGraphCreate(void **g, unsigned f) { (void)f; *g = new_graph(graphs); return *g ? 0 : 2; }
 CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd, const knode *p) {
   (void)deps; (void)nd;
-  if (g != &graph_token || p->func != &kernel_token) return 400;
-  *n = &node_token; return 0; }
+  return add_node(n, g, p); }
+CUresult cuStreamBeginCapture_v2(void *s, int mode) {
+  (void)mode;
+  if (capturing) return 900; /* CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED */
+  capturing = s;
+  captured = new_graph(graphs);
+  return captured ? 0 : 2; }
+CUresult cuStreamEndCapture(void *s, void **g) {
+  if (s != capturing) return 901;
+  capturing = 0;
+  *g = captured;
+  return 0; }
+CUresult cuGraphGetNodes(void *g, void **nodes, size_t *n) {
+  struct graph *gr = g;
+  if (!gr) return 400;
+  for (size_t i = 0; nodes && i < *n && i < (size_t)gr->n; i++) nodes[i] = &gr->nodes[i];
+  *n = gr->n;
+  return 0; }
+/* v1 writes the fields the two versions share (the first 56 bytes). */
+static CUresult get_params(const struct gnode *n, knode *p, int v2) {
+  if (!graph_of(n)) return 400;
+  if (!p) return 1;
+  p->func = n->func;
+  memcpy(p->grid, n->grid, sizeof p->grid);
+  memcpy(p->block, n->block, sizeof p->block);
+  p->smem = n->smem;
+  p->params = (void **)n->ptrs;
+  p->extra = 0;
+  if (v2) { p->kern = n->kern; p->ctx = &ctx_token; }
+  return 0; }
+CUresult cuGraphKernelNodeGetParams_v2(void *n, knode *p) { return get_params(n, p, 1); }
+CUresult cuGraphKernelNodeGetParams(void *n, knode_v1 *p) { return get_params(n, (knode *)p, 0); }
+CUresult cuGraphKernelNodeSetParams_v2(void *n, const knode *p) { return graph_of(n) ? set_node(n, p, 1) : 400; }
+CUresult cuGraphClone(void **c, void *g) {
+  struct graph *to = new_graph(graphs);
+  if (!to || !g) return 2;
+  copy_graph(to, g);
+  *c = to;
+  return 0; }
+CUresult cuGraphNodeFindInClone(void **n, void *orig, void *clone) {
+  struct graph *g = graph_of(orig), *c = clone;
+  if (!g || !c) return 400;
+  *n = &c->nodes[(struct gnode *)orig - g->nodes];
+  return 0; }
+CUresult cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long f) {
+  (void)f;
+  struct graph *x = new_graph(execs);
+  if (!x || !g) return 2;
+  copy_graph(x, g);
+  *e = x;
+  return 0; }
+CUresult cuGraphLaunch(void *e, void *s) {
+  (void)s;
+  struct graph *x = e;
+  for (int i = 0; i < x->n; i++) run_scale(x->nodes[i].ptrs);
+  return 0; }
+CUresult cuGraphExecDestroy(void *e) { ((struct graph *)e)->used = 0; return 0; }
+CUresult cuGraphDestroy(void *g) { ((struct graph *)g)->used = 0; return 0; }
+CUresult cuLibraryLoadData(void **lib, const void *code, void *jo, void *jv, unsigned nj, void *lo, void *lv, unsigned nl) {
+  (void)code; (void)jo; (void)jv; (void)nj; (void)lo; (void)lv; (void)nl;
+  *lib = &library_token;
+  return 0; }
+CUresult cuLibraryGetKernel(void **k, void *lib, const char *name) {
+  if (lib != &library_token || strcmp(name, "scale")) return 500;
+  *k = &lib_kernel_token;
+  return 0; }
+CUresult cuKernelGetFunction(void **f, void *k) {
+  if (k != &lib_kernel_token) return 400;
+  *f = &lib_function_token;
+  return 0; }
 /* How many chunks are mapped: the program prints it, so a test sees the arena at work. */
 CUresult cuFakeMapped(int *n) { *n = mapped; return 0; }
 CUresult cuDevicePrimaryCtxReset_v2(int dev) { (void)dev; return 0; } /* not called: unmodeled probe */

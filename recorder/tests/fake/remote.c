@@ -42,25 +42,7 @@ CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end);
 CUresult cuCtxSynchronize(void);
 CUresult cuMemFree_v2(CUdeviceptr ptr);
 
-/* The kernel the stand-in driver knows, as PTX text: scale(float *data, float factor, int n),
- * parameters at offsets 0, 8, 12 with sizes 8, 4, 4 (the stand-in's cuFuncGetParamInfo). */
-static const char ptx[] =
-  ".version 8.0\n"
-  ".target sm_90\n"
-  ".address_size 64\n"
-  ".visible .entry scale(\n"
-  "\t.param .u64 scale_param_0,\n"
-  "\t.param .f32 scale_param_1,\n"
-  "\t.param .u32 scale_param_2\n"
-  ")\n"
-  "{\n"
-  "\tret;\n"
-  "}\n";
-
-static void check(CUresult r, const char *call) {
-  if (r) { fprintf(stderr, "FAILED %s %d\n", call, r); exit(1); } }
-/* CK(cuInit, 0) calls cuInit(0) and checks its result under the name cuInit. */
-#define CK(fn, ...) check(fn(__VA_ARGS__), #fn)
+#include "scale.h"
 
 enum { N = 256 };
 

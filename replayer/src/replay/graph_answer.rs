@@ -8,8 +8,18 @@
 //! The answer's values, in the order of the function's out arguments: each node array's
 //! entries (as many as the program asked for; nulls as 0), edge data left out (the client
 //! writes zeros: the default edge), then the count (or the handle, or the type).
+//!
+//! A kernel node's parameters (`cuGraphKernelNodeGetParams`) are the driver's answer with the
+//! function and kernel named in the client's terms and the argument values read through the
+//! driver's `kernelParams` (`gpuless_analyzer::api::node_answer`). The server is asked every
+//! time, whoever made the node: only the driver knows a captured or cloned node's launch, and
+//! what the program set may have been refused by the driver after the client returned.
+
+use std::collections::HashMap;
 
 use cudarc::driver::sys;
+use gpuless_analyzer::api::node_answer::{KernelNodeAnswer, MAX_PARAM_BYTES};
+use gpuless_analyzer::api::structs::KernelNode;
 use gpuless_traces::Value;
 
 use super::args::Call;
@@ -18,16 +28,29 @@ use super::State;
 /// Names the executor gives nodes the client has no handle for: above every canonical user
 /// address, so never a driver's handle or a client number.
 const SERVER_NAMES: u64 = 0x7ffe_0000_0000_0000;
+/// The same for functions (a kernel node's function the client never looked up).
+const SERVER_FUNCTION_NAMES: u64 = 0x7ffd_0000_0000_0000;
+
+/// A name from `base` on that `taken` does not hold.
+fn fresh<V>(taken: &HashMap<u64, V>, base: u64) -> u64 {
+    let start = base + 0x10 * (taken.len() as u64 + 1);
+    (start..).step_by(0x10).find(|k| !taken.contains_key(k)).unwrap_or(start)
+}
+
+/// The lowest client handle under which `map` holds `live`.
+fn client_name<V: PartialEq + Copy>(map: &HashMap<u64, V>, live: V) -> Option<u64> {
+    map.iter().filter(|(_, &l)| l == live).map(|(&k, _)| k).min()
+}
 
 /// The client's names of live nodes: the lowest handle each is known under, and new server
 /// names for the others (built once per answer: a graph may have thousands of nodes).
 struct Names {
-    known: std::collections::HashMap<sys::CUgraphNode, u64>,
+    known: HashMap<sys::CUgraphNode, u64>,
 }
 
 impl Names {
     fn of(st: &State) -> Names {
-        let mut known: std::collections::HashMap<sys::CUgraphNode, u64> = std::collections::HashMap::new();
+        let mut known: HashMap<sys::CUgraphNode, u64> = HashMap::new();
         for (&k, &l) in &st.objects.nodes {
             let e = known.entry(l).or_insert(k);
             *e = (*e).min(k);
@@ -43,8 +66,7 @@ impl Names {
         if let Some(&k) = self.known.get(&live) {
             return k;
         }
-        let start = SERVER_NAMES + 0x10 * (st.objects.nodes.len() as u64 + 1);
-        let k = (start..).step_by(0x10).find(|k| !st.objects.nodes.contains_key(k)).unwrap_or(start);
+        let k = fresh(&st.objects.nodes, SERVER_NAMES);
         st.objects.nodes.insert(k, live);
         self.known.insert(live, k);
         k
@@ -140,6 +162,10 @@ pub(super) unsafe fn answer(st: &mut State, c: &Call<'_>) -> Option<(i32, Vec<u6
                 let r = sys::cuGraphNodeFindInClone(&mut found, orig, g);
                 (r, name_all(st, &[found]))
             }
+            "cuGraphKernelNodeGetParams" => {
+                let Ok(node) = c.word("hNode").and_then(|h| st.node(c, h)) else { return Some((BAD, Vec::new())) };
+                kernel_node(st, node)
+            }
             "cuGraphNodeGetType" => {
                 let Ok(node) = c.word("hNode").and_then(|h| st.node(c, h)) else { return Some((BAD, Vec::new())) };
                 let mut t = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
@@ -150,4 +176,110 @@ pub(super) unsafe fn answer(st: &mut State, c: &Call<'_>) -> Option<(i32, Vec<u6
         }
     };
     Some((r.0 as i32, r.1))
+}
+
+/// `cuGraphKernelNodeGetParams` of live node `node`: the status and the answer's words.
+///
+/// # Safety
+/// A live node handle.
+unsafe fn kernel_node(st: &mut State, node: sys::CUgraphNode) -> (sys::CUresult, Vec<u64>) {
+    // SAFETY: the driver fills a v2 struct (every field the v1 call has, and more).
+    let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+    let r = unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return (r, Vec::new());
+    }
+    // SAFETY: the function or kernel the driver just named.
+    let layout = unsafe { param_layout(p.func, p.kern) };
+    let len = layout.iter().map(|&(o, s)| o as usize + s as usize).max().unwrap_or(0);
+    let mut params = vec![0u8; len];
+    if !p.kernelParams.is_null() {
+        for (i, &(off, size)) in layout.iter().enumerate() {
+            // SAFETY: the driver's `kernelParams` holds one pointer per argument of the
+            // function, each to a value of the argument's size (its own copy, alive while the
+            // node is unchanged).
+            unsafe {
+                let v = *p.kernelParams.add(i);
+                if !v.is_null() {
+                    let to = params.as_mut_ptr().add(off as usize);
+                    std::ptr::copy_nonoverlapping(v.cast::<u8>(), to, size as usize);
+                }
+            }
+        }
+    }
+    let kern = if p.kern.is_null() { None } else { client_name(&st.kernels, p.kern) }.unwrap_or(0);
+    let func = if p.func.is_null() {
+        0
+    } else if let Some(f) = client_name(&st.functions, p.func) {
+        f
+    } else if let Some(k) = client_name(&st.kernels, p.func.cast()) {
+        k // the kernel itself, passed as a function
+    } else {
+        // The function the driver made of a kernel (a launch of a `CUkernel`, captured): the
+        // client never looked it up. Named now, the same name every time it is asked, and
+        // usable in the program's later calls (the client binds it to `kern`).
+        let name = fresh(&st.functions, SERVER_FUNCTION_NAMES);
+        st.functions.insert(name, p.func);
+        if let Some(n) = st.names.get(&kern).cloned() {
+            st.names.insert(name, n);
+        }
+        name
+    };
+    let node = KernelNode {
+        func,
+        kern,
+        grid: [p.gridDimX, p.gridDimY, p.gridDimZ],
+        block: [p.blockDimX, p.blockDimY, p.blockDimZ],
+        shared_mem: p.sharedMemBytes,
+        ..KernelNode::default()
+    };
+    (r, KernelNodeAnswer { node, layout, params }.to_words())
+}
+
+/// (offset, size) of each argument of a live function (else of the kernel): the driver's own
+/// layout, asked until it says there are no more (at most [`MAX_PARAM_BYTES`] arguments).
+///
+/// # Safety
+/// Live handles, or null.
+unsafe fn param_layout(func: sys::CUfunction, kern: sys::CUkernel) -> Vec<(u32, u32)> {
+    let mut layout = Vec::new();
+    let mut total = 0usize;
+    while layout.len() < MAX_PARAM_BYTES {
+        let (mut off, mut size) = (0usize, 0usize);
+        let i = layout.len();
+        // SAFETY: the driver's queries with valid out-pointers.
+        let r = unsafe {
+            if !func.is_null() {
+                sys::cuFuncGetParamInfo(func, i, &mut off, &mut size)
+            } else if !kern.is_null() {
+                sys::cuKernelGetParamInfo(kern, i, &mut off, &mut size)
+            } else {
+                break;
+            }
+        };
+        total = total.max(off.saturating_add(size));
+        if r != sys::CUresult::CUDA_SUCCESS || total > MAX_PARAM_BYTES {
+            break;
+        }
+        layout.push((off as u32, size as u32));
+    }
+    layout
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_fresh_and_handles_found_by_their_lowest_name() {
+        let mut m: HashMap<u64, u32> = HashMap::new();
+        let a = fresh(&m, SERVER_FUNCTION_NAMES);
+        m.insert(a, 7);
+        let b = fresh(&m, SERVER_FUNCTION_NAMES);
+        assert!(a != b && a > 0x0000_8000_0000_0000 && b % 0x10 == 0, "{a:#x} {b:#x}");
+        m.insert(0x5000_0020, 7);
+        m.insert(0x5000_0030, 8);
+        assert_eq!(client_name(&m, 7), Some(0x5000_0020));
+        assert_eq!(client_name(&m, 9), None);
+    }
 }

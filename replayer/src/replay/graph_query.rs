@@ -76,11 +76,13 @@ pub(super) unsafe fn call(st: &mut State, c: &Call<'_>) -> Result<bool, ReplayEr
                 map_nodes(st, recorded, &live);
             }
             "cuGraphNodeFindInClone" => {
+                // A client's question carries no answer: `graph_answer` names the node.
+                let Some(recorded) = c.result("phNode").and_then(super::args::word) else { return Ok(false) };
                 let original = st.node(c, c.word("hOriginalNode")?)?;
                 let clone = st.graph(c, "hClonedGraph")?;
                 let mut n = null();
                 check(sys::cuGraphNodeFindInClone(&mut n, original, clone), seq, name)?;
-                st.objects.nodes.insert(c.out_word("phNode")?, n);
+                st.objects.nodes.insert(recorded, n);
             }
             "cuGraphKernelNodeGetParams" => {
                 // The function the parameters name (first field): the program may pass it back

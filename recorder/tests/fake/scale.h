@@ -1,0 +1,25 @@
+/* What the test programs that call the stand-in driver directly share (remote.c,
+ * graph_params.c): the kernel the stand-in knows, and how a failing call ends the program. */
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The kernel the stand-in driver knows, as PTX text: scale(float *data, float factor, int n),
+ * parameters at offsets 0, 8, 12 with sizes 8, 4, 4 (the stand-in's cuFuncGetParamInfo). */
+static const char ptx[] =
+  ".version 8.0\n"
+  ".target sm_90\n"
+  ".address_size 64\n"
+  ".visible .entry scale(\n"
+  "\t.param .u64 scale_param_0,\n"
+  "\t.param .f32 scale_param_1,\n"
+  "\t.param .u32 scale_param_2\n"
+  ")\n"
+  "{\n"
+  "\tret;\n"
+  "}\n";
+
+/* Prints `FAILED <call> <code>` to stderr and exits with 1 when r is not CUDA_SUCCESS. */
+static void check(int r, const char *call) {
+  if (r) { fprintf(stderr, "FAILED %s %d\n", call, r); exit(1); } }
+/* CK(cuInit, 0) calls cuInit(0) and checks its result under the name cuInit. */
+#define CK(fn, ...) check(fn(__VA_ARGS__), #fn)
