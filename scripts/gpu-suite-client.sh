@@ -159,6 +159,8 @@ try:
     hot = [x for x in w if x["call"] == "cuCtxSynchronize"][-int(sys.argv[7]):]
     if hot:
         med = lambda k: statistics.median(x[k] for x in hot)
+        ups = sorted(y["bytes_up"] - x["bytes_up"] for x, y in zip(hot, hot[1:])) or [0]
+        d += f"; {ups[len(ups)//2]} B up per hot inference (median)"
         d += (f"; hot syncs (median of {len(hot)}): program {med('between_us'):.0f} us between answers, "
               f"{med('sent_since'):.0f} records ({med('records'):.0f} with the wait), waited {med('wait_us'):.0f} us, "
               f"executor ran {med('exec_us'):.0f} us")
@@ -169,6 +171,44 @@ PY
 )
   echo "row|client: PyTorch $name runs remotely, output identical to native|${verdict%%|*}|${verdict#*|}; stderr: $(grep -v '^{' "$out/$name.remote.err" | grep -v '^ ' | tail -n 4 | head -c 600 | tr '\n' ' ')"
 }
+# The same workload again, native then remote: the server's cache now holds what the first run
+# uploaded (weights, code). Bytes sent before the first result (the wait log's count at the hot
+# loop's first synchronization) against LIMIT (bytes; empty: no target), and a second hot pair.
+second_run() { # NAME SCRIPT LIMIT
+  local name=$1 script=$2 limit=${3:-}
+  HOT_ITERS=${CLIENT_HOT_ITERS:-30} python3 "$script" >"$out/$name.native2.txt" 2>"$out/$name.native2.err"
+  HOT_ITERS=${CLIENT_HOT_ITERS:-30} GPULESS_REMOTE_WAITS="$out/$name.waits2.jsonl" hidden "$gl" run --remote "$addr" --json -- python3 "$script" >"$out/$name.remote2.txt" 2>"$out/$name.remote2.err"
+  local v
+  v=$(python3 - "$out/$name.native2.txt" "$out/$name.remote2.txt" "$out/$name.waits2.jsonl" "$limit" <<'PY'
+import json, sys
+def last(f):
+    try:
+        return json.loads(open(f).read().strip().splitlines()[-1])
+    except Exception:
+        return None
+a, b = last(sys.argv[1]), last(sys.argv[2])
+try:
+    w = [json.loads(l) for l in open(sys.argv[3])]
+except Exception:
+    w = []
+first = next((x for x in w if x["call"] == "cuCtxSynchronize"), None)
+up = first["bytes_up"] if first else None
+limit = int(sys.argv[4]) if sys.argv[4] else None
+same = a is not None and b is not None and a["checksum"] == b["checksum"]
+ok = same and up is not None and (limit is None or up <= limit)
+d = f"same checksum: {'yes' if same else 'no'}; {up} B sent before the first result" + (f" (target <= {limit} B)" if limit else "")
+if a and b and a.get("hot_ms_median") and b.get("hot_ms_median"):
+    d += (f"; hot {b['hot_ms_median']:.3f} ms vs native {a['hot_ms_median']:.3f} ms (x{b['hot_ms_median']/a['hot_ms_median']:.3f})"
+          f"; first result {b['first_result_s']:.2f} s vs {a['first_result_s']:.2f} s (x{b['first_result_s']/a['first_result_s']:.3f})")
+hot = [x for x in w if x["call"] == "cuCtxSynchronize"]
+if len(hot) > 2:
+    ups = sorted(y["bytes_up"] - x["bytes_up"] for x, y in zip(hot, hot[1:]))
+    d += f"; {ups[len(ups)//2]} B up per hot inference (median)"
+print(("PASS" if ok else ("FAIL" if limit else "INFO")) + "|" + d)
+PY
+  )
+  echo "row|client: PyTorch $name second run (server cache warm)|${v%%|*}|${v#*|}"
+}
 if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
   wl=$(cd "$(dirname "$0")/../testdata/workloads" && pwd)
   # train: forward, backward, optimizer; compiled: torch.compile (Triton kernels); fft: cuFFT.
@@ -176,9 +216,9 @@ if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unsha
     case $t in
       resnet50)
         for r in "$(dirname "$0")/../.device/workloads/resnet50.py" "$(dirname "$0")/../../shared/workloads/resnet50.py"; do
-          if [ -f "$r" ]; then torch_row resnet50 "$r"; break; fi
+          if [ -f "$r" ]; then torch_row resnet50 "$r"; second_run resnet50 "$r" $((2 << 20)); break; fi
         done ;;
-      bert) python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py" ;;
+      bert) python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py" && second_run bert "$wl/bert.py" ;;
       *) torch_row "$t" "$wl/$t.py" ;;
     esac
   done

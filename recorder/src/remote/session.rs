@@ -470,7 +470,8 @@ unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> (
     let (began, records) = (std::time::Instant::now(), sess.pending.len() as u64);
     let answer = match sess.send(true) {
         Ok(Some(a)) => {
-            super::waits::note(f.name, records, std::mem::take(&mut sess.sent_since), began, a.exec_us);
+            let up = sess.conn.as_ref().map_or(0, |c| link::lock(c).traffic.bytes_up);
+            super::waits::note(f.name, records, std::mem::take(&mut sess.sent_since), began, a.exec_us, up);
             a
         }
         Ok(None) => return (LOST, Some(seq)),

@@ -24,6 +24,8 @@ struct Note {
     /// execution time over everything since the previous answer (from the answer).
     wait_us: u64,
     exec_us: u64,
+    /// Bytes sent to the server so far in the session (frames, blobs included).
+    bytes_up: u64,
 }
 
 struct Log {
@@ -44,8 +46,9 @@ fn log() -> Option<&'static Mutex<Log>> {
 }
 
 /// Notes a wait that sent `records` records with it (`sent_since` since the last answer) and
-/// got its answer after `wait_us`, the executor reporting `exec_us`.
-pub(crate) fn note(name: &'static str, records: u64, sent_since: u64, began: Instant, exec_us: u64) {
+/// got its answer after `wait_us`, the executor reporting `exec_us`; `bytes_up` were sent in
+/// the session so far.
+pub(crate) fn note(name: &'static str, records: u64, sent_since: u64, began: Instant, exec_us: u64, bytes_up: u64) {
     let Some(l) = log() else { return };
     let mut l = l.lock().unwrap_or_else(|e| e.into_inner());
     let now = Instant::now();
@@ -57,6 +60,7 @@ pub(crate) fn note(name: &'static str, records: u64, sent_since: u64, began: Ins
         sent_since,
         wait_us: now.duration_since(began).as_micros() as u64,
         exec_us,
+        bytes_up,
     };
     l.last_answer = now;
     if l.notes.len() < MAX {
@@ -71,8 +75,8 @@ pub(crate) fn write() {
     let mut out = String::new();
     for n in &l.notes {
         out.push_str(&format!(
-            "{{\"call\":\"{}\",\"at_us\":{},\"between_us\":{},\"records\":{},\"sent_since\":{},\"wait_us\":{},\"exec_us\":{}}}\n",
-            n.name, n.at_us, n.between_us, n.records, n.sent_since, n.wait_us, n.exec_us
+            "{{\"call\":\"{}\",\"at_us\":{},\"between_us\":{},\"records\":{},\"sent_since\":{},\"wait_us\":{},\"exec_us\":{},\"bytes_up\":{}}}\n",
+            n.name, n.at_us, n.between_us, n.records, n.sent_since, n.wait_us, n.exec_us, n.bytes_up
         ));
     }
     let _ = std::fs::write(path, out);
