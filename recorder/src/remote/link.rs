@@ -57,6 +57,9 @@ pub(crate) fn transmit(conn: &mut Connection, out: &Outgoing, want: bool) -> Res
         conn.send_segment(&out.records, want).map_err(|e| e.to_string())?;
     }
     if !want {
+        // Out now: the connection buffers frames, and a segment that waits in the buffer for
+        // the next one is work the executor could be doing (the flusher's whole point).
+        conn.flush().map_err(|e| e.to_string())?;
         return Ok(None);
     }
     let t0 = std::time::Instant::now();
