@@ -209,6 +209,28 @@ PY
   )
   echo "row|client: PyTorch $name second run (server cache warm)|${v%%|*}|${v#*|}"
 }
+# The analyzer's `gpuless` policy on a local recording of the same workload against the waits
+# the client made (its first run's --json): the policy models what the client does.
+policy_row() { # NAME SCRIPT
+  local name=$1 script=$2
+  HOT_ITERS=${CLIENT_HOT_ITERS:-30} GPULESS_RECORDER="$bin/libgpuless_recorder.so" "$gl" record -o "$out/$name.gl" -- python3 "$script" >/dev/null 2>"$out/$name.record.err"
+  local v
+  v=$("$gl" analyze --json "$out/$name.gl" 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+p = next(x for x in d["sync"] if x["policy"] == "gpuless")
+s = json.loads(open(sys.argv[1]).read())
+waits, pred, pct, calls, trips = s["waits"], p["syncs"], p["sync_percent"], p["calls"], s["round_trips"]
+reasons = json.dumps(p["reasons"], sort_keys=True)
+ok = abs(waits - pred) <= max(5, 0.05 * pred)
+verdict, within = ("PASS", "yes") if ok else ("FAIL", "no")
+print(f"{verdict}|policy gpuless: {pred} synchronizations ({pct:.2f}% of {calls} calls; {reasons}); "
+      f"the client waited {waits} times (round trips with blob queries: {trips}); within 5%: {within}")
+' "$out/$name.stats.json" 2>&1)
+  [[ $v == PASS* || $v == FAIL* ]] || v="FAIL|$(echo "$v" | tail -c 300)"
+  echo "row|client: PyTorch $name round trips, the analyzer's gpuless policy vs the client|${v%%|*}|${v#*|}"
+  rm -f "$out/$name.gl"
+}
 if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
   wl=$(cd "$(dirname "$0")/../testdata/workloads" && pwd)
   # train: forward, backward, optimizer; compiled: torch.compile (Triton kernels); fft: cuFFT.
@@ -216,7 +238,7 @@ if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unsha
     case $t in
       resnet50)
         for r in "$(dirname "$0")/../.device/workloads/resnet50.py" "$(dirname "$0")/../../shared/workloads/resnet50.py"; do
-          if [ -f "$r" ]; then torch_row resnet50 "$r"; second_run resnet50 "$r" $((2 << 20)); break; fi
+          if [ -f "$r" ]; then torch_row resnet50 "$r"; second_run resnet50 "$r" $((2 << 20)); policy_row resnet50 "$r"; break; fi
         done ;;
       bert) python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py" && second_run bert "$wl/bert.py" ;;
       *) torch_row "$t" "$wl/$t.py" ;;

@@ -702,6 +702,7 @@ extern "C" fn at_exit() {
     FLUSH.notify_all();
     write_stats(sess);
     super::waits::write();
+    super::tables::print_counts();
 }
 
 fn write_stats(sess: &Session) {

@@ -28,6 +28,36 @@ use std::sync::Mutex;
 use super::local;
 use gpuless_analyzer::integrity::{self, DeviceIds};
 
+/// Calls of the slots implemented here, for `GPULESS_EXPORT_TABLES=count` in client mode
+/// (printed at exit by [`print_counts`]): by name.
+static COUNTS: [(&str, std::sync::atomic::AtomicU64); 10] = [
+    ("CUDART_INTERFACE.2 primary context", std::sync::atomic::AtomicU64::new(0)),
+    ("CONTEXT_LOCAL_STORAGE.0 put", std::sync::atomic::AtomicU64::new(0)),
+    ("CONTEXT_LOCAL_STORAGE.1 delete", std::sync::atomic::AtomicU64::new(0)),
+    ("CONTEXT_LOCAL_STORAGE.2 get, found", std::sync::atomic::AtomicU64::new(0)),
+    ("CONTEXT_LOCAL_STORAGE.2 get, missing", std::sync::atomic::AtomicU64::new(0)),
+    ("CONTEXT_CHECKS.2", std::sync::atomic::AtomicU64::new(0)),
+    ("CONTEXT_CHECKS.3", std::sync::atomic::AtomicU64::new(0)),
+    ("TOOLS_TLS.2", std::sync::atomic::AtomicU64::new(0)),
+    ("ToolsContext.4", std::sync::atomic::AtomicU64::new(0)),
+    ("CUDART_INTERFACE.1/6/8 module loads", std::sync::atomic::AtomicU64::new(0)),
+];
+
+fn count(i: usize) {
+    COUNTS[i].1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// With `GPULESS_EXPORT_TABLES=count`: how often the program called each slot answered here.
+pub(crate) fn print_counts() {
+    if std::env::var("GPULESS_EXPORT_TABLES").is_ok_and(|v| v == "count") {
+        let c: Vec<String> = COUNTS
+            .iter()
+            .map(|(n, v)| format!("{n}: {}", v.load(std::sync::atomic::Ordering::Relaxed)))
+            .collect();
+        eprintln!("gpuless: export-table slots answered in client mode: {}", c.join(", "));
+    }
+}
+
 const SUCCESS: u32 = 0;
 const INVALID_VALUE: u32 = 1;
 const INVALID_HANDLE: u32 = 400;
@@ -175,6 +205,7 @@ extern "C" fn no_op(_a: usize) -> u32 {
 }
 
 extern "C" fn primary_context(out: *mut u64, dev: i32) -> u32 {
+    count(0);
     if out.is_null() {
         return INVALID_VALUE;
     }
@@ -189,6 +220,7 @@ extern "C" fn primary_context(out: *mut u64, dev: i32) -> u32 {
 /// The module load through the hook of `cuModuleLoadData`, so that it is sent (and recorded)
 /// as one.
 fn load_fatbin(module: *mut u64, image: *const c_void) -> u32 {
+    count(9);
     if module.is_null() || image.is_null() {
         return INVALID_VALUE;
     }
@@ -286,6 +318,7 @@ fn context_or_current(ctx: u64) -> u64 {
 }
 
 extern "C" fn cls_put(ctx: u64, key: u64, value: u64, dtor: Option<Destructor>) -> u32 {
+    count(1);
     let ctx = context_or_current(ctx);
     let mut g = STORAGE.lock().unwrap_or_else(|e| e.into_inner());
     g.get_or_insert_with(HashMap::new).insert((ctx, key), (value, dtor));
@@ -293,6 +326,7 @@ extern "C" fn cls_put(ctx: u64, key: u64, value: u64, dtor: Option<Destructor>) 
 }
 
 extern "C" fn cls_delete(ctx: u64, key: u64) -> u32 {
+    count(2);
     let ctx = context_or_current(ctx);
     let mut g = STORAGE.lock().unwrap_or_else(|e| e.into_inner());
     g.get_or_insert_with(HashMap::new).remove(&(ctx, key));
@@ -305,7 +339,9 @@ extern "C" fn cls_get(out: *mut u64, ctx: u64, key: u64) -> u32 {
     }
     let ctx = context_or_current(ctx);
     let g = STORAGE.lock().unwrap_or_else(|e| e.into_inner());
-    match g.as_ref().and_then(|m| m.get(&(ctx, key))) {
+    let found = g.as_ref().and_then(|m| m.get(&(ctx, key)));
+    count(if found.is_some() { 3 } else { 4 });
+    match found {
         Some(&(v, _)) => {
             // SAFETY: checked non-null.
             unsafe { *out = v };
@@ -316,6 +352,7 @@ extern "C" fn cls_get(out: *mut u64, ctx: u64, key: u64) -> u32 {
 }
 
 extern "C" fn context_check(_ctx: u64, first: *mut u32, _second: *mut u64) -> u32 {
+    count(5);
     if !first.is_null() {
         // SAFETY: the caller's out-value.
         unsafe { *first = 0 };
@@ -327,6 +364,7 @@ extern "C" fn context_check(_ctx: u64, first: *mut u32, _second: *mut u64) -> u3
 /// tool context object into `state[0]` (measured: `GPULESS_EXPORT_TABLES=log:42d85a81`). No
 /// tool is attached to a client: null, success.
 extern "C" fn no_tools_context(state: *mut u64) -> u32 {
+    count(7);
     if !state.is_null() {
         // SAFETY: the caller's state block (its first word is the context out-value).
         unsafe { *state = 0 };
@@ -335,6 +373,7 @@ extern "C" fn no_tools_context(state: *mut u64) -> u32 {
 }
 
 extern "C" fn tools_enter(_ctx: u64, flag: *mut u32) -> u32 {
+    count(8);
     if !flag.is_null() {
         // SAFETY: the caller's block (measured: the driver writes 1 there).
         unsafe { *flag = 1 };
@@ -361,6 +400,7 @@ extern "C" fn tools_value(_ctx: u64, _obj: u64, out: *mut u64) -> u32 {
 }
 
 extern "C" fn check_zero() -> u32 {
+    count(6);
     0
 }
 
