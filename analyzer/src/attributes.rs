@@ -115,19 +115,7 @@ mod tests {
     use super::*;
 
     fn h100() -> DeviceLimits {
-        DeviceLimits {
-            warp_size: 32,
-            max_threads_per_block: 1024,
-            max_threads_per_sm: 2048,
-            max_blocks_per_sm: 32,
-            regs_per_sm: 65536,
-            regs_per_block: 65536,
-            smem_per_sm: 233_472,
-            smem_per_block: 49_152,
-            smem_per_block_optin: 232_448,
-            reserved_smem_per_block: 1024,
-            sm_count: 132,
-        }
+        crate::occupancy::h100_limits()
     }
 
     #[test]

@@ -155,25 +155,30 @@ pub fn available_dynamic_smem(k: &KernelFacts, d: &DeviceLimits, blocks: u32, bl
         .min(d.smem_per_block_optin.saturating_sub(k.shared))
 }
 
+/// An H100's limits, as its driver reports them (for tests).
+#[cfg(test)]
+pub(crate) fn h100_limits() -> DeviceLimits {
+    DeviceLimits {
+        warp_size: 32,
+        max_threads_per_block: 1024,
+        max_threads_per_sm: 2048,
+        max_blocks_per_sm: 32,
+        regs_per_sm: 65_536,
+        regs_per_block: 65_536,
+        smem_per_sm: 233_472,
+        smem_per_block: 49_152,
+        smem_per_block_optin: 232_448,
+        reserved_smem_per_block: 1024,
+        sm_count: 132,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// An H100's limits, as its driver reports them.
     fn h100() -> DeviceLimits {
-        DeviceLimits {
-            warp_size: 32,
-            max_threads_per_block: 1024,
-            max_threads_per_sm: 2048,
-            max_blocks_per_sm: 32,
-            regs_per_sm: 65_536,
-            regs_per_block: 65_536,
-            smem_per_sm: 233_472,
-            smem_per_block: 49_152,
-            smem_per_block_optin: 232_448,
-            reserved_smem_per_block: 1024,
-            sm_count: 132,
-        }
+        super::h100_limits()
     }
 
     #[test]

@@ -50,10 +50,8 @@ fn count(i: usize) {
 /// With `GPULESS_EXPORT_TABLES=count`: how often the program called each slot answered here.
 pub(crate) fn print_counts() {
     if std::env::var("GPULESS_EXPORT_TABLES").is_ok_and(|v| v == "count") {
-        let c: Vec<String> = COUNTS
-            .iter()
-            .map(|(n, v)| format!("{n}: {}", v.load(std::sync::atomic::Ordering::Relaxed)))
-            .collect();
+        let c: Vec<String> =
+            COUNTS.iter().map(|(n, v)| format!("{n}: {}", v.load(std::sync::atomic::Ordering::Relaxed))).collect();
         eprintln!("gpuless: export-table slots answered in client mode: {}", c.join(", "));
     }
 }
