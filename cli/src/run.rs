@@ -5,7 +5,9 @@
 //! loaded as the program's `libcuda.so.1`: a private directory holds `libcuda.so.1` (and
 //! `libcuda.so`) as links to it and goes first on `LD_LIBRARY_PATH`, so a program linked with
 //! `-lcuda` and one that `dlopen`s the driver (cudart) both get it; it is preloaded as well
-//! (`LD_PRELOAD`), so `dlsym` lookups of driver symbols reach it too. What the library is told,
+//! (`LD_PRELOAD`), so `dlsym` lookups of driver symbols reach it too. The same directory holds
+//! `libnvidia-ml.so.1` and `libnvidia-ml.so`: the library answers NVML for the session's device
+//! (PyTorch and `pynvml` load it by those names). What the library is told,
 //! through its environment (the contract between this command and the library):
 //!
 //! | variable | value |
@@ -120,7 +122,7 @@ pub fn run(args: &RunArgs, cmd: &[String]) -> anyhow::Result<ExitCode> {
     check_endpoint(&args.remote)?;
     let lib = record::recorder_path()?.canonicalize().context("locating the recorder library")?;
     let dir = TempDir::new()?;
-    for name in ["libcuda.so.1", "libcuda.so"] {
+    for name in ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"] {
         let link = dir.0.join(name);
         std::os::unix::fs::symlink(&lib, &link)
             .with_context(|| format!("cannot link {} to {}", link.display(), lib.display()))?;

@@ -266,6 +266,7 @@ fn the_program_gets_the_library_and_the_environment_the_library_reads() {
     let dir = tempfile::tempdir().unwrap();
     let script = r#"first=${LD_LIBRARY_PATH%%:*}
 echo "lib=$(readlink "$first/libcuda.so.1") alias=$(readlink "$first/libcuda.so")"
+echo "nvml=$(readlink "$first/libnvidia-ml.so.1") alias=$(readlink "$first/libnvidia-ml.so")"
 echo "path=${LD_LIBRARY_PATH#*:} preload=$LD_PRELOAD"
 echo "remote=$GPULESS_REMOTE token=$GPULESS_TOKEN partition=$GPULESS_REMOTE_PARTITION"
 echo "priority=${GPULESS_REMOTE_PRIORITY-absent} trace=${GPULESS_TRACE-absent}"
@@ -277,19 +278,20 @@ exit 7"#;
     let lines: Vec<&str> = ran.stdout.lines().collect();
     assert_eq!(ran.code, Some(7), "the program's exit status; stderr:\n{}", ran.stderr);
     assert_eq!(lines[0], format!("lib={l} alias={l}"), "{}", ran.stdout);
+    assert_eq!(lines[1], format!("nvml={l} alias={l}"), "the library answers NVML too");
     let given = dir.path().join("libgpuless_recorder.so");
-    assert_eq!(lines[1], format!("path=/inherited/lib preload={l}:{}", given.display()));
-    assert_eq!(lines[2], "remote=unix:/x.sock token=T partition=sms:8");
-    assert_eq!(lines[3], "priority=absent trace=absent");
-    assert!(lines[4].starts_with("stats=/") && lines[4].split('=').nth(1) == lines[4].split('=').nth(2));
+    assert_eq!(lines[2], format!("path=/inherited/lib preload={l}:{}", given.display()));
+    assert_eq!(lines[3], "remote=unix:/x.sock token=T partition=sms:8");
+    assert_eq!(lines[4], "priority=absent trace=absent");
+    assert!(lines[5].starts_with("stats=/") && lines[5].split('=').nth(1) == lines[5].split('=').nth(2));
     // A failed program without statistics: one line naming the endpoint.
     assert!(ran.stderr.lines().any(|l| l.starts_with("gpuless: no statistics") && l.contains("unix:/x.sock")));
     // The token inherited, the whole GPU, best-effort; the private directory is gone afterwards.
     let ran = shell_run(dir.path(), &["--remote", "h:1", "--best-effort"], script);
     let lines: Vec<&str> = ran.stdout.lines().collect();
-    assert_eq!(lines[2], "remote=h:1 token=inherited partition=whole");
-    assert_eq!(lines[3], "priority=best-effort trace=absent");
-    let private = lines[4].split('=').nth(1).unwrap();
+    assert_eq!(lines[3], "remote=h:1 token=inherited partition=whole");
+    assert_eq!(lines[4], "priority=best-effort trace=absent");
+    let private = lines[5].split('=').nth(1).unwrap();
     assert!(!Path::new(private).exists(), "{private} left behind");
 }
 

@@ -38,10 +38,6 @@ fn kernel_node_parameters_read_through_the_client_are_the_driver_s() {
     assert_eq!(line("in_clone_set")[16..18], ["factor", "7.0"]);
     assert_eq!(line("clone"), ["sum", "273000.0"]);
 
-    let stats: serde_json::Value = stderr
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no statistics on stderr:\n{stderr}"));
+    let stats = ran.stats();
     assert_eq!(stats["waits_by_call"]["cuGraphKernelNodeGetParams"], GET_PARAMS, "{stats}");
 }

@@ -37,11 +37,7 @@ fn host_memory_and_pointer_queries_are_answered_by_the_client() {
     let said: Vec<&str> = stderr.lines().filter(|l| l.contains("mapped for the device")).collect();
     assert_eq!(said.len(), 1, "one line names the refused call:\n{stderr}");
     assert!(said[0].contains("cuLaunchKernel"), "{}", said[0]);
-    let stats: serde_json::Value = stderr
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no statistics on stderr:\n{stderr}"));
+    let stats = ran.stats();
     // The server answered each of the two driver facts once; their repeats came from memory.
     let waited = &stats["waits_by_call"];
     assert_eq!(waited["cuCtxGetStreamPriorityRange"], 1, "{stats}");

@@ -85,6 +85,13 @@ pub(crate) fn next_symbol(name: &CStr) -> *mut c_void {
     unsafe { dlsym(libc::RTLD_NEXT, name.as_ptr()) }
 }
 
+/// `name` in the object `handle` came from (`dlopen`'s handle), by the C library's `dlsym`.
+pub(crate) fn symbol_in(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    let Some(dlsym) = real_dlsym() else { return std::ptr::null_mut() };
+    // SAFETY: the C library's dlsym with a handle from dlopen and a NUL-terminated name.
+    unsafe { dlsym(handle, name.as_ptr()) }
+}
+
 /// Whether `p` is an address inside this library (our own exports).
 pub(crate) fn is_ours(p: *mut c_void) -> bool {
     static BASE: OnceLock<usize> = OnceLock::new();

@@ -209,6 +209,14 @@ impl ClientRun {
         let l = l.unwrap_or_else(|| panic!("no `{key}` line in:\n{}\nstderr:\n{}", self.stdout, self.stderr));
         l.split(' ').skip(1).map(str::to_string).collect()
     }
+
+    /// The session's statistics: the `--json` line on stderr (panics when absent).
+    pub fn stats(&self) -> serde_json::Value {
+        let mut lines = self.stderr.lines().filter(|l| l.starts_with('{'));
+        lines
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| panic!("no statistics on stderr:\n{}", self.stderr))
+    }
 }
 
 /// Runs `prog` through `gpuless run --remote` against `s` (`--json` statistics on stderr), with

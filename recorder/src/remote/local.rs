@@ -355,13 +355,8 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 0
             }
             "cuDeviceGetPCIBusId" => {
-                let id = format!(
-                    "{:08X}:{:02X}:{:02X}.0",
-                    attr(50).unwrap_or(0),
-                    attr(33).unwrap_or(0),
-                    attr(34).unwrap_or(0)
-                );
-                put_str(raw, 0, w(1), &id);
+                let (domain, bus, device) = super::nvml::pci_location(d);
+                put_str(raw, 0, w(1), &super::nvml::bus_id(domain, bus, device));
                 0
             }
             "cuDeviceGetDefaultMemPool" | "cuDeviceGetMemPool" => {

@@ -14,6 +14,8 @@
 //!   state queries (event timings, memory information). A synchronization when nothing was sent
 //!   since the last answer is answered locally.
 //!
+//! The same library answers NVML (`libnvidia-ml.so.1`) for the session's device ([`nvml`]).
+//!
 //! What the recorder asks of "the driver" for itself (the arena's VMM calls, parameter layouts,
 //! pointer types) resolves to [`driver`], the client's implementations of those entry points.
 
@@ -24,6 +26,7 @@ mod link;
 mod local;
 mod modules;
 mod nodes;
+mod nvml;
 mod ptx;
 mod session;
 mod tables;

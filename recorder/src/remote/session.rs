@@ -119,6 +119,11 @@ pub(crate) fn device() -> Option<&'static DeviceDescription> {
     DEVICE.get()
 }
 
+/// Whether the session runs on a MIG instance (its device's UUID is the instance's).
+pub(crate) fn on_mig() -> bool {
+    matches!(&*lock(), Some(Ok(s)) if s.welcome.partition.kind == "mig")
+}
+
 fn lock() -> MutexGuard<'static, Option<Result<Session, u32>>> {
     SESSION.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -128,8 +133,9 @@ fn timeout() -> Duration {
     Duration::from_secs(s.max(1))
 }
 
-/// `cuInit`: connects (once) and reserves the arena. 0, or the code every call then returns.
-fn init() -> u32 {
+/// `cuInit` (and `nvmlInit`): connects (once) and reserves the arena. 0, or the code every call
+/// then returns.
+pub(super) fn init() -> u32 {
     let mut g = lock();
     match &*g {
         Some(Ok(_)) => return 0,
@@ -446,11 +452,12 @@ fn push(
     (0, Some(seq))
 }
 
-/// A call that needs the server's result: sends everything queued with it and waits.
+/// A call that needs the server's result: sends everything queued with it and waits. The
+/// sequence number is `None` when nothing was sent (no session, or answered here).
 ///
 /// # Safety
 /// As [`call`].
-unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> (u32, Option<u64>) {
+pub(super) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> (u32, Option<u64>) {
     let mut g = lock();
     let sess = match open_session(&mut g) {
         Ok(sess) => sess,

@@ -132,6 +132,8 @@ static CUresult create_stream(void **s, int prio) { /* static: a recorder cannot
 CUresult cuStreamCreateWithPriority(void **s, unsigned f, int prio) { (void)f; return create_stream(s, prio); }
 CUresult cuStreamCreate(void **s, unsigned f) { (void)f; return create_stream(s, 0); }
 CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) { *free_ = sizeof heap - heap_top; *total = sizeof heap; return 0; }
+/* Exported only (the server's device description looks it up by name). */
+CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) { (void)dev; *bytes = sizeof heap; return 0; }
 /* 2D/3D copies between host memory and the heap, in the x86-64 layout of CUDA_MEMCPY2D_v2 and
  * CUDA_MEMCPY3D_v2 (memory type 1 host, 2 device; arrays are not modelled). */
 typedef struct { size_t x, y; int type; const void *host; CUdeviceptr dev; void *array; size_t pitch; } side2d;

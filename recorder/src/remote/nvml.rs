@@ -1,0 +1,597 @@
+//! NVML in client mode: the library also answers the NVML C API, for programs that load it as
+//! `libnvidia-ml.so.1` (`gpuless run` links that name to it as well) or find its exports first
+//! (it is preloaded). What PyTorch (`c10::cuda::DriverAPI`, `torch.cuda`) and tools such as
+//! `pynvml` ask: one device, the session's — its handle, index, name, UUID, PCI location,
+//! compute capability from the session's device description ([`session::device`]); free
+//! memory from the server, asked as the driver's `cuMemGetInfo` is; no running processes,
+//! MIG mode disabled. What only the server's NVML could say (utilization, temperature, power,
+//! the kernel driver's version, the device node's minor number) is
+//! `NVML_ERROR_NOT_SUPPORTED`.
+//!
+//! `nvmlInit*` connects the session when the program asks NVML before `cuInit` (the same
+//! connection `cuInit` makes, once); a server that cannot be reached is one `gpuless:` line and
+//! `NVML_ERROR_DRIVER_NOT_LOADED`.
+//!
+//! Outside client mode (the recorder preloaded, its exports first in the global scope) every
+//! entry point passes through to the real `libnvidia-ml.so.1` where there is one, else returns
+//! `NVML_ERROR_LIBRARY_NOT_FOUND`: a program linked against NVML keeps its NVML while recorded.
+//!
+//! Types and codes are `nvml.h`'s, from `nvml-wrapper-sys`'s bindings.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+use gpuless_traces::protocol::DeviceDescription;
+use nvml_wrapper_sys::bindings as sys;
+
+use super::session;
+use crate::hooks::{self, HOOKS};
+use crate::{capture, intercept, slots};
+
+type Ret = sys::nvmlReturn_t;
+type Device = sys::nvmlDevice_t;
+
+const SUCCESS: Ret = sys::nvmlReturn_enum_NVML_SUCCESS;
+const UNINITIALIZED: Ret = sys::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+const INVALID_ARGUMENT: Ret = sys::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+const NOT_SUPPORTED: Ret = sys::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+const NOT_FOUND: Ret = sys::nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+const INSUFFICIENT_SIZE: Ret = sys::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+const DRIVER_NOT_LOADED: Ret = sys::nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED;
+const LIBRARY_NOT_FOUND: Ret = sys::nvmlReturn_enum_NVML_ERROR_LIBRARY_NOT_FOUND;
+const FUNCTION_NOT_FOUND: Ret = sys::nvmlReturn_enum_NVML_ERROR_FUNCTION_NOT_FOUND;
+const VERSION_MISMATCH: Ret = sys::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+const UNKNOWN: Ret = sys::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
+
+/// `nvmlMemory_v2`: `NVML_STRUCT_VERSION(Memory, 2)`, the size and the version in the top byte.
+const MEMORY_V2: c_uint = std::mem::size_of::<sys::nvmlMemory_v2_t>() as c_uint | (2 << 24);
+/// Bytes of the `nvmlPciInfo_t` the unversioned `nvmlDeviceGetPciInfo` writes (nvml.h before
+/// the `_v2` struct: a 16-byte bus id, five ids, four reserved words). Its first 36 bytes are
+/// today's `busIdLegacy` and ids.
+const PCI_INFO_V1: usize = 52;
+
+/// Successful `nvmlInit*` calls not yet matched by `nvmlShutdown`.
+static INITS: AtomicU32 = AtomicU32::new(0);
+
+/// The session's device: its handle is this byte's address.
+static DEVICE0: u8 = 0;
+
+fn handle() -> Device {
+    std::ptr::addr_of!(DEVICE0).cast_mut().cast()
+}
+
+/// NVML's UUID string of a device: `GPU-` (`MIG-` for a MIG instance) and the 16 bytes as
+/// 8-4-4-4-12 lowercase hex digits.
+pub(crate) fn uuid_string(mig: bool, b: &[u8; 16]) -> String {
+    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let prefix = if mig { "MIG" } else { "GPU" };
+    format!("{prefix}-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16))
+}
+
+/// A PCI bus id as NVML and `cuDeviceGetPCIBusId` write it (`NVML_DEVICE_PCI_BUS_ID_FMT`,
+/// `%08X:%02X:%02X.0`).
+pub(crate) fn bus_id(domain: u32, bus: u32, device: u32) -> String {
+    format!("{domain:08X}:{bus:02X}:{device:02X}.0")
+}
+
+/// The legacy form (`NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT`, `%04X:%02X:%02X.0`).
+fn bus_id_legacy(domain: u32, bus: u32, device: u32) -> String {
+    format!("{domain:04X}:{bus:02X}:{device:02X}.0")
+}
+
+/// (domain, bus, device) of a bus id `[domain:]bus:device[.function]` in hex, any case and
+/// width; `None` when it is not one.
+fn parse_bus_id(s: &str) -> Option<(u32, u32, u32)> {
+    let s = s.trim();
+    let s = s.rsplit_once('.').map_or(s, |(head, f)| if f.chars().all(|c| c.is_ascii_hexdigit()) { head } else { s });
+    let parts: Vec<&str> = s.split(':').collect();
+    let hex = |p: &str| (!p.is_empty() && p.len() <= 8).then(|| u32::from_str_radix(p, 16).ok()).flatten();
+    match parts.as_slice() {
+        [d, b, v] => Some((hex(d)?, hex(b)?, hex(v)?)),
+        [b, v] => Some((0, hex(b)?, hex(v)?)),
+        _ => None,
+    }
+}
+
+/// The device's PCI domain, bus and device (`CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID` 50,
+/// `PCI_BUS_ID` 33, `PCI_DEVICE_ID` 34).
+pub(crate) fn pci_location(d: &DeviceDescription) -> (u32, u32, u32) {
+    let a = |id| d.attribute(id).unwrap_or(0) as u32;
+    (a(50), a(33), a(34))
+}
+
+fn described() -> Result<&'static DeviceDescription, Ret> {
+    if INITS.load(Ordering::Acquire) == 0 {
+        return Err(UNINITIALIZED);
+    }
+    session::device().ok_or(UNINITIALIZED)
+}
+
+/// The description behind handle `h`.
+fn device(h: Device) -> Result<&'static DeviceDescription, Ret> {
+    let d = described()?;
+    if h != handle() {
+        return Err(INVALID_ARGUMENT);
+    }
+    Ok(d)
+}
+
+fn init() -> Result<(), Ret> {
+    if session::init() != 0 {
+        // Said on stderr by the session (once).
+        return Err(DRIVER_NOT_LOADED);
+    }
+    INITS.fetch_add(1, Ordering::AcqRel);
+    Ok(())
+}
+
+/// Writes `v` through `p`, or `INVALID_ARGUMENT` for a null pointer.
+///
+/// # Safety
+/// `p` is null or valid for writing a `T`.
+unsafe fn put<T>(p: *mut T, v: T) -> Result<(), Ret> {
+    if p.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { p.write_unaligned(v) };
+    Ok(())
+}
+
+/// Writes `s` and its NUL into the caller's buffer of `len` bytes.
+///
+/// # Safety
+/// `buf` is null or valid for `len` bytes.
+unsafe fn put_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), Ret> {
+    if buf.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    if (len as usize) <= s.len() {
+        return Err(INSUFFICIENT_SIZE);
+    }
+    // SAFETY: `len` > `s.len()` bytes are the caller's.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
+        *buf.add(s.len()) = 0;
+    }
+    Ok(())
+}
+
+/// Copies `s` into a fixed C character array, truncated, NUL-terminated.
+fn fill(dst: &mut [c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
+        *d = b as c_char;
+    }
+    if let Some(end) = dst.get_mut(n) {
+        *end = 0;
+    }
+}
+
+/// The free device memory of the session, asked of the server as `cuMemGetInfo` (the executor
+/// answers it for the session's partition), and the total from the description.
+fn memory(d: &DeviceDescription) -> Result<(u64, u64), Ret> {
+    let slot = hooks::slots_of_base("cuMemGetInfo")
+        .iter()
+        .copied()
+        .filter(|&i| !HOOKS[i].variant.per_thread)
+        .max_by_key(|&i| HOOKS[i].variant.version)
+        .ok_or(UNKNOWN)?;
+    let s = slots::get(slot).ok_or(UNKNOWN)?;
+    let (mut free, mut total) = (0usize, 0usize);
+    let raw = [std::ptr::addr_of_mut!(free) as u64, std::ptr::addr_of_mut!(total) as u64];
+    // SAFETY: cuMemGetInfo's arguments: two valid `size_t` out-pointers, alive until it returns.
+    let (st, seq) = unsafe { session::wait(slot, s.func, &raw, capture::inputs(s.func, &raw)) };
+    match (st, seq) {
+        (0, Some(_)) => Ok((d.total_mem, (free as u64).min(d.total_mem))),
+        (session::NOT_INITIALIZED, _) => Err(UNINITIALIZED),
+        _ => Err(UNKNOWN),
+    }
+}
+
+/// Fills a `nvmlPciInfo_t` from the description.
+fn pci_info(d: &DeviceDescription) -> sys::nvmlPciInfo_t {
+    let (domain, bus, dev) = pci_location(d);
+    // SAFETY: a plain C struct of integers and characters: all zeros is a value.
+    let mut p: sys::nvmlPciInfo_t = unsafe { std::mem::zeroed() };
+    fill(&mut p.busIdLegacy, &bus_id_legacy(domain, bus, dev));
+    fill(&mut p.busId, &bus_id(domain, bus, dev));
+    p.domain = domain;
+    p.bus = bus;
+    p.device = dev;
+    // The PCI vendor, device and subsystem ids are not in the description: 0, unknown.
+    p
+}
+
+/// The real `libnvidia-ml.so.1`'s `name` (NUL-terminated), outside client mode.
+fn real(name: &str) -> Result<*mut c_void, Ret> {
+    // 0: not looked for yet, 1: none, else the handle.
+    static LIB: AtomicUsize = AtomicUsize::new(0);
+    let mut h = LIB.load(Ordering::Acquire);
+    if h == 0 {
+        // SAFETY: dlopen with a constant name.
+        let p = unsafe { libc::dlopen(c"libnvidia-ml.so.1".as_ptr(), libc::RTLD_LAZY) };
+        h = if p.is_null() { 1 } else { p as usize };
+        LIB.store(h, Ordering::Release);
+    }
+    let name = CStr::from_bytes_with_nul(name.as_bytes()).map_err(|_| FUNCTION_NOT_FOUND)?;
+    let p = if h == 1 { std::ptr::null_mut() } else { intercept::symbol_in(h as *mut c_void, name) };
+    match p {
+        // This library found under the real one's name: there is no other.
+        _ if h == 1 || intercept::is_ours(p) => Err(LIBRARY_NOT_FOUND),
+        p if p.is_null() => Err(FUNCTION_NOT_FOUND),
+        p => Ok(p),
+    }
+}
+
+/// Defines NVML entry points: in client mode the body (`Ok(())` is `NVML_SUCCESS`), else the
+/// real library's function of the same name.
+macro_rules! nvml {
+    ($($(#[doc = $doc:literal])* fn $name:ident($($a:ident: $t:ty),* $(,)?) $body:block)*) => {$(
+        $(#[doc = $doc])*
+        ///
+        /// # Safety
+        /// NVML's contract for this function: every pointer null or valid for what it names.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> Ret {
+            if !super::active() {
+                type Real = unsafe extern "C" fn($($t),*) -> Ret;
+                return match real(concat!(stringify!($name), "\0")) {
+                    // SAFETY: the real library's export of this name, whose C signature this is.
+                    Ok(p) => unsafe { std::mem::transmute::<*mut c_void, Real>(p)($($a),*) },
+                    Err(e) => e,
+                };
+            }
+            #[allow(unused_variables)]
+            unsafe fn imp($($a: $t),*) -> Result<(), Ret> $body
+            // SAFETY: forwarded from the caller.
+            match unsafe { imp($($a),*) } {
+                Ok(()) => SUCCESS,
+                Err(e) => e,
+            }
+        }
+    )*};
+}
+
+nvml! {
+    /// Connects the session if `cuInit` has not.
+    fn nvmlInit() { init() }
+    /// As `nvmlInit`.
+    fn nvmlInit_v2() { init() }
+    /// As `nvmlInit` (the flags change nothing here).
+    fn nvmlInitWithFlags(flags: c_uint) { init() }
+    /// Ends one `nvmlInit*`; the session stays (CUDA uses it too).
+    fn nvmlShutdown() {
+        match INITS.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1)) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(UNINITIALIZED),
+        }
+    }
+    /// The kernel driver's version is not in the session's description.
+    fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) {
+        described()?;
+        Err(NOT_SUPPORTED)
+    }
+    /// NVML's version is the server's driver's: not in the session's description.
+    fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) {
+        described()?;
+        Err(NOT_SUPPORTED)
+    }
+    /// The CUDA driver's version (`cuDriverGetVersion` on the server).
+    fn nvmlSystemGetCudaDriverVersion(v: *mut c_int) {
+        // SAFETY: the caller's out-pointer.
+        unsafe { put(v, session::device().ok_or(UNINITIALIZED)?.driver_version) }
+    }
+    /// As `nvmlSystemGetCudaDriverVersion`.
+    fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) {
+        // SAFETY: the caller's out-pointer.
+        unsafe { put(v, session::device().ok_or(UNINITIALIZED)?.driver_version) }
+    }
+    /// One device: the session's.
+    fn nvmlDeviceGetCount(count: *mut c_uint) {
+        described()?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { put(count, 1) }
+    }
+    /// As `nvmlDeviceGetCount`.
+    fn nvmlDeviceGetCount_v2(count: *mut c_uint) {
+        described()?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { put(count, 1) }
+    }
+    /// Device 0's handle.
+    fn nvmlDeviceGetHandleByIndex(index: c_uint, dev: *mut Device) {
+        // SAFETY: forwarded.
+        unsafe { by_index(index, dev) }
+    }
+    /// As `nvmlDeviceGetHandleByIndex`.
+    fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, dev: *mut Device) {
+        // SAFETY: forwarded.
+        unsafe { by_index(index, dev) }
+    }
+    /// The device whose UUID is `uuid` (any case).
+    fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mut Device) {
+        let d = described()?;
+        if uuid.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        // SAFETY: the caller's NUL-terminated string.
+        let asked = unsafe { CStr::from_ptr(uuid) }.to_string_lossy();
+        if !asked.trim().eq_ignore_ascii_case(&uuid_string(session::on_mig(), &d.uuid)) {
+            return Err(NOT_FOUND);
+        }
+        // SAFETY: the caller's out-pointer.
+        unsafe { put(dev, handle()) }
+    }
+    /// The device at PCI bus id `id` (`[domain:]bus:device[.function]`).
+    fn nvmlDeviceGetHandleByPciBusId(id: *const c_char, dev: *mut Device) {
+        // SAFETY: forwarded.
+        unsafe { by_bus_id(id, dev) }
+    }
+    /// As `nvmlDeviceGetHandleByPciBusId`.
+    fn nvmlDeviceGetHandleByPciBusId_v2(id: *const c_char, dev: *mut Device) {
+        // SAFETY: forwarded.
+        unsafe { by_bus_id(id, dev) }
+    }
+    /// `cuDeviceGetName`'s.
+    fn nvmlDeviceGetName(dev: Device, name: *mut c_char, length: c_uint) {
+        // SAFETY: the caller's buffer of `length` bytes.
+        unsafe { put_str(name, length, &device(dev)?.name) }
+    }
+    /// `GPU-…` from `cuDeviceGetUuid`'s bytes (`MIG-…` on a MIG instance).
+    fn nvmlDeviceGetUUID(dev: Device, uuid: *mut c_char, length: c_uint) {
+        let d = device(dev)?;
+        // SAFETY: the caller's buffer of `length` bytes.
+        unsafe { put_str(uuid, length, &uuid_string(session::on_mig(), &d.uuid)) }
+    }
+    /// 0.
+    fn nvmlDeviceGetIndex(dev: Device, index: *mut c_uint) {
+        device(dev)?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { put(index, 0) }
+    }
+    /// Total from the description, free from the server, used the rest.
+    fn nvmlDeviceGetMemoryInfo(dev: Device, mem: *mut sys::nvmlMemory_t) {
+        let d = device(dev)?;
+        if mem.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let (total, free) = memory(d)?;
+        // SAFETY: the caller's struct (checked not null).
+        unsafe { put(mem, sys::nvmlMemory_t { total, free, used: total - free }) }
+    }
+    /// As `nvmlDeviceGetMemoryInfo`; nothing is counted as reserved.
+    fn nvmlDeviceGetMemoryInfo_v2(dev: Device, mem: *mut sys::nvmlMemory_v2_t) {
+        let d = device(dev)?;
+        if mem.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        // SAFETY: the caller's struct (checked not null).
+        if unsafe { std::ptr::addr_of!((*mem).version).read_unaligned() } != MEMORY_V2 {
+            return Err(VERSION_MISMATCH);
+        }
+        let (total, free) = memory(d)?;
+        let v = sys::nvmlMemory_v2_t { version: MEMORY_V2, total, reserved: 0, free, used: total - free };
+        // SAFETY: as above.
+        unsafe { put(mem, v) }
+    }
+    /// The legacy struct: bus id, domain, bus, device; reserved words zero.
+    fn nvmlDeviceGetPciInfo(dev: Device, pci: *mut sys::nvmlPciInfo_t) {
+        let p = pci_info(device(dev)?);
+        if pci.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let mut bytes = [0u8; PCI_INFO_V1];
+        let head = std::mem::offset_of!(sys::nvmlPciInfo_t, busId);
+        // SAFETY: `p` is a plain C struct of more than `head` bytes; the caller's struct of the
+        // legacy layout has `PCI_INFO_V1` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(std::ptr::addr_of!(p).cast::<u8>(), bytes.as_mut_ptr(), head);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), pci.cast::<u8>(), PCI_INFO_V1);
+        }
+        Ok(())
+    }
+    /// Domain, bus, device and both bus id forms.
+    fn nvmlDeviceGetPciInfo_v2(dev: Device, pci: *mut sys::nvmlPciInfo_t) {
+        // SAFETY: the caller's struct.
+        unsafe { put(pci, pci_info(device(dev)?)) }
+    }
+    /// As `nvmlDeviceGetPciInfo_v2`.
+    fn nvmlDeviceGetPciInfo_v3(dev: Device, pci: *mut sys::nvmlPciInfo_t) {
+        // SAFETY: the caller's struct.
+        unsafe { put(pci, pci_info(device(dev)?)) }
+    }
+    /// Attributes 75 and 76.
+    fn nvmlDeviceGetCudaComputeCapability(dev: Device, major: *mut c_int, minor: *mut c_int) {
+        let d = device(dev)?;
+        // SAFETY: the caller's out-pointers.
+        unsafe {
+            put(major, d.attribute(75).unwrap_or(0))?;
+            put(minor, d.attribute(76).unwrap_or(0))
+        }
+    }
+    /// The server's device node is not this machine's.
+    fn nvmlDeviceGetMinorNumber(dev: Device, minor: *mut c_uint) {
+        device(dev)?;
+        Err(NOT_SUPPORTED)
+    }
+    /// Only the server's NVML could say.
+    fn nvmlDeviceGetUtilizationRates(dev: Device, u: *mut sys::nvmlUtilization_t) {
+        device(dev)?;
+        Err(NOT_SUPPORTED)
+    }
+    /// Disabled, now and pending: the session's device is not partitioned further.
+    fn nvmlDeviceGetMigMode(dev: Device, current: *mut c_uint, pending: *mut c_uint) {
+        device(dev)?;
+        // SAFETY: the caller's out-pointers.
+        unsafe {
+            put(current, sys::NVML_DEVICE_MIG_DISABLE)?;
+            put(pending, sys::NVML_DEVICE_MIG_DISABLE)
+        }
+    }
+    /// None seen from here (the server's executor is the process on the GPU).
+    fn nvmlDeviceGetComputeRunningProcesses(dev: Device, count: *mut c_uint, infos: *mut c_void) {
+        // SAFETY: the caller's out-pointer.
+        unsafe { no_processes(dev, count) }
+    }
+    /// As `nvmlDeviceGetComputeRunningProcesses`.
+    fn nvmlDeviceGetComputeRunningProcesses_v2(dev: Device, count: *mut c_uint, infos: *mut c_void) {
+        // SAFETY: the caller's out-pointer.
+        unsafe { no_processes(dev, count) }
+    }
+    /// As `nvmlDeviceGetComputeRunningProcesses`.
+    fn nvmlDeviceGetComputeRunningProcesses_v3(dev: Device, count: *mut c_uint, infos: *mut c_void) {
+        // SAFETY: the caller's out-pointer.
+        unsafe { no_processes(dev, count) }
+    }
+    /// Only the server's NVML could say.
+    fn nvmlDeviceGetTemperature(dev: Device, sensor: c_uint, temp: *mut c_uint) {
+        device(dev)?;
+        Err(NOT_SUPPORTED)
+    }
+    /// Only the server's NVML could say.
+    fn nvmlDeviceGetPowerUsage(dev: Device, milliwatts: *mut c_uint) {
+        device(dev)?;
+        Err(NOT_SUPPORTED)
+    }
+    /// No NVLink seen from here (PyTorch requires the symbol when NVML loads).
+    fn nvmlDeviceGetNvLinkRemoteDeviceType(dev: Device, link: c_uint, kind: *mut c_uint) {
+        device(dev)?;
+        Err(NOT_SUPPORTED)
+    }
+    /// No NVLink seen from here (PyTorch requires the symbol when NVML loads).
+    fn nvmlDeviceGetNvLinkRemotePciInfo_v2(dev: Device, link: c_uint, pci: *mut sys::nvmlPciInfo_t) {
+        device(dev)?;
+        Err(NOT_SUPPORTED)
+    }
+}
+
+/// `nvmlDeviceGetHandleByIndex[_v2]`.
+///
+/// # Safety
+/// `dev` is null or a valid out-pointer.
+unsafe fn by_index(index: c_uint, dev: *mut Device) -> Result<(), Ret> {
+    described()?;
+    if index != 0 {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: the caller's out-pointer.
+    unsafe { put(dev, handle()) }
+}
+
+/// `nvmlDeviceGetHandleByPciBusId[_v2]`.
+///
+/// # Safety
+/// `id` is null or NUL-terminated; `dev` null or a valid out-pointer.
+unsafe fn by_bus_id(id: *const c_char, dev: *mut Device) -> Result<(), Ret> {
+    let d = described()?;
+    if id.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: the caller's NUL-terminated string.
+    let asked = unsafe { CStr::from_ptr(id) }.to_string_lossy();
+    match parse_bus_id(&asked) {
+        None => Err(INVALID_ARGUMENT),
+        Some(at) if at != pci_location(d) => Err(NOT_FOUND),
+        // SAFETY: the caller's out-pointer.
+        Some(_) => unsafe { put(dev, handle()) },
+    }
+}
+
+/// `nvmlDeviceGetComputeRunningProcesses*`: no processes.
+///
+/// # Safety
+/// `count` is null or a valid out-pointer.
+unsafe fn no_processes(dev: Device, count: *mut c_uint) -> Result<(), Ret> {
+    device(dev)?;
+    // SAFETY: the caller's out-pointer.
+    unsafe { put(count, 0) }
+}
+
+/// `nvmlErrorString`: the name of an NVML status (ours in every mode: no state involved).
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlErrorString(result: Ret) -> *const c_char {
+    let s: &'static CStr = match result {
+        SUCCESS => c"Success",
+        UNINITIALIZED => c"Uninitialized",
+        INVALID_ARGUMENT => c"Invalid Argument",
+        NOT_SUPPORTED => c"Not Supported",
+        NOT_FOUND => c"Not Found",
+        INSUFFICIENT_SIZE => c"Insufficient Size",
+        DRIVER_NOT_LOADED => c"Driver Not Loaded",
+        LIBRARY_NOT_FOUND => c"NVML Shared Library Not Found",
+        FUNCTION_NOT_FOUND => c"Function Not Found",
+        VERSION_MISMATCH => c"Argument Version Mismatch",
+        _ => c"Unknown Error",
+    };
+    s.as_ptr()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    #[test]
+    fn uuids_are_formatted_as_nvml_writes_them() {
+        let b: [u8; 16] = std::array::from_fn(|i| (i as u8) * 0x11);
+        assert_eq!(uuid_string(false, &b), "GPU-00112233-4455-6677-8899-aabbccddeeff");
+        assert_eq!(uuid_string(true, &[0xab; 16]), "MIG-abababab-abab-abab-abab-abababababab");
+        assert_eq!(uuid_string(false, &[0; 16]).len(), sys::NVML_DEVICE_UUID_ASCII_LEN as usize - 1);
+    }
+
+    #[test]
+    fn bus_ids_are_formatted_and_parsed_as_nvml_does() {
+        assert_eq!(bus_id(0, 0x1b, 0), "00000000:1B:00.0");
+        assert_eq!(bus_id(0x10, 0xc3, 0x1f), "00000010:C3:1F.0");
+        assert_eq!(bus_id_legacy(0, 0x1b, 0), "0000:1B:00.0");
+        for s in ["00000000:1B:00.0", "0000:1b:00.0", "1b:00", "00000000:1B:00", " 0:1B:0.0 "] {
+            assert_eq!(parse_bus_id(s), Some((0, 0x1b, 0)), "{s}");
+        }
+        assert_eq!(parse_bus_id("00000010:C3:1F.0"), Some((0x10, 0xc3, 0x1f)));
+        for bad in ["", "1B", "x:1B:00.0", "0:1B:00:00.0", "000000000:1B:00.0", "GPU-00"] {
+            assert_eq!(parse_bus_id(bad), None, "{bad}");
+        }
+        // The attributes a description holds, in both directions.
+        let d = DeviceDescription { attributes: vec![(50, 0), (33, 0xc3), (34, 0x1f)], ..Default::default() };
+        let (dom, bus, dev) = pci_location(&d);
+        assert_eq!(parse_bus_id(&bus_id(dom, bus, dev)), Some(pci_location(&d)));
+    }
+
+    #[test]
+    fn structs_have_the_layouts_of_nvml_h() {
+        assert_eq!(size_of::<sys::nvmlMemory_t>(), 24);
+        assert_eq!(size_of::<sys::nvmlMemory_v2_t>(), 40);
+        assert_eq!(offset_of!(sys::nvmlMemory_v2_t, total), 8);
+        assert_eq!(MEMORY_V2, 0x0200_0028, "nvml.h's nvmlMemory_v2");
+        assert_eq!(size_of::<sys::nvmlUtilization_t>(), 8);
+        assert_eq!(size_of::<sys::nvmlPciInfo_t>(), 68);
+        assert_eq!(offset_of!(sys::nvmlPciInfo_t, domain), 16);
+        assert_eq!(offset_of!(sys::nvmlPciInfo_t, pciSubSystemId), 32);
+        assert_eq!(offset_of!(sys::nvmlPciInfo_t, busId), 36);
+        assert!(PCI_INFO_V1 <= size_of::<sys::nvmlPciInfo_t>());
+    }
+
+    #[test]
+    fn pci_info_holds_both_bus_id_forms() {
+        let d = DeviceDescription { attributes: vec![(50, 1), (33, 0x1b), (34, 2)], ..Default::default() };
+        let p = pci_info(&d);
+        // SAFETY: `fill` NUL-terminates both arrays.
+        let s = |a: &[c_char]| unsafe { CStr::from_ptr(a.as_ptr()) }.to_str().unwrap_or("").to_string();
+        assert_eq!(s(&p.busId), "00000001:1B:02.0");
+        assert_eq!(s(&p.busIdLegacy), "0001:1B:02.0");
+        assert_eq!((p.domain, p.bus, p.device, p.pciDeviceId), (1, 0x1b, 2, 0));
+        let mut tiny = [1 as c_char; 4];
+        fill(&mut tiny, "abcdef");
+        assert_eq!(s(&tiny), "abc");
+    }
+
+    #[test]
+    fn every_status_has_a_name() {
+        // SAFETY: nvmlErrorString returns static NUL-terminated strings.
+        let name = |r| unsafe { CStr::from_ptr(nvmlErrorString(r)) }.to_str().unwrap_or("").to_string();
+        assert_eq!(name(SUCCESS), "Success");
+        assert_eq!(name(DRIVER_NOT_LOADED), "Driver Not Loaded");
+        assert_eq!(name(12345), "Unknown Error");
+    }
+}
