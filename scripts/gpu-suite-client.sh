@@ -245,6 +245,18 @@ if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unsha
     esac
   done
 fi
+# NVML through the client (libnvidia-ml answered by the client library): what a tool and PyTorch
+# ask, the same lines as natively.
+if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
+  nv="$(dirname "$0")/../testdata/workloads/nvml_query.py"
+  python3 "$nv" >"$out/nvml.native.txt" 2>"$out/nvml.native.err"; rn=$?
+  hidden "$gl" run --remote "$addr" -- python3 "$nv" >"$out/nvml.remote.txt" 2>"$out/nvml.remote.err"; rr=$?
+  if [ $rn -eq 0 ] && [ $rr -eq 0 ] && cmp -s "$out/nvml.native.txt" "$out/nvml.remote.txt"; then
+    echo "row|client: NVML answers (count, name, UUID, bus id, capability, memory, torch) as natively|PASS|$(tr '\n' ' ' <"$out/nvml.remote.txt" | head -c 400)"
+  else
+    echo "row|client: NVML answers (count, name, UUID, bus id, capability, memory, torch) as natively|FAIL|native rc=$rn remote rc=$rr; $(diff "$out/nvml.native.txt" "$out/nvml.remote.txt" | head -c 300 | tr '\n' ' '); $(tail -c 300 "$out/nvml.remote.err" | tr '\n' ' ')"
+  fi
+fi
 # A server that cannot be reached: the program sees no device, one gpuless: line says why.
 hidden "$gl" run --remote 127.0.0.1:1 -- "$sb/driver_api" "$sb/driver_kernels.cubin" >/dev/null 2>"$out/unreachable.err"
 rc=$?
