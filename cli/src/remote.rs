@@ -580,7 +580,8 @@ mod tests {
         let trace = load_calls(&path).expect("the committed graph trace loads");
         let copies = captured_copies(&trace);
         assert!(copies.contains(&158), "{copies:?}");
-        let outside = trace.calls.iter().filter(|r| r.function.name().starts_with("cuMemcpyDtoH") && !copies.contains(&r.seq));
+        let outside =
+            trace.calls.iter().filter(|r| r.function.name().starts_with("cuMemcpyDtoH") && !copies.contains(&r.seq));
         assert!(outside.count() > 0, "copies outside captures are verified every time");
     }
 }

@@ -1,4 +1,4 @@
-"""What a tool asks NVML (through ctypes, no pynvml needed): device count, and for device 0 its
+"""What a tool asks NVML (through ctypes, no pynvml needed): the driver version, device count, and for device 0 its
 name, UUID, PCI bus id, CUDA compute capability and total memory; then what PyTorch reports
 from NVML (device count and UUIDs with PYTORCH_NVML_BASED_CUDA_CHECK=1). Prints one line each;
 the GPU suite compares the lines of a native run with those of a run through the client.
@@ -32,6 +32,8 @@ class Mem(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 mem = Mem()
 ok(nvml.nvmlDeviceGetMemoryInfo(h, ctypes.byref(mem)), "nvmlDeviceGetMemoryInfo")
+ok(nvml.nvmlSystemGetDriverVersion(buf, 96), "nvmlSystemGetDriverVersion")
+print(f"driver {buf.value.decode()}")
 print(f"count {n.value}")
 print(f"device 0: {name}, {uuid}, bus {pci.busId.decode()}, sm_{major.value}{minor.value}, {mem.total} B total, "
       f"free <= total: {mem.free <= mem.total}")

@@ -60,14 +60,6 @@ fn handle() -> Device {
     std::ptr::addr_of!(DEVICE0).cast_mut().cast()
 }
 
-/// NVML's UUID string of a device: `GPU-` (`MIG-` for a MIG instance) and the 16 bytes as
-/// 8-4-4-4-12 lowercase hex digits.
-pub(crate) fn uuid_string(mig: bool, b: &[u8; 16]) -> String {
-    let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-    let prefix = if mig { "MIG" } else { "GPU" };
-    format!("{prefix}-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16))
-}
-
 /// A PCI bus id as NVML and `cuDeviceGetPCIBusId` write it (`NVML_DEVICE_PCI_BUS_ID_FMT`,
 /// `%08X:%02X:%02X.0`).
 pub(crate) fn bus_id(domain: u32, bus: u32, device: u32) -> String {
@@ -183,7 +175,11 @@ fn memory(d: &DeviceDescription) -> Result<(u64, u64), Ret> {
     // SAFETY: cuMemGetInfo's arguments: two valid `size_t` out-pointers, alive until it returns.
     let (st, seq) = unsafe { session::wait(slot, s.func, &raw, capture::inputs(s.func, &raw)) };
     match (st, seq) {
-        (0, Some(_)) => Ok((d.total_mem, (free as u64).min(d.total_mem))),
+        (0, Some(_)) => {
+            // NVML's total where the server's NVML gave it (it counts memory CUDA's leaves out).
+            let total = if d.nvml.total_mem > 0 { d.nvml.total_mem } else { d.total_mem };
+            Ok((total, (free as u64).min(total)))
+        }
         (session::NOT_INITIALIZED, _) => Err(UNINITIALIZED),
         _ => Err(UNKNOWN),
     }
@@ -267,15 +263,23 @@ nvml! {
             Err(_) => Err(UNINITIALIZED),
         }
     }
-    /// The kernel driver's version is not in the session's description.
+    /// The server's kernel driver's version (its NVML's answer, in the session's description).
     fn nvmlSystemGetDriverVersion(version: *mut c_char, length: c_uint) {
-        described()?;
-        Err(NOT_SUPPORTED)
+        let d = described()?;
+        if d.nvml.driver_version.is_empty() {
+            return Err(NOT_SUPPORTED);
+        }
+        // SAFETY: the caller's buffer of `length` bytes.
+        unsafe { put_str(version, length, &d.nvml.driver_version) }
     }
-    /// NVML's version is the server's driver's: not in the session's description.
+    /// The server's NVML's version (in the session's description).
     fn nvmlSystemGetNVMLVersion(version: *mut c_char, length: c_uint) {
-        described()?;
-        Err(NOT_SUPPORTED)
+        let d = described()?;
+        if d.nvml.nvml_version.is_empty() {
+            return Err(NOT_SUPPORTED);
+        }
+        // SAFETY: the caller's buffer of `length` bytes.
+        unsafe { put_str(version, length, &d.nvml.nvml_version) }
     }
     /// The CUDA driver's version (`cuDriverGetVersion` on the server).
     fn nvmlSystemGetCudaDriverVersion(v: *mut c_int) {
@@ -317,7 +321,7 @@ nvml! {
         }
         // SAFETY: the caller's NUL-terminated string.
         let asked = unsafe { CStr::from_ptr(uuid) }.to_string_lossy();
-        if !asked.trim().eq_ignore_ascii_case(&uuid_string(session::on_mig(), &d.uuid)) {
+        if !asked.trim().eq_ignore_ascii_case(&d.nvml_uuid(session::on_mig())) {
             return Err(NOT_FOUND);
         }
         // SAFETY: the caller's out-pointer.
@@ -342,7 +346,7 @@ nvml! {
     fn nvmlDeviceGetUUID(dev: Device, uuid: *mut c_char, length: c_uint) {
         let d = device(dev)?;
         // SAFETY: the caller's buffer of `length` bytes.
-        unsafe { put_str(uuid, length, &uuid_string(session::on_mig(), &d.uuid)) }
+        unsafe { put_str(uuid, length, &d.nvml_uuid(session::on_mig())) }
     }
     /// 0.
     fn nvmlDeviceGetIndex(dev: Device, index: *mut c_uint) {
@@ -535,9 +539,10 @@ mod tests {
     #[test]
     fn uuids_are_formatted_as_nvml_writes_them() {
         let b: [u8; 16] = std::array::from_fn(|i| (i as u8) * 0x11);
-        assert_eq!(uuid_string(false, &b), "GPU-00112233-4455-6677-8899-aabbccddeeff");
-        assert_eq!(uuid_string(true, &[0xab; 16]), "MIG-abababab-abab-abab-abab-abababababab");
-        assert_eq!(uuid_string(false, &[0; 16]).len(), sys::NVML_DEVICE_UUID_ASCII_LEN as usize - 1);
+        let d = |uuid| DeviceDescription { uuid, ..Default::default() };
+        assert_eq!(d(b).nvml_uuid(false), "GPU-00112233-4455-6677-8899-aabbccddeeff");
+        assert_eq!(d([0xab; 16]).nvml_uuid(true), "MIG-abababab-abab-abab-abab-abababababab");
+        assert_eq!(d([0; 16]).nvml_uuid(false).len(), sys::NVML_DEVICE_UUID_ASCII_LEN as usize - 1);
     }
 
     #[test]

@@ -207,6 +207,19 @@ pub(crate) fn init(library: Option<&OsStr>) -> Result<Nvml, DiscoveryError> {
     }
 }
 
+/// What NVML says of the device with `uuid` (`GPU-…` or `MIG-…`) that CUDA does not: its
+/// total memory as NVML counts it, the driver's and NVML's versions. Empty without NVML.
+pub fn facts(uuids: &[String]) -> gpuless_traces::protocol::NvmlFacts {
+    let mut f = gpuless_traces::protocol::NvmlFacts::default();
+    let Ok(nvml) = init(None) else { return f };
+    f.driver_version = nvml.sys_driver_version().unwrap_or_default();
+    f.nvml_version = nvml.sys_nvml_version().unwrap_or_default();
+    if let Some(dev) = uuids.iter().find_map(|u| nvml.device_by_uuid(u.as_str()).ok()) {
+        f.total_mem = dev.memory_info().map(|m| m.total).unwrap_or(0);
+    }
+    f
+}
+
 /// Records a failed query as a warning and yields `None`.
 fn note<T>(warnings: &mut Vec<String>, call: &str, r: Result<T, NvmlError>) -> Option<T> {
     match r {

@@ -53,7 +53,13 @@ pub struct Setup {
 /// Runs the executor until its session ends. Returns the process exit code.
 pub fn run(mut setup: Setup) -> i32 {
     let gate = setup.gate.take();
-    let device = describe_device(setup.memory_limit);
+    let mut device = describe_device(setup.memory_limit);
+    // NVML's view for a client's libnvidia-ml; its total only where the session has the whole
+    // device's memory (a memory limit is CUDA's total already).
+    device.nvml = crate::partition::nvml::facts(&[device.nvml_uuid(false), device.nvml_uuid(true)]);
+    if setup.memory_limit.is_some() {
+        device.nvml.total_mem = 0;
+    }
     let ready = Control::Ready { partition: setup.partition.clone(), device: device.clone() };
     if setup.control.send(&ready, None).is_err() {
         return 1;

@@ -94,6 +94,20 @@ pub struct DeviceDescription {
     pub driver_version: i32,
     /// Every `cuDeviceGetAttribute` the driver answered: (attribute id, value).
     pub attributes: Vec<(u32, i32)>,
+    /// What the server's NVML says of the device (for a client's `libnvidia-ml` answers;
+    /// zero or empty where NVML was not there to ask).
+    pub nvml: NvmlFacts,
+}
+
+/// The server's NVML's answers about a session's device that CUDA does not give.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NvmlFacts {
+    /// `nvmlDeviceGetMemoryInfo`'s total (it counts memory CUDA's total leaves out).
+    pub total_mem: u64,
+    /// `nvmlSystemGetDriverVersion` (e.g. `580.159.04`).
+    pub driver_version: String,
+    /// `nvmlSystemGetNVMLVersion`.
+    pub nvml_version: String,
 }
 
 impl DeviceDescription {
@@ -117,6 +131,15 @@ impl DeviceDescription {
         for (a, v) in &self.attributes {
             p.u32(*a).i32(*v);
         }
+        p.u64(self.nvml.total_mem).str(&self.nvml.driver_version).str(&self.nvml.nvml_version);
+    }
+
+    /// The device's UUID as NVML writes it: `GPU-` (`MIG-` for a MIG instance) and the 16
+    /// bytes as 8-4-4-4-12 lowercase hex digits.
+    pub fn nvml_uuid(&self, mig: bool) -> String {
+        let hex = |r: std::ops::Range<usize>| self.uuid[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let prefix = if mig { "MIG" } else { "GPU" };
+        format!("{prefix}-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16))
     }
     /// Reads the fields [`Self::put`] wrote.
     pub fn get(g: &mut Get<'_>) -> Result<Self, ProtocolError> {
@@ -129,7 +152,8 @@ impl DeviceDescription {
         for _ in 0..n {
             attributes.push((g.u32()?, g.i32()?));
         }
-        Ok(DeviceDescription { name, uuid, total_mem, driver_version, attributes })
+        let nvml = NvmlFacts { total_mem: g.u64()?, driver_version: g.str()?, nvml_version: g.str()? };
+        Ok(DeviceDescription { name, uuid, total_mem, driver_version, attributes, nvml })
     }
 }
 
@@ -693,6 +717,11 @@ mod tests {
                     name: "NVIDIA H100".into(),
                     uuid: [7; 16],
                     total_mem: 80 << 30,
+                    nvml: NvmlFacts {
+                        total_mem: (80 << 30) + (480 << 20),
+                        driver_version: "580.159.04".into(),
+                        nvml_version: "13.580.159.04".into(),
+                    },
                     driver_version: 13000,
                     attributes: vec![(16, 132), (75, 9), (76, 0)],
                 },
