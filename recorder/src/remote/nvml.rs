@@ -2,11 +2,12 @@
 //! `libnvidia-ml.so.1` (`gpuless run` links that name to it as well) or find its exports first
 //! (it is preloaded). What PyTorch (`c10::cuda::DriverAPI`, `torch.cuda`) and tools such as
 //! `pynvml` ask: one device, the session's — its handle, index, name, UUID, PCI location,
-//! compute capability from the session's device description ([`session::device`]); free
-//! memory from the server, asked as the driver's `cuMemGetInfo` is; no running processes,
-//! MIG mode disabled. What only the server's NVML could say (utilization, temperature, power,
-//! the kernel driver's version, the device node's minor number) is
-//! `NVML_ERROR_NOT_SUPPORTED`.
+//! compute capability from the session's device description ([`session::device`]), with what
+//! the server's NVML said of the device there (its total memory as NVML counts it, the kernel
+//! driver's and NVML's versions); free memory from the server, asked as the driver's
+//! `cuMemGetInfo` is; no running processes, MIG mode disabled. What would need the server's
+//! NVML at every call (utilization, temperature, power) and the device node's minor number
+//! are `NVML_ERROR_NOT_SUPPORTED`.
 //!
 //! `nvmlInit*` connects the session when the program asks NVML before `cuInit` (the same
 //! connection `cuInit` makes, once); a server that cannot be reached is one `gpuless:` line and
