@@ -89,18 +89,12 @@ static double run(CUgraph g, CUstream s) {
   return sum; }
 
 int main(void) {
-  CUdevice dev;
   CUmodule mod;
   CUfunction fn, kfn;
   CUlibrary lib;
   CUkernel kern;
   CUstream s;
-  CK(cuInit, 0);
-  CK(cuDeviceGet, &dev, 0);
-  CK(cuDevicePrimaryCtxRetain, &ctx, dev);
-  CK(cuCtxSetCurrent, ctx);
-  CK(cuModuleLoadData, &mod, ptx);
-  CK(cuModuleGetFunction, &fn, mod, "scale");
+  OPEN_SCALE(ctx, mod, fn);
   CK(cuLibraryLoadData, &lib, ptx, 0, 0, 0, 0, 0, 0);
   CK(cuLibraryGetKernel, &kern, lib, "scale");
   static float h[N];

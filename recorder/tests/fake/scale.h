@@ -23,3 +23,17 @@ static void check(int r, const char *call) {
   if (r) { fprintf(stderr, "FAILED %s %d\n", call, r); exit(1); } }
 /* CK(cuInit, 0) calls cuInit(0) and checks its result under the name cuInit. */
 #define CK(fn, ...) check(fn(__VA_ARGS__), #fn)
+
+/* What every program here starts with: cuInit, device 0's primary context made current, and
+ * the stand-in's `scale` from a module loaded from `ptx` (into `ctx`, `mod`, `fn`; the
+ * including file declares the driver's prototypes). */
+#define OPEN_SCALE(ctx, mod, fn)                      \
+  do {                                                \
+    int dev_;                                         \
+    CK(cuInit, 0);                                    \
+    CK(cuDeviceGet, &dev_, 0);                        \
+    CK(cuDevicePrimaryCtxRetain, &(ctx), dev_);       \
+    CK(cuCtxSetCurrent, (ctx));                       \
+    CK(cuModuleLoadData, &(mod), ptx);                \
+    CK(cuModuleGetFunction, &(fn), (mod), "scale");   \
+  } while (0)
