@@ -15,6 +15,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod analyze_binary;
 mod analyze_trace;
+mod compile;
 mod devices;
 mod driver_check;
 mod dump;
@@ -225,6 +226,22 @@ enum Command {
         #[arg(long)]
         no_progress: bool,
     },
+    /// Make a function file (`.gfn`) of a recording of one inference: its set-up and body,
+    /// the blobs they use, and its signature — inputs (the body's host-to-device copies) and
+    /// outputs (its device-to-host copies). With more recordings (other inputs), refused with
+    /// the first difference unless every body is the same but for its input bytes.
+    /// `gpuless invoke` (running a function without its program) is not built yet.
+    Compile {
+        /// The recording(s): the first is compiled, the others compared with it.
+        #[arg(required_unless_present = "show")]
+        traces: Vec<PathBuf>,
+        /// The function file to write.
+        #[arg(short, long, default_value = "function.gfn")]
+        output: PathBuf,
+        /// Print a function file's signature (after checking the file is whole) instead.
+        #[arg(long, value_name = "FILE", conflicts_with = "traces")]
+        show: Option<PathBuf>,
+    },
     /// Print a trace's records, one line each: index (position in the file), seq, thread,
     /// time, duration, the call with its arguments decoded by the API table (handles as
     /// `stream#N`, addresses in hex, sizes, blobs, launch geometry), results, status name and
@@ -351,6 +368,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => serve::run(&args),
         Command::Executor { partition, create_mig } => serve::executor(&partition, create_mig),
         Command::Devices { json } => devices::run(json).map(|()| ExitCode::SUCCESS),
+        Command::Compile { traces, output, show } => match show {
+            Some(f) => compile::show(&f).map(|()| ExitCode::SUCCESS),
+            None => compile::run(&traces, &output).map(|()| ExitCode::SUCCESS),
+        },
         Command::Dump { trace, from, to, thread, json } => {
             dump::run(&trace, &dump::DumpOptions { from, to, thread, json }).map(|()| ExitCode::SUCCESS)
         }

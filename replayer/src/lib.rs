@@ -3,6 +3,7 @@
 //! `partition` owns device and MIG-profile discovery over NVML and the pure placement logic;
 //! `replay` (in progress) re-executes a trace with its recorded device addresses.
 
+pub mod function;
 pub mod partition;
 pub mod replay;
 pub mod server;

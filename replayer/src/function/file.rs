@@ -1,0 +1,108 @@
+//! The function file: `MAGIC`, the manifest's length (`u64`, little-endian) and the manifest
+//! (JSON), the trace's length (`u64`) and the trace — a gpuless trace of the function's
+//! records and the blobs they use, read with the trace reader and required to be whole.
+
+use std::io::Write;
+use std::path::Path;
+
+use gpuless_traces::reader::{ReaderOptions, TraceReader};
+
+use super::Manifest;
+
+/// The first bytes of every function file (format 1).
+pub const MAGIC: &[u8; 8] = b"GPULSFN1";
+
+/// Why a function file cannot be used; each names the file and, where it applies, the offset.
+#[derive(Debug, thiserror::Error)]
+pub enum FunctionError {
+    /// The file could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Not a function file, or a damaged one.
+    #[error("{path}: {what} (at byte {offset}); compile it again with `gpuless compile`")]
+    Bad {
+        /// The file.
+        path: String,
+        /// Where.
+        offset: u64,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+/// Writes a function file: `manifest` and the trace at `trace` (moved into it).
+pub fn write(path: &Path, manifest: &Manifest, trace: &Path) -> Result<(), FunctionError> {
+    let io = |p: &Path| {
+        let p = p.display().to_string();
+        move |source| FunctionError::Io { path: p.clone(), source }
+    };
+    let json = serde_json::to_vec_pretty(manifest)
+        .map_err(|e| FunctionError::Io { path: path.display().to_string(), source: std::io::Error::other(e) })?;
+    let body = std::fs::read(trace).map_err(io(trace))?;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).map_err(io(path))?);
+    out.write_all(MAGIC).map_err(io(path))?;
+    out.write_all(&(json.len() as u64).to_le_bytes()).map_err(io(path))?;
+    out.write_all(&json).map_err(io(path))?;
+    out.write_all(&(body.len() as u64).to_le_bytes()).map_err(io(path))?;
+    out.write_all(&body).map_err(io(path))?;
+    out.flush().map_err(io(path))?;
+    Ok(())
+}
+
+/// Reads a function file's manifest and checks its trace is whole (every chunk intact, to its
+/// end); returns the manifest and the trace's bytes.
+pub fn read(path: &Path) -> Result<(Manifest, Vec<u8>), FunctionError> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| FunctionError::Io { path: name.clone(), source })?;
+    let bad = |offset: usize, what: String| FunctionError::Bad { path: name.clone(), offset: offset as u64, what };
+    if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(bad(0, "not a gpuless function file (it does not start with GPULSFN1)".into()));
+    }
+    let len_at = |at: usize, what: &str| -> Result<usize, FunctionError> {
+        let b: [u8; 8] = bytes.get(at..at + 8).and_then(|s| s.try_into().ok()).ok_or_else(|| {
+            bad(at, format!("truncated: the {what} length is missing ({} bytes in the file)", bytes.len()))
+        })?;
+        usize::try_from(u64::from_le_bytes(b)).map_err(|_| bad(at, format!("the {what} length does not fit")))
+    };
+    let m_len = len_at(8, "manifest")?;
+    let m_end = 16usize.checked_add(m_len).filter(|&e| e <= bytes.len()).ok_or_else(|| {
+        bad(8, format!("truncated: a manifest of {m_len} bytes announced, {} bytes follow", bytes.len() - 16))
+    })?;
+    let manifest: Manifest =
+        serde_json::from_slice(&bytes[16..m_end]).map_err(|e| bad(16, format!("the manifest is not valid: {e}")))?;
+    if manifest.format != 1 {
+        return Err(bad(16, format!("format {} (this gpuless reads format 1)", manifest.format)));
+    }
+    let t_len = len_at(m_end, "trace")?;
+    let t_start = m_end + 8;
+    if t_start.checked_add(t_len) != Some(bytes.len()) {
+        return Err(bad(
+            m_end,
+            format!("a trace of {t_len} bytes announced, {} bytes follow", bytes.len().saturating_sub(t_start)),
+        ));
+    }
+    let trace = bytes[t_start..].to_vec();
+    check_trace(&trace).map_err(|(at, what)| bad(t_start + at as usize, what))?;
+    Ok((manifest, trace))
+}
+
+/// Reads every item of the trace; `Err((offset in the trace, what))` unless it is whole.
+fn check_trace(trace: &[u8]) -> Result<(), (u64, String)> {
+    let opts = ReaderOptions::default();
+    let mut r = TraceReader::new(std::io::Cursor::new(trace), opts).map_err(|e| (0, format!("its trace: {e}")))?;
+    for item in r.by_ref() {
+        if let Err(e) = item {
+            return Err((0, format!("its trace is damaged: {e}")));
+        }
+    }
+    let rec = r.recovery();
+    if !rec.finished || rec.skipped_bytes > 0 || rec.damaged > 0 {
+        return Err((rec.good_bytes, format!("its trace is damaged or cut short after {} good bytes", rec.good_bytes)));
+    }
+    Ok(())
+}

@@ -1,0 +1,80 @@
+//! Function compilation on synthetic recordings: an input uploaded before the first launch is
+//! found by comparing two recordings, and a body that depends on its input is refused.
+
+use gpuless_analyzer::api::HandleKind;
+use gpuless_traces::synthetic::{launch_args, synthetic_meta, Recorder, Rng};
+use gpuless_traces::writer::{TraceWriter, WriterOptions};
+use gpuless_traces::{BlobKind, BlobRef, Hash128, KernelParams, Value};
+
+use super::compile;
+use crate::replay::{load, LoadedTrace};
+
+/// A vector-add recording: inputs of `n` floats drawn with `seed`, uploaded before the launch.
+fn recording(dir: &std::path::Path, name: &str, seed: u64, n: u32) -> LoadedTrace {
+    let path = dir.join(name);
+    let w = TraceWriter::create(&path, &synthetic_meta(name), WriterOptions::default()).unwrap();
+    let mut rng = Rng::new(seed);
+    let mut r = Recorder::new(&w);
+    let image = r.blob(BlobKind::CodeImage, b"not a real cubin, never loaded").unwrap();
+    r.call("cuModuleLoadData", vec![Value::Null, Value::Blob(image)], vec![Value::Handle(HandleKind::Module, 0x10)])
+        .unwrap();
+    r.call(
+        "cuModuleGetFunction",
+        vec![Value::Null, Value::Handle(HandleKind::Module, 0x10), Value::Str("vecAdd".into())],
+        vec![Value::Handle(HandleKind::Function, 0x20)],
+    )
+    .unwrap();
+    let bytes = u64::from(n) * 4;
+    let ptrs = [0x7e00_0000_0000u64, 0x7e00_0020_0000, 0x7e00_0040_0000];
+    for p in ptrs {
+        r.call("cuMemAlloc_v2", vec![Value::Null, Value::Size(bytes)], vec![Value::DevPtr(p)]).unwrap();
+    }
+    for p in &ptrs[..2] {
+        let data = r.blob(BlobKind::HostToDevice, &rng.tensor_bytes(bytes as usize)).unwrap();
+        r.call("cuMemcpyHtoD_v2", vec![Value::DevPtr(*p), Value::Blob(data), Value::Size(bytes)], vec![]).unwrap();
+    }
+    let mut p = Vec::new();
+    for x in ptrs {
+        p.extend_from_slice(&x.to_le_bytes());
+    }
+    p.extend_from_slice(&n.to_le_bytes());
+    let params = Value::KernelParams(KernelParams { bytes: p, layout: vec![(0, 8), (8, 8), (16, 8), (24, 4)] });
+    let f = Value::Handle(HandleKind::Function, 0x20);
+    r.call("cuLaunchKernel", launch_args(f, u64::from(n.div_ceil(256)), 256, 0, params), vec![]).unwrap();
+    let out = rng.tensor_bytes(bytes as usize);
+    r.call(
+        "cuMemcpyDtoH_v2",
+        vec![Value::HostPtr(0x5600_0000), Value::DevPtr(ptrs[2]), Value::Size(bytes)],
+        vec![Value::Digest(BlobRef { hash: Hash128::of(&out), len: bytes })],
+    )
+    .unwrap();
+    w.finish().unwrap();
+    load(&path).unwrap()
+}
+
+#[test]
+fn inputs_uploaded_before_the_first_launch_are_found_by_comparing_recordings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (recording(dir.path(), "a.gl", 1, 1000), recording(dir.path(), "b.gl", 2, 1000));
+    // One recording: the uploads are set-up (before the first launch), the body has no input.
+    let (_, m) = compile(&a, &[]).unwrap();
+    assert!(m.inputs.is_empty());
+    assert_eq!(m.outputs.len(), 1);
+    assert_eq!((m.outputs[0].address, m.outputs[0].bytes), (0x7e00_0040_0000, 4000));
+    assert_eq!(m.kernels, ["vecAdd"]);
+    // Two recordings with other data: the two uploads whose bytes differ are the inputs.
+    let (keep, m) = compile(&a, &[&b]).unwrap();
+    let inputs: Vec<(u64, u64)> = m.inputs.iter().map(|p| (p.address, p.bytes)).collect();
+    assert_eq!(inputs, [(0x7e00_0000_0000, 4000), (0x7e00_0020_0000, 4000)]);
+    assert_eq!(m.recordings_compared, 2);
+    assert_eq!(keep.len(), m.setup_records + m.body_records);
+}
+
+#[test]
+fn a_body_that_depends_on_its_input_is_refused_with_the_first_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (recording(dir.path(), "a.gl", 1, 1000), recording(dir.path(), "b.gl", 1, 3000));
+    let e = compile(&a, &[&b]).unwrap_err();
+    assert!(e.starts_with("recording 2 differs from the first: body record 0 (cuLaunchKernel"), "{e}");
+    assert!(e.contains("gridDimX"), "names the argument: {e}");
+}
