@@ -77,6 +77,7 @@ fn print(path: &Path, m: &Manifest) {
         m.kernels.len(),
         m.recordings_compared
     );
+    println!("code       {} images kept, {} left out (none of their kernels runs)", m.images, m.images_left_out);
     for p in &m.inputs {
         println!("input      {} B to {:#x} ({} #{})", p.bytes, p.address, p.call, p.seq);
     }

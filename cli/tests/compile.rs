@@ -48,6 +48,17 @@ fn a_recording_becomes_a_function_whose_signature_reads_back() {
 }
 
 #[test]
+fn only_the_code_a_function_runs_is_kept() {
+    // tiny_pytorch.gl: PyTorch loads 14 code images; the function's 6 kernels come from some.
+    let dir = tempfile::tempdir().unwrap();
+    let (f, (rc, stdout, stderr)) = compile(dir.path(), &["tiny_pytorch.gl"]);
+    assert_eq!(rc, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("code       10 images kept, 4 left out"), "{stdout}");
+    let (gfn, gl) = (std::fs::metadata(&f).unwrap().len(), std::fs::metadata(trace("tiny_pytorch.gl")).unwrap().len());
+    assert!(gfn * 3 < gl, "{gfn} B of {gl} B");
+}
+
+#[test]
 fn two_recordings_of_the_same_function_compile_and_different_ones_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let (_, (rc, stdout, stderr)) = compile(dir.path(), &["globals.gl", "globals.gl"]);

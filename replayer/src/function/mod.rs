@@ -5,13 +5,16 @@
 //! different inputs, the bodies are compared first: a body that depends on its input data
 //! (another launch, size, address or order) is refused with the first difference.
 //!
-//! Not yet: `gpuless invoke` (running a function without its program), pruning the code images
-//! to the kernels the function runs, and lowering the body to a graph template.
+//! Only the code the function runs is kept (`prune`: code images none of whose kernels it
+//! launches or uses are left out). Not yet: `gpuless invoke` (running a function without its
+//! program) and lowering the body to a graph template.
 
 mod file;
+mod prune;
 mod signature;
 #[cfg(test)]
 mod tests;
 
 pub use file::{read, write, FunctionError, MAGIC};
+pub use prune::{prune, Pruned};
 pub use signature::{compile, first_difference, Manifest, Port};

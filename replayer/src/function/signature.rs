@@ -42,6 +42,13 @@ pub struct Manifest {
     pub outputs: Vec<Port>,
     /// Recordings whose bodies were compared (1: no check of input independence).
     pub recordings_compared: usize,
+    /// Code images (module and library loads) the function keeps, and those it leaves out
+    /// (none of their kernels is launched or used).
+    #[serde(default)]
+    pub images: usize,
+    /// See `images`.
+    #[serde(default)]
+    pub images_left_out: usize,
 }
 
 /// The records of `t` a function keeps (set-up then body, in trace order), and its manifest.
@@ -87,6 +94,7 @@ pub fn compile(t: &LoadedTrace, others: &[&LoadedTrace]) -> Result<(Vec<usize>, 
     }
     let mut keep: Vec<usize> = split.setup.iter().chain(&split.body).copied().collect();
     keep.sort_unstable();
+    let (keep, pruned) = super::prune(&t.calls, &keep);
     let manifest = Manifest {
         format: 1,
         sm: t.meta.sm,
@@ -97,8 +105,17 @@ pub fn compile(t: &LoadedTrace, others: &[&LoadedTrace]) -> Result<(Vec<usize>, 
         inputs,
         outputs,
         recordings_compared: 1 + others.len(),
+        images: keep.iter().filter(|&&i| loads_code(&t.calls[i])).count(),
+        images_left_out: pruned.images,
     };
     Ok((keep, manifest))
+}
+
+/// Whether `r` loads a code image (its results hold a module or library handle).
+pub(crate) fn loads_code(r: &CallRecord) -> bool {
+    r.function.api().is_some_and(|f| f.sync == gpuless_analyzer::api::SyncClass::CreatesHandle)
+        && r.results.iter().any(|v| matches!(v, Value::Handle(HandleKind::Module | HandleKind::Library, _)))
+        && r.args.iter().any(|v| matches!(v, Value::Blob(_)))
 }
 
 /// The hashes of the bytes a record carries.

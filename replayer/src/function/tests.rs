@@ -78,3 +78,59 @@ fn a_body_that_depends_on_its_input_is_refused_with_the_first_difference() {
     assert!(e.starts_with("recording 2 differs from the first: body record 0 (cuLaunchKernel"), "{e}");
     assert!(e.contains("gridDimX"), "names the argument: {e}");
 }
+
+/// A recording with two modules: `used` launched, `unused` only looked up and asked about (and,
+/// with `set`, an attribute of its function set).
+fn two_modules(dir: &std::path::Path, set: bool) -> LoadedTrace {
+    let path = dir.join(if set { "set.gl" } else { "two.gl" });
+    let w = TraceWriter::create(&path, &synthetic_meta("two"), WriterOptions::default()).unwrap();
+    let mut r = Recorder::new(&w);
+    for (m, f, name) in [(0x10u64, 0x20u64, "used"), (0x11, 0x21, "unused")] {
+        let image = r.blob(BlobKind::CodeImage, name.as_bytes()).unwrap();
+        r.call("cuModuleLoadData", vec![Value::Null, Value::Blob(image)], vec![Value::Handle(HandleKind::Module, m)])
+            .unwrap();
+        r.call(
+            "cuModuleGetFunction",
+            vec![Value::Null, Value::Handle(HandleKind::Module, m), Value::Str(name.into())],
+            vec![Value::Handle(HandleKind::Function, f)],
+        )
+        .unwrap();
+    }
+    // A query about the unused function (cuDNN asks about every kernel it has).
+    r.call(
+        "cuFuncGetAttribute",
+        vec![Value::Null, Value::U64(4), Value::Handle(HandleKind::Function, 0x21)],
+        vec![Value::U64(32)],
+    )
+    .unwrap();
+    if set {
+        r.call(
+            "cuFuncSetAttribute",
+            vec![Value::Handle(HandleKind::Function, 0x21), Value::U64(8), Value::U64(65536)],
+            vec![],
+        )
+        .unwrap();
+    }
+    let params = Value::KernelParams(KernelParams { bytes: vec![0; 8], layout: vec![(0, 8)] });
+    r.call("cuLaunchKernel", launch_args(Value::Handle(HandleKind::Function, 0x20), 1, 32, 0, params), vec![]).unwrap();
+    w.finish().unwrap();
+    load(&path).unwrap()
+}
+
+#[test]
+fn code_none_of_whose_kernels_runs_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = two_modules(dir.path(), false);
+    let (keep, m) = compile(&t, &[]).unwrap();
+    assert_eq!((m.images, m.images_left_out), (1, 1));
+    let names: Vec<String> = keep.iter().map(|&i| t.calls[i].function.name().to_string()).collect();
+    assert_eq!(
+        names,
+        ["cuModuleLoadData", "cuModuleGetFunction", "cuLaunchKernel"],
+        "the unused module, its look-up and the query about it are gone"
+    );
+    // A call that changes the unused function's state keeps its module.
+    let t = two_modules(dir.path(), true);
+    let (_, m) = compile(&t, &[]).unwrap();
+    assert_eq!((m.images, m.images_left_out), (2, 0));
+}
