@@ -180,10 +180,15 @@ pub(crate) fn facts(k: &Kernel) -> Option<KernelFacts> {
     k.facts.occupancy
 }
 
-/// The session's device limits for the occupancy rules.
+/// The session's device limits for the occupancy rules: worked out once, when the session's
+/// description is there (function attribute and occupancy queries ask for them at every call).
 pub(crate) fn limits() -> Option<DeviceLimits> {
+    static LIMITS: std::sync::OnceLock<Option<DeviceLimits>> = std::sync::OnceLock::new();
+    if let Some(l) = LIMITS.get() {
+        return *l;
+    }
     let d = session::device()?;
-    DeviceLimits::from_attributes(|id| d.attributes.iter().find(|a| a.0 == id).map(|a| a.1))
+    *LIMITS.get_or_init(|| DeviceLimits::from_attributes(|id| d.attributes.iter().find(|a| a.0 == id).map(|a| a.1)))
 }
 
 /// A `CUfunction_attribute` of `k`: what the program set, else what the driver answers for

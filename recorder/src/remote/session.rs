@@ -477,8 +477,11 @@ pub(super) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<V
     let (began, records) = (std::time::Instant::now(), sess.pending.len() as u64);
     let answer = match sess.send(true) {
         Ok(Some(a)) => {
-            let up = sess.conn.as_ref().map_or(0, |c| link::lock(c).traffic.bytes_up);
-            super::waits::note(f.name, records, std::mem::take(&mut sess.sent_since), began, a.exec_us, up);
+            let since = std::mem::take(&mut sess.sent_since);
+            if super::waits::on() {
+                let up = sess.conn.as_ref().map_or(0, |c| link::lock(c).traffic.bytes_up);
+                super::waits::note(f.name, records, since, began, a.exec_us, up);
+            }
             a
         }
         Ok(None) => return (LOST, Some(seq)),

@@ -45,6 +45,11 @@ fn log() -> Option<&'static Mutex<Log>> {
     .as_ref()
 }
 
+/// Whether waits are being noted (`GPULESS_REMOTE_WAITS` set).
+pub(crate) fn on() -> bool {
+    log().is_some()
+}
+
 /// Notes a wait that sent `records` records with it (`sent_since` since the last answer) and
 /// got its answer after `wait_us`, the executor reporting `exec_us`; `bytes_up` were sent in
 /// the session so far.

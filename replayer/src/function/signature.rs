@@ -30,7 +30,8 @@ pub struct Manifest {
     pub sm: u32,
     /// The recorded command.
     pub command: String,
-    /// Records replayed once, then every invocation's.
+    /// Records replayed once, then every invocation's (after the code it does not run is left
+    /// out).
     pub setup_records: usize,
     /// See `setup_records`.
     pub body_records: usize,
@@ -62,10 +63,10 @@ pub fn compile(t: &LoadedTrace, others: &[&LoadedTrace]) -> Result<(Vec<usize>, 
     // is often uploaded before its first launch).
     let mut varying = std::collections::HashSet::new();
     for (n, o) in others.iter().enumerate() {
-        if let Some(d) = first_difference(t, o) {
+        let so = hot::split(&o.calls);
+        if let Some(d) = differ(t, &split, o, &so) {
             return Err(format!("recording {} differs from the first: {d}", n + 2));
         }
-        let so = hot::split(&o.calls);
         for (&i, &j) in split.setup.iter().zip(&so.setup) {
             if blobs(&t.calls[i]) != blobs(&o.calls[j]) {
                 varying.insert(i);
@@ -95,12 +96,14 @@ pub fn compile(t: &LoadedTrace, others: &[&LoadedTrace]) -> Result<(Vec<usize>, 
     let mut keep: Vec<usize> = split.setup.iter().chain(&split.body).copied().collect();
     keep.sort_unstable();
     let (keep, pruned) = super::prune(&t.calls, &keep);
+    let body: std::collections::HashSet<usize> = split.body.iter().copied().collect();
+    let body_kept = keep.iter().filter(|i| body.contains(i)).count();
     let manifest = Manifest {
         format: 1,
         sm: t.meta.sm,
         command: t.meta.command_line.join(" "),
-        setup_records: split.setup.len(),
-        body_records: split.body.len(),
+        setup_records: keep.len() - body_kept,
+        body_records: body_kept,
         kernels,
         inputs,
         outputs,
@@ -179,7 +182,11 @@ fn launched(r: &CallRecord) -> Option<u64> {
 /// The first way `b`'s body differs from `a`'s, other than the bytes it copies to the device;
 /// `None` when they are the same function.
 pub fn first_difference(a: &LoadedTrace, b: &LoadedTrace) -> Option<String> {
-    let (sa, sb) = (hot::split(&a.calls), hot::split(&b.calls));
+    differ(a, &hot::split(&a.calls), b, &hot::split(&b.calls))
+}
+
+/// [`first_difference`] of recordings already split.
+fn differ(a: &LoadedTrace, sa: &hot::Split, b: &LoadedTrace, sb: &hot::Split) -> Option<String> {
     if sa.setup.len() != sb.setup.len() {
         return Some(format!("its set-up has {} records, the first's {}", sb.setup.len(), sa.setup.len()));
     }
