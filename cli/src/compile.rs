@@ -62,8 +62,8 @@ fn write_records(t: &LoadedTrace, keep: &[usize], path: &Path, source: &Path) ->
 
 /// `--show`: reads `path` (checking it whole) and prints its signature.
 pub fn show(path: &Path) -> anyhow::Result<()> {
-    let (manifest, _) = function::read(path)?;
-    print(path, &manifest);
+    let f = function::open(path)?;
+    print(path, &f.manifest);
     Ok(())
 }
 

@@ -19,6 +19,7 @@ mod compile;
 mod devices;
 mod driver_check;
 mod dump;
+mod invoke;
 mod partition;
 mod progress;
 mod record;
@@ -230,7 +231,6 @@ enum Command {
     /// the blobs they use, and its signature — inputs (the body's host-to-device copies) and
     /// outputs (its device-to-host copies). With more recordings (other inputs), refused with
     /// the first difference unless every body is the same but for its input bytes.
-    /// `gpuless invoke` (running a function without its program) is not built yet.
     Compile {
         /// The recording(s): the first is compiled, the others compared with it.
         #[arg(required_unless_present = "show")]
@@ -241,6 +241,26 @@ enum Command {
         /// Print a function file's signature (after checking the file is whole) instead.
         #[arg(long, value_name = "FILE", conflicts_with = "traces")]
         show: Option<PathBuf>,
+    },
+    /// Run a function file without its program (no Python, no PyTorch): set-up once, the
+    /// body as one CUDA graph, the outputs back. Without --input the recorded inputs run and
+    /// the outputs are compared with the recording (exit code 3 if they differ). Exit code 2:
+    /// a damaged function file, code for another GPU, inputs of the wrong size (nothing runs).
+    Invoke {
+        /// The function file (`gpuless compile`).
+        function: PathBuf,
+        /// Input bytes: one file per input in order, or one file holding them all back to back.
+        #[arg(short, long = "input", value_name = "FILE")]
+        inputs: Vec<PathBuf>,
+        /// Write the outputs here, back to back.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Invoke this many more times after the first and time each (hot).
+        #[arg(long, default_value_t = 0)]
+        iterations: u32,
+        /// Print one JSON line.
+        #[arg(long)]
+        json: bool,
     },
     /// Print a trace's records, one line each: index (position in the file), seq, thread,
     /// time, duration, the call with its arguments decoded by the API table (handles as
@@ -372,6 +392,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Some(f) => compile::show(&f).map(|()| ExitCode::SUCCESS),
             None => compile::run(&traces, &output).map(|()| ExitCode::SUCCESS),
         },
+        Command::Invoke { function, inputs, output, iterations, json } => {
+            invoke::run(&invoke::InvokeArgs { function, inputs, output, iterations, json })
+        }
         Command::Dump { trace, from, to, thread, json } => {
             dump::run(&trace, &dump::DumpOptions { from, to, thread, json }).map(|()| ExitCode::SUCCESS)
         }

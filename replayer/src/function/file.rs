@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use gpuless_traces::reader::{ReaderOptions, TraceReader};
+use crate::replay::{load_bytes, LoadedTrace};
 
 use super::Manifest;
 
@@ -54,12 +54,39 @@ pub fn write(path: &Path, manifest: &Manifest, trace: &Path) -> Result<(), Funct
     Ok(())
 }
 
-/// Reads a function file's manifest and checks its trace is whole (every chunk intact, to its
-/// end); returns the manifest and the trace's bytes.
-pub fn read(path: &Path) -> Result<(Manifest, Vec<u8>), FunctionError> {
+/// A function read from its file: what its manifest says, and its records and blobs.
+pub struct Function {
+    /// The manifest.
+    pub manifest: Manifest,
+    /// The set-up and body records and the blobs they use.
+    pub trace: LoadedTrace,
+}
+
+/// Reads a function file (memory-mapped): its manifest, and its trace, which must be whole
+/// (every chunk intact, to its end, every blob a record uses held).
+pub fn open(path: &Path) -> Result<Function, FunctionError> {
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| FunctionError::Io { path: name.clone(), source })?;
-    let bad = |offset: usize, what: String| FunctionError::Bad { path: name.clone(), offset: offset as u64, what };
+    let io = |source| FunctionError::Io { path: name.clone(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the file is only read; a file changed while it is read fails its chunk checks.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    let (manifest, t_start) = header(&map, &name)?;
+    let trace = load_bytes(&name, &map[t_start..]).map_err(|e| FunctionError::Bad {
+        path: name.clone(),
+        offset: t_start as u64,
+        what: format!("its trace (from this byte) is not whole: {}", strip(&e.to_string(), &name)),
+    })?;
+    Ok(Function { manifest, trace })
+}
+
+/// `e` without the leading `name: ` the trace reader puts before it.
+fn strip<'e>(e: &'e str, name: &str) -> &'e str {
+    e.strip_prefix(name).and_then(|r| r.strip_prefix(": ")).unwrap_or(e)
+}
+
+/// The manifest of a function file and where its trace starts; the lengths are checked.
+fn header(bytes: &[u8], name: &str) -> Result<(Manifest, usize), FunctionError> {
+    let bad = |offset: usize, what: String| FunctionError::Bad { path: name.to_string(), offset: offset as u64, what };
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err(bad(0, "not a gpuless function file (it does not start with GPULSFN1)".into()));
     }
@@ -86,23 +113,5 @@ pub fn read(path: &Path) -> Result<(Manifest, Vec<u8>), FunctionError> {
             format!("a trace of {t_len} bytes announced, {} bytes follow", bytes.len().saturating_sub(t_start)),
         ));
     }
-    let trace = bytes[t_start..].to_vec();
-    check_trace(&trace).map_err(|(at, what)| bad(t_start + at as usize, what))?;
-    Ok((manifest, trace))
-}
-
-/// Reads every item of the trace; `Err((offset in the trace, what))` unless it is whole.
-fn check_trace(trace: &[u8]) -> Result<(), (u64, String)> {
-    let opts = ReaderOptions::default();
-    let mut r = TraceReader::new(std::io::Cursor::new(trace), opts).map_err(|e| (0, format!("its trace: {e}")))?;
-    for item in r.by_ref() {
-        if let Err(e) = item {
-            return Err((0, format!("its trace is damaged: {e}")));
-        }
-    }
-    let rec = r.recovery();
-    if !rec.finished || rec.skipped_bytes > 0 || rec.damaged > 0 {
-        return Err((rec.good_bytes, format!("its trace is damaged or cut short after {} good bytes", rec.good_bytes)));
-    }
-    Ok(())
+    Ok((manifest, t_start))
 }

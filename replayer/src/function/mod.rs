@@ -6,15 +6,18 @@
 //! (another launch, size, address or order) is refused with the first difference.
 //!
 //! Only the code the function runs is kept (`prune`: code images none of whose kernels it
-//! launches or uses are left out). Not yet: `gpuless invoke` (running a function without its
-//! program) and lowering the body to a graph template.
+//! launches or uses are left out). [`Invoker`] runs a function without its program: set-up once,
+//! the body captured as one CUDA graph, then each invocation writes its inputs, launches the
+//! graph and reads its outputs.
 
 mod file;
+mod invoke;
 mod prune;
 mod signature;
 #[cfg(test)]
 mod tests;
 
-pub use file::{read, write, FunctionError, MAGIC};
+pub use file::{open, write, Function, FunctionError, MAGIC};
+pub use invoke::{InvokeError, Invoker, Mode};
 pub use prune::{prune, Pruned};
 pub use signature::{compile, first_difference, Manifest, Port};

@@ -126,10 +126,30 @@ pub(crate) fn call(
                 st.mem.alloc_shared(c.word("p")?, c.word("bytesize")?, seq)?;
             }
             "cuMemFreeHost" | "cuMemHostUnregister" if st.mem.find(c.word("p")?).is_some() => st.mem.free(c.word("p")?),
+            // While a body is captured into a graph, a synchronous copy becomes a copy on the
+            // capturing stream (the graph's end is the wait), from pinned memory.
+            "cuMemcpyHtoD" if st.stream_override.is_some_and(capturing) => {
+                let data = blob(trace, &c, c.arg("srcHost"))?;
+                let dst = st.mem.translate(c.word("dstDevice")?);
+                let p = st.objects.pinned(data.len(), seq)?;
+                std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len());
+                st.objects.staged.insert(seq, (p, data.len()));
+                let stream = st.stream_override.unwrap_or(std::ptr::null_mut());
+                check(sys::cuMemcpyHtoDAsync_v2(dst, p.cast_const().cast(), data.len(), stream), seq, f.name)?;
+            }
             "cuMemcpyHtoD" => {
                 let data = blob(trace, &c, c.arg("srcHost"))?;
                 let dst = st.mem.translate(c.word("dstDevice")?);
                 check(sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len()), seq, f.name)?;
+            }
+            "cuMemcpyDtoH" if st.stream_override.is_some_and(capturing) => {
+                let n = c.word("ByteCount")? as usize;
+                let src = st.mem.translate(c.word("srcDevice")?);
+                let stream = st.stream_override.unwrap_or(std::ptr::null_mut());
+                let host = st.objects.pinned(n, seq)?;
+                check(sys::cuMemcpyDtoHAsync_v2(host.cast(), src, n, stream), seq, f.name)?;
+                let want = c.result("dstHost").cloned();
+                st.objects.defer(Pending { seq, what: f.name, stream: 0, live_stream: stream, host, len: n, want });
             }
             // Stream-ordered copies and sets run on their recorded stream, ordered with the
             // kernels and events there. Host sources are blob bytes, alive for the whole replay
@@ -141,6 +161,7 @@ pub(crate) fn call(
                 let src = if capturing(stream) {
                     let p = st.objects.pinned(data.len(), seq)?;
                     std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len());
+                    st.objects.staged.insert(seq, (p, data.len()));
                     p.cast_const()
                 } else {
                     data.as_ptr()

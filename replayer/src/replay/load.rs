@@ -104,10 +104,33 @@ impl Shared {
     }
 }
 
+/// A whole trace held in memory (the trace inside a function file): [`load`]'s checks, and the
+/// trace must end as a finished recording ends (a trace cut at a chunk boundary is refused).
+/// `name` names it in errors.
+pub fn load_bytes(name: &str, bytes: &[u8]) -> Result<LoadedTrace, ReplayError> {
+    let reader =
+        TraceReader::new(std::io::Cursor::new(bytes), ReaderOptions { blob_data: true, check_blob_refs: false })
+            .map_err(|e| ReplayError::Trace(format!("{name}: {e}")))?;
+    read_from(reader, name, false, None, false, true)
+}
+
 fn read(path: &Path, partial: bool, shared_min: Option<u64>, calls_only: bool) -> Result<LoadedTrace, ReplayError> {
-    let mut shared = shared_min.and_then(|min| Shared::new(path, min));
+    let shared = shared_min.and_then(|min| Shared::new(path, min));
     let reader = TraceReader::open(path, ReaderOptions { blob_data: !calls_only, check_blob_refs: false })
         .map_err(|e| ReplayError::Trace(format!("{}: {e}", path.display())))?;
+    read_from(reader, &path.display().to_string(), partial, shared, calls_only, false)
+}
+
+/// Reads every chunk of `reader` (named `name` in errors); `finished`: the trace must end as a
+/// finished recording does.
+fn read_from<R: std::io::Read>(
+    mut reader: TraceReader<R>,
+    name: &str,
+    partial: bool,
+    mut shared: Option<Shared>,
+    calls_only: bool,
+    finished: bool,
+) -> Result<LoadedTrace, ReplayError> {
     let meta = reader.meta().clone();
     let file_len = reader.progress().1;
     let mut calls = Vec::new();
@@ -116,7 +139,7 @@ fn read(path: &Path, partial: bool, shared_min: Option<u64>, calls_only: bool) -
     let mut lost = None;
     // Complete chunks, and bytes up to the end of the last one (or of the header).
     let mut good = (0u64, reader.recovery().good_bytes);
-    for chunk in reader {
+    for chunk in reader.by_ref() {
         match chunk {
             Ok(c) => {
                 good = (c.ordinal + 1, c.offset + CHUNK_HEADER_LEN as u64 + u64::from(c.stored_len));
@@ -157,14 +180,22 @@ fn read(path: &Path, partial: bool, shared_min: Option<u64>, calls_only: bool) -
             Err(e) => {
                 let of = file_len.map_or(String::new(), |n| format!(" of {n}"));
                 return Err(ReplayError::Trace(format!(
-                    "{}: {e}\nthe trace is damaged after {} complete chunk{} ({} bytes{of}); nothing was replayed. \
+                    "{name}: {e}\nthe trace is damaged after {} complete chunk{} ({} bytes{of}); nothing was replayed. \
                      Record the program again, or replay the complete chunks before the damage with --partial",
-                    path.display(),
                     good.0,
                     if good.0 == 1 { "" } else { "s" },
                     good.1
                 )));
             }
+        }
+    }
+    if finished {
+        let rec = reader.recovery();
+        if !rec.finished || rec.skipped_bytes > 0 || rec.damaged > 0 {
+            return Err(ReplayError::Trace(format!(
+                "{name}: the trace is cut short or damaged after {} good bytes",
+                rec.good_bytes
+            )));
         }
     }
     let mut blobs: HashMap<Hash128, BlobBytes> = parts.into_iter().map(|(h, b)| (h, BlobBytes::from(b))).collect();
@@ -180,9 +211,8 @@ fn read(path: &Path, partial: bool, shared_min: Option<u64>, calls_only: bool) -
         let held =
             blobs.get(&r.blob.hash).map_or("does not hold".into(), |d| format!("holds only {} bytes of", d.len()));
         return Err(ReplayError::Trace(format!(
-            "{}: call #{} {} (chunk {} at offset {}) refers to blob {} of {} bytes, which the trace {held}; \
+            "{name}: call #{} {} (chunk {} at offset {}) refers to blob {} of {} bytes, which the trace {held}; \
              {} references to missing blobs in all. The trace is incomplete: record the program again",
-            path.display(),
             r.seq,
             r.function,
             r.chunk,

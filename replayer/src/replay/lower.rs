@@ -75,7 +75,10 @@ pub fn refusal(trace: &LoadedTrace, body: &[usize]) -> Option<String> {
     for &i in body {
         let r = &trace.calls[i];
         let Some(f) = r.function.api() else { continue };
-        let sync_copy = matches!(f.group, Group::Copy | Group::Set) && !f.name.contains("Async");
+        // Synchronous host copies are captured as copies on the capturing stream (`exec`).
+        let sync_copy = matches!(f.group, Group::Copy | Group::Set)
+            && !f.name.contains("Async")
+            && !matches!(f.name, "cuMemcpyHtoD" | "cuMemcpyDtoH");
         if sync_copy || f.name.contains("Capture") || f.name.contains("Graph") {
             return Some(format!("call #{} {} cannot be captured into a graph", r.seq, f.name));
         }
@@ -83,7 +86,7 @@ pub fn refusal(trace: &LoadedTrace, body: &[usize]) -> Option<String> {
     None
 }
 
-fn waits(sync: SyncClass) -> bool {
+pub(crate) fn waits(sync: SyncClass) -> bool {
     matches!(sync, SyncClass::CtxSync | SyncClass::StreamSync | SyncClass::EventSync)
 }
 

@@ -7,7 +7,7 @@ mod blockhash;
 pub mod compat;
 pub mod dataflow;
 pub mod dryrun;
-mod exec;
+pub(crate) mod exec;
 mod exec_array;
 mod exec_graph;
 mod exec_node;
@@ -19,7 +19,7 @@ pub mod hot;
 mod load;
 pub mod lower;
 mod memory;
-mod objects;
+pub(crate) mod objects;
 pub mod profile;
 pub mod query;
 mod side;
@@ -33,7 +33,7 @@ use std::time::Instant;
 use cudarc::driver::sys;
 use serde::Serialize;
 
-pub use load::{load, load_calls, load_partial, load_shared, LoadedTrace};
+pub use load::{load, load_bytes, load_calls, load_partial, load_shared, LoadedTrace};
 pub use memory::Memory;
 
 /// Errors of a replay. Verification mismatches are not errors: they are in the [`Report`].
@@ -333,6 +333,14 @@ pub struct Device {
     ctx: usize,
 }
 
+impl Device {
+    /// Makes the device's primary context current on the calling thread.
+    pub(crate) fn make_current(self) -> Result<(), ReplayError> {
+        // SAFETY: the context was retained by init_device and stays alive for the process.
+        unsafe { check(sys::cuCtxSetCurrent(self.ctx as sys::CUcontext), 0, "cuCtxSetCurrent") }
+    }
+}
+
 /// Initializes the driver and retains device 0's primary context. This is the slowest step of a
 /// cold replay, so callers start it on a thread while the trace is read.
 pub fn init_device() -> Result<Device, ReplayError> {
@@ -352,7 +360,7 @@ pub fn init_device() -> Result<Device, ReplayError> {
 }
 
 /// SM of the current context's device (10·major + minor), 0 if unknown.
-fn device_sm() -> u32 {
+pub(crate) fn device_sm() -> u32 {
     use sys::CUdevice_attribute as A;
     // SAFETY: plain queries with valid out-pointers; a context is current.
     unsafe {

@@ -34,6 +34,9 @@ pub(crate) struct Objects {
     /// client after every launch — by capturing stream (recorded handle) until the capture
     /// ends, then by graph, then by executable graph.
     pub graph_outputs: GraphOutputs,
+    /// Host-to-device copies captured into a graph: the pinned buffer each one's node reads
+    /// (by the copy's sequence number). A function's invocation writes its inputs there.
+    pub staged: HashMap<u64, (*mut u8, usize)>,
 }
 
 /// A captured device-to-host copy: its record, and the pinned buffer its graph node writes.

@@ -1,0 +1,193 @@
+//! `gpuless invoke`: runs a function file (`gpuless compile`) without its program — no Python,
+//! no PyTorch — on this machine's GPU (`gpuless_replayer::function::Invoker`). The inputs are
+//! checked against the signature before anything runs; the driver starts on a thread while the
+//! file is read.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use gpuless_replayer::function::{self, Invoker, Manifest};
+use gpuless_replayer::replay::{hot, init_device, since_process_start};
+use serde::Serialize;
+
+/// What `gpuless invoke` was asked.
+#[derive(Debug, Default)]
+pub struct InvokeArgs {
+    /// The function file.
+    pub function: PathBuf,
+    /// Input files: one per input, or one holding every input back to back. None: the
+    /// recorded inputs, and the outputs compared with the recording.
+    pub inputs: Vec<PathBuf>,
+    /// Where the outputs go, back to back.
+    pub output: Option<PathBuf>,
+    /// Timed invocations after the first.
+    pub iterations: u32,
+    /// One JSON line instead of text.
+    pub json: bool,
+}
+
+/// What one `gpuless invoke` did (`--json`).
+#[derive(Debug, Serialize)]
+struct Summary {
+    function: String,
+    /// Seconds from process start to the first invocation's outputs.
+    first_result_s: f64,
+    /// Seconds the set-up and the body's capture took (after the driver started).
+    prepare_s: f64,
+    /// The body runs as one CUDA graph.
+    graph: bool,
+    /// Why it does not, if it does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    eager_because: Option<String>,
+    iterations: u32,
+    /// Wall-clock milliseconds per timed invocation (inputs written, launch, outputs ready).
+    hot_ms_median: Option<f64>,
+    hot_ms_min: Option<f64>,
+    outputs: usize,
+    output_bytes: u64,
+    /// Outputs compared with the recording (recorded inputs only) and equal; those that differ.
+    verified: u64,
+    mismatches: usize,
+}
+
+/// Checks the input files against `m`'s inputs: (file, offset in it, bytes) per input.
+fn plan_inputs(m: &Manifest, files: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, u64, u64)>> {
+    let want: Vec<u64> = m.inputs.iter().map(|p| p.bytes).collect();
+    let sizes = files
+        .iter()
+        .map(|f| std::fs::metadata(f).map(|m| m.len()).with_context(|| format!("input {}", f.display())))
+        .collect::<anyhow::Result<Vec<u64>>>()?;
+    let total: u64 = want.iter().sum();
+    let list =
+        || m.inputs.iter().enumerate().map(|(n, p)| format!("input {n}: {} B", p.bytes)).collect::<Vec<_>>().join(", ");
+    if let ([f], [size]) = (files, sizes.as_slice()) {
+        if *size == total {
+            let mut at = 0;
+            return Ok(want
+                .iter()
+                .map(|&w| {
+                    at += w;
+                    (f.clone(), at - w, w)
+                })
+                .collect());
+        }
+        if want.len() == 1 || *size != want.first().copied().unwrap_or(0) {
+            anyhow::bail!(
+                "{}: {size} bytes, but the function takes {total} bytes of input ({}); nothing was run",
+                f.display(),
+                list()
+            );
+        }
+    }
+    if files.len() != want.len() {
+        anyhow::bail!(
+            "{} input files given; the function takes {} inputs ({}), one file each or one file of {total} bytes; \
+             nothing was run",
+            files.len(),
+            want.len(),
+            list()
+        );
+    }
+    for (n, ((f, size), w)) in files.iter().zip(&sizes).zip(&want).enumerate() {
+        if size != w {
+            anyhow::bail!("{}: {size} bytes, but input {n} takes {w} bytes ({}); nothing was run", f.display(), list());
+        }
+    }
+    Ok(files.iter().cloned().zip(want).map(|(f, w)| (f, 0, w)).collect())
+}
+
+/// Reads each input into the invoker's buffer for it.
+fn fill_inputs(inv: &mut Invoker, plan: &[(PathBuf, u64, u64)]) -> anyhow::Result<()> {
+    for (n, (f, at, len)) in plan.iter().enumerate() {
+        let buf = inv.input_mut(n).context("the function has fewer inputs than its manifest")?;
+        let mut file = std::fs::File::open(f).with_context(|| format!("input {}", f.display()))?;
+        std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(*at))?;
+        file.read_exact(&mut buf[..*len as usize]).with_context(|| format!("reading input {}", f.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes every output, back to back.
+fn write_outputs(inv: &Invoker, path: &Path) -> anyhow::Result<u64> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| path.display().to_string())?);
+    let mut n = 0u64;
+    for k in 0..inv.manifest().outputs.len() {
+        let b = inv.output(k).unwrap_or_default();
+        out.write_all(b)?;
+        n += b.len() as u64;
+    }
+    out.flush()?;
+    Ok(n)
+}
+
+/// `gpuless invoke FUNCTION`: exit 0, or 3 when an output differs from the recording.
+pub fn run(a: &InvokeArgs) -> anyhow::Result<ExitCode> {
+    let device = std::thread::spawn(init_device);
+    let f = function::open(&a.function)?;
+    let plan = if a.inputs.is_empty() { None } else { Some(plan_inputs(&f.manifest, &a.inputs)?) };
+    let device = device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))??;
+    let mut inv = Invoker::prepare(device, f).with_context(|| a.function.display().to_string())?;
+    let recorded = plan.is_none();
+    if let Some(p) = &plan {
+        fill_inputs(&mut inv, p)?;
+    }
+    inv.invoke(recorded)?;
+    let first_result_s = since_process_start();
+    let output_bytes = match &a.output {
+        Some(p) => write_outputs(&inv, p)?,
+        None => (0..inv.manifest().outputs.len()).map(|k| inv.output(k).map_or(0, |b| b.len() as u64)).sum(),
+    };
+    let mut wall = Vec::with_capacity(a.iterations as usize);
+    for k in 0..a.iterations {
+        let t = Instant::now();
+        inv.invoke(recorded && k + 1 == a.iterations)?;
+        wall.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let min = wall.iter().copied().reduce(f64::min);
+    let (verified, mismatches) = inv.verified();
+    let s = Summary {
+        function: a.function.display().to_string(),
+        first_result_s,
+        prepare_s: inv.setup_s(),
+        graph: inv.mode() == function::Mode::Graph,
+        eager_because: inv.refused().map(str::to_string),
+        iterations: a.iterations,
+        hot_ms_median: (!wall.is_empty()).then(|| hot::median(&mut wall)),
+        hot_ms_min: min,
+        outputs: inv.manifest().outputs.len(),
+        output_bytes,
+        verified,
+        mismatches: mismatches.len(),
+    };
+    for w in inv.warnings() {
+        eprintln!("gpuless: warning: {w}");
+    }
+    for m in mismatches {
+        eprintln!("gpuless: {}: {m}", a.function.display());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&s)?);
+    } else {
+        print(&s, recorded);
+    }
+    Ok(if s.mismatches > 0 { ExitCode::from(3) } else { ExitCode::SUCCESS })
+}
+
+fn print(s: &Summary, recorded: bool) {
+    let how = match &s.eager_because {
+        None => "as one CUDA graph".to_string(),
+        Some(why) => format!("eagerly ({why})"),
+    };
+    println!("function     {} ({how})", s.function);
+    println!("first result {:.3} s from process start (set-up and capture {:.3} s)", s.first_result_s, s.prepare_s);
+    if let (Some(med), Some(min)) = (s.hot_ms_median, s.hot_ms_min) {
+        println!("hot          {med:.3} ms median, {min:.3} ms min over {} invocations", s.iterations);
+    }
+    println!("outputs      {} ({} bytes)", s.outputs, s.output_bytes);
+    if recorded {
+        println!("verified     {} outputs equal to the recording, {} differ", s.verified, s.mismatches);
+    }
+}
