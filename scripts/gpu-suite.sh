@@ -17,6 +17,10 @@
 #   4. replayer: every trace of section 3 (and the committed ones) replayed and verified; bad
 #      input (scripts/gpu-suite-bad-input.sh): arena range taken, a 200 GiB trace, sm_100 code.
 #   5. devices: `gpuless devices` against `nvidia-smi mig -lgip` (read-only).
+#   Functions (issue 20, scripts/gpu-suite-function.sh, after section 4's replays): ResNet-50
+#      (testdata/workloads/resnet50_fn.py) recorded with two inputs and compiled; `gpuless invoke`
+#      cold, with a new input, hot against PyTorch's own CUDA-graph replay; damaged function
+#      files, a wrong input size and sm_100 code refused.
 #   Client mode (issue 19, scripts/gpu-suite-client.sh): driver-API programs through `gpuless run
 #   --remote` with the driver hidden in a mount namespace.
 #   Server (issue 18, scripts/gpu-suite-server.sh, after section 4's replays; leave it out with
@@ -24,7 +28,10 @@
 #   segment latency, upload speed, soft partitions at once, a fault, killed clients, the drain.
 # GPULESS_SUITE_SKIP_SPEED=1 leaves out section 2; GPULESS_SUITE_SKIP_CLIENT=1 the client section
 # (run it on its own: scripts/gpu-suite-client.sh); GPULESS_SUITE_SKIP_OVERHEAD=1 the overhead
-# measurements of section 3 (side-by-side pairs and the informational rows).
+# measurements of section 3 (side-by-side pairs and the informational rows);
+# GPULESS_SUITE_SKIP_FUNCTION=1 the functions section (run it on its own:
+# scripts/gpu-suite-function.sh BIN_DIR testdata/workloads OUT_DIR; the section as a whole is
+# limited to $GPULESS_FUNCTION_TIMEOUT seconds, default 600).
 # Every run of sections 3 and 4 is limited to $GPULESS_CHECK_TIMEOUT seconds (default 300).
 # The small traces of streams and tiny travel back inside details.tgz (traces/NAME.trace).
 set -uo pipefail
@@ -467,6 +474,22 @@ if [[ -f scripts/gpu-suite-export-tables.sh && -f $rec_lib ]]; then
   xrc=$?
   while IFS='|' read -r a b c; do row "${a#SUITE-ROW }" "$b" "$c"; done < <(grep '^SUITE-ROW ' "$out/export-tables.txt")
   grep -q '^SUITE-ROW ' "$out/export-tables.txt" || row "export tables" FAIL "rc=$xrc $(tail -n 2 "$out/export-tables.txt" | tr '\n' ' ')"
+fi
+# Issue 20: GPU functions (scripts/gpu-suite-function.sh): ResNet-50 recorded with two inputs
+# (testdata/workloads/resnet50_fn.py) and compiled; `gpuless invoke` cold, with a new input, hot
+# against PyTorch's own CUDA-graph replay; bad input refused. The recordings, the function file
+# and its damaged copies are removed afterwards (details.tgz must stay small).
+if [[ -n ${GPULESS_SUITE_SKIP_FUNCTION:-} ]]; then
+  row "function: skipped (GPULESS_SUITE_SKIP_FUNCTION=1)" INFO "run it on its own: scripts/gpu-suite-function.sh"
+elif [[ -f scripts/gpu-suite-function.sh && -f $rec_lib ]]; then
+  fn_limit=()
+  command -v timeout >/dev/null && fn_limit=(timeout -k 10 "${GPULESS_FUNCTION_TIMEOUT:-600}")
+  ${fn_limit[@]+"${fn_limit[@]}"} bash scripts/gpu-suite-function.sh "$bin" "$suite_workloads" "$out/function" \
+    >"$out/function.txt" 2>"$out/function.err"
+  fnrc=$?
+  while IFS='|' read -r a b c; do row "${a#SUITE-ROW }" "$b" "$c"; done < <(grep '^SUITE-ROW ' "$out/function.txt")
+  grep -q '^SUITE-ROW ' "$out/function.txt" || row "function" FAIL "rc=$fnrc $(tail -n 2 "$out/function.err" | tr '\n' ' ')"
+  find "$out/function" \( -name '*.gl' -o -name '*.gfn' -o -name 'x*.bin' \) -type f -delete 2>/dev/null
 fi
 # Issue 19: client mode — CUDA programs and PyTorch run through `gpuless run --remote` in a
 # mount namespace without the driver; outputs identical to native. GPULESS_SUITE_SKIP_CLIENT=1
