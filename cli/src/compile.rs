@@ -34,27 +34,32 @@ pub fn run(traces: &[PathBuf], out: &Path) -> anyhow::Result<()> {
 
 /// Writes records `keep` of `t` and the blobs they carry as a trace at `path`.
 fn write_records(t: &LoadedTrace, keep: &[usize], path: &Path, source: &Path) -> anyhow::Result<()> {
-    let w = TraceWriter::create(path, &t.meta, WriterOptions::default())
-        .with_context(|| format!("writing {}", path.display()))?;
-    let mut written = std::collections::HashSet::new();
+    // Weights stored uncompressed, each in one part: `gpuless invoke` uses them in place.
+    let opts = WriterOptions { store_data_blobs: true, blob_chunk_bytes: 64 << 20, ..WriterOptions::default() };
+    let w = TraceWriter::create(path, &t.meta, opts).with_context(|| format!("writing {}", path.display()))?;
+    // Every blob before the records, code images first: the weights then share no chunk with
+    // code (which is compressed) and stay stored in place.
+    let mut seen = std::collections::HashSet::new();
+    let (mut code, mut data) = (Vec::new(), Vec::new());
     for &i in keep {
         let r = &t.calls[i];
-        let kind = match r.function.api().map(|f| f.sync) {
-            Some(SyncClass::CreatesHandle) => BlobKind::CodeImage,
-            _ => BlobKind::HostToDevice,
-        };
+        let is_code = matches!(r.function.api().map(|f| f.sync), Some(SyncClass::CreatesHandle));
         for v in &r.args {
             if let Value::Blob(b) = v {
-                if written.insert(b.hash) {
-                    let bytes = t
-                        .blobs
-                        .get(&b.hash)
-                        .with_context(|| format!("{}: blob {} is missing", source.display(), b.hash))?;
-                    w.blob(kind, bytes)?;
+                if seen.insert(b.hash) {
+                    if is_code { &mut code } else { &mut data }.push(b.hash);
                 }
             }
         }
-        w.record(r.clone())?;
+    }
+    for (kind, hashes) in [(BlobKind::CodeImage, &code), (BlobKind::HostToDevice, &data)] {
+        for h in hashes {
+            let bytes = t.blobs.get(h).with_context(|| format!("{}: blob {h} is missing", source.display()))?;
+            w.blob(kind, bytes)?;
+        }
+    }
+    for &i in keep {
+        w.record(t.calls[i].clone())?;
     }
     w.finish()?;
     Ok(())

@@ -42,6 +42,9 @@ struct Summary {
     read_s: f64,
     /// See `read_s`.
     init_s: f64,
+    /// The set-up's slowest functions (name, calls, seconds) and the body's capture seconds.
+    setup_top: Vec<(String, u64, f64)>,
+    capture_s: f64,
     /// The body runs as one CUDA graph.
     graph: bool,
     /// Why it does not, if it does not.
@@ -162,6 +165,8 @@ pub fn run(a: &InvokeArgs) -> anyhow::Result<ExitCode> {
         prepare_s: inv.setup_s(),
         read_s,
         init_s,
+        setup_top: inv.setup_profile().0.to_vec(),
+        capture_s: inv.setup_profile().1,
         graph: inv.mode() == function::Mode::Graph,
         eager_because: inv.refused().map(str::to_string),
         iterations: a.iterations,

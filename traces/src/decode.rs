@@ -227,6 +227,32 @@ pub fn decode_blobs(buf: &[u8], ctx: Ctx, with_data: bool) -> Result<Vec<BlobPar
     Ok(out)
 }
 
+/// The parts of a blob chunk with their bytes where they lie in `buf` (no copy); each
+/// [`BlobPart`]'s `data` is empty.
+pub fn decode_blob_slices(buf: &[u8], ctx: Ctx) -> Result<Vec<(BlobPart, &[u8])>, TraceError> {
+    let batch = verify::<fb::BlobBatch>(buf, ctx)?;
+    let mut out = Vec::new();
+    for p in batch.parts().into_iter().flatten() {
+        let data = p.data().map(|d| d.bytes()).unwrap_or_default();
+        let part = BlobPart {
+            hash: hash(p.hash()),
+            kind: BlobKind::from_u8(p.kind()),
+            total_len: p.total_len(),
+            offset: p.offset(),
+            len: data.len() as u64,
+            data: Vec::new(),
+        };
+        if part.offset.checked_add(part.len).is_none_or(|e| e > part.total_len) {
+            return Err(ctx.corrupt(format!(
+                "blob {} part at {} + {} exceeds its length {}",
+                part.hash, part.offset, part.len, part.total_len
+            )));
+        }
+        out.push((part, data));
+    }
+    Ok(out)
+}
+
 /// Decode the index.
 pub fn decode_index(buf: &[u8], ctx: Ctx) -> Result<TraceIndex, TraceError> {
     let ix = verify::<fb::TraceIndex>(buf, ctx)?;

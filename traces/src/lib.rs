@@ -24,6 +24,7 @@ pub mod error;
 pub mod format;
 mod generated;
 pub mod hostview;
+pub mod mapped;
 pub mod model;
 pub mod protocol;
 pub mod reader;

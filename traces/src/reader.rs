@@ -253,7 +253,7 @@ impl ChunkIo {
 }
 
 /// Read and validate the file header; returns (major, minor, metadata, header length).
-fn read_header(src: &mut impl Read) -> Result<(u16, u16, TraceMeta, u64), TraceError> {
+pub(crate) fn read_header(src: &mut impl Read) -> Result<(u16, u16, TraceMeta, u64), TraceError> {
     let mut h = [0u8; FILE_HEADER_LEN];
     let n = read_full(src, &mut h, 0)?;
     if n < MAGIC.len() || h.get(..MAGIC.len()) != Some(&MAGIC[..]) {

@@ -45,6 +45,10 @@ pub struct WriterOptions {
     pub call_chunk_bytes: usize,
     /// Blob bytes per blob chunk (larger blobs are split).
     pub blob_chunk_bytes: usize,
+    /// Store blob chunks that hold no GPU code uncompressed (default false): a function file's
+    /// weights, read in place from a memory mapping at a cold start
+    /// ([`crate::mapped::read_mapped`]).
+    pub store_data_blobs: bool,
     /// Pending records are written at least this often.
     pub flush_interval: Duration,
     /// Compression threads (0: compress on the writer thread). Default: a quarter of the
@@ -71,6 +75,7 @@ impl Default for WriterOptions {
             queue_capacity: 16 * 1024,
             call_chunk_bytes: 1 << 20,
             blob_chunk_bytes: 4 << 20,
+            store_data_blobs: false,
             flush_interval: Duration::from_millis(200),
             compression_threads: default_compression_threads(),
             compression_nice: 19,
@@ -336,6 +341,9 @@ struct Done {
     framed: Vec<u8>,
 }
 
+/// The level of chunks stored uncompressed ([`WriterOptions::store_data_blobs`]).
+const STORE: i32 = i32::MIN;
+
 /// A compressor and the level it is set to.
 type Cctx = Option<(i32, zstd::bulk::Compressor<'static>)>;
 
@@ -368,6 +376,12 @@ fn compress(job: Job, cctx: &mut Cctx) {
         }
     };
     let raw = buf.get(head..).unwrap_or_default();
+    if job.level == STORE {
+        let mut framed = vec![0u8; CHUNK_HEADER_LEN];
+        framed.extend_from_slice(raw);
+        let _ = job.reply.send(Done { kind: job.kind, codec: CODEC_NONE, raw_len: raw.len() as u32, framed });
+        return;
+    }
     match cctx {
         Some((level, c)) if *level != job.level => {
             if c.set_compression_level(job.level).is_ok() {
@@ -600,6 +614,8 @@ impl<W: Write> WriterThread<W> {
         // GPU code is most of a trace's bytes and compresses far better at a higher level.
         let level = if parts.iter().any(|p| p.part.kind == BlobKind::CodeImage) {
             self.opts.zstd_level.max(self.opts.code_zstd_level)
+        } else if self.opts.store_data_blobs {
+            STORE
         } else {
             self.opts.zstd_level
         };

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::replay::{load_bytes, LoadedTrace};
+use crate::replay::{load_mapped, LoadedTrace};
 
 use super::Manifest;
 
@@ -69,9 +69,11 @@ pub fn open(path: &Path) -> Result<Function, FunctionError> {
     let io = |source| FunctionError::Io { path: name.clone(), source };
     let file = std::fs::File::open(path).map_err(io)?;
     // SAFETY: the file is only read; a file changed while it is read fails its chunk checks.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    // Populated at once (while the driver starts on another thread): the weights are then
+    // uploaded from memory that is already there.
+    let map = std::sync::Arc::new(unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(io)?);
     let (manifest, t_start) = header(&map, &name)?;
-    let trace = load_bytes(&name, &map[t_start..]).map_err(|e| FunctionError::Bad {
+    let trace = load_mapped(&name, map.clone(), t_start).map_err(|e| FunctionError::Bad {
         path: name.clone(),
         offset: t_start as u64,
         what: format!("its trace (from this byte) is not whole: {}", strip(&e.to_string(), &name)),

@@ -17,6 +17,9 @@ use super::{Function, Manifest, Port};
 use crate::replay::objects::SyncPoint;
 use crate::replay::{self, compat, exec, hot, lower, Device, LoadedTrace, Memory, Options, ReplayError, Report, State};
 
+/// Threads that load a function's code images at once.
+const PRELOAD_THREADS: usize = 8;
+
 /// Why a function cannot be invoked.
 #[derive(Debug, thiserror::Error)]
 pub enum InvokeError {
@@ -101,6 +104,9 @@ pub struct Invoker {
     outputs: Vec<Output>,
     refused: Option<String>,
     setup_s: f64,
+    /// The set-up's slowest functions: (name, calls, seconds).
+    profile: Vec<(String, u64, f64)>,
+    capture_s: f64,
 }
 
 impl Invoker {
@@ -123,10 +129,26 @@ impl Invoker {
         let mut report = Report::default();
         report.warnings.extend(st.mem.reserve_arena(trace.meta.arena_base, trace.meta.arena_size));
         let split = hot::split(&trace.calls);
+        // Code images load on several threads at once, ahead of the set-up's other records.
+        let t = std::time::Instant::now();
+        st.preloaded = crate::replay::preload::preload(device, &trace, &split.setup, PRELOAD_THREADS);
+        let preload_s = t.elapsed().as_secs_f64();
+        let mut spent: std::collections::HashMap<&'static str, (u64, f64)> = std::collections::HashMap::new();
         for &i in &split.setup {
-            exec::call(&mut st, &trace, &trace.calls[i], &mut report)?;
+            let t = std::time::Instant::now();
+            let r = &trace.calls[i];
+            exec::call(&mut st, &trace, r, &mut report)?;
+            let e = spent.entry(r.function.api().map_or("?", |f| f.name)).or_default();
+            e.0 += 1;
+            e.1 += t.elapsed().as_secs_f64();
         }
+        let t = std::time::Instant::now();
         st.synchronize()?;
+        spent.insert("(synchronize after the set-up)", (1, t.elapsed().as_secs_f64()));
+        spent.insert("(code images loaded ahead, in parallel)", (0, preload_s));
+        let mut profile: Vec<(String, u64, f64)> = spent.into_iter().map(|(k, (n, s))| (k.to_string(), n, s)).collect();
+        profile.sort_by(|a, b| b.2.total_cmp(&a.2));
+        profile.truncate(8);
         let mut inv = Invoker {
             graph: None,
             st,
@@ -138,7 +160,10 @@ impl Invoker {
             outputs: Vec::new(),
             refused: None,
             setup_s: 0.0,
+            profile,
+            capture_s: 0.0,
         };
+        let t = std::time::Instant::now();
         match lower::refusal(&inv.trace, &inv.body) {
             Some(why) => inv.refused = Some(why),
             None => match inv.capture() {
@@ -146,6 +171,7 @@ impl Invoker {
                 Err(why) => inv.refused = Some(why),
             },
         }
+        inv.capture_s = t.elapsed().as_secs_f64();
         inv.ports()?;
         inv.setup_s = t0.elapsed().as_secs_f64();
         Ok(inv)
@@ -277,6 +303,12 @@ impl Invoker {
     /// Seconds [`Invoker::prepare`] took.
     pub fn setup_s(&self) -> f64 {
         self.setup_s
+    }
+
+    /// Where the set-up's time went: its slowest functions (name, calls, seconds), and the
+    /// seconds the body's capture and instantiation took.
+    pub fn setup_profile(&self) -> (&[(String, u64, f64)], f64) {
+        (&self.profile, self.capture_s)
     }
 
     /// The manifest.

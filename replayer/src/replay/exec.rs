@@ -206,6 +206,19 @@ pub(crate) fn call(
                 check(r, seq, f.name)?;
             }
             // JIT options of cuModuleLoadDataEx are left out: they tune PTX compilation only.
+            "cuModuleLoadData" | "cuModuleLoadDataEx" | "cuModuleLoadFatBinary" | "cuLibraryLoadData"
+                if st.preloaded.contains_key(&seq) =>
+            {
+                match st.preloaded.remove(&seq) {
+                    Some(super::preload::Preloaded::Module(m)) => {
+                        st.modules.insert(c.out_word("module")?, m as sys::CUmodule);
+                    }
+                    Some(super::preload::Preloaded::Library(l)) => {
+                        st.libraries.insert(c.out_word("library")?, l as sys::CUlibrary);
+                    }
+                    None => {}
+                }
+            }
             "cuModuleLoadData" | "cuModuleLoadDataEx" | "cuModuleLoadFatBinary" | "cuModuleLoad" => {
                 // The image by the table's argument kind: in memory, or read from a file.
                 let image = match c.arg_of_kind(ArgKind::Image) {

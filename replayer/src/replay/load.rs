@@ -114,6 +114,27 @@ pub fn load_bytes(name: &str, bytes: &[u8]) -> Result<LoadedTrace, ReplayError> 
     read_from(reader, name, false, None, false, true)
 }
 
+/// A whole trace at `map[start..]` (a function file's), read at once: payloads checked and
+/// decoded in parallel, blobs stored uncompressed used in place
+/// ([`gpuless_traces::mapped::read_mapped`]). `name` names it in errors.
+pub fn load_mapped(name: &str, map: std::sync::Arc<memmap2::Mmap>, start: usize) -> Result<LoadedTrace, ReplayError> {
+    let t = gpuless_traces::mapped::read_mapped(map, start).map_err(|e| ReplayError::Trace(format!("{name}: {e}")))?;
+    for r in &t.calls {
+        for b in r.blob_refs() {
+            if t.blobs.get(&b.hash).is_none_or(|d| d.len() as u64 != b.len) {
+                return Err(ReplayError::Trace(format!(
+                    "{name}: call #{} {} refers to blob {} of {} bytes, which the trace does not hold",
+                    r.seq,
+                    r.function.name(),
+                    b.hash,
+                    b.len
+                )));
+            }
+        }
+    }
+    Ok(LoadedTrace { meta: t.meta, calls: t.calls, blobs: t.blobs, lost: None })
+}
+
 fn read(path: &Path, partial: bool, shared_min: Option<u64>, calls_only: bool) -> Result<LoadedTrace, ReplayError> {
     let shared = shared_min.and_then(|min| Shared::new(path, min));
     let reader = TraceReader::open(path, ReaderOptions { blob_data: !calls_only, check_blob_refs: false })

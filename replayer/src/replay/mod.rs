@@ -20,6 +20,7 @@ mod load;
 pub mod lower;
 mod memory;
 pub(crate) mod objects;
+pub(crate) mod preload;
 pub mod profile;
 pub mod query;
 mod side;
@@ -33,7 +34,7 @@ use std::time::Instant;
 use cudarc::driver::sys;
 use serde::Serialize;
 
-pub use load::{load, load_bytes, load_calls, load_partial, load_shared, LoadedTrace};
+pub use load::{load, load_bytes, load_calls, load_mapped, load_partial, load_shared, LoadedTrace};
 pub use memory::Memory;
 
 /// Errors of a replay. Verification mismatches are not errors: they are in the [`Report`].
@@ -275,6 +276,8 @@ pub(crate) struct State {
     pub relocations: HashMap<u64, Vec<(blockhash::Span, u64)>>,
     /// The last call executed (sequence number, function), for errors that surface later.
     pub last_call: Option<(u64, &'static str)>,
+    /// Code images loaded ahead ([`preload`]), by the sequence number of their load.
+    pub preloaded: HashMap<u64, preload::Preloaded>,
 }
 
 impl State {
@@ -295,6 +298,7 @@ impl State {
             stream_override: None,
             relocations: HashMap::new(),
             last_call: None,
+            preloaded: HashMap::new(),
         }
     }
 
