@@ -70,11 +70,17 @@ pub fn open(path: &Path) -> Result<Function, FunctionError> {
     let file = std::fs::File::open(path).map_err(io)?;
     // SAFETY: the file is only read; a file changed while it is read fails its chunk checks.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-    let (manifest, t_start) = header(&map, &name)?;
-    let trace = load_bytes(&name, &map[t_start..]).map_err(|e| FunctionError::Bad {
-        path: name.clone(),
+    open_bytes(&name, &map)
+}
+
+/// Reads a function file's bytes (a server's copy of a deployed function, say), checked as
+/// [`open`] checks a file; `label` names it in errors.
+pub fn open_bytes(label: &str, bytes: &[u8]) -> Result<Function, FunctionError> {
+    let (manifest, t_start) = header(bytes, label)?;
+    let trace = load_bytes(label, &bytes[t_start..]).map_err(|e| FunctionError::Bad {
+        path: label.to_string(),
         offset: t_start as u64,
-        what: format!("its trace (from this byte) is not whole: {}", strip(&e.to_string(), &name)),
+        what: format!("its trace (from this byte) is not whole: {}", strip(&e.to_string(), label)),
     })?;
     Ok(Function { manifest, trace })
 }
