@@ -78,6 +78,13 @@ fn print(path: &Path, m: &Manifest) {
         m.recordings_compared
     );
     println!("code       {} images kept, {} left out (none of their kernels runs)", m.images, m.images_left_out);
+    if m.host_words > 0 {
+        println!(
+            "host words {} kernel parameter words differ between the recordings but address nothing on the device \
+             (host pointers, padding): the first's are kept",
+            m.host_words
+        );
+    }
     for p in &m.inputs {
         println!("input      {} B to {:#x} ({} #{})", p.bytes, p.address, p.call, p.seq);
     }

@@ -40,6 +40,11 @@ pub(crate) struct Summary {
     pub(crate) first_result_s: f64,
     /// Seconds the set-up and the body's capture took (after the driver started).
     pub(crate) prepare_s: f64,
+    /// Seconds reading and checking the function file, and starting the driver (at once, on
+    /// two threads); `None` remotely (the server holds the file, its driver runs).
+    pub(crate) read_s: Option<f64>,
+    /// See `read_s`.
+    pub(crate) init_s: Option<f64>,
     /// The body runs as one CUDA graph.
     pub(crate) graph: bool,
     /// Why it does not, if it does not.
@@ -132,10 +137,13 @@ pub fn run(a: &InvokeArgs) -> anyhow::Result<ExitCode> {
     if let Some(t) = &a.remote {
         return crate::invoke_remote::run(a, t);
     }
-    let device = std::thread::spawn(init_device);
+    let t0 = Instant::now();
+    let device = std::thread::spawn(move || (init_device(), t0.elapsed().as_secs_f64()));
     let f = function::open(&a.function)?;
+    let read_s = t0.elapsed().as_secs_f64();
     let plan = if a.inputs.is_empty() { None } else { Some(plan_inputs(&f.manifest, &a.inputs)?) };
-    let device = device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))??;
+    let (device, init_s) = device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))?;
+    let device = device?;
     let mut inv = Invoker::prepare(device, f).with_context(|| a.function.display().to_string())?;
     let recorded = plan.is_none();
     if let Some(p) = &plan {
@@ -159,6 +167,8 @@ pub fn run(a: &InvokeArgs) -> anyhow::Result<ExitCode> {
         function: a.function.display().to_string(),
         first_result_s,
         prepare_s: inv.setup_s(),
+        read_s: Some(read_s),
+        init_s: Some(init_s),
         graph: inv.mode() == function::Mode::Graph,
         eager_because: inv.refused().map(str::to_string),
         iterations: a.iterations,
@@ -190,7 +200,17 @@ pub(crate) fn print(s: &Summary, recorded: bool) {
         Some(why) => format!("eagerly ({why})"),
     };
     println!("function     {} ({how})", s.function);
-    println!("first result {:.3} s from process start (set-up and capture {:.3} s)", s.first_result_s, s.prepare_s);
+    match (s.read_s, s.init_s) {
+        (Some(read), Some(init)) => println!(
+            "first result {:.3} s from process start (file read {read:.3} s and driver started {init:.3} s at once; \
+             set-up and capture {:.3} s)",
+            s.first_result_s, s.prepare_s
+        ),
+        _ => println!(
+            "first result {:.3} s from process start (set-up and capture on the server {:.3} s)",
+            s.first_result_s, s.prepare_s
+        ),
+    }
     if let (Some(med), Some(min)) = (s.hot_ms_median, s.hot_ms_min) {
         println!("hot          {med:.3} ms median, {min:.3} ms min over {} invocations", s.iterations);
     }

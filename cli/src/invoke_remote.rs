@@ -40,6 +40,8 @@ struct RemoteSummary {
     remote: bool,
     /// The session's id on the server.
     session: u64,
+    /// Seconds connecting and opening the session (to its `Welcome`).
+    session_s: f64,
     /// Bytes sent and received, frames and headers included.
     bytes_up: u64,
     bytes_down: u64,
@@ -80,6 +82,7 @@ pub fn run(a: &InvokeArgs, t: &Target) -> anyhow::Result<ExitCode> {
     check_name(&name).map_err(anyhow::Error::msg)?;
     let inputs = read_inputs(&a.inputs)?;
     let recorded = a.inputs.is_empty();
+    let t_open = Instant::now();
     let (mut conn, w, endpoint) = session::open(&session::SessionSpec {
         addr: &t.addr,
         token: t.token.as_deref(),
@@ -88,6 +91,7 @@ pub fn run(a: &InvokeArgs, t: &Target) -> anyhow::Result<ExitCode> {
         program: format!("invoke {name}"),
         ..session::SessionSpec::default()
     })?;
+    let session_s = t_open.elapsed().as_secs_f64();
     let what = || format!("invoking `{name}` on {endpoint}");
     let first = conn.invoke(&name, recorded, &inputs).with_context(what)?;
     let first_result_s = since_process_start();
@@ -112,6 +116,8 @@ pub fn run(a: &InvokeArgs, t: &Target) -> anyhow::Result<ExitCode> {
             function: name.clone(),
             first_result_s,
             prepare_s: first.prepare_us as f64 / 1e6,
+            read_s: None,
+            init_s: None,
             graph: first.graph,
             eager_because: None,
             iterations: a.iterations,
@@ -124,6 +130,7 @@ pub fn run(a: &InvokeArgs, t: &Target) -> anyhow::Result<ExitCode> {
         },
         remote: true,
         session: w.session,
+        session_s,
         bytes_up: conn.traffic.bytes_up,
         bytes_down: conn.traffic.bytes_down,
         run_ms_median: (!run.is_empty()).then(|| hot::median(&mut run)),

@@ -50,6 +50,12 @@ pub struct Manifest {
     /// See `images`.
     #[serde(default)]
     pub images_left_out: usize,
+    /// Kernel parameter words that differ between the recordings but are no device address in
+    /// the arena (host pointers, uninitialized padding of library structures). The first
+    /// recording's values are kept; `gpuless invoke --input` with the second recording's input
+    /// checks they do not matter.
+    #[serde(default)]
+    pub host_words: u64,
 }
 
 /// The records of `t` a function keeps (set-up then body, in trace order), and its manifest.
@@ -62,11 +68,11 @@ pub fn compile(t: &LoadedTrace, others: &[&LoadedTrace]) -> Result<(Vec<usize>, 
     // Set-up copies whose bytes differ between the recordings are inputs too (a model's input
     // is often uploaded before its first launch).
     let mut varying = std::collections::HashSet::new();
+    let mut host_words = 0;
     for (n, o) in others.iter().enumerate() {
         let so = hot::split(&o.calls);
-        if let Some(d) = differ(t, &split, o, &so) {
-            return Err(format!("recording {} differs from the first: {d}", n + 2));
-        }
+        host_words +=
+            differ(t, &split, o, &so).map_err(|d| format!("recording {} differs from the first: {d}", n + 2))?;
         for (&i, &j) in split.setup.iter().zip(&so.setup) {
             if blobs(&t.calls[i]) != blobs(&o.calls[j]) {
                 varying.insert(i);
@@ -110,6 +116,7 @@ pub fn compile(t: &LoadedTrace, others: &[&LoadedTrace]) -> Result<(Vec<usize>, 
         recordings_compared: 1 + others.len(),
         images: keep.iter().filter(|&&i| loads_code(&t.calls[i])).count(),
         images_left_out: pruned.images,
+        host_words,
     };
     Ok((keep, manifest))
 }
@@ -182,40 +189,70 @@ fn launched(r: &CallRecord) -> Option<u64> {
 /// The first way `b`'s body differs from `a`'s, other than the bytes it copies to the device;
 /// `None` when they are the same function.
 pub fn first_difference(a: &LoadedTrace, b: &LoadedTrace) -> Option<String> {
-    differ(a, &hot::split(&a.calls), b, &hot::split(&b.calls))
+    differ(a, &hot::split(&a.calls), b, &hot::split(&b.calls)).err()
 }
 
 /// [`first_difference`] of recordings already split.
-fn differ(a: &LoadedTrace, sa: &hot::Split, b: &LoadedTrace, sb: &hot::Split) -> Option<String> {
+/// `Err` with the first difference, or `Ok` with how many parameter words were taken for host
+/// pointers of each process.
+fn differ(a: &LoadedTrace, sa: &hot::Split, b: &LoadedTrace, sb: &hot::Split) -> Result<u64, String> {
     if sa.setup.len() != sb.setup.len() {
-        return Some(format!("its set-up has {} records, the first's {}", sb.setup.len(), sa.setup.len()));
+        return Err(format!("its set-up has {} records, the first's {}", sb.setup.len(), sa.setup.len()));
     }
     for (k, (&i, &j)) in sa.setup.iter().zip(&sb.setup).enumerate() {
         let (na, nb) = (a.calls[i].function.name(), b.calls[j].function.name());
         if na != nb {
-            return Some(format!("set-up record {k}: {nb} where the first calls {na}"));
+            return Err(format!("set-up record {k}: {nb} where the first calls {na}"));
         }
     }
     if sa.body.len() != sb.body.len() {
-        return Some(format!("its body has {} records, the first's {}", sb.body.len(), sa.body.len()));
+        return Err(format!("its body has {} records, the first's {}", sb.body.len(), sa.body.len()));
+    }
+    // Handles are a process's own values: the second recording's handle is the one its
+    // corresponding record created (records correspond in order, set-up then body).
+    let arena = (a.meta.arena_base, a.meta.arena_base.saturating_add(a.meta.arena_size));
+    let mut handles = Handles { arena, ..Handles::default() };
+    for (&i, &j) in sa.setup.iter().zip(&sb.setup) {
+        handles.created(&a.calls[i], &b.calls[j]);
     }
     for (k, (&i, &j)) in sa.body.iter().zip(&sb.body).enumerate() {
         let (ra, rb) = (&a.calls[i], &b.calls[j]);
         let (na, nb) = (ra.function.name(), rb.function.name());
         if na != nb {
-            return Some(format!("body record {k}: {nb} (seq {}) where the first calls {na} (seq {})", rb.seq, ra.seq));
+            return Err(format!("body record {k}: {nb} (seq {}) where the first calls {na} (seq {})", rb.seq, ra.seq));
         }
         let arg_names: Vec<&str> =
             ra.function.api().map(|f| f.args.iter().map(|a| a.name).collect()).unwrap_or_default();
         for (n, (va, vb)) in ra.args.iter().zip(&rb.args).enumerate() {
-            // The bytes copied to the device are the function's input.
-            if matches!((va, vb), (Value::Blob(x), Value::Blob(y)) if x.len == y.len) {
+            // The bytes copied to the device are the function's input; host buffers are the
+            // program's own (the function reads and writes buffers of its own).
+            if matches!((va, vb), (Value::Blob(x), Value::Blob(y)) if x.len == y.len)
+                || matches!((va, vb), (Value::HostPtr(_), Value::HostPtr(_)))
+                || handles.same(va, vb)
+            {
                 continue;
+            }
+            if let (Value::KernelParams(pa), Value::KernelParams(pb)) = (va, vb) {
+                if let Some((p, at, x, y)) = handles.param_difference(pa, pb) {
+                    return Err(format!(
+                        "body record {k} ({na}, seq {} / {}): kernel parameter {p} (byte {at}) is {y:#x} where the \
+                         first's is {x:#x} (another device address in the arena, or another count: the body depends on its input)",
+                        ra.seq, rb.seq
+                    ));
+                }
+            }
+            if let (Value::LaunchConfig(ca), Value::LaunchConfig(cb)) = (va, vb) {
+                if let Some(d) = config_difference(&handles, ca, cb) {
+                    return Err(format!(
+                        "body record {k} ({na}, seq {} / {}): launch configuration: {d}",
+                        ra.seq, rb.seq
+                    ));
+                }
             }
             if va != vb {
                 let arg = arg_names.get(n).copied().unwrap_or("?");
                 let show = |v: &Value| format!("{v:?}").chars().take(120).collect::<String>();
-                return Some(format!(
+                return Err(format!(
                     "body record {k} ({na}, seq {} / {}): argument `{arg}` is {} where the first's is {}",
                     ra.seq,
                     rb.seq,
@@ -224,11 +261,172 @@ fn differ(a: &LoadedTrace, sa: &hot::Split, b: &LoadedTrace, sb: &hot::Split) ->
                 ));
             }
         }
+        handles.created(ra, rb);
         if ra.args.len() != rb.args.len() {
-            return Some(format!(
+            return Err(format!(
                 "body record {k} ({na}): {} arguments recorded where the first has {}",
                 rb.args.len(),
                 ra.args.len()
+            ));
+        }
+    }
+    Ok(handles.host_words.get())
+}
+
+/// The correspondence of two recordings' process-specific values, learnt from the records
+/// that returned them: handles (the second's value → the first's; keyed by value alone, since
+/// the runtime launches a `CUkernel` as a `CUfunction`), and addresses outside the arena
+/// (module globals, mapped host memory), which a replay places anew anyway.
+#[derive(Default)]
+struct Handles {
+    handles: HashMap<u64, u64>,
+    /// (second's address, first's address) of each pointer returned differently.
+    addrs: Vec<(u64, u64)>,
+    /// The recorder's arena (start, end): addresses in it must be equal.
+    arena: (u64, u64),
+    /// Parameter words taken for host pointers of each process ([`Handles::host_words`]).
+    host_words: std::cell::Cell<u64>,
+}
+
+/// Parameter words below this are integers (counts, sizes, indices), never host pointers.
+const SMALL: u64 = 1 << 16;
+
+/// How far past a returned address a corresponding pointer may point.
+const REGION: u64 = 1 << 32;
+
+impl Handles {
+    /// Records `ra` and `rb` correspond: the handles and addresses they return correspond too.
+    fn created(&mut self, ra: &CallRecord, rb: &CallRecord) {
+        for (va, vb) in ra.results.iter().zip(&rb.results) {
+            match (va, vb) {
+                (Value::Handle(_, x), Value::Handle(_, y)) => {
+                    self.handles.insert(*y, *x);
+                }
+                (Value::DevPtr(x) | Value::HostPtr(x), Value::DevPtr(y) | Value::HostPtr(y)) if x != y => {
+                    self.addrs.push((*y, *x));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The first recording's value for handle `y` of the second.
+    fn first(&self, y: u64) -> u64 {
+        self.handles.get(&y).copied().unwrap_or(y)
+    }
+
+    /// Whether pointer `y` of the second recording points where `x` does in the first: at the
+    /// same offset from corresponding returned addresses.
+    fn same_addr(&self, x: u64, y: u64) -> bool {
+        x == y || self.addrs.iter().any(|&(b, a)| y >= b && y - b < REGION && x.checked_sub(a) == Some(y - b))
+    }
+
+    /// Whether differing parameter words `x` and `y` are a process's own host values: neither
+    /// is a device address in the arena (addresses there must be equal) or a small integer (a
+    /// count or size that the data decided). Libraries pass structures
+    /// with host pointers and uninitialized padding; the first recording's values are kept and
+    /// counted in the manifest.
+    fn host_words(&self, x: u64, y: u64) -> bool {
+        // Small integers are counts, sizes and indices: a difference there is the data's.
+        let host = |w: u64| w >= SMALL && !(self.arena.0..self.arena.1).contains(&w);
+        let ok = host(x) && host(y);
+        if ok {
+            self.host_words.set(self.host_words.get() + 1);
+        }
+        ok
+    }
+
+    /// Whether `va` (first recording) and `vb` (second) are the same but for corresponding
+    /// handles and addresses.
+    fn same(&self, va: &Value, vb: &Value) -> bool {
+        match (va, vb) {
+            (Value::Handle(ka, x), Value::Handle(kb, y)) => ka == kb && self.first(*y) == *x,
+            (Value::DevPtr(x), Value::DevPtr(y)) => self.same_addr(*x, *y),
+            (Value::LaunchConfig(ca), Value::LaunchConfig(cb)) => config_difference(self, ca, cb).is_none(),
+            (Value::KernelParams(pa), Value::KernelParams(pb)) => {
+                pa.layout == pb.layout && pa.bytes.len() == pb.bytes.len() && self.param_difference(pa, pb).is_none()
+            }
+            _ => false,
+        }
+    }
+
+    /// The first parameter word of `pb` that differs from `pa`'s other than as corresponding
+    /// addresses: (parameter index, offset, first's word, second's word).
+    fn param_difference(
+        &self,
+        pa: &gpuless_traces::KernelParams,
+        pb: &gpuless_traces::KernelParams,
+    ) -> Option<(usize, usize, u64, u64)> {
+        let slots: Vec<(u32, u32)> =
+            if pa.layout.is_empty() { vec![(0, pa.bytes.len() as u32)] } else { pa.layout.clone() };
+        let word = |b: &[u8], at: usize, n: usize| {
+            let mut w = [0u8; 8];
+            w[..n].copy_from_slice(&b[at..at + n]);
+            u64::from_le_bytes(w)
+        };
+        for (k, &(off, size)) in slots.iter().enumerate() {
+            let (off, end) = (off as usize, (off + size) as usize);
+            let mut at = off;
+            while at < end.min(pa.bytes.len()).min(pb.bytes.len()) {
+                let n = (end - at).min(8);
+                let (x, y) = (word(&pa.bytes, at, n), word(&pb.bytes, at, n));
+                if x != y && !((n == 8 && self.same_addr(x, y)) || self.host_words(x, y)) {
+                    return Some((k, at, x, y));
+                }
+                at += n;
+            }
+        }
+        None
+    }
+}
+
+/// Bytes of a `CUlaunchAttributeValue` that attribute `id` uses (the rest of the union is
+/// whatever the program's stack held); `None`: compare all.
+fn attr_len(id: u32) -> Option<usize> {
+    Some(match id {
+        // Access policy window: base, bytes, hit ratio, hit and miss properties.
+        1 => 28,
+        // Cooperative, synchronization policy, scheduling policy, programmatic serialization,
+        // priority, memory synchronization domain, shared-memory carve-out: one int.
+        2 | 3 | 5 | 6 | 8 | 10 | 14 => 4,
+        // Cluster dimension, preferred cluster dimension: three unsigned ints.
+        4 | 11 => 12,
+        // Programmatic event, launch completion event: event, flags (an event handle).
+        7 | 12 => 16,
+        // Memory synchronization domain map: two bytes.
+        9 => 2,
+        // Device-updatable kernel node: flag, node handle.
+        13 => 16,
+        _ => return None,
+    })
+}
+
+/// How launch configuration `cb` (second recording) differs from `ca` (first), but for
+/// corresponding streams and the bytes of each attribute its kind does not use.
+fn config_difference(
+    h: &Handles,
+    ca: &gpuless_traces::LaunchConfig,
+    cb: &gpuless_traces::LaunchConfig,
+) -> Option<String> {
+    if (ca.grid, ca.block, ca.shared_mem) != (cb.grid, cb.block, cb.shared_mem) {
+        return Some(format!(
+            "grid {:?}, block {:?}, shared memory {} where the first's are {:?}, {:?}, {}",
+            cb.grid, cb.block, cb.shared_mem, ca.grid, ca.block, ca.shared_mem
+        ));
+    }
+    if h.first(cb.stream) != ca.stream {
+        return Some(format!("stream {:#x} where the first's is {:#x}", cb.stream, ca.stream));
+    }
+    if ca.attrs.len() != cb.attrs.len() {
+        return Some(format!("{} attributes where the first has {}", cb.attrs.len(), ca.attrs.len()));
+    }
+    for (a, b) in ca.attrs.iter().zip(&cb.attrs) {
+        let n = attr_len(a.id).unwrap_or(usize::MAX);
+        let (va, vb) = (&a.value[..n.min(a.value.len())], &b.value[..n.min(b.value.len())]);
+        if a.id != b.id || va != vb {
+            return Some(format!(
+                "attribute {} is {:02x?} where the first's is attribute {} {:02x?}",
+                b.id, vb, a.id, va
             ));
         }
     }

@@ -11,17 +11,24 @@ use crate::replay::{load, LoadedTrace};
 
 /// A vector-add recording: inputs of `n` floats drawn with `seed`, uploaded before the launch.
 fn recording(dir: &std::path::Path, name: &str, seed: u64, n: u32) -> LoadedTrace {
+    recording_at(dir, name, seed, n, 0, 0x5600_0000)
+}
+
+/// [`recording`] in a process whose module and function handles are `shift` higher and whose
+/// result buffer is at `host` (each process has its own).
+fn recording_at(dir: &std::path::Path, name: &str, seed: u64, n: u32, shift: u64, host: u64) -> LoadedTrace {
     let path = dir.join(name);
     let w = TraceWriter::create(&path, &synthetic_meta(name), WriterOptions::default()).unwrap();
     let mut rng = Rng::new(seed);
     let mut r = Recorder::new(&w);
     let image = r.blob(BlobKind::CodeImage, b"not a real cubin, never loaded").unwrap();
-    r.call("cuModuleLoadData", vec![Value::Null, Value::Blob(image)], vec![Value::Handle(HandleKind::Module, 0x10)])
+    let (module, func) = (0x10 + shift, 0x20 + shift);
+    r.call("cuModuleLoadData", vec![Value::Null, Value::Blob(image)], vec![Value::Handle(HandleKind::Module, module)])
         .unwrap();
     r.call(
         "cuModuleGetFunction",
-        vec![Value::Null, Value::Handle(HandleKind::Module, 0x10), Value::Str("vecAdd".into())],
-        vec![Value::Handle(HandleKind::Function, 0x20)],
+        vec![Value::Null, Value::Handle(HandleKind::Module, module), Value::Str("vecAdd".into())],
+        vec![Value::Handle(HandleKind::Function, func)],
     )
     .unwrap();
     let bytes = u64::from(n) * 4;
@@ -39,12 +46,12 @@ fn recording(dir: &std::path::Path, name: &str, seed: u64, n: u32) -> LoadedTrac
     }
     p.extend_from_slice(&n.to_le_bytes());
     let params = Value::KernelParams(KernelParams { bytes: p, layout: vec![(0, 8), (8, 8), (16, 8), (24, 4)] });
-    let f = Value::Handle(HandleKind::Function, 0x20);
+    let f = Value::Handle(HandleKind::Function, func);
     r.call("cuLaunchKernel", launch_args(f, u64::from(n.div_ceil(256)), 256, 0, params), vec![]).unwrap();
     let out = rng.tensor_bytes(bytes as usize);
     r.call(
         "cuMemcpyDtoH_v2",
-        vec![Value::HostPtr(0x5600_0000), Value::DevPtr(ptrs[2]), Value::Size(bytes)],
+        vec![Value::HostPtr(host), Value::DevPtr(ptrs[2]), Value::Size(bytes)],
         vec![Value::Digest(BlobRef { hash: Hash128::of(&out), len: bytes })],
     )
     .unwrap();
@@ -68,6 +75,46 @@ fn inputs_uploaded_before_the_first_launch_are_found_by_comparing_recordings() {
     assert_eq!(inputs, [(0x7e00_0000_0000, 4000), (0x7e00_0020_0000, 4000)]);
     assert_eq!(m.recordings_compared, 2);
     assert_eq!(keep.len(), m.setup_records + m.body_records);
+}
+
+/// Two processes hand out other handles and host buffers: the bodies are still the same
+/// function; a launch of another kernel is not.
+#[test]
+fn handles_and_host_buffers_of_another_process_correspond() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = recording(dir.path(), "a.gl", 1, 1000);
+    let b = recording_at(dir.path(), "b.gl", 2, 1000, 0x1000, 0x7777_0000);
+    let (_, m) = compile(&a, &[&b]).unwrap();
+    assert_eq!(m.inputs.len(), 2);
+    // The launch names a function no record of the second recording created in that place.
+    let mut c = recording_at(dir.path(), "c.gl", 2, 1000, 0x1000, 0x7777_0000);
+    let launch = c.calls.iter_mut().find(|r| r.function.name() == "cuLaunchKernel").unwrap();
+    launch.args[0] = Value::Handle(HandleKind::Function, 0x999);
+    let e = compile(&a, &[&c]).unwrap_err();
+    assert!(e.contains("argument `f`"), "{e}");
+    // A parameter word outside the arena (a host pointer) is the process's own: kept, counted.
+    let mut d = recording_at(dir.path(), "d.gl", 2, 1000, 0x1000, 0x7777_0000);
+    let at = params_of(&mut d);
+    at.bytes[24..28].copy_from_slice(&0x1047_f560u32.to_le_bytes());
+    let mut a2 = recording(dir.path(), "a2.gl", 1, 1000);
+    params_of(&mut a2).bytes[24..28].copy_from_slice(&0x428c_9280u32.to_le_bytes());
+    let (_, m) = compile(&a2, &[&d]).unwrap();
+    assert_eq!(m.host_words, 1);
+    // A small integer that differs (a count) is the data's.
+    params_of(&mut d).bytes[24..28].copy_from_slice(&999u32.to_le_bytes());
+    let e = compile(&a2, &[&d]).unwrap_err();
+    assert!(e.contains("kernel parameter 3 (byte 24) is 0x3e7"), "{e}");
+    // A pointer into the arena that differs: the body uses other memory.
+    let mut e2 = recording_at(dir.path(), "e.gl", 2, 1000, 0x1000, 0x7777_0000);
+    params_of(&mut e2).bytes[0..8].copy_from_slice(&0x7e00_0060_0000u64.to_le_bytes());
+    let e = compile(&a, &[&e2]).unwrap_err();
+    assert!(e.contains("kernel parameter 0 (byte 0) is 0x7e0000600000"), "{e}");
+}
+
+/// The launch's parameters in `t`.
+fn params_of(t: &mut LoadedTrace) -> &mut KernelParams {
+    let launch = t.calls.iter_mut().find(|r| r.function.name() == "cuLaunchKernel").unwrap();
+    launch.args.iter_mut().find_map(|v| if let Value::KernelParams(p) = v { Some(p) } else { None }).unwrap()
 }
 
 #[test]
