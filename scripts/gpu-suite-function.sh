@@ -22,7 +22,13 @@
 #      (`resnet50_fn.py graph N`), two interleaved pairs (ABBA): median ratio <= 1.0; against
 #      PyTorch eager (informational);
 #   g. bad input, refused with exit code 2 and the problem named, nothing run: an input of the
-#      wrong size, the function file cut in half, one byte of it flipped, sm_100 code.
+#      wrong size, the function file cut in half, one byte of it flipped, sm_100 code;
+#   h. remote (`gpuless deploy`, `gpuless invoke --remote`): a `gpuless serve` on this GPU (its
+#      cache in a temporary directory), resnet50.gfn deployed; 3 cold invocations, each a new
+#      process and session (median first result <= 0.3 s, as local cold); hot with N iterations
+#      against step f's local hot invocations (median ratio <= 1.10); seed 3's input, the output
+#      byte for byte step e's local one; a wrong input size refused by the server (exit 2, names
+#      602112).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 usage="usage: gpu-suite-function.sh BIN_DIR WORKLOADS_DIR OUT_DIR"
@@ -391,4 +397,129 @@ else
   refused sm100 "$label" "" sm_100
 fi
 
+# ---- h. remote ----------------------------------------------------------------------------
 # remote rows: added with deploy
+label_deploy="function remote: gpuless deploy resnet50.gfn to a gpuless serve on this GPU"
+label_rcold="function remote: invoke --remote cold, ResNet-50 (<= 0.3 s to result)"
+label_rhot="function remote: invoke --remote hot vs local invoke hot (<= 1.10x)"
+label_rnew="function remote: invoke --remote with seed 3's input, output identical to local invoke's"
+label_rbad="function remote: --input of 1000 bytes refused by the server (exit 2, names 602112)"
+if [[ $have_gfn == yes ]]; then
+  fncache=$(mktemp -d)
+  rm -f "$out"/remote-*.json "$out"/remote-*.err "$out/y3.remote.bin" "$out/serve.addr"
+  say "remote: starting gpuless serve"
+  GPULESS_LOG=info "$gl" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$fncache" --pool whole=2 \
+    >"$out/serve.addr" 2>"$out/serve.log" &
+  serve_pid=$!
+  stop_server() {
+    [[ -n ${serve_pid:-} ]] || return 0
+    kill -TERM "$serve_pid" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$serve_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$serve_pid" 2>/dev/null
+    wait "$serve_pid" 2>/dev/null
+    serve_pid=""
+    rm -rf "$fncache"
+  }
+  trap stop_server EXIT
+  for _ in $(seq 100); do grep -q listening "$out/serve.addr" 2>/dev/null && break; sleep 0.1; done
+  tcp=$(grep -o 'tcp=[^ ]*' "$out/serve.addr" | cut -d= -f2)
+  metrics=$(grep -o 'metrics=[^ ]*' "$out/serve.addr" | cut -d= -f2)
+  # Each session takes a warm executor (its CUDA context made); the pool refills behind it.
+  wait_warm() {
+    for _ in $(seq 150); do
+      curl -s "http://$metrics/metrics" 2>/dev/null | grep -q 'gpuless_executors{kind="warm"} [1-9]' && break
+      sleep 0.2
+    done
+  }
+  wait_warm
+  say "remote: deploy to $tcp"
+  bounded "$gl" deploy "$gfn" --remote "$tcp" --name resnet50 >"$out/remote-deploy.out" 2>"$out/remote-deploy.err"
+  drc=$?
+  entry=$fncache/disk/functions/resnet50
+  if [[ $drc == 0 && -f $entry ]]; then
+    row "$label_deploy" PASS "$(grep -E '^(file|signature)' "$out/remote-deploy.out" | tr '\n' ' ' | tr -s ' '); registry: $(cat "$entry")"
+  else
+    row "$label_deploy" FAIL "rc=$drc, registry entry $([[ -f $entry ]] && echo present || echo missing); $(tail_of "$out/remote-deploy.err" 3)"
+  fi
+  for i in 1 2 3; do
+    say "remote: invoke cold $i"
+    wait_warm
+    bounded "$gl" invoke resnet50 --remote "$tcp" --json >"$out/remote-cold-$i.json" 2>"$out/remote-cold-$i.err"
+    echo $? >"$out/remote-cold-$i.rc"
+  done
+  say "remote: invoke hot ($iters iterations)"
+  wait_warm
+  bounded "$gl" invoke resnet50 --remote "$tcp" --iterations "$iters" --json >"$out/remote-hot.json" 2>"$out/remote-hot.err"
+  echo $? >"$out/remote-hot.rc"
+  res=$(python3 - "$out" <<'PY' 2>&1 | tail -n 2
+import json, os, statistics, sys
+d = sys.argv[1]
+def lastjson(p):
+    try:
+        return json.loads([l for l in open(p).read().splitlines() if l.strip().startswith("{")][-1])
+    except Exception:
+        return None
+def rc(p):
+    return open(p).read().strip() if os.path.exists(p) else "?"
+runs = [(rc(f"{d}/remote-cold-{i}.rc"), lastjson(f"{d}/remote-cold-{i}.json")) for i in (1, 2, 3)]
+good = [j for r, j in runs if r == "0" and j and j.get("remote") and j.get("first_result_s") is not None]
+local = [j["first_result_s"] for j in (lastjson(f"{d}/cold-{i}.json") for i in (1, 2, 3)) if j and j.get("first_result_s")]
+med = statistics.median(j["first_result_s"] for j in good) if good else None
+ok = len(good) == 3 and all(j.get("mismatches") == 0 and (j.get("verified") or 0) >= 1 for j in good) and med <= 0.3
+figs = ", ".join(f"{j['first_result_s']:.3f}" if r == "0" and j else f"rc={r}" for r, j in runs)
+lm = statistics.median(local) if local else None
+cmp = f"local invoke cold median {lm:.3f} s (x{med / lm:.3f})" if lm and med else "no local cold figure"
+extra = "".join(f"server prepare {j.get('prepare_s')} s, graph {j.get('graph')}, {j.get('bytes_up')} B up, "
+                f"{j.get('bytes_down')} B down; " for j in good[:1])
+print(("PASS" if ok else "FAIL") + f"|first result {figs} s (median {med if med is None else round(med, 3)}); {extra}"
+      f"verified {[j.get('verified') for j in good]}, mismatches {[j.get('mismatches') for j in good]}; {cmp}")
+h = lastjson(f"{d}/remote-hot.json")
+lh = [j["hot_ms_median"] for j in (lastjson(f"{d}/hot-{i}.json") for i in (1, 2)) if j and j.get("hot_ms_median")]
+if rc(f"{d}/remote-hot.rc") != "0" or not h or not h.get("hot_ms_median") or not lh:
+    print(f"FAIL|remote rc={rc(f'{d}/remote-hot.rc')}, local hot figures {lh}: incomplete")
+else:
+    r = h["hot_ms_median"] / statistics.median(lh)
+    ok = r <= 1.10 and h.get("mismatches") == 0
+    print(("PASS" if ok else "FAIL") + f"|remote {h['hot_ms_median']:.3f} ms median (min {h.get('hot_ms_min')}, on the server "
+          f"{h.get('run_ms_median')} ms, graph {h.get('graph')}, {h.get('iterations')} iterations, mismatches "
+          f"{h.get('mismatches')}, {h.get('bytes_up')} B up) / local {statistics.median(lh):.3f} ms = x{r:.3f}")
+PY
+  )
+  cold_res=$(head -n 1 <<<"$res")
+  hot_res=$(tail -n 1 <<<"$res")
+  [[ $cold_res == *"|"* ]] || cold_res="FAIL|$cold_res"
+  [[ $hot_res == *"|"* ]] || hot_res="FAIL|$hot_res"
+  [[ $cold_res == PASS* ]] || cold_res="$cold_res; $(tail_of "$out/remote-cold-1.err")"
+  [[ $hot_res == PASS* ]] || hot_res="$hot_res; $(tail_of "$out/remote-hot.err")"
+  row "$label_rcold" "${cold_res%%|*}" "${cold_res#*|}"
+  row "$label_rhot" "${hot_res%%|*}" "${hot_res#*|}"
+
+  if [[ -f $out/native/x3.bin ]]; then
+    say "remote: invoke with seed 3's input"
+    bounded "$gl" invoke resnet50 --remote "$tcp" --input "$out/native/x3.bin" --output "$out/y3.remote.bin" --json \
+      >"$out/remote-new.json" 2>"$out/remote-new.err"
+    nrc=$?
+    if [[ $nrc == 0 && -f $out/y3.remote.bin && -f $out/y3.gfn.bin ]] && cmp -s "$out/y3.remote.bin" "$out/y3.gfn.bin"; then
+      same_native=no
+      cmp -s "$out/y3.remote.bin" "$out/native/y3.bin" && same_native=yes
+      row "$label_rnew" PASS "rc=0; $(stat -c %s "$out/y3.remote.bin") bytes identical to local invoke's; identical to native's: $same_native"
+    else
+      row "$label_rnew" FAIL "rc=$nrc; remote output $([[ -f $out/y3.remote.bin ]] && stat -c %s "$out/y3.remote.bin" || echo missing), local $([[ -f $out/y3.gfn.bin ]] && stat -c %s "$out/y3.gfn.bin" || echo missing) bytes, not identical; $(tail_of "$out/remote-new.err")"
+    fi
+  else
+    row "$label_rnew" FAIL "no seed 3 input (see the native row)"
+  fi
+
+  say "remote: wrong input size"
+  head -c 1000 /dev/zero >"$out/bad-1000.bin"
+  bounded "$gl" invoke resnet50 --remote "$tcp" --input "$out/bad-1000.bin" --json >"$out/remote-bad.out" 2>"$out/remote-bad.err"
+  rc=$?
+  refused remote-bad "$label_rbad" "" 602112 "nothing was run"
+  calls=$(curl -s "http://$metrics/metrics" 2>/dev/null | grep '^gpuless_function_invocations_total' | tr '\n' ' ')
+  row "function remote: invocations counted by the server (informational)" INFO "${calls:-none}"
+  stop_server
+else
+  for l in "$label_deploy" "$label_rcold" "$label_rhot" "$label_rnew" "$label_rbad"; do
+    row "$l" FAIL "no function file (see the compile row)"
+  done
+fi

@@ -20,7 +20,8 @@
 #   Functions (issue 20, scripts/gpu-suite-function.sh, after section 4's replays): ResNet-50
 #      (testdata/workloads/resnet50_fn.py) recorded with two inputs and compiled; `gpuless invoke`
 #      cold, with a new input, hot against PyTorch's own CUDA-graph replay; damaged function
-#      files, a wrong input size and sm_100 code refused.
+#      files, a wrong input size and sm_100 code refused; deployed to a `gpuless serve` and
+#      invoked remotely (`invoke --remote` cold, hot against local, output as local's).
 #   Client mode (issue 19, scripts/gpu-suite-client.sh): driver-API programs through `gpuless run
 #   --remote` with the driver hidden in a mount namespace.
 #   Server (issue 18, scripts/gpu-suite-server.sh, after section 4's replays; leave it out with

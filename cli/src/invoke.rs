@@ -1,7 +1,8 @@
 //! `gpuless invoke`: runs a function file (`gpuless compile`) without its program — no Python,
 //! no PyTorch — on this machine's GPU (`gpuless_replayer::function::Invoker`). The inputs are
 //! checked against the signature before anything runs; the driver starts on a thread while the
-//! file is read.
+//! file is read. With `--remote`, a function deployed on a `gpuless serve` runs there instead
+//! ([`crate::invoke_remote`]).
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -27,38 +28,43 @@ pub struct InvokeArgs {
     pub iterations: u32,
     /// One JSON line instead of text.
     pub json: bool,
+    /// Invoke the function deployed under the name `function` on this server instead.
+    pub remote: Option<crate::invoke_remote::Target>,
 }
 
 /// What one `gpuless invoke` did (`--json`).
 #[derive(Debug, Serialize)]
-struct Summary {
-    function: String,
+pub(crate) struct Summary {
+    pub(crate) function: String,
     /// Seconds from process start to the first invocation's outputs.
-    first_result_s: f64,
+    pub(crate) first_result_s: f64,
     /// Seconds the set-up and the body's capture took (after the driver started).
-    prepare_s: f64,
+    pub(crate) prepare_s: f64,
     /// Seconds reading and checking the function file, and starting the driver (at once, on
-    /// two threads).
-    read_s: f64,
+    /// two threads); `None` remotely (the server holds the file, its driver runs).
+    pub(crate) read_s: Option<f64>,
     /// See `read_s`.
-    init_s: f64,
-    /// The set-up's slowest functions (name, calls, seconds) and the body's capture seconds.
-    setup_top: Vec<(String, u64, f64)>,
-    capture_s: f64,
+    pub(crate) init_s: Option<f64>,
+    /// The set-up's slowest functions (name, calls, seconds) and the body's capture seconds
+    /// (local only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) setup_top: Vec<(String, u64, f64)>,
+    pub(crate) capture_s: Option<f64>,
     /// The body runs as one CUDA graph.
-    graph: bool,
+    pub(crate) graph: bool,
     /// Why it does not, if it does not.
     #[serde(skip_serializing_if = "Option::is_none")]
-    eager_because: Option<String>,
-    iterations: u32,
+    pub(crate) eager_because: Option<String>,
+    pub(crate) iterations: u32,
     /// Wall-clock milliseconds per timed invocation (inputs written, launch, outputs ready).
-    hot_ms_median: Option<f64>,
-    hot_ms_min: Option<f64>,
-    outputs: usize,
-    output_bytes: u64,
+    pub(crate) hot_ms_median: Option<f64>,
+    pub(crate) hot_ms_min: Option<f64>,
+    /// Outputs of the signature (`None`: not known, remotely).
+    pub(crate) outputs: Option<usize>,
+    pub(crate) output_bytes: u64,
     /// Outputs compared with the recording (recorded inputs only) and equal; those that differ.
-    verified: u64,
-    mismatches: usize,
+    pub(crate) verified: u64,
+    pub(crate) mismatches: usize,
 }
 
 /// Checks the input files against `m`'s inputs: (file, offset in it, bytes) per input.
@@ -133,6 +139,9 @@ fn write_outputs(inv: &Invoker, path: &Path) -> anyhow::Result<u64> {
 
 /// `gpuless invoke FUNCTION`: exit 0, or 3 when an output differs from the recording.
 pub fn run(a: &InvokeArgs) -> anyhow::Result<ExitCode> {
+    if let Some(t) = &a.remote {
+        return crate::invoke_remote::run(a, t);
+    }
     let t0 = Instant::now();
     let device = std::thread::spawn(move || (init_device(), t0.elapsed().as_secs_f64()));
     let f = function::open(&a.function)?;
@@ -163,16 +172,16 @@ pub fn run(a: &InvokeArgs) -> anyhow::Result<ExitCode> {
         function: a.function.display().to_string(),
         first_result_s,
         prepare_s: inv.setup_s(),
-        read_s,
-        init_s,
+        read_s: Some(read_s),
+        init_s: Some(init_s),
         setup_top: inv.setup_profile().0.to_vec(),
-        capture_s: inv.setup_profile().1,
+        capture_s: Some(inv.setup_profile().1),
         graph: inv.mode() == function::Mode::Graph,
         eager_because: inv.refused().map(str::to_string),
         iterations: a.iterations,
         hot_ms_median: (!wall.is_empty()).then(|| hot::median(&mut wall)),
         hot_ms_min: min,
-        outputs: inv.manifest().outputs.len(),
+        outputs: Some(inv.manifest().outputs.len()),
         output_bytes,
         verified,
         mismatches: mismatches.len(),
@@ -191,21 +200,31 @@ pub fn run(a: &InvokeArgs) -> anyhow::Result<ExitCode> {
     Ok(if s.mismatches > 0 { ExitCode::from(3) } else { ExitCode::SUCCESS })
 }
 
-fn print(s: &Summary, recorded: bool) {
+/// Prints `s` in words; `recorded`: the recorded inputs ran (their outputs were verified).
+pub(crate) fn print(s: &Summary, recorded: bool) {
     let how = match &s.eager_because {
         None => "as one CUDA graph".to_string(),
         Some(why) => format!("eagerly ({why})"),
     };
     println!("function     {} ({how})", s.function);
-    println!(
-        "first result {:.3} s from process start (file read {:.3} s and driver started {:.3} s at once; set-up and \
-         capture {:.3} s)",
-        s.first_result_s, s.read_s, s.init_s, s.prepare_s
-    );
+    match (s.read_s, s.init_s) {
+        (Some(read), Some(init)) => println!(
+            "first result {:.3} s from process start (file read {read:.3} s and driver started {init:.3} s at once; \
+             set-up and capture {:.3} s)",
+            s.first_result_s, s.prepare_s
+        ),
+        _ => println!(
+            "first result {:.3} s from process start (set-up and capture on the server {:.3} s)",
+            s.first_result_s, s.prepare_s
+        ),
+    }
     if let (Some(med), Some(min)) = (s.hot_ms_median, s.hot_ms_min) {
         println!("hot          {med:.3} ms median, {min:.3} ms min over {} invocations", s.iterations);
     }
-    println!("outputs      {} ({} bytes)", s.outputs, s.output_bytes);
+    match s.outputs {
+        Some(n) => println!("outputs      {n} ({} bytes)", s.output_bytes),
+        None => println!("outputs      {} bytes", s.output_bytes),
+    }
     if recorded {
         println!("verified     {} outputs equal to the recording, {} differ", s.verified, s.mismatches);
     }

@@ -16,10 +16,12 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod analyze_binary;
 mod analyze_trace;
 mod compile;
+mod deploy;
 mod devices;
 mod driver_check;
 mod dump;
 mod invoke;
+mod invoke_remote;
 mod partition;
 mod progress;
 mod record;
@@ -27,6 +29,7 @@ mod remote;
 mod replay;
 mod run;
 mod serve;
+mod session;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -246,8 +249,10 @@ enum Command {
     /// body as one CUDA graph, the outputs back. Without --input the recorded inputs run and
     /// the outputs are compared with the recording (exit code 3 if they differ). Exit code 2:
     /// a damaged function file, code for another GPU, inputs of the wrong size (nothing runs).
+    /// With --remote ADDR: the function deployed under the name FUNCTION (`gpuless deploy`)
+    /// runs on that `gpuless serve`; exit code 2 also for the server's refusals and errors.
     Invoke {
-        /// The function file (`gpuless compile`).
+        /// The function file (`gpuless compile`), or with --remote the name it was deployed under.
         function: PathBuf,
         /// Input bytes: one file per input in order, or one file holding them all back to back.
         #[arg(short, long = "input", value_name = "FILE")]
@@ -261,6 +266,41 @@ enum Command {
         /// Print one JSON line.
         #[arg(long)]
         json: bool,
+        /// Invoke on the `gpuless serve` at ADDR (`HOST:PORT`, `tls://HOST:PORT` or `unix:PATH`)
+        /// the function deployed there under the name FUNCTION.
+        #[arg(long, value_name = "ADDR")]
+        remote: Option<String>,
+        /// With --remote: the server's token (default: $GPULESS_TOKEN).
+        #[arg(long, requires = "remote")]
+        token: Option<String>,
+        /// With --remote: the partition to ask for, a MIG profile (`3g.71gb`), `sms:N` or `whole`.
+        #[arg(long, value_name = "PROFILE", requires = "remote")]
+        mig: Option<String>,
+        /// With --remote tls://HOST:PORT: PEM file of the CA certificates that may sign the
+        /// server's certificate (default: $GPULESS_TLS_CA).
+        #[arg(long, value_name = "FILE", requires = "remote")]
+        tls_ca: Option<PathBuf>,
+    },
+    /// Register a function file (`gpuless compile`) on a `gpuless serve` under a name, for
+    /// `gpuless invoke NAME --remote ADDR`. The file is checked here and again by the server;
+    /// its bytes travel only when the server's cache lacks them. A later deploy of the same name
+    /// replaces it. Exit code 2: a bad name or file, the server's refusal.
+    Deploy {
+        /// The function file.
+        function: PathBuf,
+        /// The server: `HOST:PORT`, `tls://HOST:PORT` or `unix:PATH`.
+        #[arg(long, value_name = "ADDR")]
+        remote: String,
+        /// The name to invoke it by: 1 to 64 of the characters A-Z a-z 0-9 . _ -.
+        #[arg(long)]
+        name: String,
+        /// The server's token (default: $GPULESS_TOKEN).
+        #[arg(long)]
+        token: Option<String>,
+        /// With a tls://HOST:PORT server: PEM file of the CA certificates that may sign its
+        /// certificate (default: $GPULESS_TLS_CA).
+        #[arg(long, value_name = "FILE")]
+        tls_ca: Option<PathBuf>,
     },
     /// Print a trace's records, one line each: index (position in the file), seq, thread,
     /// time, duration, the call with its arguments decoded by the API table (handles as
@@ -392,8 +432,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Some(f) => compile::show(&f).map(|()| ExitCode::SUCCESS),
             None => compile::run(&traces, &output).map(|()| ExitCode::SUCCESS),
         },
-        Command::Invoke { function, inputs, output, iterations, json } => {
-            invoke::run(&invoke::InvokeArgs { function, inputs, output, iterations, json })
+        Command::Invoke { function, inputs, output, iterations, json, remote, token, mig, tls_ca } => {
+            let remote = remote.map(|addr| invoke_remote::Target { addr, token, tls_ca, partition: mig });
+            invoke::run(&invoke::InvokeArgs { function, inputs, output, iterations, json, remote })
+        }
+        Command::Deploy { function, remote, name, token, tls_ca } => {
+            deploy::run(&deploy::DeployArgs { function, addr: remote, name, token, tls_ca })
         }
         Command::Dump { trace, from, to, thread, json } => {
             dump::run(&trace, &dump::DumpOptions { from, to, thread, json }).map(|()| ExitCode::SUCCESS)

@@ -8,16 +8,18 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 use gpuless_analyzer::api::{ApiLevel, SyncClass};
 use gpuless_analyzer::sync::{Policy, SyncAnalyzer};
 use gpuless_replayer::replay::{hot, load, load_calls, load_shared, since_process_start, LoadedTrace};
 use gpuless_traces::analysis::call_event;
-use gpuless_traces::protocol::{self, Connection, Endpoint, Hello, PartitionRequest, Priority, Traffic};
+use gpuless_traces::protocol::{self, Connection, Endpoint, Traffic};
 use gpuless_traces::{BlobBytes, CallRecord, Hash128, Value};
 use serde::Serialize;
+
+use crate::session;
 
 /// What `gpuless replay --remote` was asked for.
 #[derive(Debug, Clone, Default)]
@@ -192,10 +194,6 @@ struct Client<'t> {
     shm: bool,
 }
 
-/// Bytes of missing blobs from which they travel through shared memory (below, the socket
-/// costs less than making a memfd and waiting for the server to take it).
-const SHM_MIN: usize = 1 << 20;
-
 /// Blobs from this size are loaded into shared memory when the server is on this host.
 const SHARED_BLOB_MIN: u64 = 64 << 10;
 
@@ -305,26 +303,8 @@ impl Client<'_> {
         for h in &lacking {
             missing.push((*h, all.get(h).with_context(|| format!("blob {h} is not in the trace"))?));
         }
-        if !self.shm {
-            for (h, bytes) in missing {
-                self.conn.send_blob(h, bytes)?;
-            }
-            return Ok(());
-        }
-        // Same host: blobs already in the trace's shared arena go as its descriptor (no copy);
-        // the others through a new memfd when they are many bytes, else through the socket.
-        let (in_arena, rest): (Vec<_>, Vec<_>) = missing.into_iter().partition(|(_, b)| b.memfd().is_some());
-        if !in_arena.is_empty() {
-            self.conn.send_blobs_shm(&in_arena)?;
-        }
-        if rest.iter().map(|(_, b)| b.len()).sum::<usize>() >= SHM_MIN {
-            self.conn.send_blobs_shm(&rest)?;
-        } else {
-            for (h, bytes) in rest {
-                self.conn.send_blob(h, bytes)?;
-            }
-        }
-        Ok(())
+        // Same host: blobs already in the trace's shared arena go as its descriptor (no copy).
+        session::send_blobs(&mut self.conn, missing, self.shm)
     }
 
     fn take(&mut self, a: protocol::Answer) {
@@ -415,29 +395,17 @@ pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
     let blobs = Blobs::start(path, same_host);
     let trace = load_calls(path)?;
     let load_s = t_load.elapsed().as_secs_f64();
-    let mut endpoint = Endpoint::parse(&args.addr);
-    match (&mut endpoint, &args.tls_ca) {
-        (Endpoint::Tls { ca, .. }, Some(file)) => *ca = Some(file.clone()),
-        (_, None) => {}
-        (_, Some(_)) => bail!("--tls-ca applies to TLS servers: give the address as tls://HOST:PORT"),
-    }
-    let mut conn = protocol::connect(&endpoint, Duration::from_secs(10))
-        .with_context(|| format!("connecting to the gpuless server at {endpoint}"))?;
-    conn.set_timeout(Some(Duration::from_secs(600)))?;
-    let token = args.token.clone().or_else(|| std::env::var("GPULESS_TOKEN").ok()).unwrap_or_default();
-    let hello = Hello {
-        protocol: protocol::PROTOCOL_VERSION,
-        tool: format!("gpuless {}", env!("CARGO_PKG_VERSION")),
-        token,
-        partition: PartitionRequest::parse(args.partition.as_deref().unwrap_or("whole")),
-        priority: if args.best_effort { Priority::BestEffort } else { Priority::LatencyCritical },
-        arena_base: trace.meta.arena_base,
-        arena_size: trace.meta.arena_size,
+    let start = Instant::now();
+    let (conn, w, _) = session::open(&session::SessionSpec {
+        addr: &args.addr,
+        token: args.token.as_deref(),
+        tls_ca: args.tls_ca.as_deref(),
+        partition: args.partition.as_deref(),
+        best_effort: args.best_effort,
+        arena: (trace.meta.arena_base, trace.meta.arena_size),
         recorded_sm: trace.meta.sm,
         program: format!("replay {}", path.display()),
-    };
-    let start = Instant::now();
-    let w = conn.handshake(&hello).with_context(|| format!("opening a session on {endpoint}"))?;
+    })?;
     if w.device.sm() != 0 && trace.meta.sm != 0 && w.device.sm() != trace.meta.sm {
         eprintln!(
             "gpuless: note: the server's GPU is sm_{}, the trace was recorded on sm_{}",
@@ -446,7 +414,7 @@ pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let by_seq = trace.calls.iter().enumerate().map(|(i, c)| (c.seq, i)).collect();
-    let conn_shm = conn.can_share_memory() && std::env::var("GPULESS_SHM").map_or(true, |v| v != "0");
+    let conn_shm = session::can_share_memory(&conn);
     let mut c = Client {
         conn,
         trace: &trace,

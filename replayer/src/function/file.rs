@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::replay::{load_mapped, LoadedTrace};
+use crate::replay::{load_bytes, load_mapped, LoadedTrace};
 
 use super::Manifest;
 
@@ -73,12 +73,25 @@ pub fn open(path: &Path) -> Result<Function, FunctionError> {
     // uploaded from memory that is already there.
     let map = std::sync::Arc::new(unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(io)?);
     let (manifest, t_start) = header(&map, &name)?;
-    let trace = load_mapped(&name, map.clone(), t_start).map_err(|e| FunctionError::Bad {
-        path: name.clone(),
-        offset: t_start as u64,
-        what: format!("its trace (from this byte) is not whole: {}", strip(&e.to_string(), &name)),
-    })?;
+    let trace = load_mapped(&name, map.clone(), t_start).map_err(|e| bad_trace(&name, t_start, e))?;
     Ok(Function { manifest, trace })
+}
+
+/// Reads a function file's bytes (a server's copy of a deployed function, say), checked as
+/// [`open`] checks a file; `label` names it in errors.
+pub fn open_bytes(label: &str, bytes: &[u8]) -> Result<Function, FunctionError> {
+    let (manifest, t_start) = header(bytes, label)?;
+    let trace = load_bytes(label, &bytes[t_start..]).map_err(|e| bad_trace(label, t_start, e))?;
+    Ok(Function { manifest, trace })
+}
+
+/// A trace that does not read whole, from byte `t_start` of function file `label`.
+fn bad_trace(label: &str, t_start: usize, e: crate::replay::ReplayError) -> FunctionError {
+    FunctionError::Bad {
+        path: label.to_string(),
+        offset: t_start as u64,
+        what: format!("its trace (from this byte) is not whole: {}", strip(&e.to_string(), label)),
+    }
 }
 
 /// `e` without the leading `name: ` the trace reader puts before it.

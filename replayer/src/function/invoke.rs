@@ -113,6 +113,12 @@ impl Invoker {
     /// Sets `f` up on `device`: code this GPU cannot run is refused before anything runs; the
     /// arena is reserved at the recorded base, the set-up replayed, the body captured.
     pub fn prepare(device: Device, f: Function) -> Result<Invoker, InvokeError> {
+        Self::prepare_limited(device, f, None)
+    }
+
+    /// [`Invoker::prepare`], the function's device memory held to `memory_limit` bytes (a
+    /// server's partition with a memory limit).
+    pub fn prepare_limited(device: Device, f: Function, memory_limit: Option<u64>) -> Result<Invoker, InvokeError> {
         let t0 = std::time::Instant::now();
         device.make_current()?;
         let Function { manifest, trace } = f;
@@ -125,7 +131,7 @@ impl Invoker {
                 );
             }
         }
-        let mut st = State::new(Memory::with_limit(None), Options::default());
+        let mut st = State::new(Memory::with_limit(memory_limit), Options { memory_limit, ..Options::default() });
         let mut report = Report::default();
         report.warnings.extend(st.mem.reserve_arena(trace.meta.arena_base, trace.meta.arena_size));
         let split = hot::split(&trace.calls);

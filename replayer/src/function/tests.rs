@@ -182,3 +182,21 @@ fn code_none_of_whose_kernels_runs_is_left_out() {
     let (_, m) = compile(&t, &[]).unwrap();
     assert_eq!((m.images, m.images_left_out), (2, 0));
 }
+
+#[test]
+fn a_function_file_reads_the_same_from_its_bytes_as_from_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = recording(dir.path(), "a.gl", 1, 1000);
+    let (_, m) = compile(&a, &[]).unwrap();
+    let f = dir.path().join("f.gfn");
+    super::write(&f, &m, &dir.path().join("a.gl")).unwrap();
+    let bytes = std::fs::read(&f).unwrap();
+    let (by_path, by_bytes) = (super::open(&f).unwrap(), super::open_bytes("deployed `f`", &bytes).unwrap());
+    assert_eq!(by_path.manifest, by_bytes.manifest);
+    assert_eq!(by_path.trace.calls.len(), by_bytes.trace.calls.len());
+    // Damaged bytes are refused, named by the label.
+    let e = super::open_bytes("deployed `f`", &bytes[..bytes.len() - 10]).err().unwrap().to_string();
+    assert!(e.starts_with("deployed `f`: "), "{e}");
+    let e = super::open_bytes("blob 1", b"not a function").err().unwrap().to_string();
+    assert!(e.contains("not a gpuless function file"), "{e}");
+}

@@ -59,8 +59,7 @@ pub(crate) fn preload(
                 if device.make_current().is_err() {
                     return;
                 }
-                loop {
-                    let Some(&(seq, library, image)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) else { break };
+                while let Some(&(seq, library, image)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
                     // Images are read as 64-bit words by the driver: an aligned copy.
                     let mut words = vec![0u64; image.len().div_ceil(8)];
                     // SAFETY: `words` holds at least `image.len()` bytes.

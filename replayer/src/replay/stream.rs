@@ -21,8 +21,9 @@ pub struct Stream {
 
 impl Stream {
     /// Makes `device`'s context current and reserves the client's arena (`meta.arena_base`,
-    /// `meta.arena_size`) so the client's addresses are valid here. A stream priority in `opts`
-    /// is clamped to the device's range (`i32::MIN`: the greatest, `i32::MAX`: the least).
+    /// `meta.arena_size`; none when either is 0) so the client's addresses are valid here. A
+    /// stream priority in `opts` is clamped to the device's range (`i32::MIN`: the greatest,
+    /// `i32::MAX`: the least).
     pub fn new(device: Device, meta: TraceMeta, mut opts: Options) -> Result<Self, ReplayError> {
         // SAFETY: the context was retained by init_device (or is a green context) and lives
         // as long as the process.
@@ -38,7 +39,11 @@ impl Stream {
         }
         let mut st = State::new(Memory::with_limit(opts.memory_limit), opts);
         let mut report = Report { outputs: Some(Vec::new()), ..Report::default() };
-        report.warnings.extend(st.mem.reserve_arena(meta.arena_base, meta.arena_size));
+        // A session without an arena (a function client: the function's invoker reserves its
+        // own) leaves the early reservation of the default arena in place for it.
+        if meta.arena_base != 0 && meta.arena_size != 0 {
+            report.warnings.extend(st.mem.reserve_arena(meta.arena_base, meta.arena_size));
+        }
         let trace = LoadedTrace { meta, calls: Vec::new(), blobs: HashMap::new(), lost: None };
         Ok(Stream { st, trace, report, queries: Vec::new() })
     }

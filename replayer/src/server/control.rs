@@ -45,6 +45,9 @@ pub enum Control {
     /// Executor → server: latencies, microseconds: (0 = segment execution, 1 = request to
     /// answer), at most a few hundred per message.
     Samples(Vec<(u8, u32)>),
+    /// Executor → server: function invocations since the last report: (function, mode —
+    /// `graph` or `eager` —, count).
+    Invocations(Vec<(String, String, u64)>),
     /// Executor → server: the session ended.
     Done {
         /// Its totals.
@@ -83,6 +86,12 @@ impl Control {
                 p.u8(5).u32(s.len() as u32);
                 for (k, v) in s {
                     p.u8(*k).u32(*v);
+                }
+            }
+            Control::Invocations(v) => {
+                p.u8(7).u32(v.len() as u32);
+                for (f, m, n) in v {
+                    p.str(f).str(m).u64(*n);
                 }
             }
             Control::Done { stats, error } => {
@@ -129,6 +138,14 @@ impl Control {
                     _ => return Err(g.error("session stats")),
                 };
                 Control::Done { stats, error: g.str()? }
+            }
+            7 => {
+                let n = g.count(16)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push((g.str()?, g.str()?, g.u64()?));
+                }
+                Control::Invocations(v)
             }
             t => return Err(g.error(format!("control message {t}"))),
         };
@@ -263,8 +280,11 @@ mod tests {
         b.send(&done, None).unwrap();
         let cache = Control::Cache { added: vec![(Hash128(9), 4)], hits: vec![Hash128(1)] };
         b.send(&cache, None).unwrap();
+        let calls = Control::Invocations(vec![("resnet50".into(), "graph".into(), 200)]);
+        b.send(&calls, None).unwrap();
         assert_eq!(a.recv().unwrap().unwrap().0, done);
         assert_eq!(a.recv().unwrap().unwrap().0, cache);
+        assert_eq!(a.recv().unwrap().unwrap().0, calls);
         drop(b);
         assert!(a.recv().unwrap().is_none());
     }

@@ -2,8 +2,8 @@
 //! time (a warm executor), tells the server it is [`Control::Ready`], receives a session with
 //! the client's connection, and then serves that client directly — segments executed as they
 //! arrive on the replayer's engine ([`crate::replay::stream::Stream`]), answers at
-//! synchronization points, blobs through the content cache — until the client closes, goes
-//! idle or disconnects. Then it reports [`Control::Done`] and exits, so every CUDA resource of
+//! synchronization points, blobs through the content cache, functions deployed and invoked
+//! ([`super::functions`]) — until the client closes, goes idle or disconnects. Then it reports [`Control::Done`] and exits, so every CUDA resource of
 //! the session goes with the process.
 
 use std::collections::HashMap;
@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use gpuless_traces::protocol::client::{Polled, Stream as Conn};
-use gpuless_traces::protocol::message::{blob_part, code, kind, CallError, WANT_ANSWER};
+use gpuless_traces::protocol::message::{blob_part, code, invoke_request, kind, CallError, WANT_ANSWER};
 use gpuless_traces::protocol::{
     read_header, read_payload, segment, shm, write_frame, Answer, Message, PartitionInfo, Priority, ProtocolError,
     SessionStats, Welcome,
@@ -22,6 +22,7 @@ use std::rc::Rc;
 
 use super::cache::Dirs;
 use super::control::{Channel, Control};
+use super::functions::Functions;
 use super::gate::{Gate, GRACE, MAX_HOLD};
 use super::timeline::Timeline;
 use crate::replay::stream::{describe_device, Stream};
@@ -107,6 +108,12 @@ pub fn run(mut setup: Setup) -> i32 {
         checks: Vec::new(),
         gate,
         best_effort: hello.priority == Priority::BestEffort,
+        functions: Functions::new(
+            &setup.cache,
+            setup.device,
+            setup.memory_limit,
+            hello.arena_base != 0 && hello.arena_size != 0,
+        ),
     };
     let result = match (conn_of(fd), Stream::new(setup.device, meta, opts)) {
         (Ok(conn), Ok(stream)) => {
@@ -183,6 +190,8 @@ struct Session<'a> {
     /// flight; a best-effort session's segments wait for it.
     gate: Option<Gate>,
     best_effort: bool,
+    /// Deployed functions, and the one this session set up.
+    functions: Functions,
 }
 
 /// Segments decoded before, by their exact bytes: a client that repeats a segment (a hot loop)
@@ -337,16 +346,7 @@ impl Session<'_> {
                     };
                     self.stats.segments += 1;
                     self.stats.records += records.len() as u64;
-                    if let Some(g) = self.gate.as_mut() {
-                        if self.best_effort {
-                            let held = g.hold(GRACE, MAX_HOLD);
-                            if held >= Duration::from_micros(50) {
-                                self.sample(2, held.as_micros() as u64);
-                            }
-                        } else {
-                            g.enter();
-                        }
-                    }
+                    self.at_gate();
                     // Execution time, without the decoding above or a hold at the gate.
                     let run0 = Instant::now();
                     for rec in records.iter() {
@@ -453,6 +453,37 @@ impl Session<'_> {
                         return fail(&mut w, code::BAD_MESSAGE, e);
                     }
                     send(&mut w, &Message::BlobHave(vec![true; entries.len()]))?;
+                }
+                kind::DEPLOY => {
+                    let (name, hash, len) = match Message::decode(h.kind, h.flags, &payload) {
+                        Ok(Message::Deploy { name, hash, len }) => (name, hash, len),
+                        Ok(_) | Err(_) => return fail(&mut w, code::BAD_MESSAGE, "bad Deploy".into()),
+                    };
+                    // The function file's bytes reach the cache first (written on a thread).
+                    if let Err(e) = self.verified() {
+                        return fail(&mut w, code::BAD_MESSAGE, e);
+                    }
+                    self.flush_notes(true);
+                    match self.functions.deploy(self.cache, &name, hash, len, stream.has_blob(&hash)) {
+                        Ok(m) => send(&mut w, &m)?,
+                        Err((c, e)) => return fail(&mut w, c, e),
+                    }
+                }
+                kind::INVOKE => {
+                    let (name, verify, inputs) = match invoke_request(&payload) {
+                        Ok(r) => r,
+                        Err(e) => return fail(&mut w, code::BAD_MESSAGE, e.to_string()),
+                    };
+                    self.at_gate();
+                    let r = self.functions.invoke(self.cache, &name, verify, inputs);
+                    if let (Some(g), false) = (self.gate.as_mut(), self.best_effort) {
+                        g.leave();
+                    }
+                    match r {
+                        Ok(m) => send(&mut w, &m)?,
+                        Err((c, e)) => return fail(&mut w, c, e),
+                    }
+                    self.flush_notes(false);
                 }
                 kind::CLOSE => {
                     if let Err(e) = self.verified() {
@@ -628,6 +659,21 @@ impl Session<'_> {
         Ok(())
     }
 
+    /// Before work runs: a latency-critical session enters the priority gate, a best-effort
+    /// session's work waits there while latency-critical work runs.
+    fn at_gate(&mut self) {
+        if let Some(g) = self.gate.as_mut() {
+            if self.best_effort {
+                let held = g.hold(GRACE, MAX_HOLD);
+                if held >= Duration::from_micros(50) {
+                    self.sample(2, held.as_micros() as u64);
+                }
+            } else {
+                g.enter();
+            }
+        }
+    }
+
     fn sample(&mut self, which: u8, us: u64) {
         self.samples.push((which, us.min(u64::from(u32::MAX)) as u32));
         if self.samples.len() >= SAMPLES {
@@ -644,6 +690,11 @@ impl Session<'_> {
         self.writers = running;
         for t in done {
             self.added.extend(t.join().unwrap_or_default());
+        }
+        self.hits.append(&mut self.functions.hits);
+        let calls = self.functions.take_counts(wait);
+        if !calls.is_empty() {
+            let _ = self.control.send(&Control::Invocations(calls), None);
         }
         if !self.added.is_empty() || !self.hits.is_empty() {
             // Large lists go in packets of a few thousand entries.

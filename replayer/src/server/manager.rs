@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use super::cache::{Dirs, Index};
 use super::config::Config;
 use super::control::{self, Channel, Control};
-use super::metrics::{kind, Metrics, SessionLabels};
+use super::metrics::{kind, FunctionLabels, Metrics, SessionLabels};
 
 /// The descriptor number an executor finds its control channel at.
 pub const CONTROL_FD: RawFd = 3;
@@ -288,6 +288,11 @@ impl Manager {
                             _ => &self.metrics.best_effort_hold_seconds,
                         };
                         h.observe(f64::from(us) * 1e-6);
+                    }
+                }
+                Ok(Some((Control::Invocations(v), _))) => {
+                    for (function, mode, n) in v {
+                        self.metrics.function_invocations.get_or_create(&FunctionLabels { function, mode }).inc_by(n);
                     }
                 }
                 Ok(Some((Control::Done { stats, error }, _))) => {

@@ -26,6 +26,15 @@ pub struct SessionLabels {
     pub partition: String,
 }
 
+/// Labels of function invocations.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FunctionLabels {
+    /// The function's deployed name.
+    pub function: String,
+    /// `graph` or `eager`.
+    pub mode: String,
+}
+
 /// Every metric the server exports.
 pub struct Metrics {
     registry: Registry,
@@ -61,6 +70,8 @@ pub struct Metrics {
     pub tls_sessions: Counter,
     /// TLS handshakes that failed (`failed`) or did not finish in time (`timeout`).
     pub tls_handshake_failures: Family<Kind, Counter>,
+    /// Function invocations by function and mode.
+    pub function_invocations: Family<FunctionLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -89,6 +100,7 @@ impl Metrics {
             best_effort_hold_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 24)),
             tls_sessions: Counter::default(),
             tls_handshake_failures: Family::default(),
+            function_invocations: Family::default(),
             registry: Registry::default(),
         };
         registry.register("sessions", "Live sessions by priority class", m.sessions.clone());
@@ -110,6 +122,11 @@ impl Metrics {
         );
         registry.register("tls_sessions", "Sessions started over TLS", m.tls_sessions.clone());
         registry.register("tls_handshake_failures", "Failed TLS handshakes by kind", m.tls_handshake_failures.clone());
+        registry.register(
+            "function_invocations",
+            "Function invocations by function and mode (graph, eager)",
+            m.function_invocations.clone(),
+        );
         Metrics { registry, ..m }
     }
 

@@ -8,6 +8,8 @@
 //!   to the executor, so a session's data never passes through the server.
 //! - [`executor`]: the executor process's loop on the replayer's streaming engine.
 //! - [`cache`]: content-addressed blobs in a memory and a disk tier.
+//! - [`functions`]: deployed functions (a registry beside the cache) and an executor's
+//!   `Deploy` and `Invoke`.
 //! - [`gate`]: the GPU's priority gate: best-effort sessions' segments wait for
 //!   latency-critical ones.
 //! - [`metrics`]: Prometheus metrics and their endpoint.
@@ -19,6 +21,7 @@ pub mod cache;
 pub mod config;
 pub mod control;
 pub mod executor;
+pub mod functions;
 pub mod gate;
 pub mod manager;
 pub mod metrics;

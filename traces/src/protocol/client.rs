@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use super::frame::{read_frame, write_frame};
-use super::message::{kind, Answer, Hello, Message, Welcome, WANT_ANSWER};
+use super::message::{kind, Answer, Hello, Message, Outputs, Welcome, WANT_ANSWER};
 use super::ProtocolError;
 use crate::model::{CallRecord, Hash128};
 
@@ -499,6 +499,49 @@ impl Connection {
                 Err(ProtocolError::Server(format!("ended the session (code {code}): {message}")))
             }
             m => Err(ProtocolError::Unexpected { expected: "Answer", got: m.name() }),
+        }
+    }
+
+    /// Registers the function file held by the server as blob `hash` (`len` bytes) under
+    /// `name` and waits for it; returns the function's manifest (JSON).
+    pub fn deploy(&mut self, name: &str, hash: Hash128, len: u64) -> Result<String, ProtocolError> {
+        self.send(&Message::Deploy { name: name.to_string(), hash, len })?;
+        self.traffic.round_trips += 1;
+        match self.recv()? {
+            Message::Deployed { manifest, .. } => Ok(manifest),
+            Message::Error { code, message } => {
+                Err(ProtocolError::Server(format!("ended the session (code {code}): {message}")))
+            }
+            m => Err(ProtocolError::Unexpected { expected: "Deployed", got: m.name() }),
+        }
+    }
+
+    /// Invokes the function deployed as `name` once on `inputs` (back to back; empty: the
+    /// recorded inputs) and waits for its outputs.
+    pub fn invoke(&mut self, name: &str, verify: bool, inputs: &[u8]) -> Result<Outputs, ProtocolError> {
+        let mut p = super::codec::Put::default();
+        p.str(name).u8(u8::from(verify));
+        let len = p.0.len() + inputs.len();
+        if len > super::MAX_FRAME {
+            return Err(ProtocolError::Frame(format!(
+                "{} bytes of input do not fit in one frame (at most {} bytes)",
+                inputs.len(),
+                super::MAX_FRAME - p.0.len()
+            )));
+        }
+        // The inputs go from the caller's buffer to the socket, without a copy into a message.
+        let h = super::FrameHeader { len: len as u32, kind: kind::INVOKE, flags: 0 }.encode();
+        self.writer.write_all(&h)?;
+        self.writer.write_all(&p.0)?;
+        self.writer.write_all(inputs)?;
+        self.traffic.bytes_up += (len + super::FRAME_HEADER_LEN) as u64;
+        self.traffic.round_trips += 1;
+        match self.recv()? {
+            Message::Outputs(o) => Ok(o),
+            Message::Error { code, message } => {
+                Err(ProtocolError::Server(format!("ended the session (code {code}): {message}")))
+            }
+            m => Err(ProtocolError::Unexpected { expected: "Outputs", got: m.name() }),
         }
     }
 

@@ -7,7 +7,9 @@
 //! client's own addresses and handle numbers — without waiting, and waits only for the
 //! [`Message::Answer`] that a segment marked `want_answer` produces. Blobs (code images,
 //! host-to-device payloads) travel by content hash: [`Message::BlobQuery`] asks which the
-//! server holds, [`Message::BlobData`] sends the bytes of the others.
+//! server holds, [`Message::BlobData`] sends the bytes of the others. A function file
+//! (`gpuless compile`) uploaded as a blob is registered under a name with [`Message::Deploy`]
+//! and run with [`Message::Invoke`], which the server answers with its [`Outputs`].
 //!
 //! Everything here is plain `std` I/O and total decoding (every decoder returns a
 //! [`ProtocolError`] on bad input), so the server, its executors and every client share it.
@@ -23,12 +25,12 @@ pub mod tls;
 pub use client::{connect, Connection, Endpoint, Traffic};
 pub use frame::{read_frame, read_header, read_payload, write_frame, FrameHeader, FRAME_HEADER_LEN, MAX_FRAME};
 pub use message::{
-    Answer, CallError, DeviceDescription, Hello, Message, NvmlFacts, PartitionInfo, PartitionRequest, Priority,
-    QueryResult, SessionStats, Welcome,
+    Answer, CallError, DeviceDescription, Hello, Message, NvmlFacts, Outputs, PartitionInfo, PartitionRequest,
+    Priority, QueryResult, SessionStats, Welcome,
 };
 
 /// The protocol version this build speaks. A server refuses any other.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// Magic at the start of a [`Hello`]: "GLSP" (gpuless session protocol).
 pub const HELLO_MAGIC: u32 = 0x5053_4c47;

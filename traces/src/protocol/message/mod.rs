@@ -4,6 +4,9 @@ use super::codec::{Get, Put};
 use super::{ProtocolError, HELLO_MAGIC};
 use crate::model::Hash128;
 
+mod device;
+pub use device::{DeviceDescription, NvmlFacts, PartitionInfo};
+
 /// Which part of a GPU a session asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PartitionRequest {
@@ -79,114 +82,6 @@ pub struct Hello {
     pub recorded_sm: u32,
     /// What the client runs (a label for logs and metrics).
     pub program: String,
-}
-
-/// Everything a CUDA program can ask of a device, so a client answers device queries itself.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct DeviceDescription {
-    /// `cuDeviceGetName`.
-    pub name: String,
-    /// `cuDeviceGetUuid`.
-    pub uuid: [u8; 16],
-    /// `cuDeviceTotalMem` (of the session's partition where it has a memory limit).
-    pub total_mem: u64,
-    /// `cuDriverGetVersion`.
-    pub driver_version: i32,
-    /// Every `cuDeviceGetAttribute` the driver answered: (attribute id, value).
-    pub attributes: Vec<(u32, i32)>,
-    /// What the server's NVML says of the device (for a client's `libnvidia-ml` answers;
-    /// zero or empty where NVML was not there to ask).
-    pub nvml: NvmlFacts,
-}
-
-/// The server's NVML's answers about a session's device that CUDA does not give.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct NvmlFacts {
-    /// `nvmlDeviceGetMemoryInfo`'s total (it counts memory CUDA's total leaves out).
-    pub total_mem: u64,
-    /// `nvmlSystemGetDriverVersion` (e.g. `580.159.04`).
-    pub driver_version: String,
-    /// `nvmlSystemGetNVMLVersion`.
-    pub nvml_version: String,
-}
-
-impl DeviceDescription {
-    /// The value of attribute `id`, if the driver answered it.
-    pub fn attribute(&self, id: u32) -> Option<i32> {
-        self.attributes.iter().find(|(a, _)| *a == id).map(|(_, v)| *v)
-    }
-    /// Compute capability as 10·major + minor (attributes 75, 76).
-    pub fn sm(&self) -> u32 {
-        (self.attribute(75).unwrap_or(0) * 10 + self.attribute(76).unwrap_or(0)) as u32
-    }
-    /// Multiprocessors (attribute 16).
-    pub fn sm_count(&self) -> u32 {
-        self.attribute(16).unwrap_or(0) as u32
-    }
-    /// Appends the description's fields (as in `Welcome`).
-    pub fn put(&self, p: &mut Put) {
-        p.str(&self.name);
-        p.0.extend_from_slice(&self.uuid);
-        p.u64(self.total_mem).i32(self.driver_version).u32(self.attributes.len() as u32);
-        for (a, v) in &self.attributes {
-            p.u32(*a).i32(*v);
-        }
-        p.u64(self.nvml.total_mem).str(&self.nvml.driver_version).str(&self.nvml.nvml_version);
-    }
-
-    /// The device's UUID as NVML writes it: `GPU-` (`MIG-` for a MIG instance) and the 16
-    /// bytes as 8-4-4-4-12 lowercase hex digits.
-    pub fn nvml_uuid(&self, mig: bool) -> String {
-        let hex = |r: std::ops::Range<usize>| self.uuid[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-        let prefix = if mig { "MIG" } else { "GPU" };
-        format!("{prefix}-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16))
-    }
-    /// Reads the fields [`Self::put`] wrote.
-    pub fn get(g: &mut Get<'_>) -> Result<Self, ProtocolError> {
-        let name = g.str()?;
-        let mut uuid = [0u8; 16];
-        uuid.copy_from_slice(g.take(16)?);
-        let (total_mem, driver_version) = (g.u64()?, g.i32()?);
-        let n = g.count(8)?;
-        let mut attributes = Vec::with_capacity(n);
-        for _ in 0..n {
-            attributes.push((g.u32()?, g.i32()?));
-        }
-        let nvml = NvmlFacts { total_mem: g.u64()?, driver_version: g.str()?, nvml_version: g.str()? };
-        Ok(DeviceDescription { name, uuid, total_mem, driver_version, attributes, nvml })
-    }
-}
-
-/// The partition a session runs on, as granted.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PartitionInfo {
-    /// `full`, `mig` or `emulated` (a soft partition: a green context).
-    pub kind: String,
-    /// Profile name, if any.
-    pub profile: String,
-    /// SMs the session's context holds.
-    pub sms: u32,
-    /// Bytes of device memory the session may allocate (0: the device's).
-    pub memory_limit: u64,
-    /// What isolation it gives, in words.
-    pub isolation: String,
-}
-
-impl PartitionInfo {
-    /// Appends the partition's fields (as in `Welcome`).
-    pub fn put(&self, p: &mut Put) {
-        p.str(&self.kind).str(&self.profile).u32(self.sms).u64(self.memory_limit).str(&self.isolation);
-    }
-    /// Reads the fields [`Self::put`] wrote.
-    pub fn get(g: &mut Get<'_>) -> Result<Self, ProtocolError> {
-        Ok(PartitionInfo {
-            kind: g.str()?,
-            profile: g.str()?,
-            sms: g.u32()?,
-            memory_limit: g.u64()?,
-            isolation: g.str()?,
-        })
-    }
 }
 
 /// The server's answer to [`Hello`]: the session.
@@ -302,6 +197,24 @@ impl SessionStats {
     }
 }
 
+/// The server's answer to [`Message::Invoke`]: one invocation of a deployed function.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outputs {
+    /// Microseconds the executor spent reading and setting up the function before this
+    /// invocation (0 when the session had it set up already: the hot path).
+    pub prepare_us: u64,
+    /// Microseconds of the invocation itself (inputs written, the body run, outputs ready).
+    pub run_us: u64,
+    /// Whether the body ran as one CUDA graph (else record by record).
+    pub graph: bool,
+    /// Outputs of this invocation compared with the recording and equal (only with `verify`).
+    pub verified: u64,
+    /// Outputs that differ from the recording, in words.
+    pub mismatches: Vec<String>,
+    /// Every output of the function, back to back in signature order.
+    pub outputs: Vec<u8>,
+}
+
 /// Why the server refused or ended a session ([`Message::Refused`], [`Message::Error`]).
 pub mod code {
     /// Another protocol version.
@@ -322,6 +235,9 @@ pub mod code {
     pub const IDLE: u16 = 8;
     /// A record the executor cannot run (unknown handle, memory outside the session, ...).
     pub const BAD_RECORD: u16 = 9;
+    /// A function request the server refuses: a name not deployed or not allowed, a deployed
+    /// blob that is not a function file, inputs of the wrong size.
+    pub const FUNCTION: u16 = 10;
 }
 
 /// One message of the protocol.
@@ -380,6 +296,34 @@ pub enum Message {
         /// What happened.
         message: String,
     },
+    /// Client → server: register the function file whose bytes are blob `hash` (already sent
+    /// with [`Message::BlobData`] or held by the server's cache) under `name`.
+    Deploy {
+        /// The function's name (`[A-Za-z0-9._-]{1,64}`).
+        name: String,
+        /// The function file's content hash.
+        hash: Hash128,
+        /// Its length.
+        len: u64,
+    },
+    /// Server → client: the function is registered.
+    Deployed {
+        /// Its name.
+        name: String,
+        /// Its manifest (JSON): signature, kernels, records.
+        manifest: String,
+    },
+    /// Client → server: run the function deployed as `name` once.
+    Invoke {
+        /// The function's name.
+        name: String,
+        /// Compare the outputs with the recording (meaningful with the recorded inputs).
+        verify: bool,
+        /// Every input, back to back in signature order; empty: the recorded inputs.
+        inputs: Vec<u8>,
+    },
+    /// Server → client: the invocation's outputs.
+    Outputs(Outputs),
 }
 
 /// Frame kinds.
@@ -408,6 +352,14 @@ pub mod kind {
     pub const ERROR: u16 = 11;
     /// [`super::Message::BlobShm`].
     pub const BLOB_SHM: u16 = 12;
+    /// [`super::Message::Deploy`].
+    pub const DEPLOY: u16 = 13;
+    /// [`super::Message::Deployed`].
+    pub const DEPLOYED: u16 = 14;
+    /// [`super::Message::Invoke`].
+    pub const INVOKE: u16 = 15;
+    /// [`super::Message::Outputs`].
+    pub const OUTPUTS: u16 = 16;
 }
 
 /// Flag of a segment frame: answer after it.
@@ -434,6 +386,10 @@ impl Message {
             Message::Close => kind::CLOSE,
             Message::Closed(_) => kind::CLOSED,
             Message::Error { .. } => kind::ERROR,
+            Message::Deploy { .. } => kind::DEPLOY,
+            Message::Deployed { .. } => kind::DEPLOYED,
+            Message::Invoke { .. } => kind::INVOKE,
+            Message::Outputs(_) => kind::OUTPUTS,
         }
     }
 
@@ -517,6 +473,24 @@ impl Message {
                 for f in s.fields() {
                     p.u64(f);
                 }
+            }
+            Message::Deploy { name, hash, len } => {
+                p.str(name).u128(hash.0).u64(*len);
+            }
+            Message::Deployed { name, manifest } => {
+                p.str(name).str(manifest);
+            }
+            Message::Invoke { name, verify, inputs } => {
+                p.str(name).u8(u8::from(*verify));
+                p.0.extend_from_slice(inputs);
+            }
+            Message::Outputs(o) => {
+                p.u64(o.prepare_us).u64(o.run_us).u8(u8::from(o.graph)).u64(o.verified);
+                p.u32(o.mismatches.len() as u32);
+                for m in &o.mismatches {
+                    p.str(m);
+                }
+                p.0.extend_from_slice(&o.outputs);
             }
         }
         p.0
@@ -653,10 +627,38 @@ impl Message {
                 }
                 Message::Closed(SessionStats::from_fields(f))
             }
+            kind::DEPLOY => Message::Deploy { name: g.str()?, hash: Hash128(g.u128()?), len: g.u64()? },
+            kind::DEPLOYED => Message::Deployed { name: g.str()?, manifest: g.str()? },
+            kind::INVOKE => {
+                let name = g.str()?;
+                let verify = flag(&mut g, "verify")?;
+                Message::Invoke { name, verify, inputs: g.take(g.remaining())?.to_vec() }
+            }
+            kind::OUTPUTS => {
+                let (prepare_us, run_us) = (g.u64()?, g.u64()?);
+                let graph = flag(&mut g, "graph")?;
+                let verified = g.u64()?;
+                let n = g.count(4)?;
+                let mut mismatches = Vec::with_capacity(n);
+                for _ in 0..n {
+                    mismatches.push(g.str()?);
+                }
+                let outputs = g.take(g.remaining())?.to_vec();
+                Message::Outputs(Outputs { prepare_us, run_us, graph, verified, mismatches, outputs })
+            }
             k => return Err(ProtocolError::UnknownKind(k)),
         };
         g.end()?;
         Ok(m)
+    }
+}
+
+/// A `u8` that must be 0 or 1.
+fn flag(g: &mut Get<'_>, what: &str) -> Result<bool, ProtocolError> {
+    match g.u8()? {
+        0 => Ok(false),
+        1 => Ok(true),
+        v => Err(g.error(format!("{what} flag {v} (0 or 1)"))),
     }
 }
 
@@ -670,6 +672,15 @@ pub fn blob_part(payload: &[u8]) -> Result<(Hash128, u64, u64, &[u8]), ProtocolE
         return Err(g.error(format!("part at {offset} of {} bytes lies outside the blob's {total} bytes", bytes.len())));
     }
     Ok((hash, total, offset, bytes))
+}
+
+/// A [`Message::Invoke`] payload read in place: (name, verify, the inputs' bytes), with the
+/// same checks as [`Message::decode`] and no copy of the inputs.
+pub fn invoke_request(payload: &[u8]) -> Result<(String, bool, &[u8]), ProtocolError> {
+    let mut g = Get::new(payload, "Invoke");
+    let name = g.str()?;
+    let verify = flag(&mut g, "verify")?;
+    Ok((name, verify, g.take(g.remaining())?))
 }
 
 /// The name of frame kind `k`.
@@ -687,118 +698,13 @@ pub fn kind_name(k: u16) -> &'static str {
         kind::CLOSED => "Closed",
         kind::ERROR => "Error",
         kind::BLOB_SHM => "BlobShm",
+        kind::DEPLOY => "Deploy",
+        kind::DEPLOYED => "Deployed",
+        kind::INVOKE => "Invoke",
+        kind::OUTPUTS => "Outputs",
         _ => "unknown",
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn samples() -> Vec<Message> {
-        vec![
-            Message::Hello(Hello {
-                protocol: 1,
-                tool: "gpuless 0.1.0".into(),
-                token: "s3cret".into(),
-                partition: PartitionRequest::Profile("3g.71gb".into()),
-                priority: Priority::BestEffort,
-                arena_base: 0x6400_0000_0000,
-                arena_size: 1 << 40,
-                recorded_sm: 90,
-                program: "resnet50".into(),
-            }),
-            Message::Welcome(Box::new(Welcome {
-                session: 7,
-                executor_pid: 1234,
-                server: "gpuless 0.1.0".into(),
-                partition: PartitionInfo { kind: "emulated".into(), sms: 66, ..Default::default() },
-                device: DeviceDescription {
-                    name: "NVIDIA H100".into(),
-                    uuid: [7; 16],
-                    total_mem: 80 << 30,
-                    nvml: NvmlFacts {
-                        total_mem: (80 << 30) + (480 << 20),
-                        driver_version: "580.159.04".into(),
-                        nvml_version: "13.580.159.04".into(),
-                    },
-                    driver_version: 13000,
-                    attributes: vec![(16, 132), (75, 9), (76, 0)],
-                },
-            })),
-            Message::Refused { code: code::AUTH, message: "wrong token".into() },
-            Message::Segment { want_answer: true, zstd: false, records: vec![1, 2, 3] },
-            Message::Segment { want_answer: false, zstd: true, records: vec![4] },
-            Message::Answer(Answer {
-                through_seq: 99,
-                executed: 64,
-                outputs: vec![(98, vec![9; 4096])],
-                errors: vec![CallError { seq: 97, function: "cuLaunchKernel".into(), code: 700, message: "x".into() }],
-                exec_us: 12,
-                queries: vec![
-                    QueryResult { seq: 96, status: 0, values: vec![u64::from(1.5f32.to_bits())] },
-                    QueryResult { seq: 95, status: 600, values: vec![] },
-                ],
-            }),
-            Message::BlobQuery(vec![Hash128(1), Hash128(u128::MAX)]),
-            Message::BlobHave(vec![true, false]),
-            Message::BlobData { hash: Hash128(5), total: 10, offset: 4, bytes: vec![1; 6] },
-            Message::BlobShm(vec![(Hash128(7), 0, 100), (Hash128(8), 128, 4096)]),
-            Message::Close,
-            Message::Closed(SessionStats { records: 3, peak_memory: 9, ..Default::default() }),
-            Message::Error { code: code::EXECUTOR, message: "gone".into() },
-        ]
-    }
-
-    #[test]
-    fn every_message_round_trips() {
-        for m in samples() {
-            let p = m.encode();
-            assert_eq!(Message::decode(m.kind(), m.flags(), &p).unwrap(), m, "{}", m.name());
-        }
-        let d = match &samples()[1] {
-            Message::Welcome(w) => w.device.clone(),
-            _ => unreachable!(),
-        };
-        assert_eq!((d.sm(), d.sm_count()), (90, 132));
-    }
-
-    #[test]
-    fn every_cut_and_every_flipped_byte_is_an_error_or_a_message_never_a_panic() {
-        for m in samples() {
-            let p = m.encode();
-            for cut in 0..p.len() {
-                // A cut payload never decodes as the same message.
-                if let Ok(d) = Message::decode(m.kind(), m.flags(), &p[..cut]) {
-                    assert_ne!(d, m);
-                }
-            }
-            for i in 0..p.len() {
-                let mut q = p.clone();
-                q[i] ^= 0xff;
-                let _ = Message::decode(m.kind(), m.flags(), &q);
-            }
-        }
-        assert!(matches!(Message::decode(99, 0, &[]), Err(ProtocolError::UnknownKind(99))));
-        // A count that the payload cannot hold is refused before anything is allocated.
-        let mut p = Put::default();
-        p.u32(u32::MAX);
-        let e = Message::decode(kind::BLOB_QUERY, 0, &p.0).unwrap_err().to_string();
-        assert!(e.contains("elements announced"), "{e}");
-        let e = Message::decode(
-            kind::BLOB_DATA,
-            0,
-            &Message::BlobData { hash: Hash128(1), total: 2, offset: 1, bytes: vec![0; 5] }.encode(),
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(e.contains("outside the blob"), "{e}");
-    }
-
-    #[test]
-    fn partition_requests_parse() {
-        assert_eq!(PartitionRequest::parse("whole"), PartitionRequest::Whole);
-        assert_eq!(PartitionRequest::parse("sms:16"), PartitionRequest::Sms(16));
-        assert_eq!(PartitionRequest::parse("1g.18gb"), PartitionRequest::Profile("1g.18gb".into()));
-    }
-}
+mod tests;

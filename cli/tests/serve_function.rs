@@ -1,0 +1,141 @@
+//! `gpuless deploy` and `gpuless invoke --remote` (issue 20) end to end without a GPU: a real
+//! `gpuless serve` whose executors run on the stand-in driver (`cli/tests/support`), a function
+//! compiled from a committed trace, deployed (the registry entry appears beside the cache),
+//! and the refusals — a bad name, a blob the server lacks or that is not a function file, an
+//! unknown name, inputs of the wrong size, a session with an arena of its own — each reaching
+//! the client as exit code 2 with the server's message, the server serving on. Whether the
+//! function computes the right outputs on a GPU is scripts/gpu-suite-function.sh's part.
+
+use std::path::{Path, PathBuf};
+
+use gpuless_traces::protocol::Hello;
+use gpuless_traces::Hash128;
+
+mod serve_harness;
+mod support;
+
+use serve_harness::*;
+
+fn gl(args: &[&dyn AsRef<std::ffi::OsStr>]) -> (i32, String, String) {
+    let out = std::process::Command::new(GL)
+        .args(args.iter().map(|a| a.as_ref()))
+        .env_remove("GPULESS_TOKEN")
+        .output()
+        .expect("run gpuless");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A session of a function client: no arena.
+fn function_session(s: &Server) -> gpuless_traces::protocol::Connection {
+    let mut c = connect(s);
+    c.handshake(&Hello { arena_base: 0, arena_size: 0, ..hello("") }).unwrap();
+    c
+}
+
+/// Compiles testdata/traces/globals.gl into `dir/globals.gfn`; returns it and its inputs' and
+/// outputs' total bytes (from the signature `compile` prints).
+fn compiled(dir: &Path) -> (PathBuf, u64, u64) {
+    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/traces/globals.gl");
+    let gfn = dir.join("globals.gfn");
+    let (rc, out, err) = gl(&[&"compile", &trace, &"-o", &gfn]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    let total = |what: &str| -> u64 {
+        out.lines()
+            .filter_map(|l| l.strip_prefix(what))
+            .map(|r| r.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()).expect("a size"))
+            .sum()
+    };
+    (gfn, total("input "), total("output "))
+}
+
+#[test]
+fn functions_are_deployed_and_invoked_and_every_refusal_reaches_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, _) = support::build_stand_in(dir.path());
+    let s = Server::start(dir.path(), &libdir, &[], &[]);
+    let (gfn, inputs, outputs) = compiled(dir.path());
+    assert!(inputs > 0 && outputs > 0, "globals.gl's function has inputs and outputs");
+
+    // Deployed: the bytes sent once, the name registered beside the cache.
+    let (rc, out, err) = gl(&[&"deploy", &gfn, &"--remote", &s.tcp, &"--name", &"globals"]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert!(out.starts_with("deployed     globals on "), "{out}");
+    assert!(out.contains("2 input(s)") && out.contains("5 output(s)"), "the server's manifest: {out}");
+    let bytes = std::fs::read(&gfn).unwrap();
+    let entry = dir.path().join("cache/disk/functions/globals");
+    let text = std::fs::read_to_string(&entry).unwrap_or_else(|e| panic!("{}: {e}", entry.display()));
+    assert_eq!(text, format!("{} {}\n", Hash128::of(&bytes), bytes.len()));
+    assert!(out.contains(&format!("{} bytes sent", bytes.len())), "{out}");
+    // Again under another name: the server's cache has the bytes.
+    let (rc, out, err) = gl(&[&"deploy", &gfn, &"--remote", &s.tcp, &"--name", &"globals.v2"]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert!(out.contains("already on the server"), "{out}");
+
+    // A bad name: refused by the client before it connects, and by the server.
+    let (rc, _, err) = gl(&[&"deploy", &gfn, &"--remote", &s.tcp, &"--name", &"../etc"]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("\"../etc\"") && err.contains("A-Z a-z 0-9 . _ -"), "{err}");
+    let e = function_session(&s).deploy("a/b", Hash128::of(&bytes), bytes.len() as u64).unwrap_err().to_string();
+    assert!(e.contains("code 10") && e.contains("\"a/b\""), "{e}");
+    // A blob the server does not hold, and one that is not a function file.
+    let e = function_session(&s).deploy("x", Hash128(12345), 10).unwrap_err().to_string();
+    assert!(e.contains("code 10") && e.contains("does not hold it"), "{e}");
+    let mut c = function_session(&s);
+    let junk = b"not a function file at all".to_vec();
+    c.send_blob(Hash128::of(&junk), &junk).unwrap();
+    let e = c.deploy("junk", Hash128::of(&junk), junk.len() as u64).unwrap_err().to_string();
+    assert!(e.contains("code 10") && e.contains("not a gpuless function file"), "{e}");
+    assert!(!dir.path().join("cache/disk/functions/junk").exists());
+
+    // An unknown name.
+    let (rc, out, err) = gl(&[&"invoke", &"nope", &"--remote", &s.tcp, &"--json"]);
+    assert_eq!(rc, 2, "{out}\n{err}");
+    assert!(err.contains("no function `nope` is deployed") && err.contains("gpuless deploy"), "{err}");
+    assert!(out.is_empty(), "nothing printed: {out}");
+    // Inputs of the wrong size: the server names what the function takes; nothing runs.
+    let bad = dir.path().join("bad.bin");
+    let given = if inputs == 1000 { 999 } else { 1000 };
+    std::fs::write(&bad, vec![0u8; given as usize]).unwrap();
+    let result = dir.path().join("out.bin");
+    let (rc, out, err) =
+        gl(&[&"invoke", &"globals", &"--remote", &s.tcp, &"--input", &bad, &"--output", &result, &"--json"]);
+    assert_eq!(rc, 2, "{out}\n{err}");
+    assert!(err.contains(&format!("takes {inputs} bytes of input")), "{err}");
+    assert!(err.contains(&format!("{given} bytes were given; nothing was run")), "{err}");
+    assert!(!result.exists(), "no output written");
+    // A session that announced an arena of its own does not invoke.
+    let mut c = connect(&s);
+    c.handshake(&hello("")).unwrap();
+    let e = c.invoke("globals", false, &[]).unwrap_err().to_string();
+    assert!(e.contains("code 10") && e.contains("arena of its own"), "{e}");
+
+    // The function itself. The stand-in driver is no GPU for globals.gl: today it lacks the
+    // driver functions that place memory at the recorded addresses (cudarc panics on the
+    // missing symbol), so the executor cannot set the function up — and says so to the
+    // client, which exits with code 2, instead of dying and leaving it a closed connection
+    // (no executor crash is counted below). Should the stand-in grow, the outputs come back.
+    let (rc, out, err) = gl(&[&"invoke", &"globals", &"--remote", &s.tcp, &"--json"]);
+    let ran = rc == 0;
+    if ran {
+        let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!((j["remote"].as_bool(), j["output_bytes"].as_u64()), (Some(true), Some(outputs)), "{j}");
+    } else {
+        assert_eq!(rc, 2, "{out}\n{err}");
+        assert!(err.contains("invoking `globals` on ") && err.contains("code 7"), "{err}");
+        assert!(err.contains("function `globals` could not be set up on this executor"), "{err}");
+        assert!(out.is_empty(), "nothing printed: {out}");
+    }
+
+    // The server serves on: a new session deploys, and every session above ended cleanly or
+    // with an error, none with a crashed executor.
+    let (rc, out, err) = gl(&[&"deploy", &gfn, &"--remote", &s.tcp, &"--name", &"globals"]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    let (closed, failed) = if ran { (4.0, 6.0) } else { (3.0, 7.0) };
+    wait_until(|| s.metric("gpuless_sessions_ended_total{kind=\"closed\"}") >= closed, "the good sessions closed");
+    wait_until(|| s.metric("gpuless_sessions_ended_total{kind=\"error\"}") >= failed, "the refused sessions ended");
+    assert_eq!(s.metric("gpuless_executor_crashes_total"), 0.0, "{}", s.metrics());
+}

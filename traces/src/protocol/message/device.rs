@@ -1,0 +1,112 @@
+//! What a session's `Welcome` says of its device and partition ([`super::Welcome`]).
+
+use super::super::codec::{Get, Put};
+use super::super::ProtocolError;
+
+/// Everything a CUDA program can ask of a device, so a client answers device queries itself.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeviceDescription {
+    /// `cuDeviceGetName`.
+    pub name: String,
+    /// `cuDeviceGetUuid`.
+    pub uuid: [u8; 16],
+    /// `cuDeviceTotalMem` (of the session's partition where it has a memory limit).
+    pub total_mem: u64,
+    /// `cuDriverGetVersion`.
+    pub driver_version: i32,
+    /// Every `cuDeviceGetAttribute` the driver answered: (attribute id, value).
+    pub attributes: Vec<(u32, i32)>,
+    /// What the server's NVML says of the device (for a client's `libnvidia-ml` answers;
+    /// zero or empty where NVML was not there to ask).
+    pub nvml: NvmlFacts,
+}
+
+/// The server's NVML's answers about a session's device that CUDA does not give.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NvmlFacts {
+    /// `nvmlDeviceGetMemoryInfo`'s total (it counts memory CUDA's total leaves out).
+    pub total_mem: u64,
+    /// `nvmlSystemGetDriverVersion` (e.g. `580.159.04`).
+    pub driver_version: String,
+    /// `nvmlSystemGetNVMLVersion`.
+    pub nvml_version: String,
+}
+
+impl DeviceDescription {
+    /// The value of attribute `id`, if the driver answered it.
+    pub fn attribute(&self, id: u32) -> Option<i32> {
+        self.attributes.iter().find(|(a, _)| *a == id).map(|(_, v)| *v)
+    }
+    /// Compute capability as 10·major + minor (attributes 75, 76).
+    pub fn sm(&self) -> u32 {
+        (self.attribute(75).unwrap_or(0) * 10 + self.attribute(76).unwrap_or(0)) as u32
+    }
+    /// Multiprocessors (attribute 16).
+    pub fn sm_count(&self) -> u32 {
+        self.attribute(16).unwrap_or(0) as u32
+    }
+    /// Appends the description's fields (as in `Welcome`).
+    pub fn put(&self, p: &mut Put) {
+        p.str(&self.name);
+        p.0.extend_from_slice(&self.uuid);
+        p.u64(self.total_mem).i32(self.driver_version).u32(self.attributes.len() as u32);
+        for (a, v) in &self.attributes {
+            p.u32(*a).i32(*v);
+        }
+        p.u64(self.nvml.total_mem).str(&self.nvml.driver_version).str(&self.nvml.nvml_version);
+    }
+
+    /// The device's UUID as NVML writes it: `GPU-` (`MIG-` for a MIG instance) and the 16
+    /// bytes as 8-4-4-4-12 lowercase hex digits.
+    pub fn nvml_uuid(&self, mig: bool) -> String {
+        let hex = |r: std::ops::Range<usize>| self.uuid[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+        let prefix = if mig { "MIG" } else { "GPU" };
+        format!("{prefix}-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16))
+    }
+    /// Reads the fields [`Self::put`] wrote.
+    pub fn get(g: &mut Get<'_>) -> Result<Self, ProtocolError> {
+        let name = g.str()?;
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(g.take(16)?);
+        let (total_mem, driver_version) = (g.u64()?, g.i32()?);
+        let n = g.count(8)?;
+        let mut attributes = Vec::with_capacity(n);
+        for _ in 0..n {
+            attributes.push((g.u32()?, g.i32()?));
+        }
+        let nvml = NvmlFacts { total_mem: g.u64()?, driver_version: g.str()?, nvml_version: g.str()? };
+        Ok(DeviceDescription { name, uuid, total_mem, driver_version, attributes, nvml })
+    }
+}
+
+/// The partition a session runs on, as granted.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PartitionInfo {
+    /// `full`, `mig` or `emulated` (a soft partition: a green context).
+    pub kind: String,
+    /// Profile name, if any.
+    pub profile: String,
+    /// SMs the session's context holds.
+    pub sms: u32,
+    /// Bytes of device memory the session may allocate (0: the device's).
+    pub memory_limit: u64,
+    /// What isolation it gives, in words.
+    pub isolation: String,
+}
+
+impl PartitionInfo {
+    /// Appends the partition's fields (as in `Welcome`).
+    pub fn put(&self, p: &mut Put) {
+        p.str(&self.kind).str(&self.profile).u32(self.sms).u64(self.memory_limit).str(&self.isolation);
+    }
+    /// Reads the fields [`Self::put`] wrote.
+    pub fn get(g: &mut Get<'_>) -> Result<Self, ProtocolError> {
+        Ok(PartitionInfo {
+            kind: g.str()?,
+            profile: g.str()?,
+            sms: g.u32()?,
+            memory_limit: g.u64()?,
+            isolation: g.str()?,
+        })
+    }
+}

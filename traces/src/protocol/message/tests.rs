@@ -1,0 +1,153 @@
+//! Round trips of every message, and decoding that never panics on cut or damaged payloads.
+
+use super::*;
+
+fn samples() -> Vec<Message> {
+    vec![
+        Message::Hello(Hello {
+            protocol: 1,
+            tool: "gpuless 0.1.0".into(),
+            token: "s3cret".into(),
+            partition: PartitionRequest::Profile("3g.71gb".into()),
+            priority: Priority::BestEffort,
+            arena_base: 0x6400_0000_0000,
+            arena_size: 1 << 40,
+            recorded_sm: 90,
+            program: "resnet50".into(),
+        }),
+        Message::Welcome(Box::new(Welcome {
+            session: 7,
+            executor_pid: 1234,
+            server: "gpuless 0.1.0".into(),
+            partition: PartitionInfo { kind: "emulated".into(), sms: 66, ..Default::default() },
+            device: DeviceDescription {
+                name: "NVIDIA H100".into(),
+                uuid: [7; 16],
+                total_mem: 80 << 30,
+                nvml: NvmlFacts {
+                    total_mem: (80 << 30) + (480 << 20),
+                    driver_version: "580.159.04".into(),
+                    nvml_version: "13.580.159.04".into(),
+                },
+                driver_version: 13000,
+                attributes: vec![(16, 132), (75, 9), (76, 0)],
+            },
+        })),
+        Message::Refused { code: code::AUTH, message: "wrong token".into() },
+        Message::Segment { want_answer: true, zstd: false, records: vec![1, 2, 3] },
+        Message::Segment { want_answer: false, zstd: true, records: vec![4] },
+        Message::Answer(Answer {
+            through_seq: 99,
+            executed: 64,
+            outputs: vec![(98, vec![9; 4096])],
+            errors: vec![CallError { seq: 97, function: "cuLaunchKernel".into(), code: 700, message: "x".into() }],
+            exec_us: 12,
+            queries: vec![
+                QueryResult { seq: 96, status: 0, values: vec![u64::from(1.5f32.to_bits())] },
+                QueryResult { seq: 95, status: 600, values: vec![] },
+            ],
+        }),
+        Message::BlobQuery(vec![Hash128(1), Hash128(u128::MAX)]),
+        Message::BlobHave(vec![true, false]),
+        Message::BlobData { hash: Hash128(5), total: 10, offset: 4, bytes: vec![1; 6] },
+        Message::BlobShm(vec![(Hash128(7), 0, 100), (Hash128(8), 128, 4096)]),
+        Message::Close,
+        Message::Closed(SessionStats { records: 3, peak_memory: 9, ..Default::default() }),
+        Message::Error { code: code::EXECUTOR, message: "gone".into() },
+        Message::Deploy { name: "resnet50".into(), hash: Hash128(u128::MAX - 3), len: 97 << 20 },
+        Message::Deployed { name: "resnet50".into(), manifest: "{\"format\": 1}".into() },
+        Message::Invoke { name: "resnet50".into(), verify: false, inputs: vec![3; 24] },
+        Message::Invoke { name: "f".into(), verify: true, inputs: Vec::new() },
+        Message::Outputs(Outputs {
+            prepare_us: 81_000,
+            run_us: 1_900,
+            graph: true,
+            verified: 1,
+            mismatches: vec!["call #155 cuMemcpyDtoH: 40000 bytes differ".into()],
+            outputs: vec![7; 40],
+        }),
+        Message::Outputs(Outputs::default()),
+    ]
+}
+
+#[test]
+fn every_message_round_trips() {
+    for m in samples() {
+        let p = m.encode();
+        assert_eq!(Message::decode(m.kind(), m.flags(), &p).unwrap(), m, "{}", m.name());
+    }
+    let d = match &samples()[1] {
+        Message::Welcome(w) => w.device.clone(),
+        _ => unreachable!(),
+    };
+    assert_eq!((d.sm(), d.sm_count()), (90, 132));
+}
+
+#[test]
+fn every_cut_and_every_flipped_byte_is_an_error_or_a_message_never_a_panic() {
+    for m in samples() {
+        let p = m.encode();
+        for cut in 0..p.len() {
+            // A cut payload never decodes as the same message.
+            if let Ok(d) = Message::decode(m.kind(), m.flags(), &p[..cut]) {
+                assert_ne!(d, m);
+            }
+        }
+        for i in 0..p.len() {
+            let mut q = p.clone();
+            q[i] ^= 0xff;
+            let _ = Message::decode(m.kind(), m.flags(), &q);
+        }
+    }
+    assert!(matches!(Message::decode(99, 0, &[]), Err(ProtocolError::UnknownKind(99))));
+    // A count that the payload cannot hold is refused before anything is allocated.
+    let mut p = Put::default();
+    p.u32(u32::MAX);
+    let e = Message::decode(kind::BLOB_QUERY, 0, &p.0).unwrap_err().to_string();
+    assert!(e.contains("elements announced"), "{e}");
+    let e = Message::decode(
+        kind::BLOB_DATA,
+        0,
+        &Message::BlobData { hash: Hash128(1), total: 2, offset: 1, bytes: vec![0; 5] }.encode(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("outside the blob"), "{e}");
+}
+
+#[test]
+fn partition_requests_parse() {
+    assert_eq!(PartitionRequest::parse("whole"), PartitionRequest::Whole);
+    assert_eq!(PartitionRequest::parse("sms:16"), PartitionRequest::Sms(16));
+    assert_eq!(PartitionRequest::parse("1g.18gb"), PartitionRequest::Profile("1g.18gb".into()));
+}
+
+#[test]
+fn function_messages_keep_their_fields_and_refuse_bad_flags_and_cut_payloads() {
+    for (k, n) in
+        [(kind::DEPLOY, "Deploy"), (kind::DEPLOYED, "Deployed"), (kind::INVOKE, "Invoke"), (kind::OUTPUTS, "Outputs")]
+    {
+        assert_eq!(kind_name(k), n);
+    }
+    // The inputs and outputs are the payload's rest: every byte kept, none added.
+    let m = Message::Invoke { name: "f".into(), verify: true, inputs: vec![1, 2, 3] };
+    let p = m.encode();
+    assert_eq!(p.len(), 4 + 1 + 1 + 3);
+    assert_eq!(invoke_request(&p).unwrap(), ("f".to_string(), true, &[1u8, 2, 3][..]));
+    let mut bad = p.clone();
+    bad[5] = 2;
+    assert!(invoke_request(&bad).is_err());
+    let e = Message::decode(kind::INVOKE, 0, &bad).unwrap_err().to_string();
+    assert!(e.contains("verify flag 2"), "{e}");
+    // A Deploy cut anywhere is an error naming the message.
+    let p = Message::Deploy { name: "f".into(), hash: Hash128(9), len: 5 }.encode();
+    for cut in 0..p.len() {
+        let e = Message::decode(kind::DEPLOY, 0, &p[..cut]).unwrap_err().to_string();
+        assert!(e.contains("bad Deploy message"), "{e}");
+    }
+    // An Outputs announcing more mismatches than its payload holds.
+    let mut q = Put::default();
+    q.u64(1).u64(2).u8(0).u64(0).u32(1000);
+    let e = Message::decode(kind::OUTPUTS, 0, &q.0).unwrap_err().to_string();
+    assert!(e.contains("elements announced"), "{e}");
+}
