@@ -85,6 +85,19 @@ pub fn open_bytes(label: &str, bytes: &[u8]) -> Result<Function, FunctionError> 
     Ok(Function { manifest, trace })
 }
 
+/// [`open_bytes`] of a blob from a server's cache: a whole mapped cache file is read in place
+/// as [`open`] reads a file (weights not copied, chunks decoded in parallel).
+pub fn open_blob(label: &str, blob: &gpuless_traces::BlobBytes) -> Result<Function, FunctionError> {
+    if let gpuless_traces::BlobBytes::Mapped { map, offset: 0, len, .. } = blob {
+        if *len == map.len() {
+            let (manifest, t_start) = header(map, label)?;
+            let trace = load_mapped(label, map.clone(), t_start).map_err(|e| bad_trace(label, t_start, e))?;
+            return Ok(Function { manifest, trace });
+        }
+    }
+    open_bytes(label, blob)
+}
+
 /// A trace that does not read whole, from byte `t_start` of function file `label`.
 fn bad_trace(label: &str, t_start: usize, e: crate::replay::ReplayError) -> FunctionError {
     FunctionError::Bad {

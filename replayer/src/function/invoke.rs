@@ -107,6 +107,10 @@ pub struct Invoker {
     /// The set-up's slowest functions: (name, calls, seconds).
     profile: Vec<(String, u64, f64)>,
     capture_s: f64,
+    /// The body is to be captured before the next invocation (after the first).
+    capture_pending: bool,
+    /// Whether it has run once.
+    invoked: bool,
 }
 
 impl Invoker {
@@ -168,19 +172,44 @@ impl Invoker {
             setup_s: 0.0,
             profile,
             capture_s: 0.0,
+            capture_pending: false,
+            invoked: false,
         };
-        let t = std::time::Instant::now();
+        // The first invocation runs eagerly (its result does not wait for the capture); the
+        // body is captured at the second.
         match lower::refusal(&inv.trace, &inv.body) {
             Some(why) => inv.refused = Some(why),
-            None => match inv.capture() {
-                Ok(g) => inv.graph = Some(g),
-                Err(why) => inv.refused = Some(why),
-            },
+            None => inv.capture_pending = true,
         }
-        inv.capture_s = t.elapsed().as_secs_f64();
         inv.ports()?;
         inv.setup_s = t0.elapsed().as_secs_f64();
         Ok(inv)
+    }
+
+    /// Captures the body and moves the inputs' next bytes into the buffers the graph reads;
+    /// a body the graph cannot hold stays eager, with the reason.
+    fn lower(&mut self) -> Result<(), InvokeError> {
+        self.capture_pending = false;
+        let t = std::time::Instant::now();
+        let saved: Vec<Vec<u8>> =
+            (0..self.inputs.len()).map(|n| self.input_mut(n).map(|b| b.to_vec()).unwrap_or_default()).collect();
+        match self.capture() {
+            Ok(g) => self.graph = Some(g),
+            Err(why) => {
+                self.refused = Some(why);
+                return Ok(());
+            }
+        }
+        self.inputs.clear();
+        self.outputs.clear();
+        self.ports()?;
+        for (n, bytes) in saved.iter().enumerate() {
+            if let Some(b) = self.input_mut(n).filter(|b| b.len() == bytes.len()) {
+                b.copy_from_slice(bytes);
+            }
+        }
+        self.capture_s = t.elapsed().as_secs_f64();
+        Ok(())
     }
 
     /// Captures the body into one graph on a new stream (synchronizations left out: the
@@ -294,7 +323,7 @@ impl Invoker {
 
     /// How the body runs.
     pub fn mode(&self) -> Mode {
-        if self.graph.is_some() {
+        if self.graph.is_some() || self.capture_pending {
             Mode::Graph
         } else {
             Mode::Eager
@@ -344,6 +373,10 @@ impl Invoker {
     /// Runs the function once on the inputs' buffers. `verify`: compare each output with the
     /// recorded result (meaningful with the recorded inputs).
     pub fn invoke(&mut self, verify: bool) -> Result<(), InvokeError> {
+        if self.capture_pending && self.invoked {
+            self.lower()?;
+        }
+        self.invoked = true;
         match self.graph.as_ref().map(|g| (g.stream, g.exe)) {
             Some((stream, exe)) => {
                 // SAFETY: copies from pinned buffers the invoker owns to live allocations, and

@@ -17,7 +17,7 @@ mod signature;
 #[cfg(test)]
 mod tests;
 
-pub use file::{open, open_bytes, write, Function, FunctionError, MAGIC};
+pub use file::{open, open_blob, open_bytes, write, Function, FunctionError, MAGIC};
 pub use invoke::{InvokeError, Invoker, Mode};
 pub use prune::{prune, Pruned};
 pub use signature::{compile, first_difference, Manifest, Port};

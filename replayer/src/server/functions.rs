@@ -168,7 +168,7 @@ impl Functions {
                 format!("deploying `{name}`: blob {hash} holds {} bytes, the Deploy says {len}", bytes.len()),
             ));
         }
-        let f = function::open_bytes(&format!("deploying `{name}`: blob {hash}"), &bytes)
+        let f = function::open_blob(&format!("deploying `{name}`: blob {hash}"), &bytes)
             .map_err(|e| (code::FUNCTION, e.to_string()))?;
         let manifest = serde_json::to_string_pretty(&f.manifest)
             .map_err(|e| (code::EXECUTOR, format!("deploying `{name}`: its manifest: {e}")))?;
@@ -282,7 +282,7 @@ impl Functions {
             )
         })?;
         self.hits.push(hash);
-        let f = function::open_bytes(&format!("function `{name}` (blob {hash})"), &bytes)
+        let f = function::open_blob(&format!("function `{name}` (blob {hash})"), &bytes)
             .map_err(|e| (code::FUNCTION, e.to_string()))?;
         drop(bytes);
         check_inputs(name, &f.manifest, given)?;
