@@ -203,28 +203,15 @@ pub fn decode_calls(buf: &[u8], ctx: Ctx) -> Result<Vec<CallRecord>, TraceError>
 
 /// Decode a blob batch; with `with_data == false` the parts' bytes are not copied.
 pub fn decode_blobs(buf: &[u8], ctx: Ctx, with_data: bool) -> Result<Vec<BlobPart>, TraceError> {
-    let batch = verify::<fb::BlobBatch>(buf, ctx)?;
-    let mut out = Vec::new();
-    for p in batch.parts().into_iter().flatten() {
-        let data = p.data().map(|d| d.bytes()).unwrap_or_default();
-        let part = BlobPart {
-            hash: hash(p.hash()),
-            kind: BlobKind::from_u8(p.kind()),
-            total_len: p.total_len(),
-            offset: p.offset(),
-            len: data.len() as u64,
-            data: if with_data { data.to_vec() } else { Vec::new() },
-        };
-        let end = part.offset.checked_add(part.len);
-        if end.is_none_or(|e| e > part.total_len) {
-            return Err(ctx.corrupt(format!(
-                "blob {} part at {} + {} exceeds its length {}",
-                part.hash, part.offset, part.len, part.total_len
-            )));
-        }
-        out.push(part);
-    }
-    Ok(out)
+    Ok(decode_blob_slices(buf, ctx)?
+        .into_iter()
+        .map(|(mut part, data)| {
+            if with_data {
+                part.data = data.to_vec();
+            }
+            part
+        })
+        .collect())
 }
 
 /// The parts of a blob chunk with their bytes where they lie in `buf` (no copy); each
