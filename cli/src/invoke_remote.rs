@@ -88,7 +88,9 @@ pub fn run(a: &InvokeArgs, t: &Target) -> anyhow::Result<ExitCode> {
         token: t.token.as_deref(),
         tls_ca: t.tls_ca.as_deref(),
         partition: t.partition.as_deref(),
-        program: format!("invoke {name}"),
+        // `function:NAME` announces the one function the session invokes: the server may hand
+        // it an executor that kept NAME set up after an earlier session (a warm function).
+        program: format!("{}{name}", gpuless_replayer::server::warm::PROGRAM_PREFIX),
         ..session::SessionSpec::default()
     })?;
     let session_s = t_open.elapsed().as_secs_f64();

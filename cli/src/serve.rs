@@ -54,6 +54,15 @@ pub struct ServeArgs {
     /// Put both cache tiers under this directory.
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Keep a function's executor warm, with the function set up, this many seconds after a
+    /// `gpuless invoke --remote` session for the next session of the same function (0: off;
+    /// default 300).
+    #[arg(long, value_name = "SECONDS")]
+    pub function_keep_alive: Option<f64>,
+    /// Most executors kept warm with a function at once (default 4); the least recently used
+    /// is ended first.
+    #[arg(long, value_name = "N")]
+    pub warm_functions_max: Option<usize>,
 }
 
 /// Runs the server until SIGTERM/SIGINT.
@@ -89,6 +98,12 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(t) = args.idle_timeout {
         cfg.idle_timeout_s = t;
+    }
+    if let Some(k) = args.function_keep_alive {
+        cfg.function_keep_alive_s = k;
+    }
+    if let Some(n) = args.warm_functions_max {
+        cfg.warm_functions_max = n;
     }
     if let Some(d) = &args.cache_dir {
         cfg.cache.memory_dir = d.join("memory").display().to_string();

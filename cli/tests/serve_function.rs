@@ -139,3 +139,57 @@ fn functions_are_deployed_and_invoked_and_every_refusal_reaches_the_client() {
     wait_until(|| s.metric("gpuless_sessions_ended_total{kind=\"error\"}") >= failed, "the refused sessions ended");
     assert_eq!(s.metric("gpuless_executor_crashes_total"), 0.0, "{}", s.metrics());
 }
+
+/// Issue 20's warm functions: a function session's executor is kept, with the function set up,
+/// only when the set-up succeeded. On the stand-in driver it cannot succeed (above), so the
+/// executor must exit as after any session — no warm executor, the gauge 0 — and the next
+/// session is served by a fresh one. Where the function does run, the second session is
+/// served warm: no set-up (prepare_s 0).
+#[test]
+fn a_function_whose_set_up_failed_leaves_no_warm_executor() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, _) = support::build_stand_in(dir.path());
+    let s = Server::start(dir.path(), &libdir, &["--function-keep-alive", "60", "--warm-functions-max", "2"], &[]);
+    let (gfn, _, _) = compiled(dir.path());
+    let (rc, out, err) = gl(&[&"deploy", &gfn, &"--remote", &s.tcp, &"--name", &"globals"]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    let warm = "gpuless_warm_functions{function=\"globals\"}";
+    let kept = "gpuless_executors{kind=\"function\"}";
+    let cold = "gpuless_function_sessions_total{function=\"globals\",start=\"cold\"}";
+    let served_warm = "gpuless_function_sessions_total{function=\"globals\",start=\"warm\"}";
+
+    let (rc, out, err) = gl(&[&"invoke", &"globals", &"--remote", &s.tcp, &"--json"]);
+    if rc == 0 {
+        // The stand-in grew enough to set the function up: the executor is kept, and the next
+        // session finds the function set up.
+        wait_until(|| s.metric(warm) == 1.0, "the function's executor kept warm");
+        let (rc, out, err) = gl(&[&"invoke", &"globals", &"--remote", &s.tcp, &"--json"]);
+        assert_eq!(rc, 0, "{out}\n{err}");
+        let j: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!(j["prepare_s"].as_f64(), Some(0.0), "served warm: no set-up: {j}");
+        assert_eq!(s.metric(served_warm), 1.0, "{}", s.metrics());
+        return;
+    }
+    assert_eq!(rc, 2, "{out}\n{err}");
+    assert!(err.contains("could not be set up on this executor"), "{err}");
+    assert_eq!(s.metric(cold), 1.0, "{}", s.metrics());
+    // The failed session's executor exits: only the pool's executor is left, none warm.
+    wait_until(|| s.metric("gpuless_sessions_ended_total{kind=\"error\"}") >= 1.0, "the session ended");
+    wait_until(|| s.children().len() <= 1, "the failed session's executor exited");
+    assert_eq!(s.metric(warm), 0.0, "{}", s.metrics());
+    assert_eq!(s.metric(kept), 0.0, "{}", s.metrics());
+
+    // The next session of the function is served, cold again, by a fresh executor, and a
+    // session of another kind after it.
+    let (rc, _, err) = gl(&[&"invoke", &"globals", &"--remote", &s.tcp, &"--json"]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("could not be set up on this executor"), "a fresh executor set it up again: {err}");
+    assert_eq!(s.metric(cold), 2.0, "{}", s.metrics());
+    assert_eq!(s.metric(served_warm), 0.0, "{}", s.metrics());
+    let (rc, out, err) = gl(&[&"deploy", &gfn, &"--remote", &s.tcp, &"--name", &"globals"]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    wait_until(|| s.metric("gpuless_sessions_ended_total{kind=\"closed\"}") >= 2.0, "the deploys closed");
+    assert_eq!(s.metric(warm), 0.0, "{}", s.metrics());
+    assert_eq!(s.metric(kept), 0.0, "{}", s.metrics());
+    assert_eq!(s.metric("gpuless_executor_crashes_total"), 0.0, "{}", s.metrics());
+}

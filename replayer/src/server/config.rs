@@ -44,6 +44,13 @@ pub struct Config {
     pub executor_start_timeout_s: f64,
     /// On SIGTERM, how long running sessions may go on before they are ended, in seconds.
     pub drain_timeout_s: f64,
+    /// How long the executor of a function session (`gpuless invoke --remote`) stays warm
+    /// after the session ends, with the function set up on the GPU, for the next session of
+    /// the same function, in seconds; 0: off (every session's executor exits).
+    pub function_keep_alive_s: f64,
+    /// Most executors kept warm with a function at once; the least recently used is ended
+    /// when one more would exceed it. 0: off.
+    pub warm_functions_max: usize,
     /// The blob cache.
     pub cache: CacheConfig,
     /// The executor binary (default: this `gpuless`).
@@ -94,6 +101,8 @@ impl Default for Config {
             handshake_timeout_s: 10.0,
             executor_start_timeout_s: 120.0,
             drain_timeout_s: 30.0,
+            function_keep_alive_s: 300.0,
+            warm_functions_max: 4,
             cache: CacheConfig::default(),
             executor: String::new(),
             tls_cert: String::new(),
@@ -158,10 +167,23 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from("/tmp"));
             self.cache.disk_dir = base.join("gpuless/blobs").display().to_string();
         }
+        if !self.function_keep_alive_s.is_finite() || self.function_keep_alive_s < 0.0 {
+            return Err(err(format!(
+                "function_keep_alive_s = {}: a number of seconds, 0 or more (0: off)",
+                self.function_keep_alive_s
+            )));
+        }
         if self.max_sessions == 0 {
             return Err(err("max_sessions must be at least 1".into()));
         }
         Ok(self)
+    }
+
+    /// How long a function's executor stays warm after its session, or `None` when keeping
+    /// functions warm is off (`function_keep_alive_s` or `warm_functions_max` 0).
+    pub fn function_keep_alive(&self) -> Option<Duration> {
+        (self.function_keep_alive_s > 0.0 && self.warm_functions_max > 0)
+            .then(|| Self::secs(self.function_keep_alive_s))
     }
 
     /// Seconds as a duration.
@@ -190,6 +212,23 @@ mod tests {
         let ok = Config { listen: "0.0.0.0:7011".into(), token: "t".into(), ..Config::default() };
         assert!(ok.resolve().is_ok());
         assert!(is_loopback("[::1]:5") && is_loopback("localhost:1") && !is_loopback("10.0.0.1:1"));
+    }
+
+    #[test]
+    fn function_keep_alive_parses_and_zero_turns_it_off() {
+        let d = Config::default();
+        assert_eq!((d.function_keep_alive_s, d.warm_functions_max), (300.0, 4));
+        assert_eq!(d.function_keep_alive(), Some(Duration::from_secs(300)));
+        let c: Config = toml::from_str("function_keep_alive_s = 2.5\nwarm_functions_max = 9\n").unwrap();
+        assert_eq!(c.function_keep_alive(), Some(Duration::from_millis(2500)));
+        assert_eq!(c.warm_functions_max, 9);
+        let off: Config = toml::from_str("function_keep_alive_s = 0\n").unwrap();
+        assert_eq!(off.function_keep_alive(), None);
+        let capped: Config = toml::from_str("warm_functions_max = 0\n").unwrap();
+        assert_eq!(capped.function_keep_alive(), None);
+        assert!(toml::from_str::<Config>("warm_functions_max = -1\n").is_err());
+        let neg: Config = toml::from_str("function_keep_alive_s = -1.0\n").unwrap();
+        assert!(neg.resolve().unwrap_err().to_string().contains("function_keep_alive_s"));
     }
 
     #[test]

@@ -34,6 +34,9 @@ pub enum Control {
         idle_ms: u64,
         /// The client's Hello payload.
         hello: Vec<u8>,
+        /// How long the executor may stay warm with the session's function set up after the
+        /// session ends ([`Control::Warm`]), milliseconds; 0: it exits after the session.
+        keep_alive_ms: u64,
     },
     /// Executor → server: blobs added to the cache, and blobs found in it.
     Cache {
@@ -55,6 +58,13 @@ pub enum Control {
         /// Empty, or why it ended abnormally.
         error: String,
     },
+    /// Executor → server, after [`Control::Done`]: the session invoked only `function`, which
+    /// stays set up; the executor waits (up to the keep-alive of its last `Start`) for another
+    /// `Start` of a session of that function, and exits when the server closes the channel.
+    Warm {
+        /// The function's deployed name.
+        function: String,
+    },
 }
 
 impl Control {
@@ -69,8 +79,8 @@ impl Control {
             Control::Failed(m) => {
                 p.u8(2).str(m);
             }
-            Control::Start { session, idle_ms, hello } => {
-                p.u8(3).u64(*session).u64(*idle_ms).bytes(hello);
+            Control::Start { session, idle_ms, hello, keep_alive_ms } => {
+                p.u8(3).u64(*session).u64(*idle_ms).bytes(hello).u64(*keep_alive_ms);
             }
             Control::Cache { added, hits } => {
                 p.u8(4).u32(added.len() as u32);
@@ -99,6 +109,9 @@ impl Control {
                 let c = gpuless_traces::protocol::Message::Closed(stats.clone());
                 p.bytes(&c.encode()).str(error);
             }
+            Control::Warm { function } => {
+                p.u8(8).str(function);
+            }
         }
         p.0
     }
@@ -110,7 +123,12 @@ impl Control {
         let m = match g.u8()? {
             1 => Control::Ready { partition: PartitionInfo::get(&mut g)?, device: DeviceDescription::get(&mut g)? },
             2 => Control::Failed(g.str()?),
-            3 => Control::Start { session: g.u64()?, idle_ms: g.u64()?, hello: g.bytes()?.to_vec() },
+            3 => Control::Start {
+                session: g.u64()?,
+                idle_ms: g.u64()?,
+                hello: g.bytes()?.to_vec(),
+                keep_alive_ms: g.u64()?,
+            },
             4 => {
                 let n = g.count(24)?;
                 let mut added = Vec::with_capacity(n);
@@ -147,6 +165,7 @@ impl Control {
                 }
                 Control::Invocations(v)
             }
+            8 => Control::Warm { function: g.str()? },
             t => return Err(g.error(format!("control message {t}"))),
         };
         g.end()?;
@@ -250,6 +269,40 @@ impl Channel {
         Ok(Some((m, fd)))
     }
 
+    /// Like [`Channel::recv`], but gives up after `timeout`: `Ok(None)` then as when the other
+    /// end closed.
+    pub fn recv_timeout(&self, timeout: std::time::Duration) -> io::Result<Option<(Control, Option<OwnedFd>)>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let ms = left.as_millis().min(i32::MAX as u128) as libc::c_int;
+            let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd.
+            let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if r == 0 {
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                continue;
+            }
+            return self.recv();
+        }
+    }
+
+    /// Stops sending: the other end's [`Channel::recv`] answers `Ok(None)` (it is let go),
+    /// while what it still sends can be read here.
+    pub fn close_write(&self) {
+        // SAFETY: shutting down our own socket.
+        unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_WR) };
+    }
+
     /// The raw descriptor (to place it at a fixed number in a child).
     pub fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
@@ -265,7 +318,7 @@ mod tests {
         let (a, b) = pair().unwrap();
         let b = Channel::from_fd(b);
         let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
-        let start = Control::Start { session: 3, idle_ms: 10, hello: vec![1, 2] };
+        let start = Control::Start { session: 3, idle_ms: 10, hello: vec![1, 2], keep_alive_ms: 300_000 };
         a.send(&start, Some(w.as_raw_fd())).unwrap();
         let (m, fd) = b.recv().unwrap().unwrap();
         assert_eq!(m, start);
@@ -287,5 +340,32 @@ mod tests {
         assert_eq!(a.recv().unwrap().unwrap().0, calls);
         drop(b);
         assert!(a.recv().unwrap().is_none());
+    }
+
+    #[test]
+    fn warm_round_trips_and_a_let_go_executor_hears_the_end() {
+        let (a, b) = pair().unwrap();
+        let b = Channel::from_fd(b);
+        for m in [Control::Warm { function: "resnet50".into() }, Control::Warm { function: String::new() }] {
+            b.send(&m, None).unwrap();
+            assert_eq!(a.recv().unwrap().unwrap().0, m);
+            assert_eq!(Control::decode(&m.encode()).unwrap(), m);
+        }
+        // A truncated or padded Warm is refused.
+        let bytes = Control::Warm { function: "f".into() }.encode();
+        assert!(Control::decode(&bytes[..bytes.len() - 1]).is_err());
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(Control::decode(&long).is_err());
+        // Waiting times out with nothing sent; the server letting go reads as the end.
+        let t0 = std::time::Instant::now();
+        assert!(b.recv_timeout(std::time::Duration::from_millis(50)).unwrap().is_none());
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(50));
+        a.close_write();
+        assert!(b.recv_timeout(std::time::Duration::from_secs(5)).unwrap().is_none());
+        assert!(t0.elapsed() < std::time::Duration::from_secs(4));
+        // The executor can still report after it was let go.
+        b.send(&Control::Warm { function: "g".into() }, None).unwrap();
+        assert_eq!(a.recv().unwrap().unwrap().0, Control::Warm { function: "g".into() });
     }
 }

@@ -3,8 +3,12 @@
 //! the client's connection, and then serves that client directly — segments executed as they
 //! arrive on the replayer's engine ([`crate::replay::stream::Stream`]), answers at
 //! synchronization points, blobs through the content cache, functions deployed and invoked
-//! ([`super::functions`]) — until the client closes, goes idle or disconnects. Then it reports [`Control::Done`] and exits, so every CUDA resource of
-//! the session goes with the process.
+//! ([`super::functions`]) — until the client closes, goes idle or disconnects. Then it reports
+//! [`Control::Done`] and exits, so every CUDA resource of the session goes with the process.
+//! One exception: after a session that only invoked the function it announced
+//! (`function:NAME`), with a keep-alive, the executor reports [`Control::Warm`] and waits for
+//! the next session of that function, which finds the function set up (its [`Functions`], and
+//! nothing else of the session, carries over).
 
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
@@ -51,9 +55,15 @@ pub struct Setup {
     pub gate: Option<Gate>,
 }
 
-/// Runs the executor until its session ends. Returns the process exit code.
+/// How much longer than its keep-alive an executor kept warm waits for a session before it
+/// exits on its own: the server lets it go at the keep-alive, and hands it no session after.
+const KEEP_ALIVE_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs the executor until its session ends — or, for a session of one function with a
+/// keep-alive, until no session of that function came within it. Returns the process exit
+/// code.
 pub fn run(mut setup: Setup) -> i32 {
-    let gate = setup.gate.take();
+    let mut gate = setup.gate.take();
     let mut device = describe_device(setup.memory_limit);
     // NVML's view for a client's libnvidia-ml; its total only where the session has the whole
     // device's memory (a memory limit is CUDA's total already).
@@ -65,16 +75,66 @@ pub fn run(mut setup: Setup) -> i32 {
     if setup.control.send(&ready, None).is_err() {
         return 1;
     }
-    let (session, idle_ms, hello, fd) = match setup.control.recv() {
-        Ok(Some((Control::Start { session, idle_ms, hello }, Some(fd)))) => (session, idle_ms, hello, fd),
-        // The server let this warm executor go (pool shrunk, server ending).
-        Ok(None) => return 0,
-        _ => return 1,
-    };
-    let hello = match Message::decode(kind::HELLO, 0, &hello) {
-        Ok(Message::Hello(h)) => h,
-        _ => return 1,
-    };
+    // The function kept set up after a session of it, and how long to wait for the next.
+    let mut kept: Option<(Functions, Duration)> = None;
+    loop {
+        let next = match &kept {
+            None => setup.control.recv(),
+            Some((_, keep)) => setup.control.recv_timeout(*keep + KEEP_ALIVE_GRACE),
+        };
+        let (session, idle_ms, hello, fd, keep_alive_ms) = match next {
+            Ok(Some((Control::Start { session, idle_ms, hello, keep_alive_ms }, Some(fd)))) => {
+                (session, idle_ms, hello, fd, keep_alive_ms)
+            }
+            // The server let this warm executor go (pool shrunk, keep-alive over, server
+            // ending), or no session came within the keep-alive.
+            Ok(None) => return 0,
+            _ => return 1,
+        };
+        let hello = match Message::decode(kind::HELLO, 0, &hello) {
+            Ok(Message::Hello(h)) => h,
+            _ => return 1,
+        };
+        let announced = super::warm::announced(&hello.program).map(str::to_string);
+        let client_arena = hello.arena_base != 0 && hello.arena_size != 0;
+        // Only a session of the same function, without an arena of its own, finds the function
+        // set up; anything else starts from nothing (the kept function is freed first).
+        let functions = match kept.take() {
+            Some((mut f, _)) if !client_arena && announced.is_some() && f.prepared_name() == announced.as_deref() => {
+                f.reuse();
+                f
+            }
+            _ => Functions::new(&setup.cache, setup.device, setup.memory_limit, client_arena),
+        };
+        let (done, functions) = serve_one(&setup, &device, &mut gate, session, idle_ms, hello, fd, functions);
+        if setup.control.send(&done, None).is_err() {
+            return 1;
+        }
+        match (functions, announced) {
+            (Some(f), Some(name)) if keep_alive_ms > 0 && f.prepared_name() == Some(name.as_str()) => {
+                if setup.control.send(&Control::Warm { function: name }, None).is_err() {
+                    return 1;
+                }
+                kept = Some((f, Duration::from_millis(keep_alive_ms)));
+            }
+            _ => return 0,
+        }
+    }
+}
+
+/// Serves one session; returns its [`Control::Done`], and its functions if the session only
+/// invoked, without a failed invocation (then its function may be kept set up).
+#[allow(clippy::too_many_arguments)]
+fn serve_one(
+    setup: &Setup,
+    device: &gpuless_traces::protocol::DeviceDescription,
+    gate: &mut Option<Gate>,
+    session: u64,
+    idle_ms: u64,
+    hello: gpuless_traces::protocol::message::Hello,
+    fd: OwnedFd,
+    functions: Functions,
+) -> (Control, Option<Functions>) {
     let meta = TraceMeta {
         arena_base: hello.arena_base,
         arena_size: hello.arena_size,
@@ -106,14 +166,10 @@ pub fn run(mut setup: Setup) -> i32 {
         timeline: Timeline::new(),
         writers: Vec::new(),
         checks: Vec::new(),
-        gate,
+        gate: gate.take(),
         best_effort: hello.priority == Priority::BestEffort,
-        functions: Functions::new(
-            &setup.cache,
-            setup.device,
-            setup.memory_limit,
-            hello.arena_base != 0 && hello.arena_size != 0,
-        ),
+        functions,
+        only_invoked: true,
     };
     let result = match (conn_of(fd), Stream::new(setup.device, meta, opts)) {
         (Ok(conn), Ok(stream)) => {
@@ -122,7 +178,7 @@ pub fn run(mut setup: Setup) -> i32 {
                 executor_pid: std::process::id(),
                 server: format!("gpuless {}", env!("CARGO_PKG_VERSION")),
                 partition: setup.partition.clone(),
-                device,
+                device: device.clone(),
             };
             s.serve(conn, stream, welcome, Duration::from_millis(idle_ms.max(1)))
         }
@@ -132,14 +188,16 @@ pub fn run(mut setup: Setup) -> i32 {
             let message = format!("the session could not start on this executor: {e}");
             let m = Message::Error { code: code::EXECUTOR, message: message.clone() };
             let _ = write_frame(&mut conn, m.kind(), m.flags(), &m.encode());
+            s.only_invoked = false;
             Err(message)
         }
     };
     s.flush_notes(true);
     s.timeline.write();
+    *gate = s.gate.take();
     let error = result.err().unwrap_or_default();
-    let _ = setup.control.send(&Control::Done { stats: s.stats.clone(), error }, None);
-    0
+    let done = Control::Done { stats: s.stats.clone(), error };
+    (done, s.only_invoked.then_some(s.functions))
 }
 
 /// The client's socket, TCP or Unix, in blocking mode.
@@ -192,6 +250,9 @@ struct Session<'a> {
     best_effort: bool,
     /// Deployed functions, and the one this session set up.
     functions: Functions,
+    /// Whether the session only invoked (no other message, no failed invocation): then its
+    /// function may be kept set up for the next session of it.
+    only_invoked: bool,
 }
 
 /// Segments decoded before, by their exact bytes: a client that repeats a segment (a hot loop)
@@ -323,6 +384,9 @@ impl Session<'_> {
             if reader.get_ref().fds.len() > 8 {
                 let e = "descriptors sent without BlobShm frames (one descriptor per BlobShm)".to_string();
                 return fail(&mut w, code::BAD_MESSAGE, e);
+            }
+            if h.kind != kind::INVOKE && h.kind != kind::CLOSE {
+                self.only_invoked = false;
             }
             let t0 = Instant::now();
             match h.kind {
@@ -481,7 +545,10 @@ impl Session<'_> {
                     }
                     match r {
                         Ok(m) => send(&mut w, &m)?,
-                        Err((c, e)) => return fail(&mut w, c, e),
+                        Err((c, e)) => {
+                            self.only_invoked = false;
+                            return fail(&mut w, c, e);
+                        }
                     }
                     self.flush_notes(false);
                 }

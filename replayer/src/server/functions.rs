@@ -148,6 +148,20 @@ impl Functions {
         }
     }
 
+    /// The function set up, if one is.
+    pub fn prepared_name(&self) -> Option<&str> {
+        self.prepared.as_ref().map(|p| p.name.as_str())
+    }
+
+    /// Readies the functions for the next session of the function kept set up: invocations
+    /// start counting afresh; the next invocation writes its inputs (or the recorded ones)
+    /// over what the last session left.
+    pub fn reuse(&mut self) {
+        self.counts.clear();
+        self.hits.clear();
+        self.reported = Instant::now();
+    }
+
     /// `Deploy`: the blob `hash` (`len` bytes) must be in the cache, whole, and a function file;
     /// then `name` is registered. `in_session`: the session holds the blob (it was sent, but
     /// may not have reached the cache).

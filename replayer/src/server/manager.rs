@@ -1,7 +1,8 @@
 //! The resource manager: executor processes (a warm pool per partition spec, one process per
-//! session), admission of sessions to partitions (SMs of soft partitions, a session limit, a
-//! bounded queue ordered by priority), and the cache index — one state behind one lock,
-//! changed by session tasks and by each executor's control-reader thread.
+//! session, except a function's executor kept warm for the next session of the same function:
+//! [`super::warm`]), admission of sessions to partitions (SMs of soft partitions, a session
+//! limit, a bounded queue ordered by priority), and the cache index — one state behind one
+//! lock, changed by session tasks and by each executor's control-reader thread.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -18,7 +19,8 @@ use tokio::sync::Notify;
 use super::cache::{Dirs, Index};
 use super::config::Config;
 use super::control::{self, Channel, Control};
-use super::metrics::{kind, FunctionLabels, Metrics, SessionLabels};
+use super::metrics::{kind, FunctionLabels, FunctionName, FunctionStart, Metrics, SessionLabels};
+use super::warm::WarmSet;
 
 /// The descriptor number an executor finds its control channel at.
 pub const CONTROL_FD: RawFd = 3;
@@ -31,6 +33,10 @@ enum ExecState {
     Starting,
     Ready,
     Busy(u64),
+    /// Its session ended ([`Control::Done`]); it exits, or says it keeps a function warm.
+    Finished,
+    /// Kept warm with this function set up ([`Control::Warm`]), in [`Inner::warm`].
+    Function(String),
     Failed(String),
 }
 
@@ -63,6 +69,10 @@ struct Inner {
     cache: Index,
     /// Executors that exited before they were ready, and why (for the session that started them).
     died_starting: HashMap<u64, String>,
+    /// Executors kept warm with a function.
+    warm: WarmSet,
+    /// Functions that have been kept warm (their gauge reads 0 when none is).
+    warm_names: std::collections::BTreeSet<String>,
 }
 
 /// The server's shared state.
@@ -117,6 +127,8 @@ impl Manager {
                 draining: false,
                 cache,
                 died_starting: HashMap::new(),
+                warm: WarmSet::new(cfg.warm_functions_max, cfg.function_keep_alive().unwrap_or_default()),
+                warm_names: Default::default(),
             }),
             changed: Notify::new(),
             metrics: Metrics::new(),
@@ -133,6 +145,32 @@ impl Manager {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lets executors go: their channel is closed for sending, so the executor, waiting for a
+    /// session, exits (its reader thread then removes it).
+    fn let_go(g: &Inner, ids: &[u64]) {
+        for id in ids {
+            if let Some(e) = g.execs.get(id) {
+                tracing::info!(exec = id, state = ?e.state, "executor let go");
+                e.channel.close_write();
+            }
+        }
+    }
+
+    /// Lets go of the warm function executors unused for longer than the keep-alive.
+    fn expire_warm(g: &mut Inner) {
+        let old = g.warm.expire(Instant::now());
+        Self::let_go(g, &old);
+    }
+
+    /// The keep-alive a session's executor is started with, milliseconds: 0 (it exits after
+    /// the session) unless the session announced a function and keeping functions is on.
+    pub fn keep_alive_ms(&self, program: &str) -> u64 {
+        match (super::warm::announced(program), self.cfg.function_keep_alive()) {
+            (Some(_), Some(d)) => d.as_millis().min(u128::from(u64::MAX)) as u64,
+            _ => 0,
+        }
     }
 
     /// The executor spec and the SMs a request needs (0: the whole GPU, time-shared).
@@ -245,7 +283,6 @@ impl Manager {
 
     /// The executor's control messages, until it exits.
     fn follow(self: Arc<Self>, id: u64, channel: Arc<Channel>, mut child: Child) {
-        let mut done = false;
         loop {
             match channel.recv() {
                 Ok(Some((Control::Ready { partition, device }, _))) => {
@@ -296,13 +333,7 @@ impl Manager {
                     }
                 }
                 Ok(Some((Control::Done { stats, error }, _))) => {
-                    done = true;
-                    let g = self.lock();
-                    let session = match g.execs.get(&id).map(|e| &e.state) {
-                        Some(ExecState::Busy(s)) => *s,
-                        _ => 0,
-                    };
-                    drop(g);
+                    let session = self.finished(id);
                     let outcome = if error.is_empty() { "closed" } else { "error" };
                     self.metrics.sessions_total.get_or_create(&kind(outcome)).inc();
                     self.metrics.cache_lookups.get_or_create(&kind("hit")).inc_by(stats.blob_hits);
@@ -318,6 +349,7 @@ impl Manager {
                         "session ended"
                     );
                 }
+                Ok(Some((Control::Warm { function }, _))) => self.warm(id, &function),
                 Ok(Some((Control::Start { .. }, _))) => {}
                 Ok(None) | Err(_) => break,
             }
@@ -325,6 +357,7 @@ impl Manager {
         let status = child.wait();
         let mut g = self.lock();
         let e = g.execs.remove(&id);
+        g.warm.remove(id);
         match &e {
             Some(Exec { state: ExecState::Starting, .. }) => {
                 g.died_starting.insert(id, format!("exited with {status:?} before it was ready"));
@@ -337,22 +370,64 @@ impl Manager {
         if g.died_starting.len() > 1024 {
             g.died_starting.clear();
         }
+        // Its session had not ended (no Done): it died during it.
         if let Some(Exec { state: ExecState::Busy(s), .. }) = &e {
-            if !done {
-                self.metrics.executor_crashes.inc();
-                self.metrics.sessions_total.get_or_create(&kind("executor-died")).inc();
-                tracing::error!(session = s, exec = id, ?status, "executor died during its session");
-            }
+            self.metrics.executor_crashes.inc();
+            self.metrics.sessions_total.get_or_create(&kind("executor-died")).inc();
+            tracing::error!(session = s, exec = id, ?status, "executor died during its session");
             Self::end_session(&mut g, &self.metrics, *s);
         }
         drop(g);
         self.changed.notify_waiters();
         // Replace an executor that served (or was ready to); one that could not start is not
         // restarted in a loop: the next session that needs one starts it.
-        let served = matches!(e, Some(Exec { state: ExecState::Busy(_) | ExecState::Ready, .. }));
+        let served = matches!(e, Some(Exec { state: ExecState::Busy(_) | ExecState::Finished | ExecState::Ready, .. }));
         if served && !self.is_draining() {
             self.fill_pool();
         }
+    }
+
+    /// Executor `id` reported [`Control::Done`]: its session is over, and its partition free for
+    /// the next, even while the executor is still exiting or kept warm. Returns the session.
+    fn finished(&self, id: u64) -> u64 {
+        let mut g = self.lock();
+        let session = match g.execs.get(&id).map(|e| &e.state) {
+            Some(ExecState::Busy(s)) => *s,
+            _ => 0,
+        };
+        if let Some(e) = g.execs.get_mut(&id) {
+            e.state = ExecState::Finished;
+        }
+        Self::end_session(&mut g, &self.metrics, session);
+        drop(g);
+        self.changed.notify_waiters();
+        session
+    }
+
+    /// Executor `id` reported [`Control::Warm`]: after its session it keeps `function` set up.
+    /// It joins the warm set (the least recently used beyond the cap let go), or is let go at
+    /// once (keep-alive off, draining, not after a session).
+    fn warm(&self, id: u64, function: &str) {
+        let mut g = self.lock();
+        let spec = match g.execs.get(&id) {
+            Some(Exec { state: ExecState::Finished, spec, .. }) => Some(spec.clone()),
+            _ => None,
+        };
+        match spec {
+            Some(spec) if !g.draining && self.cfg.function_keep_alive().is_some() => {
+                if let Some(e) = g.execs.get_mut(&id) {
+                    e.state = ExecState::Function(function.to_string());
+                }
+                Self::expire_warm(&mut g);
+                let over = g.warm.insert(id, &spec, function, Instant::now());
+                g.warm_names.insert(function.to_string());
+                Self::let_go(&g, &over);
+                tracing::info!(exec = id, function, spec, "executor kept warm with its function");
+            }
+            _ => Self::let_go(&g, &[id]),
+        }
+        drop(g);
+        self.changed.notify_waiters();
     }
 
     fn end_session(g: &mut Inner, metrics: &Metrics, s: u64) {
@@ -372,9 +447,13 @@ impl Manager {
         self.lock().draining
     }
 
-    /// Refuse new sessions from now on.
+    /// Refuse new sessions from now on; executors kept warm with a function are let go.
     pub fn drain(&self) {
-        self.lock().draining = true;
+        let mut g = self.lock();
+        g.draining = true;
+        let warm = g.warm.clear();
+        Self::let_go(&g, &warm);
+        drop(g);
         self.changed.notify_waiters();
     }
 
@@ -397,9 +476,15 @@ impl Manager {
     }
 
     /// Admits a session asking for `req` at `priority`: waits in the queue while the
-    /// partition does not fit, then takes a ready executor of its spec (starting one if none
-    /// is warm).
-    pub async fn admit(self: &Arc<Self>, req: &PartitionRequest, priority: Priority) -> Result<Grant, Refusal> {
+    /// partition does not fit, then takes an executor of its spec: one kept warm with
+    /// `function` if the session announced one and such an executor is warm, else a ready
+    /// one (starting one if none is warm).
+    pub async fn admit(
+        self: &Arc<Self>,
+        req: &PartitionRequest,
+        priority: Priority,
+        function: Option<&str>,
+    ) -> Result<Grant, Refusal> {
         let (spec, sms) = self.resolve(req)?;
         let deadline = Instant::now() + Config::secs(self.cfg.queue_timeout_s);
         let mut queued = false;
@@ -463,7 +548,7 @@ impl Manager {
                 ));
             }
         };
-        match self.take_executor(&spec, session).await {
+        match self.take_executor(&spec, session, function).await {
             Ok((exec, channel)) => Ok(Grant { session, exec, channel }),
             Err(r) => {
                 let mut g = self.lock();
@@ -475,18 +560,69 @@ impl Manager {
         }
     }
 
-    async fn take_executor(self: &Arc<Self>, spec: &str, session: u64) -> Result<(u64, Arc<Channel>), Refusal> {
+    /// The executor kept warm with `function` on `spec`, if one is, handed to `session`.
+    fn take_warm(&self, spec: &str, session: u64, function: &str) -> Option<(u64, Arc<Channel>)> {
+        let mut g = self.lock();
+        Self::expire_warm(&mut g);
+        let id = g.warm.take(spec, function, Instant::now())?;
+        let e = g.execs.get_mut(&id)?;
+        if !matches!(&e.state, ExecState::Function(f) if f == function) {
+            return None;
+        }
+        e.state = ExecState::Busy(session);
+        let ch = e.channel.clone();
+        if let Some(s) = g.sessions.get_mut(&session) {
+            s.exec = id;
+        }
+        tracing::info!(session, exec = id, function, "session served by an executor kept warm with its function");
+        Some((id, ch))
+    }
+
+    async fn take_executor(
+        self: &Arc<Self>,
+        spec: &str,
+        session: u64,
+        function: Option<&str>,
+    ) -> Result<(u64, Arc<Channel>), Refusal> {
+        if let Some(f) = function {
+            let warm = self.take_warm(spec, session, f);
+            let start = if warm.is_some() { "warm" } else { "cold" };
+            self.metrics
+                .function_sessions
+                .get_or_create(&FunctionStart { function: f.to_string(), start: start.into() })
+                .inc();
+            if let Some(w) = warm {
+                return Ok(w);
+            }
+        }
         let deadline = Instant::now() + Config::secs(self.cfg.executor_start_timeout_s);
         let mut mine: Option<u64> = None;
         let mut spawned = 0;
+        let mut evicted = false;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
                 let mut g = self.lock();
-                if let Some(Exec { state: ExecState::Failed(why), .. }) = mine.and_then(|m| g.execs.get(&m)) {
-                    return Err((code::EXECUTOR, format!("the executor for `{spec}` could not start: {why}")));
+                let failed = match mine.and_then(|m| g.execs.get(&m)) {
+                    Some(Exec { state: ExecState::Failed(why), .. }) => Some(why.clone()),
+                    _ => None,
+                };
+                if let Some(why) = failed {
+                    // Executors kept warm with a function hold device memory: with one, the
+                    // least recently used is let go and a new executor tried once more.
+                    if !evicted && !g.warm.is_empty() {
+                        evicted = true;
+                        let lru: Vec<u64> = g.warm.evict_lru().into_iter().collect();
+                        tracing::warn!(spec, why, ?lru, "an executor could not start: letting a warm function go");
+                        Self::let_go(&g, &lru);
+                        // A new executor starts below; the one let go exits (its memory with
+                        // it) while the new one is still starting its driver.
+                        mine = None;
+                    } else {
+                        return Err((code::EXECUTOR, format!("the executor for `{spec}` could not start: {why}")));
+                    }
                 }
                 // The executor this session started may have died while starting (then it
                 // tries again, up to three times) or been taken by another waiting session
@@ -547,8 +683,16 @@ impl Manager {
 
     /// Refreshes the gauges (called before each scrape).
     pub fn refresh_metrics(&self) {
-        let g = self.lock();
+        let mut g = self.lock();
+        Self::expire_warm(&mut g);
         let m = &self.metrics;
+        // A function once warm reads 0 when no executor is (not absent).
+        let counts = g.warm.counts();
+        g.warm_names.extend(counts.keys().cloned());
+        for function in &g.warm_names {
+            let n = counts.get(function).copied().unwrap_or(0);
+            m.warm_functions.get_or_create(&FunctionName { function: function.clone() }).set(n as i64);
+        }
         for p in [Priority::LatencyCritical, Priority::BestEffort] {
             m.sessions
                 .get_or_create(&kind(p.name()))
@@ -556,12 +700,14 @@ impl Manager {
         }
         m.sms_in_use.set(i64::from(g.sms_in_use));
         m.queue.set(g.waiting.iter().sum::<usize>() as i64);
-        let mut counts: HashMap<&str, i64> = HashMap::from([("warm", 0), ("busy", 0), ("starting", 0), ("failed", 0)]);
+        let mut counts: HashMap<&str, i64> =
+            HashMap::from([("warm", 0), ("busy", 0), ("starting", 0), ("failed", 0), ("function", 0)]);
         for e in g.execs.values() {
             let k = match e.state {
                 ExecState::Starting => "starting",
                 ExecState::Ready => "warm",
-                ExecState::Busy(_) => "busy",
+                ExecState::Busy(_) | ExecState::Finished => "busy",
+                ExecState::Function(_) => "function",
                 ExecState::Failed(_) => "failed",
             };
             *counts.entry(k).or_insert(0) += 1;
@@ -610,3 +756,7 @@ impl Manager {
         Config::secs(self.cfg.drain_timeout_s)
     }
 }
+
+#[cfg(test)]
+#[path = "manager_tests.rs"]
+mod tests;

@@ -35,6 +35,23 @@ pub struct FunctionLabels {
     pub mode: String,
 }
 
+/// Labels of a function, by name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FunctionName {
+    /// The function's deployed name.
+    pub function: String,
+}
+
+/// Labels of a function session's start.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FunctionStart {
+    /// The function's deployed name, as the session announced it.
+    pub function: String,
+    /// `warm`: an executor kept with the function set up served it; `cold`: one that had to
+    /// read and set the function up.
+    pub start: String,
+}
+
 /// Every metric the server exports.
 pub struct Metrics {
     registry: Registry,
@@ -72,6 +89,10 @@ pub struct Metrics {
     pub tls_handshake_failures: Family<Kind, Counter>,
     /// Function invocations by function and mode.
     pub function_invocations: Family<FunctionLabels, Counter>,
+    /// Executors kept warm with a function set up, per function.
+    pub warm_functions: Family<FunctionName, Gauge>,
+    /// Sessions of a function, by whether a warm executor served them.
+    pub function_sessions: Family<FunctionStart, Counter>,
 }
 
 impl Default for Metrics {
@@ -101,6 +122,8 @@ impl Metrics {
             tls_sessions: Counter::default(),
             tls_handshake_failures: Family::default(),
             function_invocations: Family::default(),
+            warm_functions: Family::default(),
+            function_sessions: Family::default(),
             registry: Registry::default(),
         };
         registry.register("sessions", "Live sessions by priority class", m.sessions.clone());
@@ -126,6 +149,16 @@ impl Metrics {
             "function_invocations",
             "Function invocations by function and mode (graph, eager)",
             m.function_invocations.clone(),
+        );
+        registry.register(
+            "warm_functions",
+            "Executors kept warm with a function set up, by function",
+            m.warm_functions.clone(),
+        );
+        registry.register(
+            "function_sessions",
+            "Function sessions by function and start (warm: the function kept set up; cold)",
+            m.function_sessions.clone(),
         );
         Metrics { registry, ..m }
     }

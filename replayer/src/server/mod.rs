@@ -27,6 +27,7 @@ pub mod manager;
 pub mod metrics;
 mod timeline;
 pub mod tls;
+pub mod warm;
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -272,7 +273,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         let e = "wrong or missing token: pass the server's token (--token or GPULESS_TOKEN)".to_string();
         return refuse(&m, &mut s, code::AUTH, e, "refused-auth").await;
     }
-    let grant = match m.admit(&h.partition, h.priority).await {
+    let grant = match m.admit(&h.partition, h.priority, warm::announced(&h.program)).await {
         Ok(g) => g,
         Err((c, e)) => {
             let outcome = match c {
@@ -290,7 +291,12 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
     if tls {
         m.metrics.tls_sessions.inc();
     }
-    let start = Control::Start { session: grant.session, idle_ms: (m.cfg.idle_timeout_s * 1e3) as u64, hello: payload };
+    let start = Control::Start {
+        session: grant.session,
+        idle_ms: (m.cfg.idle_timeout_s * 1e3) as u64,
+        keep_alive_ms: m.keep_alive_ms(&h.program),
+        hello: payload,
+    };
     let fd = match s.into_blocking_fd() {
         Ok(fd) => fd,
         Err(e) => {

@@ -1,0 +1,160 @@
+//! The manager's bookkeeping of warm functions, on executors that are only their control
+//! channels (no process): sessions ended at Done, executors kept after a Warm and taken by
+//! function and spec, the cap, the keep-alive, the drain, the metrics.
+
+use super::*;
+
+/// A pid no process has (above the kernel's largest): nothing here may signal it anyway.
+const NO_PID: u32 = 9_999_999;
+
+fn manager(dir: &std::path::Path, keep_alive_s: f64, max: usize) -> Arc<Manager> {
+    let mut cfg = Config {
+        function_keep_alive_s: keep_alive_s,
+        warm_functions_max: max,
+        pool: Default::default(),
+        ..Config::default()
+    };
+    cfg.cache.memory_dir = dir.join("mem").display().to_string();
+    cfg.cache.disk_dir = dir.join("disk").display().to_string();
+    Manager::new(cfg, "/nonexistent/gpuless".into(), HashMap::new()).unwrap()
+}
+
+/// An executor of `spec` serving a new session; returns (executor, session, its end of the
+/// channel).
+fn serving(m: &Manager, spec: &str) -> (u64, u64, Channel) {
+    let (chan, theirs) = control::pair().unwrap();
+    let mut g = m.lock();
+    let (exec, session) = (g.next_id, g.next_id + 1);
+    g.next_id += 2;
+    g.execs.insert(
+        exec,
+        Exec {
+            spec: spec.into(),
+            pid: NO_PID,
+            state: ExecState::Busy(session),
+            channel: Arc::new(chan),
+            partition: PartitionInfo::default(),
+            device: DeviceDescription::default(),
+        },
+    );
+    g.sessions.insert(
+        session,
+        SessionEntry { spec: spec.into(), sms: 0, priority: Priority::BestEffort, exec, started: Instant::now() },
+    );
+    (exec, session, Channel::from_fd(theirs))
+}
+
+/// Whether the executor's end hears the server let it go (its channel closed).
+fn let_go(c: &Channel) -> bool {
+    matches!(c.recv_timeout(Duration::from_millis(100)), Ok(None))
+}
+
+/// Whether nothing was sent and the channel is open: the executor waits on.
+fn kept(c: &Channel) -> bool {
+    // SAFETY: one valid pollfd; a zero timeout.
+    let mut p = libc::pollfd { fd: c.raw(), events: libc::POLLIN, revents: 0 };
+    unsafe { libc::poll(&mut p, 1, 0) == 0 }
+}
+
+fn state(m: &Manager, id: u64) -> String {
+    m.lock().execs.get(&id).map(|e| format!("{:?}", e.state)).unwrap_or_default()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+#[test]
+fn a_function_executor_is_kept_and_taken_by_function_and_spec() {
+    let t = tempfile::tempdir().unwrap();
+    let m = manager(t.path(), 60.0, 4);
+    let (a, sa, ca) = serving(&m, "whole");
+    assert_eq!(m.sessions(), 1);
+    assert_eq!(m.finished(a), sa);
+    assert_eq!(m.sessions(), 0, "the session ends at Done, before the executor exits");
+    assert_eq!(state(&m, a), "Finished");
+    m.warm(a, "resnet50");
+    assert_eq!(state(&m, a), "Function(\"resnet50\")");
+    assert!(kept(&ca));
+    m.refresh_metrics();
+    let text = m.metrics.render();
+    assert!(text.contains("gpuless_warm_functions{function=\"resnet50\"} 1"), "{text}");
+    assert!(text.contains("gpuless_executors{kind=\"function\"} 1"), "{text}");
+
+    // Another function, another spec: not this executor (and a cold start is counted).
+    assert!(m.take_warm("whole", 100, "bert").is_none());
+    assert!(m.take_warm("sms:16", 100, "resnet50").is_none());
+    // A session of the function, through admission: served warm.
+    let g = rt().block_on(m.admit(&PartitionRequest::Whole, Priority::LatencyCritical, Some("resnet50"))).unwrap();
+    assert_eq!(g.exec, a);
+    assert_eq!(state(&m, a), format!("Busy({})", g.session));
+    assert_eq!(m.lock().sessions.get(&g.session).map(|s| s.exec), Some(a));
+    m.refresh_metrics();
+    let text = m.metrics.render();
+    assert!(text.contains("gpuless_warm_functions{function=\"resnet50\"} 0"), "no longer warm: {text}");
+    assert!(text.contains("gpuless_function_sessions_total{function=\"resnet50\",start=\"warm\"} 1"), "{text}");
+    // Its second session ends and it is kept again.
+    m.finished(a);
+    m.warm(a, "resnet50");
+    assert_eq!(m.lock().warm.len(), 1);
+    assert!(kept(&ca));
+    // The executor exits (expired on its own, say): it leaves the warm set with it.
+    m.lock().warm.remove(a);
+    assert!(m.take_warm("whole", 101, "resnet50").is_none());
+}
+
+#[test]
+fn the_least_recently_used_is_let_go_at_the_cap_and_all_at_the_drain() {
+    let t = tempfile::tempdir().unwrap();
+    let m = manager(t.path(), 60.0, 2);
+    let mut ends = Vec::new();
+    for f in ["a", "b", "c"] {
+        let (id, _, c) = serving(&m, "whole");
+        m.finished(id);
+        m.warm(id, f);
+        ends.push((id, c));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(let_go(&ends[0].1), "the least recently used went at the cap");
+    assert!(kept(&ends[1].1) && kept(&ends[2].1));
+    assert_eq!(m.lock().warm.counts(), std::collections::BTreeMap::from([("b".into(), 1), ("c".into(), 1)]));
+    // An executor that says Warm without a finished session is let go, not kept.
+    let (busy, _, cb) = serving(&m, "whole");
+    m.warm(busy, "d");
+    assert!(let_go(&cb));
+    assert_eq!(m.lock().warm.len(), 2);
+    m.drain();
+    assert!(let_go(&ends[1].1) && let_go(&ends[2].1));
+    assert!(m.lock().warm.is_empty());
+    // Draining, a Warm is let go at once.
+    let (late, _, cl) = serving(&m, "whole");
+    m.finished(late);
+    m.warm(late, "e");
+    assert!(let_go(&cl));
+}
+
+#[test]
+fn unused_executors_expire_and_keep_alive_off_keeps_none() {
+    let t = tempfile::tempdir().unwrap();
+    let m = manager(t.path(), 0.05, 4);
+    assert_eq!(m.keep_alive_ms("function:f"), 50);
+    assert_eq!(m.keep_alive_ms("python train.py"), 0, "only a function session's executor stays");
+    let (id, _, c) = serving(&m, "whole");
+    m.finished(id);
+    m.warm(id, "f");
+    assert!(kept(&c));
+    std::thread::sleep(Duration::from_millis(80));
+    assert!(m.take_warm("whole", 100, "f").is_none(), "expired: not handed out");
+    assert!(let_go(&c), "and let go");
+    m.refresh_metrics();
+    assert!(m.metrics.render().contains("gpuless_warm_functions{function=\"f\"} 0"));
+
+    let off = manager(t.path(), 0.0, 4);
+    assert_eq!(off.keep_alive_ms("function:f"), 0);
+    let (id, _, c) = serving(&off, "whole");
+    off.finished(id);
+    off.warm(id, "f");
+    assert!(let_go(&c));
+    let none = manager(t.path(), 60.0, 0);
+    assert_eq!(none.keep_alive_ms("function:f"), 0, "a cap of 0 turns it off too");
+}
