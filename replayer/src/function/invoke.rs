@@ -139,10 +139,8 @@ impl Invoker {
         let mut report = Report::default();
         report.warnings.extend(st.mem.reserve_arena(trace.meta.arena_base, trace.meta.arena_size));
         let split = hot::split(&trace.calls);
-        // Code images load on several threads at once, ahead of the set-up's other records.
-        let t = std::time::Instant::now();
-        st.preloaded = crate::replay::preload::preload(device, &trace, &split.setup, PRELOAD_THREADS);
-        let preload_s = t.elapsed().as_secs_f64();
+        // Code images load on several threads at once while the set-up's other records replay.
+        st.preloaded = crate::replay::preload::Preloads::start(device, &trace, &split.setup, PRELOAD_THREADS);
         let mut spent: std::collections::HashMap<&'static str, (u64, f64)> = std::collections::HashMap::new();
         for &i in &split.setup {
             let t = std::time::Instant::now();
@@ -155,7 +153,6 @@ impl Invoker {
         let t = std::time::Instant::now();
         st.synchronize()?;
         spent.insert("(synchronize after the set-up)", (1, t.elapsed().as_secs_f64()));
-        spent.insert("(code images loaded ahead, in parallel)", (0, preload_s));
         let mut profile: Vec<(String, u64, f64)> = spent.into_iter().map(|(k, (n, s))| (k.to_string(), n, s)).collect();
         profile.sort_by(|a, b| b.2.total_cmp(&a.2));
         profile.truncate(8);

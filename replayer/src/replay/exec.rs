@@ -99,6 +99,7 @@ pub(crate) fn call(
     let c = Call { f, rec };
     let seq = rec.seq;
     st.last_call = Some((seq, f.name));
+    let preloaded = if st.preloaded.has(seq) { st.preloaded.take(seq) } else { None };
     // SAFETY (whole match): driver calls with handles and addresses translated to live ones
     // and host buffers owned here, sized as recorded.
     unsafe {
@@ -206,10 +207,11 @@ pub(crate) fn call(
                 check(r, seq, f.name)?;
             }
             // JIT options of cuModuleLoadDataEx are left out: they tune PTX compilation only.
+            // Loaded ahead on another thread (`preload`): its handle, once the load is done.
             "cuModuleLoadData" | "cuModuleLoadDataEx" | "cuModuleLoadFatBinary" | "cuLibraryLoadData"
-                if st.preloaded.contains_key(&seq) =>
+                if preloaded.is_some() =>
             {
-                match st.preloaded.remove(&seq) {
+                match preloaded {
                     Some(super::preload::Preloaded::Module(m)) => {
                         st.modules.insert(c.out_word("module")?, m as sys::CUmodule);
                     }

@@ -277,7 +277,7 @@ pub(crate) struct State {
     /// The last call executed (sequence number, function), for errors that surface later.
     pub last_call: Option<(u64, &'static str)>,
     /// Code images loaded ahead ([`preload`]), by the sequence number of their load.
-    pub preloaded: HashMap<u64, preload::Preloaded>,
+    pub preloaded: preload::Preloads,
 }
 
 impl State {
@@ -298,7 +298,7 @@ impl State {
             stream_override: None,
             relocations: HashMap::new(),
             last_call: None,
-            preloaded: HashMap::new(),
+            preloaded: preload::Preloads::default(),
         }
     }
 
