@@ -103,3 +103,41 @@ fn damaged_function_files_are_refused_with_what_and_where() {
     let e = show(&json, "manifest.gfn");
     assert!(e.contains("manifest"), "{e}");
 }
+
+/// `gpuless invoke` checks inputs against the signature before anything runs (no GPU needed):
+/// globals.gl's function takes an 8-byte and a 4-byte input.
+#[test]
+fn invoke_refuses_inputs_of_the_wrong_size_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (f, (rc, _, stderr)) = compile(dir.path(), &["globals.gl"]);
+    assert_eq!(rc, 0, "{stderr}");
+    let file = |name: &str, n: usize| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, vec![0u8; n]).unwrap();
+        p
+    };
+    let out = dir.path().join("y.bin");
+    let (one, eight, three) = (file("one.bin", 100), file("eight.bin", 8), file("three.bin", 3));
+    let invoke = |inputs: &[&Path]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["invoke".as_ref(), f.as_os_str()];
+        for i in inputs {
+            args.extend(["--input".as_ref(), i.as_os_str()]);
+        }
+        args.extend(["--output".as_ref(), out.as_os_str()]);
+        gl(&args)
+    };
+    // One file: it must hold every input, back to back.
+    let (rc, stdout, stderr) = invoke(&[&one]);
+    assert_eq!(rc, 2, "{stderr}");
+    assert!(stderr.contains("one.bin: 100 bytes, but the function takes 12 bytes of input"), "{stderr}");
+    assert!(stderr.contains("input 0: 8 B, input 1: 4 B") && stderr.contains("nothing was run"), "{stderr}");
+    // One file per input: each its input's size.
+    let (rc, _, stderr) = invoke(&[&eight, &three]);
+    assert_eq!(rc, 2, "{stderr}");
+    assert!(stderr.contains("three.bin: 3 bytes, but input 1 takes 4 bytes"), "{stderr}");
+    // Neither: how many files there are.
+    let (rc, _, stderr) = invoke(&[&eight, &eight, &eight]);
+    assert_eq!(rc, 2, "{stderr}");
+    assert!(stderr.contains("3 input files given; the function takes 2 inputs"), "{stderr}");
+    assert!(stdout.is_empty() && !out.exists(), "nothing ran, nothing was written");
+}
