@@ -204,8 +204,8 @@ fn main() {
             };
             let _ = writeln!(
                 functions,
-                "    ApiFunction {{ id: ApiId({id}), name: {:?}, level: ApiLevel::{level}, group: Group::{group}, sync: SyncClass::{}, stable: {}, gpu_answers: {}, symbols: &[{syms}], args: &[{args}], ret: {ret} }},",
-                f.name, f.sync, f.stable, f.gpu
+                "    ApiFunction {{ id: ApiId({id}), name: {:?}, level: ApiLevel::{level}, group: Group::{group}, sync: SyncClass::{}, stable: {}, gpu_answers: {}, capturable: {}, symbols: &[{syms}], args: &[{args}], ret: {ret} }},",
+                f.name, f.sync, f.stable, f.gpu, f.graph
             );
             id += 1;
         }

@@ -7,7 +7,9 @@
 #
 # SUITE_BIN holds the suite's programs (testdata/cuda/suite/build.sh). CLIENT_PROGRAMS and
 # CLIENT_TORCH_ROWS choose the CUDA programs and PyTorch workloads (default: all), CLIENT_LOOP=0
-# leaves out the driver_loop timing. For each program: the
+# leaves out the driver_loop timing, CLIENT_PIECES=0 the cached-trace execution rows
+# (CLIENT_PIECES_ROWS: changing resnet50 bert; a second server with --cached-execution on).
+# For each program: the
 # native output, the same command in the namespace without gpuless (must see no GPU), and
 # with `gpuless run --remote` (must print what the native run printed); the client's counts
 # (--json) go to OUT_DIR/NAME.stats.json. Prints one `row|NAME|PASS or FAIL|detail` line each.
@@ -244,6 +246,210 @@ if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unsha
       *) torch_row "$t" "$wl/$t.py" ;;
     esac
   done
+fi
+# Cached-trace execution (issue 20): the server's executor captures runs of capturable records
+# that repeat ("pieces": launches, async copies, memsets on one stream) as CUDA graphs and
+# relaunches them; whatever differs runs eagerly. changing.py changes its work between
+# inferences (batch shapes, a new upload each time, a branch on a value read back): its output
+# through the client must be identical to native, and the server's metrics (gpuless_piece_runs_total
+# and gpuless_piece_records_total by run="graph"/"eager"/"capture", scraped before and after)
+# must show both graph and eager pieces. These rows run against a second server started with
+# --cached-execution on (the main server keeps the default, off). ResNet-50 and BERT: hot
+# latency on the two servers in ABBA order (cached, no-cache, no-cache, cached), with one native
+# run; informative, except that every checksum must equal the native one.
+# CLIENT_PIECES=0 leaves this out; CLIENT_PIECES_ROWS chooses (default: changing resnet50 bert).
+if [ "${CLIENT_PIECES:-1}" != 0 ] && [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
+  wl=$(cd "$(dirname "$0")/../testdata/workloads" && pwd)
+  pieces_rows=" ${CLIENT_PIECES_ROWS:-changing resnet50 bert} "
+  maddr=$(grep -o 'metrics=[^ ]*' "$out/serve.out" | cut -d= -f2)
+  "$gl" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$out/cache-cached" --cached-execution on \
+    >"$out/serve-cached.out" 2>"$out/serve-cached.log" &
+  srv2=$!
+  for _ in $(seq 100); do grep -q "tcp=" "$out/serve-cached.out" 2>/dev/null && break; sleep 0.1; done
+  caddr=$(grep -o "tcp=[^ ]*" "$out/serve-cached.out" | cut -d= -f2)
+  cmaddr=$(grep -o 'metrics=[^ ]*' "$out/serve-cached.out" | cut -d= -f2)
+  [ -n "$caddr" ] || echo "row|cached execution: second server (--cached-execution on) starts|FAIL|$(tail -n 3 "$out/serve-cached.log" | head -c 400 | tr '\n' ' ')"
+  scrape() { # ADDR FILE: the server's /metrics text into FILE (empty when it cannot be read)
+    [ -n "$1" ] || { : >"$2"; return; }
+    curl -s -m 5 "http://$1/metrics" >"$2" 2>/dev/null ||
+      python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("http://" + sys.argv[1] + "/metrics", timeout=5).read().decode())' "$1" >"$2" 2>/dev/null ||
+      : >"$2"
+  }
+  scrape_after() { # ADDR BEFORE AFTER: scrape until the piece counters moved (5 s at most: the
+    # executor's counts may reach the server after the client exits), then once more to settle
+    local i
+    for i in $(seq 50); do
+      scrape "$1" "$3"
+      cmp -s <(grep '^gpuless_piece_' "$2") <(grep '^gpuless_piece_' "$3") || break
+      sleep 0.1
+    done
+    sleep 0.5; scrape "$1" "$3"
+  }
+  # Shared by the verdicts below: piece counters out of /metrics text and the client's stats.
+  cat >"$out/pieces_lib.py" <<'PY'
+import json, re
+LINE = re.compile(r'^gpuless_piece_(runs|records)_total\{([^}]*)\}\s+(\S+)')
+def counts(path):
+    """{"runs": {run: n}, "records": {run: n}} from a /metrics text (None: no piece metric)."""
+    try:
+        text = open(path).read()
+    except OSError:
+        return None
+    c, seen = {"runs": {}, "records": {}}, False
+    for line in text.splitlines():
+        m = LINE.match(line)
+        run = m and re.search(r'run="([^"]*)"', m.group(2))
+        if run:
+            c[m.group(1)][run.group(1)] = c[m.group(1)].get(run.group(1), 0) + float(m.group(3))
+            seen = True
+    return c if seen else None
+def delta(before, after):
+    b, a = counts(before), counts(after)
+    if a is None:
+        return None
+    b = b or {"runs": {}, "records": {}}
+    return {k: {r: int(a[k].get(r, 0) - b[k].get(r, 0)) for r in ("graph", "eager", "capture")}
+            for k in ("runs", "records")}
+def fmt_delta(d):
+    if d is None:
+        return "no gpuless_piece_* metrics on the server"
+    return ", ".join(f"{r} {d['runs'][r]} pieces ({d['records'][r]} records)" for r in ("graph", "eager", "capture"))
+def stats(path):
+    try:
+        return json.loads(open(path).read().strip().splitlines()[0])
+    except Exception:
+        return {}
+def fmt_stats(s):
+    if not s:
+        return "no client stats"
+    return " ".join(f"{k}={s.get(k, '?')}" for k in ("pieces_graph", "pieces_eager", "pieces_captured", "records_graph"))
+def last(path):
+    try:
+        return json.loads(open(path).read().strip().splitlines()[-1])
+    except Exception:
+        return None
+PY
+  if [[ $pieces_rows == *" changing "* ]] && [ -n "$caddr" ]; then
+    python3 "$wl/changing.py" >"$out/changing.native.txt" 2>"$out/changing.native.err"; rn=$?
+    scrape "$cmaddr" "$out/changing.metrics0.txt"
+    hidden "$gl" run --remote "$caddr" --json -- python3 "$wl/changing.py" >"$out/changing.remote.txt" 2>"$out/changing.remote.err"; rr=$?
+    scrape_after "$cmaddr" "$out/changing.metrics0.txt" "$out/changing.metrics1.txt"
+    grep -m1 '^{' "$out/changing.remote.err" >"$out/changing.stats.json"
+    v=$(python3 - "$out" "$rn" "$rr" <<'PY'
+import json, sys
+out, rn, rr = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+sys.path.insert(0, out)
+from pieces_lib import delta, fmt_delta, stats, fmt_stats
+TIMING = ("first_result_s", "hot_ms_median")
+def load(path):
+    """The per-inference lines and the final JSON line without its timing fields."""
+    try:
+        lines = open(path).read().rstrip("\n").split("\n")
+    except OSError:
+        return [], None
+    if lines == [""]:
+        return [], None
+    try:
+        j = json.loads(lines[-1])
+        return lines[:-1], j
+    except Exception:
+        return lines, None
+na, nj = load(f"{out}/changing.native.txt")
+ra, rj = load(f"{out}/changing.remote.txt")
+strip = lambda j: {k: v for k, v in j.items() if k not in TIMING} if j else None
+same = nj is not None and rj is not None and na == ra and strip(nj) == strip(rj)
+d = f"native rc={rn}, remote rc={rr}; {len(ra)} of {len(na)} inference lines"
+if same:
+    d += f", all identical, checksum {rj['checksum']}; branches extra {rj.get('extra')} plain {rj.get('plain')}"
+else:
+    diff = next((i for i, (x, y) in enumerate(zip(na, ra)) if x != y), None)
+    if diff is not None:
+        d += f"; first difference at line {diff}: native '{na[diff]}' remote '{ra[diff]}'"
+    elif len(na) != len(ra):
+        d += "; the shorter output is the start of the longer"
+    d += f"; native JSON {json.dumps(strip(nj))} remote JSON {json.dumps(strip(rj))}"
+if nj and rj and nj.get("hot_ms_median") and rj.get("hot_ms_median"):
+    d += f"; hot {rj['hot_ms_median']:.3f} ms vs native {nj['hot_ms_median']:.3f} ms (x{rj['hot_ms_median']/nj['hot_ms_median']:.3f})"
+dl = delta(f"{out}/changing.metrics0.txt", f"{out}/changing.metrics1.txt")
+s = stats(f"{out}/changing.stats.json")
+pieces = f"server metrics over the remote run: {fmt_delta(dl)}; client stats: {fmt_stats(s)}"
+if s:
+    pieces += f"; {s.get('calls', '?')} calls, {s.get('round_trips', '?')} round trips"
+print(("PASS" if rn == 0 and rr == 0 and same else "FAIL") + "|" + d + "; " + pieces)
+both = dl is not None and dl["runs"]["graph"] > 0 and dl["runs"]["eager"] > 0
+print(("PASS" if both else "FAIL") + "|" + pieces)
+PY
+    )
+    v1=$(sed -n 1p <<<"$v"); v2=$(sed -n 2p <<<"$v")
+    [[ $v1 == *"|"* ]] || v1="FAIL|verdict failed: $(tr '\n' ' ' <<<"$v" | head -c 300)"
+    [[ $v2 == *"|"* ]] || v2="FAIL|verdict failed"
+    echo "row|cached execution: changing (shapes, uploads, branch) through the client, output identical to native|${v1%%|*}|${v1#*|}; stderr: $(grep -v '^{' "$out/changing.remote.err" | grep -v '^ ' | tail -n 4 | head -c 600 | tr '\n' ' ')"
+    echo "row|cached execution: both graph and eager pieces ran for changing|${v2%%|*}|${v2#*|}"
+  fi
+  # ResNet-50 and BERT: the cached server against the main one (cached execution off).
+  ab=""
+  if [[ $pieces_rows == *" resnet50 "* ]]; then
+    for r in "$(dirname "$0")/../.device/workloads/resnet50.py" "$(dirname "$0")/../../shared/workloads/resnet50.py"; do
+      if [ -f "$r" ]; then ab+="resnet50=$r "; break; fi
+    done
+  fi
+  if [[ $pieces_rows == *" bert "* ]] && python3 -c 'import transformers' 2>/dev/null; then ab+="bert=$wl/bert.py "; fi
+  if [ -n "$ab" ] && [ -n "$caddr" ]; then
+    for e in $ab; do
+      name=${e%%=*}; script=${e#*=}; it=${CLIENT_HOT_ITERS:-30}
+      HOT_ITERS=$it python3 "$script" >"$out/$name.pc.native.txt" 2>"$out/$name.pc.native.err"; rn=$?
+      scrape "$cmaddr" "$out/$name.pc.metrics0.txt"; scrape "$maddr" "$out/$name.pc.nc-metrics0.txt"
+      rcs=""
+      for k in "cached1=$caddr" "nocache1=$addr" "nocache2=$addr" "cached2=$caddr"; do
+        HOT_ITERS=$it hidden "$gl" run --remote "${k#*=}" --json -- python3 "$script" \
+          >"$out/$name.pc.${k%%=*}.txt" 2>"$out/$name.pc.${k%%=*}.err"
+        rcs+="${k%%=*}=$? "
+        grep -m1 '^{' "$out/$name.pc.${k%%=*}.err" >"$out/$name.pc.${k%%=*}.stats.json"
+      done
+      scrape_after "$cmaddr" "$out/$name.pc.metrics0.txt" "$out/$name.pc.metrics1.txt"
+      scrape "$maddr" "$out/$name.pc.nc-metrics1.txt"
+      v=$(python3 - "$out" "$name" "$rn" "$rcs" <<'PY'
+import statistics, sys
+out, name, rn, rcs = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+sys.path.insert(0, out)
+from pieces_lib import delta, fmt_delta, stats, fmt_stats, last
+runs = ("cached1", "nocache1", "nocache2", "cached2")
+rc = dict(x.split("=") for x in rcs.split())
+nat = last(f"{out}/{name}.pc.native.txt")
+res = {k: last(f"{out}/{name}.pc.{k}.txt") for k in runs}
+st = {k: stats(f"{out}/{name}.pc.{k}.stats.json") for k in runs}
+differ = [k for k in runs if not (nat and res[k] and res[k].get("checksum") == nat.get("checksum"))]
+failed = [k for k in runs if rc.get(k) != "0"]
+graph_off = [k for k in ("nocache1", "nocache2") if st[k].get("pieces_graph", 0) not in (0, None)]
+d = (f"native rc={rn}, remote rc {rcs.strip()}; checksums equal to native: "
+   + ("yes" if not differ else f"no ({', '.join(differ)} differ)"))
+hot = {k: (res[k] or {}).get("hot_ms_median") for k in runs}
+n = (nat or {}).get("hot_ms_median")
+d += "; hot ms median: native " + (f"{n:.3f}" if n else "?") + ", " + ", ".join(
+  f"{k} {hot[k]:.3f}" if hot[k] else f"{k} ?" for k in runs)
+c = [hot[k] for k in ("cached1", "cached2") if hot[k]]
+u = [hot[k] for k in ("nocache1", "nocache2") if hot[k]]
+if c and u:
+  cm, um = statistics.median(c), statistics.median(u)
+  d += f"; cached/no-cache x{cm/um:.3f} (medians {cm:.3f} / {um:.3f} ms)"
+  if n:
+      d += f"; cached vs native x{cm/n:.3f}, no-cache vs native x{um/n:.3f}"
+d += "; client stats: " + "; ".join(f"{k} {fmt_stats(st[k])}" for k in runs)
+d += (f"; server metrics over the runs: cached server {fmt_delta(delta(f'{out}/{name}.pc.metrics0.txt', f'{out}/{name}.pc.metrics1.txt'))}"
+    f"; no-cache server {fmt_delta(delta(f'{out}/{name}.pc.nc-metrics0.txt', f'{out}/{name}.pc.nc-metrics1.txt'))}")
+if graph_off:
+  d += f"; the server without cached execution ran graph pieces ({', '.join(graph_off)})"
+print(("INFO" if rn == 0 and not failed and not differ and not graph_off else "FAIL") + "|" + d)
+PY
+      )
+      [[ $v == *"|"* ]] || v="FAIL|verdict failed: $(tr '\n' ' ' <<<"$v" | head -c 300)"
+      echo "row|cached execution: $name hot through the client, graph pieces vs eager|${v%%|*}|${v#*|}"
+    done
+  fi
+  kill -TERM "$srv2" 2>/dev/null
+  for _ in $(seq 100); do kill -0 "$srv2" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$srv2" 2>/dev/null
+  wait "$srv2" 2>/dev/null
 fi
 # NVML through the client (libnvidia-ml answered by the client library): what a tool and PyTorch
 # ask, the same lines as natively.

@@ -25,7 +25,10 @@
 //! `blob_hits`, `blob_misses`, `waits`, `waits_by_call` (the functions that waited for an
 //! answer, with counts), `memo_hits` (server answers to stable queries given again from memory),
 //! `server_exec_us` (the executor's time executing the
-//! session's records, from its answers), `call_us` (time the program spent in driver calls)
+//! session's records, from its answers), `pieces_graph`, `pieces_captured`, `pieces_eager` and
+//! `records_graph` (the server's cached-trace execution: pieces of the session's work launched
+//! as graphs captured before, captured this time, run record by record; records the graph
+//! launches ran — all 0 where the server does not run it), `call_us` (time the program spent in driver calls)
 //! and `wait_us` (the part of it waiting for answers after a segment was written), `failed` (why the session failed, or null) and
 //! `failure_said` (the library already said so on stderr; this command does not repeat it). A
 //! session that could not connect leaves `endpoint`, `calls`, `failed` and `failure_said`. This
@@ -228,6 +231,13 @@ fn summary(v: &Value) -> Vec<String> {
         format!("bytes up {}, down {}", show("bytes_up"), show("bytes_down")),
         format!("blob bytes {}, hits {}, misses {}", show("blob_bytes"), show("blob_hits"), show("blob_misses")),
         format!("waits by call: {}; server answers remembered: {}", waits_by_call(v), show("memo_hits")),
+        format!(
+            "cached pieces on the server: {} graph launches ({} records), {} captured, {} eager",
+            show("pieces_graph"),
+            show("records_graph"),
+            show("pieces_captured"),
+            show("pieces_eager")
+        ),
         format!("failed: {}", failure(v).unwrap_or_else(|| "no".into())),
     ]
 }
@@ -264,7 +274,8 @@ mod tests {
             "calls": 40, "sent": 25, "local": 15, "round_trips": 9, "segments": 9, "bytes_up": 1000,
             "bytes_down": 3000, "blob_bytes": 1024, "blob_hits": 0, "blob_misses": 1, "waits": 8,
             "server_exec_us": 1234, "failed": null,
-            "waits_by_call": {"cuStreamSynchronize": 2, "cuMemcpyDtoH": 6}, "memo_hits": 3
+            "waits_by_call": {"cuStreamSynchronize": 2, "cuMemcpyDtoH": 6}, "memo_hits": 3,
+            "pieces_graph": 5, "records_graph": 160, "pieces_captured": 1, "pieces_eager": 2
         });
         let s = summary(&v);
         assert_eq!(s[0], "session 4 at unix:/s, executor pid 99");
@@ -272,7 +283,8 @@ mod tests {
         assert_eq!(s[3], "round trips 9 (22.5% of calls), waits 8, segments 9");
         assert_eq!(s[4], "time in calls ? us, of which waiting for answers ? us; server execution 1234 us");
         assert_eq!(s[7], "waits by call: cuMemcpyDtoH 6, cuStreamSynchronize 2; server answers remembered: 3");
-        assert_eq!(s[8], "failed: no");
+        assert_eq!(s[8], "cached pieces on the server: 5 graph launches (160 records), 1 captured, 2 eager");
+        assert_eq!(s[9], "failed: no");
         let f = serde_json::json!({"calls": 0, "failed": "connection refused"});
         assert_eq!(failure(&f).as_deref(), Some("connection refused"));
         assert_eq!(summary(&f)[3], "round trips ?, waits ?, segments ?");

@@ -63,6 +63,10 @@ pub struct ServeArgs {
     /// is ended first.
     #[arg(long, value_name = "N")]
     pub warm_functions_max: Option<usize>,
+    /// Cached-trace execution (`on`/`off`; default off): runs of a session's launches, copies
+    /// and sets that repeat are captured as CUDA graphs and launched instead (docs/FUNCTIONS.md).
+    #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+    pub cached_execution: Option<String>,
 }
 
 /// Runs the server until SIGTERM/SIGINT.
@@ -104,6 +108,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(n) = args.warm_functions_max {
         cfg.warm_functions_max = n;
+    }
+    if let Some(c) = &args.cached_execution {
+        cfg.cached_execution = c == "on";
     }
     if let Some(d) = &args.cache_dir {
         cfg.cache.memory_dir = d.join("memory").display().to_string();

@@ -49,6 +49,11 @@ impl<T> Completion<T> {
         self.pending.is_empty()
     }
 
+    /// Whether a copy in flight satisfies `f`.
+    pub fn any(&self, f: impl Fn(&T) -> bool) -> bool {
+        self.pending.iter().any(|(_, _, t)| f(t))
+    }
+
     /// A copy queued on `stream`.
     pub fn push(&mut self, stream: u64, item: T) {
         self.pending.push((self.next, stream, item));

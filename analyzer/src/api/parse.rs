@@ -28,6 +28,11 @@ pub struct ParsedFunction {
     /// `gpu` after the class: a device query only the GPU can answer; a client waits for the
     /// server's answer ([`ApiFunction::gpu_answers`] in the library).
     pub gpu: bool,
+    /// `graph` after the class: a call stream capture turns into a graph node, run again at
+    /// every launch of the graph (launches, stream-ordered copies and sets); the server's
+    /// cached-trace execution puts repeated runs of them into graphs
+    /// ([`ApiFunction::capturable`] in the library).
+    pub graph: bool,
     /// Arguments in C order.
     pub args: Vec<ParsedArg>,
     /// What the function returns: `None` for a status code (`CUresult`, `cudaError_t`), else
@@ -154,16 +159,17 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
     let mut head_words = head.split_whitespace();
     let spec = head_words.next().ok_or_else(|| err(line, "missing function name"))?;
     let sync = head_words.next().ok_or_else(|| err(line, "missing sync class"))?.to_string();
-    let (mut stable, mut gpu) = (false, false);
+    let (mut stable, mut gpu, mut graph) = (false, false, false);
     for w in head_words {
         match w {
             "stable" if !stable => stable = true,
             "gpu" if !gpu => gpu = true,
+            "graph" if !graph => graph = true,
             w => {
                 return Err(err(
                     line,
                     format!(
-                        "unexpected word {w:?} before '(' (only `stable` and `gpu` may follow the class, once each)"
+                        "unexpected word {w:?} before '(' (only `stable`, `gpu` and `graph` may follow the class, once each)"
                     ),
                 ))
             }
@@ -214,6 +220,7 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
         sync,
         stable,
         gpu,
+        graph,
         args,
         ret,
     })

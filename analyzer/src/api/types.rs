@@ -383,6 +383,11 @@ pub struct ApiFunction {
     /// on how the GPU groups its SMs): a client waits for the server's answer, as for a
     /// [`SyncClass::StateQuery`].
     pub gpu_answers: bool,
+    /// A call stream capture turns into a node of the graph, run again at every launch of it
+    /// (`graph` in the table: kernel launches, stream-ordered copies and sets). The server's
+    /// cached-trace execution captures repeated runs of such calls on one stream into graphs
+    /// (`gpuless_traces::protocol::piece`); every other call ends a run.
+    pub capturable: bool,
     /// Exported symbols with this signature.
     pub symbols: &'static [Symbol],
     /// Arguments in C order.

@@ -703,21 +703,25 @@ extern "C" fn at_exit() {
             Err(e) => sess.fail(&e),
         }
     }
+    let mut closed = None;
     if let Some(conn) = sess.conn.as_ref() {
-        if let Err(e) = link::lock(conn).close() {
-            eprintln!("gpuless: closing the session: {e}");
+        match link::lock(conn).close() {
+            Ok(stats) => closed = Some(stats),
+            Err(e) => eprintln!("gpuless: closing the session: {e}"),
         }
     }
     sess.closed = true;
     FLUSH.notify_all();
-    write_stats(sess);
+    write_stats(sess, closed.as_ref());
     super::waits::write();
     super::tables::print_counts();
 }
 
-fn write_stats(sess: &Session) {
+/// The counts at exit; `closed`: the server's totals for the session (its `Closed`).
+fn write_stats(sess: &Session, closed: Option<&protocol::SessionStats>) {
     let Some(path) = std::env::var_os(ENV_STATS) else { return };
     let t = sess.conn.as_ref().map(|c| link::lock(c).traffic).unwrap_or_default();
+    let c = closed.cloned().unwrap_or_default();
     let j = serde_json::json!({
         "endpoint": sess.endpoint,
         "session": sess.welcome.session,
@@ -737,6 +741,11 @@ fn write_stats(sess: &Session) {
         "waits_by_call": sess.waited_for,
         "memo_hits": MEMO_HITS.load(Ordering::Relaxed),
         "server_exec_us": sess.server_exec_us,
+        // Cached-trace execution on the server (zero where it is off).
+        "pieces_graph": c.pieces_graph,
+        "pieces_captured": c.pieces_captured,
+        "pieces_eager": c.pieces_eager,
+        "records_graph": c.records_graph,
         "call_us": CALL_NS.load(Ordering::Relaxed) / 1000,
         "wait_us": link::WAIT_NS.load(Ordering::Relaxed) / 1000,
         "failed": sess.failed,

@@ -39,8 +39,20 @@ CUresult cuMemAlloc(unsigned int *p, unsigned int n) { (void)n; *p = 0x1000u; re
 CUresult cuStreamBeginCapture(void *stream) { return stream == (void *)0x5 ? 0 : 1; }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { memcpy(host(dst), src, n); return 0; }
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, host(src), n); return 0; }
+static CUresult capture_copy(int type, void *dst, const void *src, CUdeviceptr dev, size_t n);
+static void *capturing; /* the stream being captured (all streams are one here) */
+/* Async copies on a capturing stream become copy nodes (cuGraphLaunch runs them in order). */
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream) {
-  (void)stream; memcpy(dst, host(src), n); return 0; }
+  if (capturing && stream == capturing) return capture_copy(2, dst, 0, src, n);
+  memcpy(dst, host(src), n); return 0; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream) {
+  if (capturing && stream == capturing) return capture_copy(1, 0, src, dst, n);
+  memcpy(host(dst), src, n); return 0; }
+/* Pinned host memory: plain memory here. */
+CUresult cuMemAllocHost_v2(void **p, size_t n) { *p = malloc(n); return *p ? 0 : 2; }
+CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
+CUresult cuStreamDestroy_v2(void *s) { (void)s; return 0; }
 CUresult cuStreamSynchronize(void *stream) { (void)stream; return 0; }
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = &module_token; return 0; }
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
@@ -65,7 +77,6 @@ static void run_scale(void **params) {
   float k = *(float *)params[1]; int n = *(int *)params[2];
   for (int i = 0; i < n; i++) d[i] = d[i] * k + scale_bias; }
 static CUresult capture_launch(void *f, const unsigned *grid, const unsigned *block, unsigned smem, void **params);
-static void *capturing; /* the stream being captured (all streams are one here) */
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
   (void)extra;
@@ -113,7 +124,7 @@ CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
 CUresult cuEventRecordWithFlags(void *e, void *s, unsigned f) { (void)e; (void)s; (void)f; return 0; }
 /* Enum answers (CUstreamCaptureStatus, CUmoduleLoadingMode, CUstreamCaptureMode) are 4 bytes,
  * written as such: the bytes after them are the caller's. Stream 0x5 is capturing. */
-CUresult cuStreamIsCapturing(void *s, int *st) { *st = s == (void *)0x5 ? 1 : 0; return 0; }
+CUresult cuStreamIsCapturing(void *s, int *st) { *st = s == (void *)0x5 || (capturing && s == capturing) ? 1 : 0; return 0; }
 CUresult cuModuleGetLoadingMode(int *mode) { *mode = 2; return 0; } /* CU_MODULE_LOADING_MODE_LAZY_LOADING */
 static int capture_mode; /* CU_STREAM_CAPTURE_MODE_GLOBAL */
 CUresult cuThreadExchangeStreamCaptureMode(int *mode) { int old = capture_mode; capture_mode = *mode; *mode = old; return 0; }
@@ -160,7 +171,9 @@ CUresult cuMemcpy3D_v2(const copy3d *c) {
  * nodes of an instantiated copy in order. */
 typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; void *kern, *ctx; } knode;
 typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; } knode_v1;
-struct gnode { void *func, *kern; unsigned grid[3], block[3], smem; unsigned char args[16]; void *ptrs[3]; };
+/* type 0: a kernel node; 1: a host-to-device copy (host → dev); 2: device-to-host (dev → dst). */
+struct gnode { void *func, *kern; unsigned grid[3], block[3], smem; unsigned char args[16]; void *ptrs[3];
+               int type; void *dst; const void *src; CUdeviceptr dev; size_t n; };
 struct graph { int used, n; struct gnode nodes[8]; };
 static struct graph graphs[8], execs[8], *captured;
 static const size_t arg_off[] = {0, 8, 12}, arg_size[] = {8, 4, 4}; /* scale's layout */
@@ -205,6 +218,12 @@ static CUresult capture_launch(void *f, const unsigned *grid, const unsigned *bl
   knode p = {f, {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, smem, params, 0, 0, 0};
   void *n;
   return add_node(&n, captured, &p); }
+static CUresult capture_copy(int type, void *dst, const void *src, CUdeviceptr dev, size_t n) {
+  if (!captured || captured->n == 8) return 1;
+  struct gnode *g = &captured->nodes[captured->n++];
+  memset(g, 0, sizeof *g);
+  g->type = type; g->dst = dst; g->src = src; g->dev = dev; g->n = n;
+  return 0; }
 CUresult cuGraphCreate(void **g, unsigned f) { (void)f; *g = new_graph(graphs); return *g ? 0 : 2; }
 CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd, const knode *p) {
   (void)deps; (void)nd;
@@ -262,7 +281,11 @@ CUresult cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long f) {
 CUresult cuGraphLaunch(void *e, void *s) {
   (void)s;
   struct graph *x = e;
-  for (int i = 0; i < x->n; i++) run_scale(x->nodes[i].ptrs);
+  for (int i = 0; i < x->n; i++) {
+    struct gnode *n = &x->nodes[i];
+    if (n->type == 1) memcpy(host(n->dev), n->src, n->n);
+    else if (n->type == 2) memcpy(n->dst, host(n->dev), n->n);
+    else run_scale(n->ptrs); }
   return 0; }
 CUresult cuGraphExecDestroy(void *e) { ((struct graph *)e)->used = 0; return 0; }
 CUresult cuGraphDestroy(void *g) { ((struct graph *)g)->used = 0; return 0; }
@@ -349,7 +372,7 @@ static const struct entry table[] = {
   {"cuStreamCreate", cuStreamCreate}, {"cuStreamCreateWithPriority", cuStreamCreateWithPriority},
   {"cuStreamIsCapturing", cuStreamIsCapturing}, {"cuModuleGetLoadingMode", cuModuleGetLoadingMode},
   {"cuThreadExchangeStreamCaptureMode", cuThreadExchangeStreamCaptureMode},
-  {"cuGetExportTable", cuGetExportTable}, {"cuFuncGetModule", cuFuncGetModule}, {"cuFuncGetName", cuFuncGetName},
+  {"cuGetExportTable", cuGetExportTable}, {"cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2}, {"cuFuncGetModule", cuFuncGetModule}, {"cuFuncGetName", cuFuncGetName},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)flags;

@@ -20,6 +20,7 @@ mod load;
 pub mod lower;
 mod memory;
 pub(crate) mod objects;
+pub mod piece_graph;
 pub(crate) mod preload;
 pub mod profile;
 pub mod query;

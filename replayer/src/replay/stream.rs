@@ -17,6 +17,17 @@ pub struct Stream {
     trace: LoadedTrace,
     report: Report,
     queries: Vec<QueryResult>,
+    /// The stream cached pieces are captured on (`piece_graph`), made at the first capture.
+    capture: sys::CUstream,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if !self.capture.is_null() {
+            // SAFETY: a stream this replay created; work on it finishes before it is freed.
+            unsafe { sys::cuStreamDestroy_v2(self.capture) };
+        }
+    }
 }
 
 impl Stream {
@@ -45,7 +56,36 @@ impl Stream {
             report.warnings.extend(st.mem.reserve_arena(meta.arena_base, meta.arena_size));
         }
         let trace = LoadedTrace { meta, calls: Vec::new(), blobs: HashMap::new(), lost: None };
-        Ok(Stream { st, trace, report, queries: Vec::new() })
+        Ok(Stream { st, trace, report, queries: Vec::new(), capture: std::ptr::null_mut() })
+    }
+
+    /// The replay's state, the session's blobs and the report, borrowed together.
+    pub(crate) fn parts(&mut self) -> (&mut State, &LoadedTrace, &mut Report) {
+        (&mut self.st, &self.trace, &mut self.report)
+    }
+
+    /// The stream pieces are captured on (non-blocking, made once).
+    pub(crate) fn capture_stream(&mut self) -> Result<sys::CUstream, String> {
+        if self.capture.is_null() {
+            // SAFETY: a new stream in the current context, owned by this replay.
+            let r =
+                unsafe { sys::cuStreamCreate(&mut self.capture, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) };
+            if r != sys::CUresult::CUDA_SUCCESS {
+                self.capture = std::ptr::null_mut();
+                return Err(format!("cuStreamCreate (capture stream) failed with {r:?}"));
+            }
+        }
+        Ok(self.capture)
+    }
+
+    /// The bytes of blob `h`, if the session holds it.
+    pub(crate) fn blob_bytes(&self, h: &Hash128) -> Option<&[u8]> {
+        self.trace.blobs.get(h).map(|b| &**b)
+    }
+
+    /// Whether a device-to-host result in flight (not yet returned) satisfies `f`.
+    pub(crate) fn pending_any(&self, f: impl Fn(&super::objects::Pending) -> bool) -> bool {
+        self.st.objects.pending.any(f)
     }
 
     /// Whether the session holds blob `h`.

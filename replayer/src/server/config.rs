@@ -51,6 +51,10 @@ pub struct Config {
     /// Most executors kept warm with a function at once; the least recently used is ended
     /// when one more would exceed it. 0: off.
     pub warm_functions_max: usize,
+    /// Cached-trace execution for sessions that stream records (live clients, `replay
+    /// --remote`): runs of launches, copies and sets that repeat run as CUDA graphs
+    /// (`server::pieces`). Off by default until its GPU rows have passed on a device.
+    pub cached_execution: bool,
     /// The blob cache.
     pub cache: CacheConfig,
     /// The executor binary (default: this `gpuless`).
@@ -103,6 +107,7 @@ impl Default for Config {
             drain_timeout_s: 30.0,
             function_keep_alive_s: 300.0,
             warm_functions_max: 4,
+            cached_execution: false,
             cache: CacheConfig::default(),
             executor: String::new(),
             tls_cert: String::new(),

@@ -37,6 +37,9 @@ pub enum Control {
         /// How long the executor may stay warm with the session's function set up after the
         /// session ends ([`Control::Warm`]), milliseconds; 0: it exits after the session.
         keep_alive_ms: u64,
+        /// Whether repeated runs of the session's records execute as CUDA graphs
+        /// ([`super::pieces`]).
+        cached: bool,
     },
     /// Executor → server: blobs added to the cache, and blobs found in it.
     Cache {
@@ -79,8 +82,8 @@ impl Control {
             Control::Failed(m) => {
                 p.u8(2).str(m);
             }
-            Control::Start { session, idle_ms, hello, keep_alive_ms } => {
-                p.u8(3).u64(*session).u64(*idle_ms).bytes(hello).u64(*keep_alive_ms);
+            Control::Start { session, idle_ms, hello, keep_alive_ms, cached } => {
+                p.u8(3).u64(*session).u64(*idle_ms).bytes(hello).u64(*keep_alive_ms).u8(u8::from(*cached));
             }
             Control::Cache { added, hits } => {
                 p.u8(4).u32(added.len() as u32);
@@ -128,6 +131,7 @@ impl Control {
                 idle_ms: g.u64()?,
                 hello: g.bytes()?.to_vec(),
                 keep_alive_ms: g.u64()?,
+                cached: g.u8()? != 0,
             },
             4 => {
                 let n = g.count(24)?;
@@ -318,7 +322,7 @@ mod tests {
         let (a, b) = pair().unwrap();
         let b = Channel::from_fd(b);
         let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
-        let start = Control::Start { session: 3, idle_ms: 10, hello: vec![1, 2], keep_alive_ms: 300_000 };
+        let start = Control::Start { session: 3, idle_ms: 10, hello: vec![1, 2], keep_alive_ms: 300_000, cached: true };
         a.send(&start, Some(w.as_raw_fd())).unwrap();
         let (m, fd) = b.recv().unwrap().unwrap();
         assert_eq!(m, start);

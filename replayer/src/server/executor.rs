@@ -28,9 +28,11 @@ use super::cache::Dirs;
 use super::control::{Channel, Control};
 use super::functions::Functions;
 use super::gate::{Gate, GRACE, MAX_HOLD};
+use super::pieces::{Pieces, Ran};
 use super::timeline::Timeline;
 use crate::replay::stream::{describe_device, Stream};
 use crate::replay::{Device, Options, ReplayError};
+use gpuless_traces::protocol::piece::Cut;
 
 /// Most bytes of blobs a session may have in flight (received in part).
 const MAX_PARTIAL: u64 = 64 << 30;
@@ -82,9 +84,9 @@ pub fn run(mut setup: Setup) -> i32 {
             None => setup.control.recv(),
             Some((_, keep)) => setup.control.recv_timeout(*keep + KEEP_ALIVE_GRACE),
         };
-        let (session, idle_ms, hello, fd, keep_alive_ms) = match next {
-            Ok(Some((Control::Start { session, idle_ms, hello, keep_alive_ms }, Some(fd)))) => {
-                (session, idle_ms, hello, fd, keep_alive_ms)
+        let (session, idle_ms, hello, fd, keep_alive_ms, cached) = match next {
+            Ok(Some((Control::Start { session, idle_ms, hello, keep_alive_ms, cached }, Some(fd)))) => {
+                (session, idle_ms, hello, fd, keep_alive_ms, cached)
             }
             // The server let this warm executor go (pool shrunk, keep-alive over, server
             // ending), or no session came within the keep-alive.
@@ -106,7 +108,8 @@ pub fn run(mut setup: Setup) -> i32 {
             }
             _ => Functions::new(&setup.cache, setup.device, setup.memory_limit, client_arena),
         };
-        let (done, functions) = serve_one(&setup, &device, &mut gate, session, idle_ms, hello, fd, functions);
+        let pieces = cached.then(|| Pieces::new(&hello.program, &setup.cache.disk));
+        let (done, functions) = serve_one(&setup, &device, &mut gate, session, idle_ms, hello, fd, functions, pieces);
         if setup.control.send(&done, None).is_err() {
             return 1;
         }
@@ -134,6 +137,7 @@ fn serve_one(
     hello: gpuless_traces::protocol::message::Hello,
     fd: OwnedFd,
     functions: Functions,
+    pieces: Option<Pieces>,
 ) -> (Control, Option<Functions>) {
     let meta = TraceMeta {
         arena_base: hello.arena_base,
@@ -170,6 +174,7 @@ fn serve_one(
         best_effort: hello.priority == Priority::BestEffort,
         functions,
         only_invoked: true,
+        pieces,
     };
     let result = match (conn_of(fd), Stream::new(setup.device, meta, opts)) {
         (Ok(conn), Ok(stream)) => {
@@ -194,6 +199,10 @@ fn serve_one(
     };
     s.flush_notes(true);
     s.timeline.write();
+    if let Some(p) = &s.pieces {
+        p.count_into(&mut s.stats);
+        p.save();
+    }
     *gate = s.gate.take();
     let error = result.err().unwrap_or_default();
     let done = Control::Done { stats: s.stats.clone(), error };
@@ -253,6 +262,8 @@ struct Session<'a> {
     /// Whether the session only invoked (no other message, no failed invocation): then its
     /// function may be kept set up for the next session of it.
     only_invoked: bool,
+    /// Cached-trace execution, when the server runs it ([`super::pieces`]).
+    pieces: Option<Pieces>,
 }
 
 /// Segments decoded before, by their exact bytes: a client that repeats a segment (a hot loop)
@@ -413,29 +424,16 @@ impl Session<'_> {
                     self.at_gate();
                     // Execution time, without the decoding above or a hold at the gate.
                     let run0 = Instant::now();
-                    for rec in records.iter() {
-                        self.last_seq = rec.seq;
-                        let r0 = self.timeline.on().then(Instant::now);
-                        let r = stream.call(rec);
-                        if let Some(r0) = r0 {
-                            let name = rec.function.api().map_or("?", |f| f.name);
-                            self.timeline.record(rec.seq, name, r0.elapsed().as_micros() as u64);
+                    let r = match self.pieces.take() {
+                        None => records.iter().try_for_each(|rec| self.exec_one(&mut stream, rec)),
+                        Some(mut p) => {
+                            let r = self.exec_pieces(&mut p, &mut stream, &records, h.flags & WANT_ANSWER != 0);
+                            self.pieces = Some(p);
+                            r
                         }
-                        match r {
-                            Ok(()) => self.executed += 1,
-                            // Driver errors reach the client at its next synchronization, as the
-                            // driver reports asynchronous errors.
-                            Err(ReplayError::Driver { seq, what, code }) => self.errors.push(CallError {
-                                seq,
-                                function: what,
-                                code: code as i32,
-                                message: format!("{code:?}"),
-                            }),
-                            Err(e @ (ReplayError::Inconsistent { .. } | ReplayError::Unsupported { .. })) => {
-                                return fail(&mut w, code::BAD_RECORD, e.to_string());
-                            }
-                            Err(e) => return fail(&mut w, code::EXECUTOR, e.to_string()),
-                        }
+                    };
+                    if let Err((c, e)) = r {
+                        return fail(&mut w, c, e);
                     }
                     let ran = Instant::now();
                     let us = ran.duration_since(run0).as_micros() as u64;
@@ -556,6 +554,17 @@ impl Session<'_> {
                     if let Err(e) = self.verified() {
                         return fail(&mut w, code::BAD_MESSAGE, e);
                     }
+                    if let Some(mut p) = self.pieces.take() {
+                        // A piece still open (records the client sent without an answer).
+                        let r = self.exec_pieces(&mut p, &mut stream, &[], true);
+                        p.count_into(&mut self.stats);
+                        // Kept before the client hears `Closed`: its next session may start at once.
+                        p.save();
+                        self.pieces = Some(p);
+                        if let Err((c, e)) = r {
+                            return fail(&mut w, c, e);
+                        }
+                    }
                     if let Err(e) = stream.synchronize() {
                         return fail(&mut w, code::EXECUTOR, e.to_string());
                     }
@@ -575,6 +584,69 @@ impl Session<'_> {
                 }
             }
         }
+    }
+
+    /// Executes one record; a driver error is kept for the next answer, anything else ends
+    /// the session (its code and message).
+    fn exec_one(&mut self, stream: &mut Stream, rec: &CallRecord) -> Result<(), (u16, String)> {
+        self.last_seq = rec.seq;
+        let r0 = self.timeline.on().then(Instant::now);
+        let r = stream.call(rec);
+        if let Some(r0) = r0 {
+            let name = rec.function.api().map_or("?", |f| f.name);
+            self.timeline.record(rec.seq, name, r0.elapsed().as_micros() as u64);
+        }
+        self.executed_or_kept(r, 1)
+    }
+
+    /// What a call (or a piece of `n` records) returned: counted, kept for the next answer
+    /// (driver errors reach the client at its next synchronization, as the driver reports
+    /// asynchronous errors), or the end of the session.
+    fn executed_or_kept(&mut self, r: Result<(), ReplayError>, n: u64) -> Result<(), (u16, String)> {
+        match r {
+            Ok(()) => self.executed += n,
+            Err(ReplayError::Driver { seq, what, code }) => {
+                self.errors.push(CallError { seq, function: what, code: code as i32, message: format!("{code:?}") })
+            }
+            Err(e @ (ReplayError::Inconsistent { .. } | ReplayError::Unsupported { .. })) => {
+                return Err((code::BAD_RECORD, e.to_string()))
+            }
+            Err(e) => return Err((code::EXECUTOR, e.to_string())),
+        }
+        Ok(())
+    }
+
+    /// Cached-trace execution of a segment's records: cut into pieces, each complete piece
+    /// run as a graph or record by record, every other record at once, in order. `end`: the
+    /// segment waits for an answer (or the session closes): the open piece runs too.
+    fn exec_pieces(
+        &mut self,
+        p: &mut Pieces,
+        stream: &mut Stream,
+        records: &[CallRecord],
+        end: bool,
+    ) -> Result<(), (u16, String)> {
+        let mut cuts = Vec::new();
+        for rec in records {
+            p.push(rec.clone(), &mut cuts);
+        }
+        if end {
+            p.finish(&mut cuts);
+        }
+        for cut in cuts {
+            match cut {
+                Cut::Single(rec) => self.exec_one(stream, &rec)?,
+                Cut::Piece(recs) => match p.run(stream, recs) {
+                    Ran::Eager(recs) => recs.iter().try_for_each(|rec| self.exec_one(stream, rec))?,
+                    Ran::Graph { records, last_seq, result } => {
+                        self.last_seq = last_seq;
+                        self.timeline.record(last_seq, "(graph of a cached piece)", 0);
+                        self.executed_or_kept(result, records)?;
+                    }
+                },
+            }
+        }
+        Ok(())
     }
 
     /// Whether the session or the cache holds `h` (loading it into the session from the cache).

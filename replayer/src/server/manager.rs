@@ -338,6 +338,20 @@ impl Manager {
                     self.metrics.sessions_total.get_or_create(&kind(outcome)).inc();
                     self.metrics.cache_lookups.get_or_create(&kind("hit")).inc_by(stats.blob_hits);
                     self.metrics.cache_lookups.get_or_create(&kind("miss")).inc_by(stats.blob_misses);
+                    let pieces = [
+                        ("graph", stats.pieces_graph),
+                        ("capture", stats.pieces_captured),
+                        ("eager", stats.pieces_eager),
+                    ];
+                    for (run, n) in pieces.into_iter().filter(|(_, n)| *n > 0) {
+                        self.metrics.piece_runs.get_or_create(&super::metrics::piece_run(run)).inc_by(n);
+                    }
+                    if stats.records_graph > 0 {
+                        self.metrics
+                            .piece_records
+                            .get_or_create(&super::metrics::piece_run("graph"))
+                            .inc_by(stats.records_graph);
+                    }
                     tracing::info!(
                         session,
                         exec = id,
@@ -345,6 +359,9 @@ impl Manager {
                         launches = stats.launches,
                         answers = stats.answers,
                         blob_bytes = stats.blob_bytes_received,
+                        pieces_graph = stats.pieces_graph,
+                        pieces_captured = stats.pieces_captured,
+                        pieces_eager = stats.pieces_eager,
                         error,
                         "session ended"
                     );

@@ -52,6 +52,14 @@ pub struct FunctionStart {
     pub start: String,
 }
 
+/// Labels of cached-trace execution: how a piece of a session's records ran.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PieceRun {
+    /// `graph` (a captured graph launched again), `capture` (captured this time, the graph
+    /// launched once), `eager` (record by record).
+    pub run: String,
+}
+
 /// Every metric the server exports.
 pub struct Metrics {
     registry: Registry,
@@ -93,6 +101,10 @@ pub struct Metrics {
     pub warm_functions: Family<FunctionName, Gauge>,
     /// Sessions of a function, by whether a warm executor served them.
     pub function_sessions: Family<FunctionStart, Counter>,
+    /// Pieces of sessions' records (cached-trace execution), by how they ran.
+    pub piece_runs: Family<PieceRun, Counter>,
+    /// Records in those pieces, by how they ran.
+    pub piece_records: Family<PieceRun, Counter>,
 }
 
 impl Default for Metrics {
@@ -124,6 +136,8 @@ impl Metrics {
             function_invocations: Family::default(),
             warm_functions: Family::default(),
             function_sessions: Family::default(),
+            piece_runs: Family::default(),
+            piece_records: Family::default(),
             registry: Registry::default(),
         };
         registry.register("sessions", "Live sessions by priority class", m.sessions.clone());
@@ -160,6 +174,12 @@ impl Metrics {
             "Function sessions by function and start (warm: the function kept set up; cold)",
             m.function_sessions.clone(),
         );
+        registry.register(
+            "piece_runs",
+            "Pieces of sessions' launches, copies and sets by how they ran (graph, capture, eager)",
+            m.piece_runs.clone(),
+        );
+        registry.register("piece_records", "Records in pieces by how they ran", m.piece_records.clone());
         Metrics { registry, ..m }
     }
 
@@ -169,6 +189,11 @@ impl Metrics {
         let _ = encode(&mut s, &self.registry);
         s
     }
+}
+
+/// A piece-run label.
+pub fn piece_run(run: &str) -> PieceRun {
+    PieceRun { run: run.to_string() }
 }
 
 /// One label value.

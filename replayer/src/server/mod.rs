@@ -25,6 +25,7 @@ pub mod functions;
 pub mod gate;
 pub mod manager;
 pub mod metrics;
+pub mod pieces;
 mod timeline;
 pub mod tls;
 pub mod warm;
@@ -295,6 +296,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         session: grant.session,
         idle_ms: (m.cfg.idle_timeout_s * 1e3) as u64,
         keep_alive_ms: m.keep_alive_ms(&h.program),
+        cached: m.cfg.cached_execution,
         hello: payload,
     };
     let fd = match s.into_blocking_fd() {

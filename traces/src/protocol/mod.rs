@@ -18,6 +18,7 @@ pub mod client;
 pub mod codec;
 pub mod frame;
 pub mod message;
+pub mod piece;
 pub mod segment;
 pub mod shm;
 pub mod tls;
@@ -30,7 +31,7 @@ pub use message::{
 };
 
 /// The protocol version this build speaks. A server refuses any other.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// Magic at the start of a [`Hello`]: "GLSP" (gpuless session protocol).
 pub const HELLO_MAGIC: u32 = 0x5053_4c47;

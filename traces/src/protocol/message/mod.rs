@@ -164,10 +164,20 @@ pub struct SessionStats {
     pub blob_misses: u64,
     /// Peak device memory of the session.
     pub peak_memory: u64,
+    /// Cached-trace execution: pieces (runs of launches, copies and sets;
+    /// [`super::piece`]) launched as a graph captured before, captured (and launched) this
+    /// time, and run record by record; records in the graph launches.
+    pub pieces_graph: u64,
+    /// See `pieces_graph`.
+    pub pieces_captured: u64,
+    /// See `pieces_graph`.
+    pub pieces_eager: u64,
+    /// See `pieces_graph`.
+    pub records_graph: u64,
 }
 
 impl SessionStats {
-    fn fields(&self) -> [u64; 9] {
+    fn fields(&self) -> [u64; 13] {
         [
             self.records,
             self.executed,
@@ -178,10 +188,14 @@ impl SessionStats {
             self.blob_hits,
             self.blob_misses,
             self.peak_memory,
+            self.pieces_graph,
+            self.pieces_captured,
+            self.pieces_eager,
+            self.records_graph,
         ]
     }
-    fn from_fields(f: [u64; 9]) -> Self {
-        let [records, executed, launches, segments, answers, blob_bytes_received, blob_hits, blob_misses, peak_memory] =
+    fn from_fields(f: [u64; 13]) -> Self {
+        let [records, executed, launches, segments, answers, blob_bytes_received, blob_hits, blob_misses, peak_memory, pieces_graph, pieces_captured, pieces_eager, records_graph] =
             f;
         SessionStats {
             records,
@@ -193,6 +207,10 @@ impl SessionStats {
             blob_hits,
             blob_misses,
             peak_memory,
+            pieces_graph,
+            pieces_captured,
+            pieces_eager,
+            records_graph,
         }
     }
 }
@@ -621,7 +639,7 @@ impl Message {
             }
             kind::CLOSE => Message::Close,
             kind::CLOSED => {
-                let mut f = [0u64; 9];
+                let mut f = [0u64; 13];
                 for x in &mut f {
                     *x = g.u64()?;
                 }

@@ -1,0 +1,71 @@
+//! Cached-trace execution (issue 20) end to end on the stand-in driver: a real `gpuless serve
+//! --cached-execution on`, its executor and a program under `gpuless run --remote`.
+//! `recorder/tests/fake/pieces.c` repeats an upload, four launches and a download with new
+//! bytes at every inference, changes the factor every 6 inferences and takes a data-dependent
+//! branch: its output must be the native one, with repeated pieces launched as graphs (the
+//! stand-in's graphs run copy and kernel nodes, so a graph that dropped the new bytes or
+//! returned an old result would change the output), new ones eager, and a second session of
+//! the same program capturing at first sight what the first saw repeat.
+
+mod serve_harness;
+mod support;
+
+use std::process::Command;
+
+use serve_harness::{run_client, wait_until, Server};
+
+fn count(stats: &serde_json::Value, key: &str) -> u64 {
+    stats[key].as_u64().unwrap_or_else(|| panic!("no {key} in {stats}"))
+}
+
+#[test]
+fn repeated_pieces_run_as_graphs_with_the_native_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
+    let native = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    assert!(native.status.success(), "natively: {native:?}");
+    let want = String::from_utf8_lossy(&native.stdout).into_owned();
+    let branches: u64 = want.lines().find_map(|l| l.strip_prefix("branches ")).unwrap().parse().unwrap();
+    assert!((2..24).contains(&branches), "the branch runs in some inferences, not all:\n{want}");
+    let pieces = 24 + branches;
+
+    let srv = Server::start(dir.path(), &libdir, &["--cached-execution", "on"], &[]);
+    let first = run_client(&srv, &prog);
+    assert!(first.ok, "stderr:\n{}", first.stderr);
+    assert_eq!(first.stdout, want, "remote output differs from native; stderr:\n{}", first.stderr);
+    let s = first.stats();
+    // Four pieces of 6 records: the main one at each factor, the branch's at the larger one.
+    // Each runs eagerly the first time, is captured at its first repetition, then relaunched.
+    assert_eq!(count(&s, "pieces_captured"), 3, "{s}");
+    assert_eq!(count(&s, "pieces_eager"), 3, "{s}");
+    assert_eq!(count(&s, "pieces_graph"), pieces - 6, "{s}");
+    assert_eq!(count(&s, "records_graph"), 6 * (pieces - 3), "{s}");
+    let graphs = (pieces - 6) as f64;
+    wait_until(|| srv.metric("gpuless_piece_runs_total{run=\"graph\"}") == graphs, "the graph runs reach the metrics");
+    assert_eq!(srv.metric("gpuless_piece_runs_total{run=\"capture\"}"), 3.0);
+    assert_eq!(srv.metric("gpuless_piece_runs_total{run=\"eager\"}"), 3.0);
+
+    // The same program again: the server kept the keys that repeated, so the second session
+    // captures each piece the first time it sees it.
+    let second = run_client(&srv, &prog);
+    assert!(second.ok, "stderr:\n{}", second.stderr);
+    assert_eq!(second.stdout, want);
+    let s2 = second.stats();
+    assert_eq!((count(&s2, "pieces_eager"), count(&s2, "pieces_captured")), (0, 3), "{s2}");
+    assert_eq!(count(&s2, "pieces_graph"), pieces - 3, "{s2}");
+}
+
+#[test]
+fn without_cached_execution_every_piece_runs_eagerly() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
+    let native = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = run_client(&srv, &prog);
+    assert!(ran.ok, "stderr:\n{}", ran.stderr);
+    assert_eq!(ran.stdout, String::from_utf8_lossy(&native.stdout));
+    let s = ran.stats();
+    for k in ["pieces_graph", "pieces_captured", "pieces_eager", "records_graph"] {
+        assert_eq!(count(&s, k), 0, "{k}: {s}");
+    }
+}

@@ -1,0 +1,237 @@
+//! One piece of a client's work as a CUDA graph (cached-trace execution, issue 20; the rule
+//! that cuts pieces is `gpuless_traces::protocol::piece`; when to use a graph is the server's
+//! `server::pieces`).
+//!
+//! [`Stream::capture_piece`] replays a piece's records while a stream of the replay's own
+//! captures them (every recorded stream mapped to it, as hot replay's lowering does), so the
+//! graph holds the piece's launches, copies and sets in their order. Host-to-device copies
+//! read pinned buffers the graph owns; device-to-host copies write pinned buffers. The graph is
+//! then launched into the piece's own live stream, ordered with the session's other work
+//! there exactly as its records would have been. [`Stream::launch_piece`] runs a later
+//! repetition: the repetition's uploaded bytes into the input buffers (after the previous
+//! launch has read them), one `cuGraphLaunch`, and its device-to-host results queued under
+//! the repetition's own sequence numbers for the synchronization that covers the stream, as an
+//! eager copy's would be.
+
+use cudarc::driver::sys;
+use gpuless_analyzer::api::Group;
+use gpuless_traces::protocol::piece;
+use gpuless_traces::CallRecord;
+
+use super::objects::Pending;
+use super::stream::Stream;
+use super::{check, exec, ReplayError};
+
+/// A piece captured into an executable graph, with the buffers its copies use.
+pub struct PieceGraph {
+    graph: sys::CUgraph,
+    exe: sys::CUgraphExec,
+    /// Recorded after every launch: the input buffers may be written again once it completed.
+    done: sys::CUevent,
+    /// Position in the piece of each host-to-device copy, and the pinned buffer its node reads.
+    inputs: Vec<(usize, *mut u8, usize)>,
+    /// Position of each device-to-host copy, the pinned buffer its node writes, its length.
+    outputs: Vec<(usize, *const u8, usize, &'static str)>,
+    /// Launch records in the piece (the report's count).
+    launches: u64,
+    /// Whether the graph was launched and its inputs may still be read.
+    launched: bool,
+}
+
+impl Drop for PieceGraph {
+    fn drop(&mut self) {
+        // SAFETY: objects created by `capture_piece`; an executable graph still running is
+        // freed by the driver once it completes (its pinned buffers belong to the replay's
+        // state, freed only after the context is synchronized).
+        unsafe {
+            if !self.exe.is_null() {
+                sys::cuGraphExecDestroy(self.exe);
+            }
+            if !self.graph.is_null() {
+                sys::cuGraphDestroy(self.graph);
+            }
+            if !self.done.is_null() {
+                sys::cuEventDestroy_v2(self.done);
+            }
+        }
+    }
+}
+
+impl PieceGraph {
+    /// Records in the graph's piece that upload bytes.
+    pub fn inputs(&self) -> usize {
+        self.inputs.len()
+    }
+}
+
+fn e(what: &str, r: sys::CUresult) -> String {
+    format!("{what} failed with {r:?}")
+}
+
+impl Stream {
+    /// Captures `recs` (one piece) into a graph and launches it once: the graph does this
+    /// repetition's work. On an error nothing of the piece ran: the caller runs its records
+    /// one by one.
+    pub fn capture_piece(&mut self, recs: &[CallRecord]) -> Result<PieceGraph, String> {
+        let first = recs.first().ok_or("an empty piece")?;
+        let rec_stream = recorded_stream(first);
+        let mut g = PieceGraph {
+            graph: std::ptr::null_mut(),
+            exe: std::ptr::null_mut(),
+            done: std::ptr::null_mut(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            launches: 0,
+            launched: false,
+        };
+        let cap = self.capture_stream()?;
+        // SAFETY (block): driver calls on the replay's capture stream, a graph and an event
+        // created here (owned by `g`); the records are the piece's, executed as a replay does.
+        unsafe {
+            let r = sys::cuEventCreate(&mut g.done, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32);
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(e("cuEventCreate", r));
+            }
+            let r = sys::cuStreamBeginCapture_v2(cap, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(e("cuStreamBeginCapture", r));
+            }
+            let (st, trace, report) = self.parts();
+            st.stream_override = Some(cap);
+            let calls_before = report.calls;
+            let mut failed = None;
+            for r in recs {
+                if let Err(err) = exec::call(st, trace, r, report) {
+                    failed = Some(err.to_string());
+                    break;
+                }
+            }
+            report.calls = calls_before;
+            st.stream_override = None;
+            let end = sys::cuStreamEndCapture(cap, &mut g.graph);
+            // What the capture left in the replay's state: the copies' buffers, by the
+            // records' sequence numbers (and the device-to-host ones by recorded stream).
+            let captured_outputs = st.objects.graph_outputs.capturing.remove(&rec_stream).unwrap_or_default();
+            for (i, r) in recs.iter().enumerate() {
+                if let Some((p, n)) = st.objects.staged.remove(&r.seq) {
+                    g.inputs.push((i, p, n));
+                }
+                if let Some(o) = captured_outputs.iter().find(|o| o.seq == r.seq) {
+                    g.outputs.push((i, o.host, o.len, o.what));
+                }
+                if r.function.api().is_some_and(|f| f.group == Group::Launch) {
+                    g.launches += 1;
+                }
+            }
+            if let Some(why) = failed {
+                return Err(format!("capturing a piece: {why}"));
+            }
+            if end != sys::CUresult::CUDA_SUCCESS {
+                return Err(e("cuStreamEndCapture", end));
+            }
+            if g.outputs.len() != recs.iter().filter(|r| is_download(r)).count() {
+                return Err("a device-to-host copy of the piece was not captured".into());
+            }
+            let r = sys::cuGraphInstantiateWithFlags(&mut g.exe, g.graph, 0);
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(e("cuGraphInstantiateWithFlags", r));
+            }
+        }
+        // The capture wrote this repetition's bytes into the input buffers already.
+        self.launch_captured(&mut g, recs).map_err(|e| e.to_string())?;
+        Ok(g)
+    }
+
+    /// Runs a later repetition of `g`'s piece: `recs` must be the same piece
+    /// (`piece::same`, record by record; the caller compared them). Its uploads' bytes go
+    /// into the graph's input buffers, then the graph runs on the piece's stream.
+    pub fn launch_piece(&mut self, g: &mut PieceGraph, recs: &[CallRecord]) -> Result<(), ReplayError> {
+        let seq = recs.first().map_or(0, |r| r.seq);
+        // SAFETY (block): the graph's pinned input buffers, written once its previous launch
+        // has read them (its event); blob bytes of the session of each buffer's length.
+        unsafe {
+            if g.launched && !g.inputs.is_empty() {
+                check(sys::cuEventSynchronize(g.done), seq, "cuEventSynchronize (piece inputs)")?;
+            }
+            for &(i, p, n) in &g.inputs {
+                let r = &recs[i];
+                let bytes = piece::payload(r)
+                    .and_then(|b| self.blob_bytes(&b.hash))
+                    .filter(|b| b.len() == n)
+                    .ok_or_else(|| ReplayError::Inconsistent {
+                        seq: r.seq,
+                        what: r.function.name().to_string(),
+                        problem: format!("the bytes it uploads ({n} bytes) are not in the session"),
+                    })?;
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, n);
+            }
+        }
+        self.launch_captured(g, recs)
+    }
+
+    /// Whether the live stream of a piece's records is capturing into a graph of the
+    /// program's own: its records belong to that graph, not to one of the executor's.
+    pub fn piece_stream_capturing(&mut self, recs: &[CallRecord]) -> bool {
+        let Some(first) = recs.first() else { return false };
+        let (st, _, _) = self.parts();
+        super::objects::capturing(st.stream(recorded_stream(first)))
+    }
+
+    /// Whether `g`'s device-to-host buffers still hold results no synchronization has
+    /// returned: launching it again would overwrite them (run the piece eagerly instead).
+    pub fn piece_results_pending(&self, g: &PieceGraph) -> bool {
+        !g.outputs.is_empty() && self.pending_any(|p| g.outputs.iter().any(|o| o.1 == p.host))
+    }
+
+    /// Launches `g` on the live stream of `recs`' stream and queues its results under `recs`'
+    /// sequence numbers.
+    fn launch_captured(&mut self, g: &mut PieceGraph, recs: &[CallRecord]) -> Result<(), ReplayError> {
+        let first = recs.first().ok_or_else(|| ReplayError::Inconsistent {
+            seq: 0,
+            what: "piece".into(),
+            problem: "an empty piece".into(),
+        })?;
+        let last = recs.last().unwrap_or(first);
+        let rec_stream = recorded_stream(first);
+        let (st, _, report) = self.parts();
+        let live = st.stream(rec_stream);
+        // SAFETY: an executable graph and event owned by `g`, on a live stream of the session.
+        unsafe {
+            check(sys::cuGraphLaunch(g.exe, live), last.seq, "cuGraphLaunch (a cached piece)")?;
+            check(sys::cuEventRecord(g.done, live), last.seq, "cuEventRecord (a cached piece)")?;
+        }
+        g.launched = true;
+        for &(i, host, len, what) in &g.outputs {
+            st.objects.defer(Pending {
+                seq: recs[i].seq,
+                what,
+                stream: rec_stream,
+                live_stream: live,
+                host,
+                len,
+                want: None,
+            });
+        }
+        st.last_call = last.function.api().map(|f| (last.seq, f.name));
+        report.calls += recs.len() as u64;
+        report.executed += recs.len() as u64;
+        report.launches += g.launches;
+        Ok(())
+    }
+}
+
+/// The stream a piece's record names, as recorded (its piece's stream; 0 where none).
+fn recorded_stream(r: &CallRecord) -> u64 {
+    let Some(f) = r.function.api() else { return 0 };
+    match f.args.iter().position(|a| a.name == "hStream").and_then(|i| r.args.get(i)) {
+        Some(gpuless_traces::Value::Handle(_, s) | gpuless_traces::Value::U64(s)) => *s,
+        _ => match r.args.first() {
+            Some(gpuless_traces::Value::LaunchConfig(c)) => c.stream,
+            _ => 0,
+        },
+    }
+}
+
+fn is_download(r: &CallRecord) -> bool {
+    r.function.api().is_some_and(|f| f.sync == gpuless_analyzer::api::SyncClass::DeviceToHostAsync)
+}

@@ -1,0 +1,187 @@
+//! The piece rule: what cuts pieces, what the key keeps and leaves out.
+
+use super::*;
+use crate::model::{BlobRef, Dim3, Function, KernelParams, LaunchConfig};
+use gpuless_analyzer::api::{ApiLevel, HandleKind, Variant};
+
+fn rec(seq: u64, name: &str, args: Vec<Value>) -> CallRecord {
+    let v2 = Variant { version: 2, per_thread: false };
+    let function = match Function::resolve(name, v2) {
+        Function::Known(id) => Function::Known(id),
+        Function::Other(_) => Function::resolve(name, Variant::BASE),
+    };
+    assert!(function.api().is_some(), "{name} is in the table");
+    let mut r = CallRecord::new(seq, ApiLevel::Driver, function);
+    r.args = args;
+    r.thread = seq * 7;
+    r.timestamp_ns = seq * 1000;
+    r
+}
+
+fn launch(seq: u64, stream: u64, param: u8) -> CallRecord {
+    let g = |n| Value::U64(n);
+    rec(
+        seq,
+        "cuLaunchKernel",
+        vec![
+            Value::Handle(HandleKind::Function, 0x10),
+            g(4),
+            g(1),
+            g(1),
+            g(128),
+            g(1),
+            g(1),
+            g(0),
+            Value::Handle(HandleKind::Stream, stream),
+            Value::KernelParams(KernelParams { bytes: vec![param; 8], layout: vec![(0, 8)] }),
+            Value::Null,
+        ],
+    )
+}
+
+fn upload(seq: u64, stream: u64, content: u128) -> CallRecord {
+    rec(
+        seq,
+        "cuMemcpyHtoDAsync",
+        vec![
+            Value::DevPtr(0x7e00_0000_0000),
+            Value::Blob(BlobRef { hash: Hash128(content), len: 64 }),
+            Value::Size(64),
+            Value::Handle(HandleKind::Stream, stream),
+        ],
+    )
+}
+
+fn download(seq: u64, host: u64) -> CallRecord {
+    rec(
+        seq,
+        "cuMemcpyDtoHAsync",
+        vec![
+            Value::HostPtr(host),
+            Value::DevPtr(0x7e00_0000_1000),
+            Value::Size(16),
+            Value::Handle(HandleKind::Stream, 5),
+        ],
+    )
+}
+
+fn sync(seq: u64) -> CallRecord {
+    rec(seq, "cuStreamSynchronize", vec![Value::Handle(HandleKind::Stream, 5)])
+}
+
+#[test]
+fn the_table_marks_launches_copies_and_sets_capturable_and_nothing_that_waits() {
+    use gpuless_analyzer::api::{self, SyncClass};
+    let marked: Vec<&str> = api::FUNCTIONS.iter().filter(|f| f.capturable).map(|f| f.name).collect();
+    for n in ["cuLaunchKernel", "cuLaunchKernelEx", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemsetD32Async"] {
+        assert!(marked.contains(&n), "{n} must be capturable");
+    }
+    for f in api::FUNCTIONS.iter().filter(|f| f.capturable) {
+        assert!(
+            !matches!(
+                f.sync,
+                SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync | SyncClass::DeviceToHost
+            ),
+            "{} waits: it cannot be a graph node",
+            f.name
+        );
+    }
+}
+
+#[test]
+fn streams_of_capturable_records_and_none_for_the_rest() {
+    assert_eq!(stream_of(&launch(1, 5, 0)), Some(5));
+    assert_eq!(stream_of(&launch(1, 1, 0)), Some(0), "the legacy stream is the default stream");
+    assert_eq!(stream_of(&upload(1, 2, 0)), Some(0), "the per-thread stream is the default stream");
+    assert_eq!(stream_of(&sync(1)), None);
+    let cfg = LaunchConfig {
+        grid: Dim3 { x: 1, y: 1, z: 1 },
+        block: Dim3 { x: 32, y: 1, z: 1 },
+        stream: 9,
+        ..Default::default()
+    };
+    let ex = rec(1, "cuLaunchKernelEx", vec![Value::LaunchConfig(cfg), Value::Handle(HandleKind::Function, 1)]);
+    assert_eq!(stream_of(&ex), Some(9), "cuLaunchKernelEx runs on its configuration's stream");
+}
+
+#[test]
+fn the_key_leaves_out_what_varies_between_repetitions() {
+    let a = vec![upload(10, 5, 0xaaaa), launch(11, 5, 1), download(12, 0x5000)];
+    let mut b = vec![upload(90, 5, 0xbbbb), launch(91, 5, 1), download(92, 0x9000)];
+    b[1].status = 0;
+    assert_eq!(key(&a), key(&b), "new uploaded bytes, new host buffers, new sequence numbers: the same piece");
+    assert!(a.iter().zip(&b).all(|(x, y)| same(x, y)));
+    // What must be equal: a kernel parameter, an address, a size, a stream.
+    let mut c = b.clone();
+    c[1] = launch(91, 5, 2);
+    assert_ne!(key(&a), key(&c));
+    assert!(!same(&a[1], &c[1]));
+    let mut d = b.clone();
+    d[0].args[0] = Value::DevPtr(0x7e00_0000_0040);
+    assert_ne!(key(&a), key(&d));
+    assert!(!same(&a[0], &d[0]));
+    let mut e = b.clone();
+    e[0].args[1] = Value::Blob(BlobRef { hash: Hash128(0xaaaa), len: 65 });
+    assert_ne!(key(&a), key(&e), "an upload of another length is another piece");
+    assert_ne!(key(&a), key(&[upload(10, 5, 0xaaaa), launch(11, 6, 1), download(12, 0)]));
+    assert_ne!(key(&a), key(&a[..2]), "a shorter run is another piece");
+}
+
+#[test]
+fn pieces_are_cut_by_other_calls_other_streams_and_the_limit() {
+    let mut asm = Assembler::default();
+    let mut out = Vec::new();
+    let mut seq = 0;
+    let mut next = || {
+        seq += 1;
+        seq
+    };
+    for _ in 0..3 {
+        asm.push(launch(next(), 5, 0), &mut out);
+    }
+    assert!(out.is_empty(), "an open piece is held");
+    asm.push(sync(next()), &mut out);
+    assert!(matches!(&out[..], [Cut::Piece(p), Cut::Single(s)] if p.len() == 3 && s.seq == 4));
+    out.clear();
+    asm.push(launch(next(), 5, 0), &mut out);
+    asm.push(launch(next(), 7, 0), &mut out);
+    assert!(matches!(&out[..], [Cut::Piece(p)] if p.len() == 1 && p[0].seq == 5), "another stream ends a piece");
+    out.clear();
+    for _ in 1..MAX_RECORDS {
+        asm.push(launch(next(), 7, 0), &mut out);
+    }
+    assert!(matches!(&out[..], [Cut::Piece(p)] if p.len() == MAX_RECORDS), "the limit ends a piece");
+    out.clear();
+    asm.push(launch(next(), 7, 0), &mut out);
+    assert_eq!(asm.held(), 1);
+    asm.finish(&mut out);
+    assert!(matches!(&out[..], [Cut::Piece(p)] if p.len() == 1));
+    assert_eq!(asm.held(), 0);
+}
+
+#[test]
+fn repetitions_cut_the_same_way_with_the_same_keys() {
+    // Two repetitions of 40 launches, a download and a wait, with other sequence numbers and
+    // host buffers: the same cuts, the same keys.
+    let make = |base: u64| {
+        let mut v: Vec<CallRecord> = (0..40).map(|i| launch(base + i, 5, (i % 3) as u8)).collect();
+        v.push(download(base + 40, base));
+        v.push(sync(base + 41));
+        v
+    };
+    let keys = |recs: Vec<CallRecord>| {
+        let mut asm = Assembler::default();
+        let mut out = Vec::new();
+        for r in recs {
+            asm.push(r, &mut out);
+        }
+        out.iter()
+            .map(|c| match c {
+                Cut::Piece(p) => key(p),
+                Cut::Single(s) => Hash128(u128::from(s.function.api().map_or(0, |f| f.id.0))),
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(keys(make(100)), keys(make(5000)));
+    assert_eq!(keys(make(100)).len(), 3, "32 launches, then 8 launches and the download, then the wait");
+}
