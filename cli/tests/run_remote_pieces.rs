@@ -5,7 +5,8 @@
 //! branch: its output must be the native one, with repeated pieces launched as graphs (the
 //! stand-in's graphs run copy and kernel nodes, so a graph that dropped the new bytes or
 //! returned an old result would change the output), new ones eager, and a second session of
-//! the same program capturing at first sight what the first saw repeat.
+//! the same program capturing at first sight what the first saw repeat. Pieces the executor
+//! holds go from the client by reference (a key and the upload), not as records.
 
 mod serve_harness;
 mod support;
@@ -40,6 +41,10 @@ fn repeated_pieces_run_as_graphs_with_the_native_output() {
     assert_eq!(count(&s, "pieces_eager"), 3, "{s}");
     assert_eq!(count(&s, "pieces_graph"), pieces - 6, "{s}");
     assert_eq!(count(&s, "records_graph"), 6 * (pieces - 3), "{s}");
+    // Once the executor said it holds a piece, the client sends it by reference: every graph
+    // launch after a capture came as a key and this inference's upload.
+    assert_eq!(count(&s, "pieces_by_reference"), pieces - 6, "{s}");
+    assert_eq!(count(&s, "records_by_reference"), 6 * (pieces - 6), "{s}");
     let graphs = (pieces - 6) as f64;
     wait_until(|| srv.metric("gpuless_piece_runs_total{run=\"graph\"}") == graphs, "the graph runs reach the metrics");
     assert_eq!(srv.metric("gpuless_piece_runs_total{run=\"capture\"}"), 3.0);
@@ -53,6 +58,11 @@ fn repeated_pieces_run_as_graphs_with_the_native_output() {
     let s2 = second.stats();
     assert_eq!((count(&s2, "pieces_eager"), count(&s2, "pieces_captured")), (0, 3), "{s2}");
     assert_eq!(count(&s2, "pieces_graph"), pieces - 3, "{s2}");
+    assert_eq!(count(&s2, "pieces_by_reference"), pieces - 3, "{s2}");
+    assert!(
+        count(&s2, "bytes_up") < count(&s, "bytes_up"),
+        "fewer bytes up when pieces go by reference from their second appearance: {s2} vs {s}"
+    );
 }
 
 #[test]
@@ -65,7 +75,30 @@ fn without_cached_execution_every_piece_runs_eagerly() {
     assert!(ran.ok, "stderr:\n{}", ran.stderr);
     assert_eq!(ran.stdout, String::from_utf8_lossy(&native.stdout));
     let s = ran.stats();
-    for k in ["pieces_graph", "pieces_captured", "pieces_eager", "records_graph"] {
+    for k in ["pieces_graph", "pieces_captured", "pieces_eager", "records_graph", "pieces_by_reference"] {
         assert_eq!(count(&s, k), 0, "{k}: {s}");
+    }
+}
+
+#[test]
+fn a_piece_by_reference_the_session_does_not_hold_ends_that_session_only() {
+    use gpuless_traces::protocol::message::code;
+    use gpuless_traces::protocol::piece::PieceRef;
+    use gpuless_traces::protocol::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
+    for flags in [&["--cached-execution", "on"][..], &[]] {
+        let srv = Server::start(dir.path(), &libdir, flags, &[]);
+        let mut c = serve_harness::connect(&srv);
+        c.handshake(&serve_harness::hello("")).unwrap();
+        let r = PieceRef { key: gpuless_traces::Hash128(42), first_seq: 1, records: 6, payloads: Vec::new() };
+        c.send(&Message::Piece(r)).unwrap();
+        c.flush().unwrap();
+        let (code, message) = serve_harness::session_error(&mut c);
+        assert_eq!(code, code::BAD_MESSAGE, "{message}");
+        assert!(message.contains("by reference"), "{message}");
+        // The server goes on serving.
+        let ran = run_client(&srv, &prog);
+        assert!(ran.ok, "stderr:\n{}", ran.stderr);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use gpuless_traces::protocol::client::Connection;
-use gpuless_traces::protocol::Answer;
+use gpuless_traces::protocol::{Answer, Message};
 use gpuless_traces::{CallRecord, Hash128};
 
 /// Blobs up to this size are sent with the segment that uses them; larger ones are asked for
@@ -36,10 +36,13 @@ pub(crate) struct Outgoing {
     pub records: Vec<CallRecord>,
     /// Blobs captured with them that the server may lack.
     pub blobs: Vec<(Hash128, Vec<u8>)>,
+    /// Pieces sent by reference, each before the record at its index.
+    pub refs: Vec<super::pieces::Placed>,
 }
 
 /// Writes `out` — its large blobs after asking which the server lacks, the small ones, then the
-/// segment (also when empty, if `want`) — and with `want` waits for the answer.
+/// records as segments with the pieces sent by reference between them, in call order (the last
+/// segment also when empty, if `want`) — and with `want` waits for the answer.
 pub(crate) fn transmit(conn: &mut Connection, out: &Outgoing, want: bool) -> Result<Option<Answer>, String> {
     let large: Vec<Hash128> = out.blobs.iter().filter(|(_, b)| b.len() > SMALL_BLOB).map(|(h, _)| *h).collect();
     let have: HashSet<Hash128> = if large.is_empty() {
@@ -53,8 +56,17 @@ pub(crate) fn transmit(conn: &mut Connection, out: &Outgoing, want: bool) -> Res
             conn.send_blob(*h, b).map_err(|e| e.to_string())?;
         }
     }
-    if !out.records.is_empty() || want {
-        conn.send_segment(&out.records, want).map_err(|e| e.to_string())?;
+    let mut from = 0;
+    for (at, r) in &out.refs {
+        let at = (*at).min(out.records.len());
+        if at > from {
+            conn.send_segment(&out.records[from..at], false).map_err(|e| e.to_string())?;
+        }
+        from = at;
+        conn.send(&Message::Piece(r.clone())).map_err(|e| e.to_string())?;
+    }
+    if from < out.records.len() || want {
+        conn.send_segment(&out.records[from..], want).map_err(|e| e.to_string())?;
     }
     if !want {
         // Out now: the connection buffers frames, and a segment that waits in the buffer for

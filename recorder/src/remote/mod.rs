@@ -27,6 +27,7 @@ mod local;
 mod modules;
 mod nodes;
 mod nvml;
+mod pieces;
 mod ptx;
 mod session;
 mod tables;

@@ -95,6 +95,10 @@ struct Session {
     server_exec_us: u64,
     /// Records sent since the last answer.
     sent_since: u64,
+    /// Pieces to send by reference, each before the pending record at its index.
+    refs: Vec<super::pieces::Placed>,
+    /// Which pieces the executor holds as graphs; the piece being built.
+    pieces: super::pieces::ClientPieces,
 }
 
 /// The session's state for the hot path, read without the lock: 0 before `cuInit`, 1
@@ -216,6 +220,8 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         waited_for: HashMap::new(),
         server_exec_us: 0,
         sent_since: 0,
+        refs: Vec::new(),
+        pieces: Default::default(),
     })
 }
 
@@ -229,7 +235,7 @@ fn flusher(after: Duration) {
     let mut g = lock();
     loop {
         let idle = |s: &mut Option<Result<Session, u32>>| match s {
-            Some(Ok(sess)) => sess.pending.is_empty() && sess.failed.is_none() && !sess.closed,
+            Some(Ok(sess)) => sess.sendable() == 0 && sess.failed.is_none() && !sess.closed,
             _ => false,
         };
         g = FLUSH.wait_while(g, idle).unwrap_or_else(|e| e.into_inner());
@@ -240,11 +246,11 @@ fn flusher(after: Duration) {
         if sess.failed.is_some() || sess.closed {
             return;
         }
-        if sess.pending.is_empty() {
+        if sess.sendable() == 0 {
             continue;
         }
         let Some(link) = sess.conn.clone() else { continue };
-        let out = sess.take();
+        let out = sess.take(false);
         // The connection is taken before the session is let go: segments leave in order.
         let mut conn = link::lock(&link);
         drop(g);
@@ -433,8 +439,10 @@ fn push(
         Err(st) => return (st, None),
     };
     let seq = state::next_seq();
+    let was = sess.sendable();
     sess.pending.push(record(slot, f, seq, args, results));
-    if sess.pending.len() == 1 {
+    sess.pieces.pushed(&mut sess.pending, &mut sess.refs);
+    if was == 0 && sess.sendable() > 0 {
         FLUSH.notify_one();
     }
     if let Some((host, len, captured)) = d2h {
@@ -465,13 +473,14 @@ pub(super) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<V
     };
     let completion = matches!(f.sync, SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync)
         || (f.sync == SyncClass::StateQuery && f.args.iter().all(|a| a.dir != Direction::Out));
-    if completion && !sess.outstanding && sess.pending.is_empty() {
+    if completion && !sess.outstanding && sess.pending.is_empty() && sess.refs.is_empty() {
         // Nothing was sent since the last answer: all of it has completed.
         LOCAL.fetch_add(1, Ordering::Relaxed);
         return (0, None);
     }
     let seq = state::next_seq();
     sess.pending.push(record(slot, f, seq, args, Vec::new()));
+    sess.pieces.pushed(&mut sess.pending, &mut sess.refs);
     sess.waits += 1;
     *sess.waited_for.entry(f.name).or_insert(0) += 1;
     let (began, records) = (std::time::Instant::now(), sess.pending.len() as u64);
@@ -495,25 +504,42 @@ pub(super) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<V
 }
 
 impl Session {
-    /// Takes what is queued to be sent (the blobs counted as held from now on).
-    fn take(&mut self) -> Outgoing {
-        let records = std::mem::take(&mut self.pending);
+    /// Records and references that may leave now (a piece that may still go by reference
+    /// waits).
+    fn sendable(&self) -> usize {
+        self.pieces.sendable(self.pending.len()) + self.refs.len()
+    }
+
+    /// Takes what is queued to be sent (the blobs counted as held from now on); `all`: the
+    /// open piece too (the session waits for an answer, or closes).
+    fn take(&mut self, all: bool) -> Outgoing {
+        if all {
+            self.pieces.finish(&mut self.pending, &mut self.refs);
+        }
+        let n = if all { self.pending.len() } else { self.pieces.sendable(self.pending.len()) };
+        let rest = self.pending.split_off(n);
+        let records = std::mem::replace(&mut self.pending, rest);
+        self.pieces.sent(n);
+        let (refs, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.refs).into_iter().partition(|(at, _)| *at <= n);
+        self.refs = kept.into_iter().map(|(at, r)| (at - n, r)).collect();
         let blobs = std::mem::take(&mut self.new_blobs);
         self.held.extend(blobs.iter().map(|(h, _)| *h));
-        self.sent += records.len() as u64;
-        self.sent_since += records.len() as u64;
-        self.outstanding |= !records.is_empty();
-        Outgoing { records, blobs }
+        let by_ref: u64 = refs.iter().map(|(_, r)| u64::from(r.records)).sum();
+        self.sent += records.len() as u64 + by_ref;
+        self.sent_since += records.len() as u64 + by_ref;
+        self.outstanding |= !records.is_empty() || !refs.is_empty();
+        Outgoing { records, blobs, refs }
     }
 
     /// Sends what is queued: blobs first, then the segment. With `want`, waits for the answer.
     fn send(&mut self, want: bool) -> Result<Option<Answer>, String> {
         let link = self.conn.clone().ok_or("not connected")?;
-        let out = self.take();
+        let out = self.take(want);
         let a = link::transmit(&mut link::lock(&link), &out, want)?;
         if let Some(a) = &a {
             self.outstanding = false;
             self.server_exec_us += a.exec_us;
+            self.pieces.announced(&a.pieces);
         }
         Ok(a)
     }
@@ -688,7 +714,7 @@ extern "C" fn at_exit() {
         }
         return;
     };
-    if sess.failed.is_none() && (sess.outstanding || !sess.pending.is_empty()) {
+    if sess.failed.is_none() && (sess.outstanding || !sess.pending.is_empty() || !sess.refs.is_empty()) {
         sess.waits += 1;
         match sess.send(true) {
             Ok(Some(a)) => {
@@ -746,6 +772,9 @@ fn write_stats(sess: &Session, closed: Option<&protocol::SessionStats>) {
         "pieces_captured": c.pieces_captured,
         "pieces_eager": c.pieces_eager,
         "records_graph": c.records_graph,
+        // Pieces this client sent by reference (a key instead of their records).
+        "pieces_by_reference": sess.pieces.refs,
+        "records_by_reference": sess.pieces.records_saved,
         "call_us": CALL_NS.load(Ordering::Relaxed) / 1000,
         "wait_us": link::WAIT_NS.load(Ordering::Relaxed) / 1000,
         "failed": sess.failed,

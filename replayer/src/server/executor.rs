@@ -453,6 +453,7 @@ impl Session<'_> {
                             errors: std::mem::take(&mut self.errors),
                             exec_us: std::mem::take(&mut self.exec_us),
                             queries: stream.take_queries(),
+                            pieces: self.pieces.as_mut().map(Pieces::take_announced).unwrap_or_default(),
                         };
                         self.stats.executed += a.executed;
                         send(&mut w, &Message::Answer(a))?;
@@ -549,6 +550,26 @@ impl Session<'_> {
                         }
                     }
                     self.flush_notes(false);
+                }
+                kind::PIECE => {
+                    let r = match Message::decode(h.kind, h.flags, &payload) {
+                        Ok(Message::Piece(r)) => r,
+                        Ok(_) | Err(_) => return fail(&mut w, code::BAD_MESSAGE, "bad Piece".into()),
+                    };
+                    let Some(mut p) = self.pieces.take() else {
+                        let e = "a piece sent by reference, but this server does not run cached execution".into();
+                        return fail(&mut w, code::BAD_MESSAGE, e);
+                    };
+                    let run = p.resolve(&r).map_err(|e| (code::BAD_MESSAGE, e)).and_then(|recs| {
+                        self.stats.records += recs.len() as u64;
+                        self.at_gate();
+                        self.exec_pieces(&mut p, &mut stream, &recs, false)
+                    });
+                    self.pieces = Some(p);
+                    if let Err((c, e)) = run {
+                        return fail(&mut w, c, e);
+                    }
+                    self.exec_us += t0.elapsed().as_micros() as u64;
                 }
                 kind::CLOSE => {
                     if let Err(e) = self.verified() {

@@ -24,7 +24,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
-use gpuless_traces::protocol::piece::{self, Assembler, Cut};
+use gpuless_traces::protocol::piece::{self, Assembler, Cut, PieceRef};
 use gpuless_traces::protocol::SessionStats;
 use gpuless_traces::{CallRecord, Hash128};
 
@@ -77,6 +77,11 @@ pub struct Pieces {
     pub records_graph: u64,
     /// Why the first refused capture was refused.
     pub refusal: Option<String>,
+    /// Keys captured since the last answer (told to the client, which may send those pieces
+    /// by reference).
+    announced: Vec<Hash128>,
+    /// Pieces the client sent by reference.
+    pub by_reference: u64,
 }
 
 impl Pieces {
@@ -97,6 +102,8 @@ impl Pieces {
             eager: 0,
             records_graph: 0,
             refusal: None,
+            announced: Vec::new(),
+            by_reference: 0,
         }
     }
 
@@ -144,6 +151,7 @@ impl Pieces {
                 let n = recs.len();
                 e.graph = Some((g, recs));
                 self.graphs += 1;
+                self.announced.push(key);
                 self.graph_ran(n, last_seq, Ok(()), true)
             }
             Err(why) => {
@@ -153,6 +161,30 @@ impl Pieces {
                 self.eager(recs)
             }
         }
+    }
+
+    /// The records a piece sent by reference stands for (the graph's own piece with the
+    /// reference's sequence numbers and uploads), or why there are none.
+    pub fn resolve(&mut self, r: &PieceRef) -> Result<Vec<CallRecord>, String> {
+        let Some((_, template)) = self.entries.get(&r.key).and_then(|e| e.graph.as_ref()) else {
+            return Err(format!("piece {} was sent by reference, but this session holds no graph of it", r.key));
+        };
+        let recs = r.records(template).ok_or_else(|| {
+            format!(
+                "piece {} was sent by reference with {} records and {} uploads, which do not fit its {} records",
+                r.key,
+                r.records,
+                r.payloads.len(),
+                template.len()
+            )
+        })?;
+        self.by_reference += 1;
+        Ok(recs)
+    }
+
+    /// Keys captured since the last call, for the client's next answer.
+    pub fn take_announced(&mut self) -> Vec<Hash128> {
+        std::mem::take(&mut self.announced)
     }
 
     fn eager(&mut self, recs: Vec<CallRecord>) -> Ran {

@@ -129,6 +129,10 @@ pub struct Answer {
     /// Answers to the state queries since the last answer (event timings, stream and event
     /// status, free memory), in call order.
     pub queries: Vec<QueryResult>,
+    /// Keys of pieces the executor captured as graphs since the last answer (cached-trace
+    /// execution, [`super::piece`]): the client may send such a piece as a
+    /// [`Message::Piece`] from now on.
+    pub pieces: Vec<Hash128>,
 }
 
 /// What the driver said to a state query: its status (`CUresult`) and its out values in the
@@ -342,6 +346,9 @@ pub enum Message {
     },
     /// Server → client: the invocation's outputs.
     Outputs(Outputs),
+    /// Client → server: a piece of records the executor holds as a graph
+    /// ([`Answer::pieces`]), by key, in place of its records.
+    Piece(super::piece::PieceRef),
 }
 
 /// Frame kinds.
@@ -378,6 +385,8 @@ pub mod kind {
     pub const INVOKE: u16 = 15;
     /// [`super::Message::Outputs`].
     pub const OUTPUTS: u16 = 16;
+    /// [`super::Message::Piece`].
+    pub const PIECE: u16 = 17;
 }
 
 /// Flag of a segment frame: answer after it.
@@ -408,6 +417,7 @@ impl Message {
             Message::Deployed { .. } => kind::DEPLOYED,
             Message::Invoke { .. } => kind::INVOKE,
             Message::Outputs(_) => kind::OUTPUTS,
+            Message::Piece(_) => kind::PIECE,
         }
     }
 
@@ -463,6 +473,10 @@ impl Message {
                         p.u64(*v);
                     }
                 }
+                p.u32(a.pieces.len() as u32);
+                for k in &a.pieces {
+                    p.u128(k.0);
+                }
             }
             Message::BlobQuery(hs) => {
                 p.u32(hs.len() as u32);
@@ -509,6 +523,12 @@ impl Message {
                     p.str(m);
                 }
                 p.0.extend_from_slice(&o.outputs);
+            }
+            Message::Piece(r) => {
+                p.u128(r.key.0).u64(r.first_seq).u32(r.records).u32(r.payloads.len() as u32);
+                for b in &r.payloads {
+                    p.u128(b.hash.0).u64(b.len);
+                }
             }
         }
         p.0
@@ -596,7 +616,12 @@ impl Message {
                     }
                     queries.push(QueryResult { seq, status, values });
                 }
-                Message::Answer(Answer { through_seq, executed, outputs, errors, exec_us, queries })
+                let n = g.count(16)?;
+                let mut pieces = Vec::with_capacity(n);
+                for _ in 0..n {
+                    pieces.push(Hash128(g.u128()?));
+                }
+                Message::Answer(Answer { through_seq, executed, outputs, errors, exec_us, queries, pieces })
             }
             kind::BLOB_QUERY => {
                 let n = g.count(16)?;
@@ -664,6 +689,15 @@ impl Message {
                 let outputs = g.take(g.remaining())?.to_vec();
                 Message::Outputs(Outputs { prepare_us, run_us, graph, verified, mismatches, outputs })
             }
+            kind::PIECE => {
+                let (key, first_seq, records) = (Hash128(g.u128()?), g.u64()?, g.u32()?);
+                let n = g.count(24)?;
+                let mut payloads = Vec::with_capacity(n);
+                for _ in 0..n {
+                    payloads.push(crate::model::BlobRef { hash: Hash128(g.u128()?), len: g.u64()? });
+                }
+                Message::Piece(super::piece::PieceRef { key, first_seq, records, payloads })
+            }
             k => return Err(ProtocolError::UnknownKind(k)),
         };
         g.end()?;
@@ -720,6 +754,7 @@ pub fn kind_name(k: u16) -> &'static str {
         kind::DEPLOYED => "Deployed",
         kind::INVOKE => "Invoke",
         kind::OUTPUTS => "Outputs",
+        kind::PIECE => "Piece",
         _ => "unknown",
     }
 }

@@ -46,6 +46,7 @@ fn samples() -> Vec<Message> {
                 QueryResult { seq: 96, status: 0, values: vec![u64::from(1.5f32.to_bits())] },
                 QueryResult { seq: 95, status: 600, values: vec![] },
             ],
+            pieces: vec![Hash128(3), Hash128(u128::MAX)],
         }),
         Message::BlobQuery(vec![Hash128(1), Hash128(u128::MAX)]),
         Message::BlobHave(vec![true, false]),
@@ -53,6 +54,19 @@ fn samples() -> Vec<Message> {
         Message::BlobShm(vec![(Hash128(7), 0, 100), (Hash128(8), 128, 4096)]),
         Message::Close,
         Message::Closed(SessionStats { records: 3, peak_memory: 9, ..Default::default() }),
+        Message::Closed(SessionStats {
+            pieces_graph: 26,
+            pieces_captured: 3,
+            pieces_eager: 3,
+            records_graph: 174,
+            ..Default::default()
+        }),
+        Message::Piece(crate::protocol::piece::PieceRef {
+            key: Hash128(77),
+            first_seq: 1_000_000,
+            records: 6,
+            payloads: vec![crate::model::BlobRef { hash: Hash128(5), len: 602_112 }],
+        }),
         Message::Error { code: code::EXECUTOR, message: "gone".into() },
         Message::Deploy { name: "resnet50".into(), hash: Hash128(u128::MAX - 3), len: 97 << 20 },
         Message::Deployed { name: "resnet50".into(), manifest: "{\"format\": 1}".into() },

@@ -163,6 +163,51 @@ fn feed_value(h: &mut Xxh3, v: &Value) {
     }
 }
 
+/// A piece sent by reference (`Message::Piece`): the executor holds a graph of a piece with
+/// `key`, captured from records it keeps; this repetition's records are those with their
+/// sequence numbers `first_seq`, `first_seq + 1`, ... and their uploads' bytes `payloads`
+/// (the blobs, in record order), which the client compared with its copy of the piece first
+/// ([`same`], record by record).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PieceRef {
+    /// The piece's [`key`].
+    pub key: Hash128,
+    /// The sequence number of its first record (the others follow without gaps).
+    pub first_seq: u64,
+    /// How many records it stands for.
+    pub records: u32,
+    /// The bytes each of its uploads sends, in record order ([`payload`]).
+    pub payloads: Vec<crate::model::BlobRef>,
+}
+
+impl PieceRef {
+    /// The records `template` (the piece the key was made from) stands for with this
+    /// repetition's sequence numbers and uploads; `None` when they do not fit it (another
+    /// length, another number of uploads).
+    pub fn records(&self, template: &[CallRecord]) -> Option<Vec<CallRecord>> {
+        if template.len() != self.records as usize {
+            return None;
+        }
+        let mut payloads = self.payloads.iter();
+        let mut out = Vec::with_capacity(template.len());
+        for (i, t) in template.iter().enumerate() {
+            let mut r = t.clone();
+            r.seq = self.first_seq.checked_add(i as u64)?;
+            if let Some(v) = r.args.iter_mut().find(|v| matches!(v, Value::Blob(_))) {
+                let b = payloads.next()?;
+                if let Value::Blob(old) = v {
+                    if old.len != b.len {
+                        return None;
+                    }
+                }
+                *v = Value::Blob(*b);
+            }
+            out.push(r);
+        }
+        payloads.next().is_none().then_some(out)
+    }
+}
+
 /// Cuts a stream of records into pieces: feed every record in call order with [`push`]; each
 /// returns what became complete.
 ///

@@ -185,3 +185,22 @@ fn repetitions_cut_the_same_way_with_the_same_keys() {
     assert_eq!(keys(make(100)), keys(make(5000)));
     assert_eq!(keys(make(100)).len(), 3, "32 launches, then 8 launches and the download, then the wait");
 }
+
+#[test]
+fn a_reference_stands_for_the_template_with_this_repetitions_numbers_and_uploads() {
+    let template = vec![upload(10, 5, 0xaaaa), launch(11, 5, 1), download(12, 0x5000)];
+    let new = BlobRef { hash: Hash128(0xcccc), len: 64 };
+    let r = PieceRef { key: key(&template), first_seq: 500, records: 3, payloads: vec![new] };
+    let recs = r.records(&template).unwrap();
+    assert_eq!(recs.iter().map(|r| r.seq).collect::<Vec<_>>(), [500, 501, 502]);
+    assert_eq!(payload(&recs[0]), Some(new));
+    assert_eq!(key(&recs), key(&template), "the same piece");
+    assert!(recs.iter().zip(&template).all(|(a, b)| same(a, b)));
+    // What does not fit the template is no piece.
+    let wrong_len = PieceRef { payloads: vec![BlobRef { hash: Hash128(1), len: 65 }], ..r.clone() };
+    assert!(wrong_len.records(&template).is_none(), "an upload of another length");
+    assert!(PieceRef { payloads: vec![], ..r.clone() }.records(&template).is_none(), "an upload missing");
+    assert!(PieceRef { payloads: vec![new, new], ..r.clone() }.records(&template).is_none(), "an upload too many");
+    assert!(PieceRef { records: 4, ..r.clone() }.records(&template).is_none(), "another length");
+    assert!(PieceRef { first_seq: u64::MAX, ..r }.records(&template).is_none(), "sequence numbers past the end");
+}

@@ -1,0 +1,136 @@
+//! The client's pieces: what goes by reference, what waits, what goes as records.
+
+use super::*;
+use gpuless_analyzer::api::{ApiLevel, HandleKind, Variant};
+use gpuless_traces::{BlobRef, Function, KernelParams, Value};
+
+fn rec(seq: u64, name: &str, version: u8, args: Vec<Value>) -> CallRecord {
+    let mut r = CallRecord::new(seq, ApiLevel::Driver, Function::resolve(name, Variant { version, per_thread: false }));
+    assert!(r.function.api().is_some(), "{name}");
+    r.args = args;
+    r
+}
+
+fn launch(seq: u64, k: u8) -> CallRecord {
+    let u = Value::U64;
+    let args = vec![
+        Value::Handle(HandleKind::Function, 0x10),
+        u(1),
+        u(1),
+        u(1),
+        u(32),
+        u(1),
+        u(1),
+        u(0),
+        Value::Handle(HandleKind::Stream, 0),
+        Value::KernelParams(KernelParams { bytes: vec![k; 8], layout: vec![(0, 8)] }),
+        Value::Null,
+    ];
+    rec(seq, "cuLaunchKernel", 1, args)
+}
+
+fn upload(seq: u64, content: u128) -> CallRecord {
+    let args = vec![
+        Value::DevPtr(0x6400_0000_0000),
+        Value::Blob(BlobRef { hash: Hash128(content), len: 64 }),
+        Value::Size(64),
+        Value::Handle(HandleKind::Stream, 0),
+    ];
+    rec(seq, "cuMemcpyHtoDAsync", 2, args)
+}
+
+fn sync(seq: u64) -> CallRecord {
+    rec(seq, "cuStreamSynchronize", 1, vec![Value::Handle(HandleKind::Stream, 0)])
+}
+
+/// One inference: an upload of `content`, five launches of factor `k`, a synchronization.
+fn inference(
+    p: &mut ClientPieces,
+    pending: &mut Vec<CallRecord>,
+    refs: &mut Vec<Placed>,
+    seq: &mut u64,
+    content: u128,
+    k: u8,
+) {
+    let mut push = |r: CallRecord, p: &mut ClientPieces| {
+        pending.push(r);
+        p.pushed(pending, refs);
+    };
+    *seq += 1;
+    push(upload(*seq, content), p);
+    for _ in 0..5 {
+        *seq += 1;
+        push(launch(*seq, k), p);
+    }
+    *seq += 1;
+    push(sync(*seq), p);
+}
+
+#[test]
+fn a_piece_the_server_holds_goes_by_reference_with_this_inferences_upload() {
+    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::default(), Vec::new(), Vec::new(), 0);
+    inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
+    assert_eq!((pending.len(), refs.len()), (7, 0), "not held yet: records");
+    let key = piece::key(&pending[..6]);
+    pending.clear();
+    p.announced(&[key, Hash128(999)]);
+    inference(&mut p, &mut pending, &mut refs, &mut seq, 2, 2);
+    assert_eq!(pending.len(), 1, "only the synchronization is left as a record");
+    assert_eq!(pending[0].seq, 14);
+    let (at, r) = &refs[0];
+    assert_eq!((*at, r.key, r.first_seq, r.records), (0, key, 8, 6));
+    assert_eq!(r.payloads, [BlobRef { hash: Hash128(2), len: 64 }], "this inference's upload");
+    assert_eq!((p.refs, p.records_saved), (1, 6));
+    // Another factor is another piece: records.
+    pending.clear();
+    refs.clear();
+    inference(&mut p, &mut pending, &mut refs, &mut seq, 3, 9);
+    assert_eq!((pending.len(), refs.len()), (7, 0));
+}
+
+#[test]
+fn the_open_piece_waits_while_it_may_still_go_by_reference() {
+    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::default(), Vec::new(), Vec::new(), 0);
+    inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
+    let key = piece::key(&pending[..6]);
+    pending.clear();
+    p.announced(&[key]);
+    // A record before the piece, then the piece's start: the first may leave, the rest waits.
+    pending.push(sync(100));
+    p.pushed(&mut pending, &mut refs);
+    pending.push(upload(101, 5));
+    p.pushed(&mut pending, &mut refs);
+    pending.push(launch(102, 2));
+    p.pushed(&mut pending, &mut refs);
+    assert_eq!(p.sendable(pending.len()), 1);
+    // The flusher sends the first record; the piece moves down.
+    pending.drain(..1);
+    p.sent(1);
+    assert_eq!(p.sendable(pending.len()), 0);
+    // A launch that differs from the held piece: no reference possible, everything may leave.
+    pending.push(launch(103, 7));
+    p.pushed(&mut pending, &mut refs);
+    assert_eq!(p.sendable(pending.len()), 3);
+    p.finish(&mut pending, &mut refs);
+    assert!(refs.is_empty(), "a piece that differs goes as records");
+}
+
+#[test]
+fn gaps_in_sequence_numbers_send_records() {
+    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::default(), Vec::new(), Vec::new(), 0);
+    inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
+    let key = piece::key(&pending[..6]);
+    pending.clear();
+    p.announced(&[key]);
+    for (i, r) in [upload(50, 4), launch(51, 2), launch(52, 2), launch(60, 2), launch(61, 2), launch(62, 2)]
+        .into_iter()
+        .enumerate()
+    {
+        pending.push(r);
+        p.pushed(&mut pending, &mut refs);
+        assert_eq!(pending.len(), i + 1);
+    }
+    p.finish(&mut pending, &mut refs);
+    assert!(refs.is_empty(), "a reference stands for consecutive sequence numbers only");
+    assert_eq!(pending.len(), 6);
+}
