@@ -28,6 +28,8 @@ pub(crate) type Placed = (usize, PieceRef);
 /// What the client knows of the executor's graphs, and the piece being built.
 #[derive(Default)]
 pub(crate) struct ClientPieces {
+    /// The server runs cached execution (its `Welcome` says so): without it nothing here runs.
+    pub on: bool,
     /// Index in the pending records where the open piece starts, and its stream.
     open: Option<(usize, u64)>,
     /// Held pieces the open one still matches the start of.
@@ -45,9 +47,17 @@ pub(crate) struct ClientPieces {
 }
 
 impl ClientPieces {
+    /// Pieces for a session whose server runs cached execution (`on`) or does not.
+    pub fn new(on: bool) -> ClientPieces {
+        ClientPieces { on, ..Default::default() }
+    }
+
     /// After a record was added at the end of `pending`: extends or ends the open piece; a
     /// piece that ended and is held by the server leaves `pending` for a reference in `refs`.
     pub fn pushed(&mut self, pending: &mut Vec<CallRecord>, refs: &mut Vec<Placed>) {
+        if !self.on {
+            return;
+        }
         let Some(last) = pending.len().checked_sub(1) else { return };
         let stream = piece::stream_of(&pending[last]);
         if let Some((start, s)) = self.open {

@@ -203,6 +203,7 @@ fn connect(endpoint: &str) -> Result<Session, String> {
     let welcome = conn.handshake(&hello).map_err(|e| e.to_string())?;
     state::set_device_sm(welcome.device.sm());
     let _ = DEVICE.set(welcome.device.clone());
+    let cached_execution = welcome.cached_execution;
     Ok(Session {
         endpoint: endpoint.to_string(),
         conn: Some(Arc::new(Mutex::new(conn))),
@@ -221,7 +222,7 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         server_exec_us: 0,
         sent_since: 0,
         refs: Vec::new(),
-        pieces: Default::default(),
+        pieces: super::pieces::ClientPieces::new(cached_execution),
     })
 }
 

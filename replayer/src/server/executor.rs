@@ -184,6 +184,7 @@ fn serve_one(
                 server: format!("gpuless {}", env!("CARGO_PKG_VERSION")),
                 partition: setup.partition.clone(),
                 device: device.clone(),
+                cached_execution: s.pieces.is_some(),
             };
             s.serve(conn, stream, welcome, Duration::from_millis(idle_ms.max(1)))
         }

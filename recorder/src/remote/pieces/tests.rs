@@ -68,7 +68,8 @@ fn inference(
 
 #[test]
 fn a_piece_the_server_holds_goes_by_reference_with_this_inferences_upload() {
-    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::default(), Vec::new(), Vec::new(), 0);
+    let (mut p, mut pending, mut refs, mut seq) =
+        (ClientPieces { on: true, ..Default::default() }, Vec::new(), Vec::new(), 0);
     inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
     assert_eq!((pending.len(), refs.len()), (7, 0), "not held yet: records");
     let key = piece::key(&pending[..6]);
@@ -90,7 +91,8 @@ fn a_piece_the_server_holds_goes_by_reference_with_this_inferences_upload() {
 
 #[test]
 fn the_open_piece_waits_while_it_may_still_go_by_reference() {
-    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::default(), Vec::new(), Vec::new(), 0);
+    let (mut p, mut pending, mut refs, mut seq) =
+        (ClientPieces { on: true, ..Default::default() }, Vec::new(), Vec::new(), 0);
     inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
     let key = piece::key(&pending[..6]);
     pending.clear();
@@ -117,7 +119,8 @@ fn the_open_piece_waits_while_it_may_still_go_by_reference() {
 
 #[test]
 fn gaps_in_sequence_numbers_send_records() {
-    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::default(), Vec::new(), Vec::new(), 0);
+    let (mut p, mut pending, mut refs, mut seq) =
+        (ClientPieces { on: true, ..Default::default() }, Vec::new(), Vec::new(), 0);
     inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
     let key = piece::key(&pending[..6]);
     pending.clear();
@@ -133,4 +136,15 @@ fn gaps_in_sequence_numbers_send_records() {
     p.finish(&mut pending, &mut refs);
     assert!(refs.is_empty(), "a reference stands for consecutive sequence numbers only");
     assert_eq!(pending.len(), 6);
+}
+
+#[test]
+fn nothing_happens_when_the_server_does_not_run_cached_execution() {
+    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::default(), Vec::new(), Vec::new(), 0);
+    for i in 0..3 {
+        inference(&mut p, &mut pending, &mut refs, &mut seq, i, 2);
+        p.announced(&[]);
+    }
+    assert!(p.recent.is_empty() && refs.is_empty() && p.open.is_none());
+    assert_eq!(p.sendable(pending.len()), 21);
 }

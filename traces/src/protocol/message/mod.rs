@@ -97,6 +97,9 @@ pub struct Welcome {
     pub partition: PartitionInfo,
     /// The device as the session sees it.
     pub device: DeviceDescription,
+    /// Whether the executor runs repeated pieces as graphs (cached-trace execution): then the
+    /// client may send pieces it names by reference ([`Answer::pieces`]).
+    pub cached_execution: bool,
 }
 
 /// A call that failed on the server.
@@ -452,6 +455,7 @@ impl Message {
                 p.u64(w.session).u32(w.executor_pid).str(&w.server);
                 w.partition.put(&mut p);
                 w.device.put(&mut p);
+                p.u8(u8::from(w.cached_execution));
             }
             Message::Refused { code, message } | Message::Error { code, message } => {
                 p.u16(*code).str(message);
@@ -575,7 +579,15 @@ impl Message {
                 let (session, executor_pid, server) = (g.u64()?, g.u32()?, g.str()?);
                 let partition = PartitionInfo::get(&mut g)?;
                 let device = DeviceDescription::get(&mut g)?;
-                Message::Welcome(Box::new(Welcome { session, executor_pid, server, partition, device }))
+                let cached_execution = flag(&mut g, "cached_execution")?;
+                Message::Welcome(Box::new(Welcome {
+                    session,
+                    executor_pid,
+                    server,
+                    partition,
+                    device,
+                    cached_execution,
+                }))
             }
             kind::REFUSED | kind::ERROR => {
                 let (code, message) = (g.u16()?, g.str()?);

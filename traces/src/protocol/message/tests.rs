@@ -32,6 +32,7 @@ fn samples() -> Vec<Message> {
                 driver_version: 13000,
                 attributes: vec![(16, 132), (75, 9), (76, 0)],
             },
+            cached_execution: true,
         })),
         Message::Refused { code: code::AUTH, message: "wrong token".into() },
         Message::Segment { want_answer: true, zstd: false, records: vec![1, 2, 3] },
