@@ -59,6 +59,12 @@ fn repeated_pieces_run_as_graphs_with_the_native_output() {
     assert_eq!((count(&s2, "pieces_eager"), count(&s2, "pieces_captured")), (0, 3), "{s2}");
     assert_eq!(count(&s2, "pieces_graph"), pieces - 3, "{s2}");
     assert_eq!(count(&s2, "pieces_by_reference"), pieces - 3, "{s2}");
+    // A flusher that sends 1 µs after a record never cuts a piece the client is building: the
+    // client's pieces stay the executor's (their keys once differed when it did).
+    let third = serve_harness::run_client_env(&srv, &prog, &[("GPULESS_REMOTE_FLUSH_US", "1")]);
+    assert_eq!(third.stdout, want, "stderr:\n{}", third.stderr);
+    let s3 = third.stats();
+    assert_eq!((count(&s3, "pieces_eager"), count(&s3, "pieces_by_reference")), (0, pieces - 3), "{s3}");
     assert!(
         count(&s2, "bytes_up") < count(&s, "bytes_up"),
         "fewer bytes up when pieces go by reference from their second appearance: {s2} vs {s}"

@@ -223,9 +223,15 @@ impl ClientRun {
 /// the real recorder library as the client and nothing of the caller's environment that would
 /// redirect it.
 pub fn run_client(s: &Server, prog: &Path) -> ClientRun {
+    run_client_env(s, prog, &[])
+}
+
+/// [`run_client`] with `env` set for the program.
+pub fn run_client_env(s: &Server, prog: &Path, env: &[(&str, &str)]) -> ClientRun {
     let out = Command::new(GL)
         .args(["run", "--remote", &s.tcp, "--json", "--"])
         .arg(prog)
+        .envs(env.iter().copied())
         .env("GPULESS_RECORDER", support::common::recorder_lib())
         .env_remove("LD_LIBRARY_PATH")
         .env_remove("LD_PRELOAD")

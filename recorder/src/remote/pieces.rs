@@ -7,9 +7,10 @@
 //! sent lately by key; an answer names the keys the executor captured since the last one, and
 //! those copies become the pieces the server holds. A complete piece with such a key that equals
 //! the held copy record by record (`piece::same`) and whose sequence numbers follow each other
-//! leaves as a `Piece` message; anything else leaves as records. While the piece being built
-//! still matches the start of a held piece, its records wait in the session (the flusher sends
-//! what comes before them): the executor would hold them anyway until the piece is complete.
+//! leaves as a `Piece` message; anything else leaves as records. The piece being built waits in
+//! the session until it is complete (the flusher sends what comes before it): the executor holds
+//! an open piece's records until it is complete anyway, and a piece the flusher had cut in two
+//! would have another key on the client than on the server.
 
 use std::collections::HashMap;
 
@@ -32,12 +33,8 @@ pub(crate) struct ClientPieces {
     pub on: bool,
     /// Index in the pending records where the open piece starts, and its stream.
     open: Option<(usize, u64)>,
-    /// Held pieces the open one still matches the start of.
-    candidates: Vec<Hash128>,
     /// Pieces the executor holds as graphs: the client's copy of each.
     held: HashMap<Hash128, Vec<CallRecord>>,
-    /// Held pieces by the key of their first record (where candidates come from).
-    by_first: HashMap<Hash128, Vec<Hash128>>,
     /// Pieces sent as records lately, by key.
     recent: HashMap<Hash128, Vec<CallRecord>>,
     /// Pieces sent by reference, and the records they stood for.
@@ -64,29 +61,16 @@ impl ClientPieces {
             if stream != Some(s) {
                 // The new record ends the open piece (another stream, or no piece at all).
                 let moved = self.close(pending, refs, start, last);
-                self.open = None;
-                if let Some(s) = stream {
-                    self.start(pending, last - moved, s);
-                }
+                self.open = stream.map(|s| (last - moved, s));
                 return;
             }
-            let i = last - start;
-            let rec = &pending[last];
-            let held = &self.held;
-            self.candidates.retain(|k| held.get(k).is_some_and(|t| t.get(i).is_some_and(|t| piece::same(t, rec))));
-            if i + 1 >= MAX_RECORDS {
+            if last + 1 - start >= MAX_RECORDS {
                 self.close(pending, refs, start, last + 1);
                 self.open = None;
             }
-        } else if let Some(s) = stream {
-            self.start(pending, last, s);
+        } else {
+            self.open = stream.map(|s| (last, s));
         }
-    }
-
-    fn start(&mut self, pending: &[CallRecord], at: usize, stream: u64) {
-        self.open = Some((at, stream));
-        let first = piece::key(std::slice::from_ref(&pending[at]));
-        self.candidates = self.by_first.get(&first).cloned().unwrap_or_default();
     }
 
     /// Ends the open piece (the session sends everything and waits, or closes).
@@ -99,7 +83,6 @@ impl ClientPieces {
     /// The piece `pending[a..b]` is complete: by reference if the server holds it, else kept
     /// as sent lately. Returns how many records left `pending` (`b - a` for a reference).
     fn close(&mut self, pending: &mut Vec<CallRecord>, refs: &mut Vec<Placed>, a: usize, b: usize) -> usize {
-        self.candidates.clear();
         let recs = &pending[a..b];
         if recs.is_empty() {
             return 0;
@@ -140,19 +123,16 @@ impl ClientPieces {
                 break;
             }
             if let Some(recs) = self.recent.remove(k) {
-                let first = piece::key(&recs[..1]);
-                self.by_first.entry(first).or_default().push(*k);
                 self.held.insert(*k, recs);
             }
         }
     }
 
-    /// Where the records that may leave now end: before the open piece while it may still be
-    /// sent by reference, else all of them.
+    /// Where the records that may leave now end: before the open piece.
     pub fn sendable(&self, pending: usize) -> usize {
         match self.open {
-            Some((start, _)) if !self.candidates.is_empty() => start.min(pending),
-            _ => pending,
+            Some((start, _)) => start.min(pending),
+            None => pending,
         }
     }
 

@@ -68,8 +68,7 @@ fn inference(
 
 #[test]
 fn a_piece_the_server_holds_goes_by_reference_with_this_inferences_upload() {
-    let (mut p, mut pending, mut refs, mut seq) =
-        (ClientPieces { on: true, ..Default::default() }, Vec::new(), Vec::new(), 0);
+    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::new(true), Vec::new(), Vec::new(), 0);
     inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
     assert_eq!((pending.len(), refs.len()), (7, 0), "not held yet: records");
     let key = piece::key(&pending[..6]);
@@ -90,37 +89,34 @@ fn a_piece_the_server_holds_goes_by_reference_with_this_inferences_upload() {
 }
 
 #[test]
-fn the_open_piece_waits_while_it_may_still_go_by_reference() {
-    let (mut p, mut pending, mut refs, mut seq) =
-        (ClientPieces { on: true, ..Default::default() }, Vec::new(), Vec::new(), 0);
-    inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
-    let key = piece::key(&pending[..6]);
-    pending.clear();
-    p.announced(&[key]);
+fn the_open_piece_waits_until_it_is_complete() {
+    let (mut p, mut pending, mut refs) = (ClientPieces::new(true), Vec::new(), Vec::new());
     // A record before the piece, then the piece's start: the first may leave, the rest waits.
-    pending.push(sync(100));
-    p.pushed(&mut pending, &mut refs);
-    pending.push(upload(101, 5));
-    p.pushed(&mut pending, &mut refs);
-    pending.push(launch(102, 2));
-    p.pushed(&mut pending, &mut refs);
+    for r in [sync(100), upload(101, 5), launch(102, 2)] {
+        pending.push(r);
+        p.pushed(&mut pending, &mut refs);
+    }
     assert_eq!(p.sendable(pending.len()), 1);
-    // The flusher sends the first record; the piece moves down.
+    // The flusher sends the first record; the piece moves down and still waits.
     pending.drain(..1);
     p.sent(1);
     assert_eq!(p.sendable(pending.len()), 0);
-    // A launch that differs from the held piece: no reference possible, everything may leave.
     pending.push(launch(103, 7));
     p.pushed(&mut pending, &mut refs);
-    assert_eq!(p.sendable(pending.len()), 3);
-    p.finish(&mut pending, &mut refs);
-    assert!(refs.is_empty(), "a piece that differs goes as records");
+    assert_eq!(p.sendable(pending.len()), 0);
+    // Ended (here by the limit), it may leave: as records, since the server holds none.
+    for i in 0..MAX_RECORDS - 3 {
+        pending.push(launch(104 + i as u64, 7));
+        p.pushed(&mut pending, &mut refs);
+    }
+    assert_eq!(p.sendable(pending.len()), MAX_RECORDS);
+    assert!(refs.is_empty());
+    assert_eq!(p.recent.len(), 1, "kept as sent lately");
 }
 
 #[test]
 fn gaps_in_sequence_numbers_send_records() {
-    let (mut p, mut pending, mut refs, mut seq) =
-        (ClientPieces { on: true, ..Default::default() }, Vec::new(), Vec::new(), 0);
+    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::new(true), Vec::new(), Vec::new(), 0);
     inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
     let key = piece::key(&pending[..6]);
     pending.clear();
