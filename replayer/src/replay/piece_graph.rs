@@ -73,8 +73,9 @@ impl Stream {
     /// repetition's work. On an error nothing of the piece ran: the caller runs its records
     /// one by one.
     pub fn capture_piece(&mut self, recs: &[CallRecord]) -> Result<PieceGraph, String> {
-        let first = recs.first().ok_or("an empty piece")?;
-        let rec_stream = recorded_stream(first);
+        if recs.is_empty() {
+            return Err("an empty piece".into());
+        }
         let mut g = PieceGraph {
             graph: std::ptr::null_mut(),
             exe: std::ptr::null_mut(),
@@ -98,7 +99,8 @@ impl Stream {
             }
             let (st, trace, report) = self.parts();
             st.stream_override = Some(cap);
-            let calls_before = report.calls;
+            // Capturing runs nothing: the counts are the launch's (`launch_captured`).
+            let counts = (report.calls, report.executed, report.launches);
             let mut failed = None;
             for r in recs {
                 if let Err(err) = exec::call(st, trace, r, report) {
@@ -106,12 +108,17 @@ impl Stream {
                     break;
                 }
             }
-            report.calls = calls_before;
+            (report.calls, report.executed, report.launches) = counts;
             st.stream_override = None;
             let end = sys::cuStreamEndCapture(cap, &mut g.graph);
             // What the capture left in the replay's state: the copies' buffers, by the
-            // records' sequence numbers (and the device-to-host ones by recorded stream).
-            let captured_outputs = st.objects.graph_outputs.capturing.remove(&rec_stream).unwrap_or_default();
+            // records' sequence numbers (the device-to-host ones by recorded stream: the
+            // piece's records may name its stream as 0, 1 or 2).
+            let mut streams: Vec<u64> = recs.iter().map(recorded_stream).collect();
+            streams.sort_unstable();
+            streams.dedup();
+            let captured_outputs: Vec<_> =
+                streams.iter().flat_map(|s| st.objects.graph_outputs.capturing.remove(s).unwrap_or_default()).collect();
             for (i, r) in recs.iter().enumerate() {
                 if let Some((p, n)) = st.objects.staged.remove(&r.seq) {
                     g.inputs.push((i, p, n));
