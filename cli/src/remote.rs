@@ -95,6 +95,21 @@ pub struct RemoteReport {
     pub traffic: Traffic,
     /// Hot replay: per-iteration wall time.
     pub hot: Option<RemoteHot>,
+    /// How the server ran the session's pieces (cached-trace execution; all 0 where it is off).
+    pub pieces: RemotePieces,
+}
+
+/// The server's cached-trace execution for the session (its `Closed` totals).
+#[derive(Debug, Default, Serialize)]
+pub struct RemotePieces {
+    /// Pieces launched as a graph captured before.
+    pub graph: u64,
+    /// Pieces captured (and launched) at that appearance.
+    pub captured: u64,
+    /// Pieces run record by record.
+    pub eager: u64,
+    /// Records the graph launches ran.
+    pub records_graph: u64,
 }
 
 /// Hot remote replay timing.
@@ -468,6 +483,12 @@ pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
     }
     let stats = c.conn.close().context("closing the session")?;
     c.report.launches = stats.launches;
+    c.report.pieces = RemotePieces {
+        graph: stats.pieces_graph,
+        captured: stats.pieces_captured,
+        eager: stats.pieces_eager,
+        records_graph: stats.records_graph,
+    };
     c.report.traffic = c.conn.traffic;
     c.report.total_s = since_process_start();
     let r = c.report;
@@ -525,6 +546,13 @@ fn print(r: &RemoteReport, path: &Path, json: bool) -> anyhow::Result<()> {
         println!(
             "time       first result {f:.3} s after process start; records loaded in {:.3} s; waited {:.3} s for blob bytes; replay {:.3} s; total {:.3} s",
             r.load_s, r.blob_wait_s, r.replay_s, r.total_s
+        );
+    }
+    let p = &r.pieces;
+    if p.graph + p.captured + p.eager > 0 {
+        println!(
+            "pieces     {} graph launches ({} records), {} captured, {} eager (the server's cached execution)",
+            p.graph, p.records_graph, p.captured, p.eager
         );
     }
     if let Some(h) = &r.hot {

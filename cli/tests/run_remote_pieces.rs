@@ -108,3 +108,29 @@ fn a_piece_by_reference_the_session_does_not_hold_ends_that_session_only() {
         assert!(ran.ok, "stderr:\n{}", ran.stderr);
     }
 }
+
+#[test]
+fn a_recording_replayed_remotely_with_cached_execution_verifies_every_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
+    let trace = dir.path().join("pieces.gl");
+    let rec = Command::new(&prog)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("LD_PRELOAD", support::common::recorder_lib())
+        .env("GPULESS_TRACE", &trace)
+        .output()
+        .unwrap();
+    assert!(rec.status.success() && trace.is_file(), "recording: {rec:?}");
+    let srv = Server::start(dir.path(), &libdir, &["--cached-execution", "on"], &[]);
+    // Every download of the 24 inferences (and 7 branches) is compared with the recording's
+    // hash, those the graphs returned included; the second session captures at first sight.
+    for (session, captured_first) in [(1, false), (2, true)] {
+        let (code, v, err) = serve_harness::remote_replay(&srv.tcp, &trace, &[]);
+        assert_eq!(code, 0, "session {session}: {v}\n{err}");
+        assert_eq!(v["mismatches"].as_array().map(Vec::len), Some(0), "{v}");
+        assert_eq!(v["results_verified"].as_u64(), Some(31), "{v}");
+        let p = &v["pieces"];
+        assert!(p["graph"].as_u64() > Some(20), "session {session}: {v}");
+        assert_eq!(p["eager"].as_u64() == Some(0), captured_first, "session {session}: {v}");
+    }
+}
