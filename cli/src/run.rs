@@ -28,7 +28,8 @@
 //! session's records, from its answers), `pieces_graph`, `pieces_captured`, `pieces_eager` and
 //! `records_graph` (the server's cached-trace execution: pieces of the session's work launched
 //! as graphs captured before, captured this time, run record by record; records the graph
-//! launches ran — all 0 where the server does not run it), `call_us` (time the program spent in driver calls)
+//! launches ran — all 0 where the server does not run it), `pieces_by_reference` and
+//! `records_by_reference` (pieces this client sent as a key instead of their records), `call_us` (time the program spent in driver calls)
 //! and `wait_us` (the part of it waiting for answers after a segment was written), `failed` (why the session failed, or null) and
 //! `failure_said` (the library already said so on stderr; this command does not repeat it). A
 //! session that could not connect leaves `endpoint`, `calls`, `failed` and `failure_said`. This
@@ -232,11 +233,13 @@ fn summary(v: &Value) -> Vec<String> {
         format!("blob bytes {}, hits {}, misses {}", show("blob_bytes"), show("blob_hits"), show("blob_misses")),
         format!("waits by call: {}; server answers remembered: {}", waits_by_call(v), show("memo_hits")),
         format!(
-            "cached pieces on the server: {} graph launches ({} records), {} captured, {} eager",
+            "cached pieces on the server: {} graph launches ({} records), {} captured, {} eager; {} sent by reference ({} records)",
             show("pieces_graph"),
             show("records_graph"),
             show("pieces_captured"),
-            show("pieces_eager")
+            show("pieces_eager"),
+            show("pieces_by_reference"),
+            show("records_by_reference")
         ),
         format!("failed: {}", failure(v).unwrap_or_else(|| "no".into())),
     ]
@@ -275,7 +278,8 @@ mod tests {
             "bytes_down": 3000, "blob_bytes": 1024, "blob_hits": 0, "blob_misses": 1, "waits": 8,
             "server_exec_us": 1234, "failed": null,
             "waits_by_call": {"cuStreamSynchronize": 2, "cuMemcpyDtoH": 6}, "memo_hits": 3,
-            "pieces_graph": 5, "records_graph": 160, "pieces_captured": 1, "pieces_eager": 2
+            "pieces_graph": 5, "records_graph": 160, "pieces_captured": 1, "pieces_eager": 2,
+            "pieces_by_reference": 4, "records_by_reference": 128
         });
         let s = summary(&v);
         assert_eq!(s[0], "session 4 at unix:/s, executor pid 99");
@@ -283,7 +287,10 @@ mod tests {
         assert_eq!(s[3], "round trips 9 (22.5% of calls), waits 8, segments 9");
         assert_eq!(s[4], "time in calls ? us, of which waiting for answers ? us; server execution 1234 us");
         assert_eq!(s[7], "waits by call: cuMemcpyDtoH 6, cuStreamSynchronize 2; server answers remembered: 3");
-        assert_eq!(s[8], "cached pieces on the server: 5 graph launches (160 records), 1 captured, 2 eager");
+        assert_eq!(
+            s[8],
+            "cached pieces on the server: 5 graph launches (160 records), 1 captured, 2 eager; 4 sent by reference (128 records)"
+        );
         assert_eq!(s[9], "failed: no");
         let f = serde_json::json!({"calls": 0, "failed": "connection refused"});
         assert_eq!(failure(&f).as_deref(), Some("connection refused"));
