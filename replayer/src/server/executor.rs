@@ -200,7 +200,7 @@ fn serve_one(
     };
     s.flush_notes(true);
     s.timeline.write();
-    if let Some(p) = &s.pieces {
+    if let Some(p) = s.pieces.as_mut() {
         p.count_into(&mut s.stats);
         p.save();
     }
@@ -658,14 +658,20 @@ impl Session<'_> {
         for cut in cuts {
             match cut {
                 Cut::Single(rec) => self.exec_one(stream, &rec)?,
-                Cut::Piece(recs) => match p.run(stream, recs) {
-                    Ran::Eager(recs) => recs.iter().try_for_each(|rec| self.exec_one(stream, rec))?,
-                    Ran::Graph { records, last_seq, result } => {
-                        self.last_seq = last_seq;
-                        self.timeline.record(last_seq, "(graph of a cached piece)", 0);
-                        self.executed_or_kept(result, records)?;
+                Cut::Piece(recs) => {
+                    let t = self.timeline.on().then(Instant::now);
+                    match p.run(stream, recs) {
+                        Ran::Eager(recs) => recs.iter().try_for_each(|rec| self.exec_one(stream, rec))?,
+                        Ran::Graph { records, last_seq, result } => {
+                            self.last_seq = last_seq;
+                            if let Some(t) = t {
+                                let us = t.elapsed().as_micros() as u64;
+                                self.timeline.record(last_seq, "(graph of a cached piece)", us);
+                            }
+                            self.executed_or_kept(result, records)?;
+                        }
                     }
-                },
+                }
             }
         }
         Ok(())

@@ -82,6 +82,8 @@ pub struct Pieces {
     announced: Vec<Hash128>,
     /// Pieces the client sent by reference.
     pub by_reference: u64,
+    /// The keys were kept (at `Close`; the session's end does not write them again).
+    saved: bool,
 }
 
 impl Pieces {
@@ -104,6 +106,7 @@ impl Pieces {
             refusal: None,
             announced: Vec::new(),
             by_reference: 0,
+            saved: false,
         }
     }
 
@@ -212,7 +215,10 @@ impl Pieces {
 
     /// Keeps the keys that repeated (with the earlier sessions' ones) for the program's next
     /// session.
-    pub fn save(&self) {
+    pub fn save(&mut self) {
+        if std::mem::replace(&mut self.saved, true) {
+            return;
+        }
         let Some(file) = &self.file else { return };
         let mut keys: Vec<Hash128> =
             self.entries.iter().filter(|(_, e)| e.seen >= 2 && !e.refused).map(|(k, _)| *k).collect();
@@ -263,6 +269,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut p = Pieces::new("python run.py", dir.path());
         assert!(p.hot.is_empty());
+        p.save();
+        assert!(!dir.path().join("pieces").exists(), "nothing repeated: nothing kept");
+        p.saved = false;
         p.entries.insert(Hash128(7), Entry { seen: 3, ..Default::default() });
         p.entries.insert(Hash128(8), Entry { seen: 1, ..Default::default() });
         p.entries.insert(Hash128(9), Entry { seen: 5, refused: true, ..Default::default() });
