@@ -1,31 +1,37 @@
 //! Cached-trace execution (issue 20): an executor runs the repeated parts of a session's work
-//! as CUDA graphs.
+//! as CUDA graphs, and everything else as it arrives.
 //!
-//! The session's records are cut into pieces as they arrive (`gpuless_traces::protocol::piece`:
-//! runs of launches, stream-ordered copies and sets on one stream, at most 32 records; every
-//! other record runs at once, in order, after the piece before it). For each complete piece:
+//! The session's records are cut into pieces (`gpuless_traces::protocol::piece`: runs of
+//! launches, stream-ordered copies and sets on one stream, at most 32 records; every other
+//! record ends a piece). What happens to a record depends on the piece it starts or extends:
 //!
-//! - a piece seen for the first time runs record by record (eagerly), and its key is counted;
-//! - at its first repetition — or at its first appearance when an earlier session of the same
-//!   program saw it repeat (the program's keys are kept in the cache's disk directory,
-//!   `pieces/<hash of the program>`) — it is captured into a graph
-//!   (`crate::replay::piece_graph`) and the graph does the work;
-//! - later, a piece with the same key is compared record by record with the one the graph was
-//!   captured from (`piece::same`: equal but for uploaded bytes, host buffers, sequence
-//!   numbers, threads and times); equal, its uploads are written into the graph's input buffers
-//!   and the graph is launched on the piece's stream; any difference, or results of the graph's
-//!   last launch not yet returned, runs it eagerly. A wrong result is never returned: the graph
-//!   is the same work on the same addresses with the new bytes.
+//! - **Run at once** (as without cached execution, so the executor stays ahead of the program),
+//!   while the open piece matches the start of no *template* — a piece that repeated, kept to
+//!   be captured, or one a graph was captured from. A copy of the piece is kept for its key.
+//!   When it ends, its key is counted; at its first repetition it becomes a template.
+//! - **Held**, while the open piece matches the start of a template record by record
+//!   (`piece::same`: equal but for uploaded bytes, host buffers, sequence numbers, threads and
+//!   times). The complete piece is then handed to [`Pieces::run`]: equal to a template that has a
+//!   graph, the graph runs it — this repetition's uploads written into the graph's input buffers,
+//!   one `cuGraphLaunch` on the piece's stream (`crate::replay::piece_graph`); equal to a
+//!   template without one, it is captured and the graph does its work; anything else runs
+//!   record by record. A held piece that stops matching every template is let go: its records
+//!   run at once, in order.
 //!
-//! Pieces shorter than [`MIN_GRAPH_RECORDS`], pieces on a stream the program is capturing
-//! itself, and pieces whose capture failed run eagerly. The counts go to the session's
-//! statistics and the server's metrics (`gpuless_piece_runs_total{run}`).
+//! A wrong result is never returned: a graph stands only for records equal to the ones it was
+//! captured from, on the same addresses, with this repetition's bytes. Templates are kept per
+//! program in the cache's disk directory (`pieces/<hash of the program>`, a call batch each), so
+//! the program's next session holds and captures them the first time it sees them. Pieces
+//! shorter than [`MIN_GRAPH_RECORDS`], on a stream the program is capturing itself, whose
+//! graph's last results were not returned yet, or whose capture failed run record by record.
+//! The counts go to the session's statistics and the server's metrics
+//! (`gpuless_piece_runs_total{run}`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 
-use gpuless_traces::protocol::piece::{self, Assembler, Cut, PieceRef};
-use gpuless_traces::protocol::SessionStats;
+use gpuless_traces::protocol::piece::{self, Cut, PieceRef, MAX_RECORDS};
+use gpuless_traces::protocol::{segment, SessionStats};
 use gpuless_traces::{CallRecord, Hash128};
 
 use crate::replay::piece_graph::PieceGraph;
@@ -34,17 +40,21 @@ use crate::replay::ReplayError;
 
 /// Pieces shorter than this run eagerly: a graph launch costs about what a few launches do.
 pub const MIN_GRAPH_RECORDS: usize = 4;
-/// Most graphs a session keeps; beyond, new pieces run eagerly.
-const MAX_GRAPHS: usize = 4096;
-/// Most keys counted (and kept for a program); the counts start over beyond.
+/// Most templates (and so graphs) a session keeps; beyond, new pieces run eagerly.
+const MAX_TEMPLATES: usize = 4096;
+/// Most keys counted; the counts of pieces without a template start over beyond.
 const MAX_KEYS: usize = 1 << 16;
+/// Most bytes of templates kept for a program.
+const MAX_KEPT_BYTES: usize = 64 << 20;
 
 /// What a piece's key has done so far in this session.
 #[derive(Default)]
 struct Entry {
     seen: u32,
-    /// The graph, and the records it was captured from.
-    graph: Option<(PieceGraph, Vec<CallRecord>)>,
+    /// The records to capture (or that were captured) for this key.
+    template: Option<Vec<CallRecord>>,
+    /// The graph captured from `template`.
+    graph: Option<PieceGraph>,
     /// Its capture failed: it runs eagerly from now on.
     refused: bool,
 }
@@ -60,12 +70,17 @@ pub enum Ran {
 
 /// A session's cached-trace execution.
 pub struct Pieces {
-    asm: Assembler,
+    /// The open piece (copies of its records), its stream, and whether its records are held.
+    open: Vec<CallRecord>,
+    stream: u64,
+    holding: bool,
+    /// Templates the held piece still matches the start of.
+    candidates: Vec<Hash128>,
+    /// Templates by the key of their first record.
+    by_first: HashMap<Hash128, Vec<Hash128>>,
     entries: HashMap<Hash128, Entry>,
-    graphs: usize,
-    /// Keys that repeated in an earlier session of the same program.
-    hot: HashSet<Hash128>,
-    /// Where the program's keys are kept (none for a session without a program name).
+    templates: usize,
+    /// Where the program's templates are kept (none for a session without a program name).
     file: Option<PathBuf>,
     /// The session's counts (copied into its statistics).
     pub graph: u64,
@@ -82,22 +97,24 @@ pub struct Pieces {
     announced: Vec<Hash128>,
     /// Pieces the client sent by reference.
     pub by_reference: u64,
-    /// The keys were kept (at `Close`; the session's end does not write them again).
+    /// The templates were kept (at `Close`; the session's end does not write them again).
     saved: bool,
 }
 
 impl Pieces {
-    /// Cached execution for a session of `program` (the client's command line; empty: no
-    /// keys are kept across sessions), keys kept under `dir`.
+    /// Cached execution for a session of `program` (the client's command line; empty: nothing
+    /// is kept across sessions), templates kept under `dir`.
     pub fn new(program: &str, dir: &std::path::Path) -> Pieces {
         let file =
             (!program.is_empty()).then(|| dir.join("pieces").join(format!("{}", Hash128::of(program.as_bytes()))));
-        let hot = file.as_deref().map(load_keys).unwrap_or_default();
-        Pieces {
-            asm: Assembler::default(),
+        let mut p = Pieces {
+            open: Vec::new(),
+            stream: 0,
+            holding: false,
+            candidates: Vec::new(),
+            by_first: HashMap::new(),
             entries: HashMap::new(),
-            graphs: 0,
-            hot,
+            templates: 0,
             file,
             graph: 0,
             captured: 0,
@@ -107,60 +124,135 @@ impl Pieces {
             announced: Vec::new(),
             by_reference: 0,
             saved: false,
+        };
+        for t in p.file.as_deref().map(load_templates).unwrap_or_default() {
+            p.add_template(piece::key(&t), t);
         }
+        p
     }
 
-    /// Takes the next record; returns, in order, what is ready to run.
+    /// Takes the next record; returns, in order, what is ready to run: records to run at once
+    /// ([`Cut::Single`]) and held pieces that are complete ([`Cut::Piece`], for [`Self::run`]).
     pub fn push(&mut self, rec: CallRecord, out: &mut Vec<Cut>) {
-        self.asm.push(rec, out);
+        let Some(s) = piece::stream_of(&rec) else {
+            self.close(out);
+            out.push(Cut::Single(rec));
+            return;
+        };
+        if !self.open.is_empty() && s != self.stream {
+            self.close(out);
+        }
+        if self.open.is_empty() {
+            self.stream = s;
+            self.candidates = self.by_first.get(&first_key(&rec)).cloned().unwrap_or_default();
+            self.holding = !self.candidates.is_empty();
+        } else if self.holding {
+            let (i, entries) = (self.open.len(), &self.entries);
+            self.candidates.retain(|k| {
+                let t = entries.get(k).and_then(|e| e.template.as_ref());
+                t.and_then(|t| t.get(i)).is_some_and(|t| piece::same(t, &rec))
+            });
+            if self.candidates.is_empty() {
+                // No template starts this way: what was held runs now, the rest as it comes.
+                self.holding = false;
+                out.extend(self.open.iter().cloned().map(Cut::Single));
+            }
+        }
+        if !self.holding {
+            out.push(Cut::Single(rec.clone()));
+        }
+        self.open.push(rec);
+        if self.open.len() >= MAX_RECORDS {
+            self.close(out);
+        }
     }
 
     /// Ends the open piece (before an answer, and at the session's end).
     pub fn finish(&mut self, out: &mut Vec<Cut>) {
-        self.asm.finish(out);
+        self.close(out);
     }
 
-    /// Runs a complete piece as a graph when it can ([`Ran::Graph`]); otherwise hands its
-    /// records back to be run one by one ([`Ran::Eager`]).
-    pub fn run(&mut self, stream: &mut Stream, recs: Vec<CallRecord>) -> Ran {
-        if recs.len() < MIN_GRAPH_RECORDS || stream.piece_stream_capturing(&recs) {
-            return self.eager(recs);
+    fn close(&mut self, out: &mut Vec<Cut>) {
+        if self.open.is_empty() {
+            return;
+        }
+        let recs = std::mem::take(&mut self.open);
+        self.candidates.clear();
+        if std::mem::replace(&mut self.holding, false) {
+            out.push(Cut::Piece(recs));
+        } else {
+            // Its records ran as they came.
+            self.eager += 1;
+            self.count(recs);
+        }
+    }
+
+    /// Counts a piece that ran record by record; at its first repetition it becomes a
+    /// template.
+    fn count(&mut self, recs: Vec<CallRecord>) {
+        if recs.len() < MIN_GRAPH_RECORDS {
+            return;
         }
         let key = piece::key(&recs);
         if self.entries.len() >= MAX_KEYS && !self.entries.contains_key(&key) {
-            self.entries.retain(|_, e| e.graph.is_some());
+            self.entries.retain(|_, e| e.template.is_some());
         }
-        let hot = self.hot.contains(&key);
-        let room = self.graphs < MAX_GRAPHS;
         let e = self.entries.entry(key).or_default();
         e.seen = e.seen.saturating_add(1);
-        if e.refused {
+        if e.seen >= 2 && e.template.is_none() && !e.refused && self.templates < MAX_TEMPLATES {
+            self.add_template(key, recs);
+        }
+    }
+
+    fn add_template(&mut self, key: Hash128, recs: Vec<CallRecord>) {
+        let Some(first) = recs.first().map(first_key) else { return };
+        let e = self.entries.entry(key).or_default();
+        if e.template.is_some() {
+            return;
+        }
+        e.template = Some(recs);
+        self.templates += 1;
+        self.by_first.entry(first).or_default().push(key);
+    }
+
+    /// Runs a complete held piece as a graph when it can ([`Ran::Graph`]); otherwise hands its
+    /// records back to be run one by one ([`Ran::Eager`]).
+    pub fn run(&mut self, stream: &mut Stream, recs: Vec<CallRecord>) -> Ran {
+        let key = piece::key(&recs);
+        let usable = recs.len() >= MIN_GRAPH_RECORDS && !stream.piece_stream_capturing(&recs);
+        let Some(e) = self.entries.get_mut(&key).filter(|e| usable && !e.refused) else {
+            return self.eager(recs);
+        };
+        let equal = |t: &Option<Vec<CallRecord>>| {
+            t.as_ref().is_some_and(|t| t.len() == recs.len() && t.iter().zip(&recs).all(|(a, b)| piece::same(a, b)))
+        };
+        if !equal(&e.template) {
             return self.eager(recs);
         }
-        if let Some((g, template)) = e.graph.as_mut() {
-            let equal = template.len() == recs.len() && template.iter().zip(&recs).all(|(a, b)| piece::same(a, b));
-            if !equal || stream.piece_results_pending(g) {
+        e.seen = e.seen.saturating_add(1);
+        let last_seq = recs.last().map_or(0, |r| r.seq);
+        if let Some(g) = e.graph.as_mut() {
+            if stream.piece_results_pending(g) {
                 return self.eager(recs);
             }
             let result = stream.launch_piece(g, &recs);
-            return self.graph_ran(recs.len(), recs.last().map_or(0, |r| r.seq), result, false);
-        }
-        if (e.seen < 2 && !hot) || !room {
-            return self.eager(recs);
+            return self.graph_ran(recs.len(), last_seq, result, false);
         }
         match stream.capture_piece(&recs) {
             Ok(g) => {
-                let last_seq = recs.last().map_or(0, |r| r.seq);
-                let n = recs.len();
-                e.graph = Some((g, recs));
-                self.graphs += 1;
+                e.graph = Some(g);
                 self.announced.push(key);
-                self.graph_ran(n, last_seq, Ok(()), true)
+                self.graph_ran(recs.len(), last_seq, Ok(()), true)
             }
             Err(why) => {
                 e.refused = true;
                 tracing::debug!(why, "a piece stays eager");
                 self.refusal.get_or_insert(why);
+                if let Some(first) = recs.first().map(first_key) {
+                    if let Some(v) = self.by_first.get_mut(&first) {
+                        v.retain(|k| *k != key);
+                    }
+                }
                 self.eager(recs)
             }
         }
@@ -169,7 +261,8 @@ impl Pieces {
     /// The records a piece sent by reference stands for (the graph's own piece with the
     /// reference's sequence numbers and uploads), or why there are none.
     pub fn resolve(&mut self, r: &PieceRef) -> Result<Vec<CallRecord>, String> {
-        let Some((_, template)) = self.entries.get(&r.key).and_then(|e| e.graph.as_ref()) else {
+        let Some(template) = self.entries.get(&r.key).filter(|e| e.graph.is_some()).and_then(|e| e.template.as_ref())
+        else {
             return Err(format!("piece {} was sent by reference, but this session holds no graph of it", r.key));
         };
         let recs = r.records(template).ok_or_else(|| {
@@ -213,29 +306,34 @@ impl Pieces {
         s.records_graph = self.records_graph;
     }
 
-    /// Keeps the keys that repeated (with the earlier sessions' ones) for the program's next
-    /// session.
+    /// Keeps the session's templates (those whose capture did not fail) for the program's next
+    /// session; once per session.
     pub fn save(&mut self) {
         if std::mem::replace(&mut self.saved, true) {
             return;
         }
         let Some(file) = &self.file else { return };
-        let mut keys: Vec<Hash128> =
-            self.entries.iter().filter(|(_, e)| e.seen >= 2 && !e.refused).map(|(k, _)| *k).collect();
-        if keys.is_empty() {
+        let mut bytes = Vec::new();
+        let mut n = 0u32;
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        for e in self.entries.values().filter(|e| !e.refused) {
+            let Some(t) = &e.template else { continue };
+            let batch = segment::encode(t);
+            if bytes.len() + batch.len() > MAX_KEPT_BYTES {
+                break;
+            }
+            bytes.extend_from_slice(&(batch.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&batch);
+            n += 1;
+        }
+        if n == 0 {
             return;
         }
-        let fresh: HashSet<Hash128> = keys.iter().copied().collect();
-        keys.extend(self.hot.iter().filter(|k| !fresh.contains(k)).take(MAX_KEYS.saturating_sub(fresh.len())));
-        keys.truncate(MAX_KEYS);
-        let mut bytes = Vec::with_capacity(keys.len() * 16);
-        for k in &keys {
-            bytes.extend_from_slice(&k.0.to_le_bytes());
-        }
+        bytes[..4].copy_from_slice(&n.to_le_bytes());
         if let Some(parent) = file.parent() {
             let _ = std::fs::create_dir_all(parent);
         }
-        // Written whole and renamed: a concurrent session reads the old keys or the new ones.
+        // Written whole and renamed: a concurrent session reads the old templates or the new.
         let tmp = file.with_extension(format!("tmp{}", std::process::id()));
         if std::fs::write(&tmp, &bytes).is_ok() {
             let _ = std::fs::rename(&tmp, file);
@@ -243,45 +341,37 @@ impl Pieces {
     }
 }
 
-/// The keys kept for a program: 16 bytes each; a damaged or missing file is none.
-fn load_keys(file: &std::path::Path) -> HashSet<Hash128> {
-    let Ok(bytes) = std::fs::read(file) else { return HashSet::new() };
-    if bytes.len() % 16 != 0 {
-        return HashSet::new();
+/// The key templates are found by: the key of their first record alone.
+fn first_key(r: &CallRecord) -> Hash128 {
+    piece::key(std::slice::from_ref(r))
+}
+
+/// The templates kept for a program: a `u32` count, then each as a `u32` length and a call
+/// batch. A damaged or missing file gives none; a template that is not a piece is left out.
+fn load_templates(file: &std::path::Path) -> Vec<Vec<CallRecord>> {
+    let Ok(bytes) = std::fs::read(file) else { return Vec::new() };
+    let word = |at: usize| bytes.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+    let Some(n) = word(0) else { return Vec::new() };
+    let (mut at, mut out) = (4, Vec::new());
+    for i in 0..n.min(MAX_TEMPLATES) {
+        let Some(len) = word(at) else { break };
+        let Some(batch) = bytes.get(at + 4..at + 4 + len) else { break };
+        at += 4 + len;
+        match segment::decode(batch, i as u64) {
+            Ok(t) if is_piece(&t) => out.push(t),
+            _ => break,
+        }
     }
-    bytes
-        .chunks_exact(16)
-        .take(MAX_KEYS)
-        .map(|c| {
-            let mut a = [0u8; 16];
-            a.copy_from_slice(c);
-            Hash128(u128::from_le_bytes(a))
-        })
-        .collect()
+    out
+}
+
+/// Whether `recs` is one piece as the rule cuts them (a template read back must be).
+fn is_piece(recs: &[CallRecord]) -> bool {
+    let stream = recs.first().and_then(piece::stream_of);
+    (MIN_GRAPH_RECORDS..=MAX_RECORDS).contains(&recs.len())
+        && stream.is_some()
+        && recs.iter().all(|r| piece::stream_of(r) == stream)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_kept_for_a_program_survive_a_round_trip_and_damage_is_ignored() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut p = Pieces::new("python run.py", dir.path());
-        assert!(p.hot.is_empty());
-        p.save();
-        assert!(!dir.path().join("pieces").exists(), "nothing repeated: nothing kept");
-        p.saved = false;
-        p.entries.insert(Hash128(7), Entry { seen: 3, ..Default::default() });
-        p.entries.insert(Hash128(8), Entry { seen: 1, ..Default::default() });
-        p.entries.insert(Hash128(9), Entry { seen: 5, refused: true, ..Default::default() });
-        p.save();
-        let q = Pieces::new("python run.py", dir.path());
-        assert_eq!(q.hot, HashSet::from([Hash128(7)]), "only keys that repeated and could be captured");
-        assert!(Pieces::new("python other.py", dir.path()).hot.is_empty(), "keys are the program's own");
-        let file = q.file.clone().unwrap();
-        std::fs::write(&file, [1u8; 17]).unwrap();
-        assert!(Pieces::new("python run.py", dir.path()).hot.is_empty());
-        assert!(Pieces::new("", dir.path()).file.is_none());
-    }
-}
+mod tests;

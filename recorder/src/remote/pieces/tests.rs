@@ -5,8 +5,10 @@ use gpuless_analyzer::api::{ApiLevel, HandleKind, Variant};
 use gpuless_traces::{BlobRef, Function, KernelParams, Value};
 
 fn rec(seq: u64, name: &str, version: u8, args: Vec<Value>) -> CallRecord {
-    let mut r = CallRecord::new(seq, ApiLevel::Driver, Function::resolve(name, Variant { version, per_thread: false }));
+    let variant = Variant { version, per_thread: false };
+    let mut r = CallRecord::new(seq, ApiLevel::Driver, Function::resolve(name, variant));
     assert!(r.function.api().is_some(), "{name}");
+    r.variant = variant;
     r.args = args;
     r
 }
@@ -89,29 +91,37 @@ fn a_piece_the_server_holds_goes_by_reference_with_this_inferences_upload() {
 }
 
 #[test]
-fn the_open_piece_waits_until_it_is_complete() {
-    let (mut p, mut pending, mut refs) = (ClientPieces::new(true), Vec::new(), Vec::new());
+fn the_open_piece_waits_while_it_matches_a_held_one_and_keeps_its_key_when_let_go() {
+    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::new(true), Vec::new(), Vec::new(), 0);
+    inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
+    let key = piece::key(&pending[..6]);
+    pending.clear();
+    p.announced(&[key]);
     // A record before the piece, then the piece's start: the first may leave, the rest waits.
     for r in [sync(100), upload(101, 5), launch(102, 2)] {
         pending.push(r);
         p.pushed(&mut pending, &mut refs);
     }
     assert_eq!(p.sendable(pending.len()), 1);
-    // The flusher sends the first record; the piece moves down and still waits.
+    // The flusher sends the first record; the held piece moves down and still waits.
     pending.drain(..1);
     p.sent(1);
     assert_eq!(p.sendable(pending.len()), 0);
+    // A launch no held piece has there: everything may leave, and the flusher takes it.
     pending.push(launch(103, 7));
     p.pushed(&mut pending, &mut refs);
-    assert_eq!(p.sendable(pending.len()), 0);
-    // Ended (here by the limit), it may leave: as records, since the server holds none.
-    for i in 0..MAX_RECORDS - 3 {
-        pending.push(launch(104 + i as u64, 7));
+    assert_eq!(p.sendable(pending.len()), 3);
+    let sent: Vec<CallRecord> = pending.drain(..).collect();
+    p.sent(3);
+    for i in 0..3 {
+        pending.push(launch(104 + i, 7));
         p.pushed(&mut pending, &mut refs);
     }
-    assert_eq!(p.sendable(pending.len()), MAX_RECORDS);
-    assert!(refs.is_empty());
-    assert_eq!(p.recent.len(), 1, "kept as sent lately");
+    p.finish(&mut pending, &mut refs);
+    assert!(refs.is_empty(), "a piece that differs goes as records");
+    // Its key is the whole piece's, though the flusher sent it in two parts.
+    let whole: Vec<CallRecord> = sent.into_iter().chain(pending.iter().cloned()).collect();
+    assert!(p.recent.contains_key(&piece::key(&whole)), "kept under the whole piece's key");
 }
 
 #[test]
@@ -141,6 +151,6 @@ fn nothing_happens_when_the_server_does_not_run_cached_execution() {
         inference(&mut p, &mut pending, &mut refs, &mut seq, i, 2);
         p.announced(&[]);
     }
-    assert!(p.recent.is_empty() && refs.is_empty() && p.open.is_none());
+    assert!(p.recent.is_empty() && refs.is_empty() && p.open.is_empty());
     assert_eq!(p.sendable(pending.len()), 21);
 }
