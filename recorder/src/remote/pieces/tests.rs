@@ -111,7 +111,7 @@ fn the_open_piece_waits_while_it_matches_a_held_one_and_keeps_its_key_when_let_g
     pending.push(launch(103, 7));
     p.pushed(&mut pending, &mut refs);
     assert_eq!(p.sendable(pending.len()), 3);
-    let sent: Vec<CallRecord> = pending.drain(..).collect();
+    let sent: Vec<CallRecord> = std::mem::take(&mut pending);
     p.sent(3);
     for i in 0..3 {
         pending.push(launch(104 + i, 7));
