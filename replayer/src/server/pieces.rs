@@ -240,9 +240,13 @@ impl Pieces {
         }
         match stream.capture_piece(&recs) {
             Ok(g) => {
+                // The graph's template is this session's own piece from now on (one read back
+                // from an earlier session only said what to hold): references rebuild from it.
+                let n = recs.len();
                 e.graph = Some(g);
+                e.template = Some(recs);
                 self.announced.push(key);
-                self.graph_ran(recs.len(), last_seq, Ok(()), true)
+                self.graph_ran(n, last_seq, Ok(()), true)
             }
             Err(why) => {
                 e.refused = true;
