@@ -2,48 +2,18 @@
 //! GPU: `Pieces::run` is covered end to end by `cli/tests/run_remote_pieces.rs`).
 
 use super::*;
-use gpuless_analyzer::api::{ApiLevel, HandleKind, Variant};
-use gpuless_traces::{BlobRef, Function, KernelParams, Value};
-
-fn rec(seq: u64, name: &str, version: u8, args: Vec<Value>) -> CallRecord {
-    let variant = Variant { version, per_thread: false };
-    let mut r = CallRecord::new(seq, ApiLevel::Driver, Function::resolve(name, variant));
-    assert!(r.function.api().is_some(), "{name}");
-    r.variant = variant;
-    r.args = args;
-    r
-}
+use gpuless_traces::protocol::piece::sample;
 
 fn launch(seq: u64, k: u8) -> CallRecord {
-    let u = Value::U64;
-    let args = vec![
-        Value::Handle(HandleKind::Function, 0x10),
-        u(1),
-        u(1),
-        u(1),
-        u(32),
-        u(1),
-        u(1),
-        u(0),
-        Value::Handle(HandleKind::Stream, 0),
-        Value::KernelParams(KernelParams { bytes: vec![k; 8], layout: vec![(0, 8)] }),
-        Value::Null,
-    ];
-    rec(seq, "cuLaunchKernel", 1, args)
+    sample::launch(seq, 0, k)
 }
 
 fn upload(seq: u64, content: u128) -> CallRecord {
-    let args = vec![
-        Value::DevPtr(0x6400_0000_0000),
-        Value::Blob(BlobRef { hash: Hash128(content), len: 64 }),
-        Value::Size(64),
-        Value::Handle(HandleKind::Stream, 0),
-    ];
-    rec(seq, "cuMemcpyHtoDAsync", 2, args)
+    sample::upload(seq, 0, content)
 }
 
 fn sync(seq: u64) -> CallRecord {
-    rec(seq, "cuStreamSynchronize", 1, vec![Value::Handle(HandleKind::Stream, 0)])
+    sample::sync(seq, 0)
 }
 
 /// One inference (an upload, five launches of factor `k`, a synchronization) through `p`: what

@@ -263,5 +263,6 @@ impl Assembler {
     }
 }
 
+pub mod sample;
 #[cfg(test)]
 mod tests;

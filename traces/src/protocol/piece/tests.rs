@@ -1,72 +1,16 @@
 //! The piece rule: what cuts pieces, what the key keeps and leaves out.
 
+use super::sample::{download as dl, launch, record as rec, sync as sync_on, upload};
 use super::*;
-use crate::model::{BlobRef, Dim3, Function, KernelParams, LaunchConfig};
-use gpuless_analyzer::api::{ApiLevel, HandleKind, Variant};
-
-fn rec(seq: u64, name: &str, args: Vec<Value>) -> CallRecord {
-    let v2 = Variant { version: 2, per_thread: false };
-    let function = match Function::resolve(name, v2) {
-        Function::Known(id) => Function::Known(id),
-        Function::Other(_) => Function::resolve(name, Variant::BASE),
-    };
-    assert!(function.api().is_some(), "{name} is in the table");
-    let mut r = CallRecord::new(seq, ApiLevel::Driver, function);
-    r.args = args;
-    r.thread = seq * 7;
-    r.timestamp_ns = seq * 1000;
-    r
-}
-
-fn launch(seq: u64, stream: u64, param: u8) -> CallRecord {
-    let g = |n| Value::U64(n);
-    rec(
-        seq,
-        "cuLaunchKernel",
-        vec![
-            Value::Handle(HandleKind::Function, 0x10),
-            g(4),
-            g(1),
-            g(1),
-            g(128),
-            g(1),
-            g(1),
-            g(0),
-            Value::Handle(HandleKind::Stream, stream),
-            Value::KernelParams(KernelParams { bytes: vec![param; 8], layout: vec![(0, 8)] }),
-            Value::Null,
-        ],
-    )
-}
-
-fn upload(seq: u64, stream: u64, content: u128) -> CallRecord {
-    rec(
-        seq,
-        "cuMemcpyHtoDAsync",
-        vec![
-            Value::DevPtr(0x7e00_0000_0000),
-            Value::Blob(BlobRef { hash: Hash128(content), len: 64 }),
-            Value::Size(64),
-            Value::Handle(HandleKind::Stream, stream),
-        ],
-    )
-}
+use crate::model::{BlobRef, Dim3, LaunchConfig};
+use gpuless_analyzer::api::HandleKind;
 
 fn download(seq: u64, host: u64) -> CallRecord {
-    rec(
-        seq,
-        "cuMemcpyDtoHAsync",
-        vec![
-            Value::HostPtr(host),
-            Value::DevPtr(0x7e00_0000_1000),
-            Value::Size(16),
-            Value::Handle(HandleKind::Stream, 5),
-        ],
-    )
+    dl(seq, 5, host)
 }
 
 fn sync(seq: u64) -> CallRecord {
-    rec(seq, "cuStreamSynchronize", vec![Value::Handle(HandleKind::Stream, 5)])
+    sync_on(seq, 5)
 }
 
 #[test]
