@@ -57,13 +57,6 @@ impl Drop for PieceGraph {
     }
 }
 
-impl PieceGraph {
-    /// Records in the graph's piece that upload bytes.
-    pub fn inputs(&self) -> usize {
-        self.inputs.len()
-    }
-}
-
 fn e(what: &str, r: sys::CUresult) -> String {
     format!("{what} failed with {r:?}")
 }
@@ -227,16 +220,9 @@ impl Stream {
     }
 }
 
-/// The stream a piece's record names, as recorded (its piece's stream; 0 where none).
+/// The stream a piece's record names, as recorded (0 where none).
 fn recorded_stream(r: &CallRecord) -> u64 {
-    let Some(f) = r.function.api() else { return 0 };
-    match f.args.iter().position(|a| a.name == "hStream").and_then(|i| r.args.get(i)) {
-        Some(gpuless_traces::Value::Handle(_, s) | gpuless_traces::Value::U64(s)) => *s,
-        _ => match r.args.first() {
-            Some(gpuless_traces::Value::LaunchConfig(c)) => c.stream,
-            _ => 0,
-        },
-    }
+    piece::named_stream(r).unwrap_or(0)
 }
 
 fn is_download(r: &CallRecord) -> bool {

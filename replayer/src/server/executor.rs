@@ -203,6 +203,10 @@ fn serve_one(
     if let Some(p) = s.pieces.as_mut() {
         p.count_into(&mut s.stats);
         p.save();
+        if let Some(why) = &p.refusal {
+            // The executor's stderr is the server's log.
+            eprintln!("gpuless executor: session {session}: a repeated piece could not be captured ({why}); it ran record by record");
+        }
     }
     *gate = s.gate.take();
     let error = result.err().unwrap_or_default();

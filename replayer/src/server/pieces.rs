@@ -90,13 +90,12 @@ pub struct Pieces {
     pub eager: u64,
     /// Records run by graph launches (captures included).
     pub records_graph: u64,
-    /// Why the first refused capture was refused.
+    /// Why the first refused capture was refused (said in the server's log at the session's
+    /// end).
     pub refusal: Option<String>,
     /// Keys captured since the last answer (told to the client, which may send those pieces
     /// by reference).
     announced: Vec<Hash128>,
-    /// Pieces the client sent by reference.
-    pub by_reference: u64,
     /// The templates were kept (at `Close`; the session's end does not write them again).
     saved: bool,
 }
@@ -122,7 +121,6 @@ impl Pieces {
             records_graph: 0,
             refusal: None,
             announced: Vec::new(),
-            by_reference: 0,
             saved: false,
         };
         for t in p.file.as_deref().map(load_templates).unwrap_or_default() {
@@ -250,7 +248,6 @@ impl Pieces {
             }
             Err(why) => {
                 e.refused = true;
-                tracing::debug!(why, "a piece stays eager");
                 self.refusal.get_or_insert(why);
                 if let Some(first) = recs.first().map(first_key) {
                     if let Some(v) = self.by_first.get_mut(&first) {
@@ -264,7 +261,7 @@ impl Pieces {
 
     /// The records a piece sent by reference stands for (the graph's own piece with the
     /// reference's sequence numbers and uploads), or why there are none.
-    pub fn resolve(&mut self, r: &PieceRef) -> Result<Vec<CallRecord>, String> {
+    pub fn resolve(&self, r: &PieceRef) -> Result<Vec<CallRecord>, String> {
         let Some(template) = self.entries.get(&r.key).filter(|e| e.graph.is_some()).and_then(|e| e.template.as_ref())
         else {
             return Err(format!("piece {} was sent by reference, but this session holds no graph of it", r.key));
@@ -278,7 +275,6 @@ impl Pieces {
                 template.len()
             )
         })?;
-        self.by_reference += 1;
         Ok(recs)
     }
 

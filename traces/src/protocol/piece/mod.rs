@@ -29,22 +29,26 @@ pub const MAX_RECORDS: usize = 32;
 /// streams, 0, 1 and 2, are one at replay: 0), or `None` when the record cannot be part of a
 /// piece: a call the table does not mark `graph`, or one whose stream was not recorded.
 pub fn stream_of(rec: &CallRecord) -> Option<u64> {
-    let f = rec.function.api()?;
-    if !f.capturable {
+    if !rec.function.api()?.capturable {
         return None;
     }
-    let at = f.args.iter().position(|a| a.name == "hStream");
-    let s = match (at, rec.args.first()) {
+    named_stream(rec).map(|s| if s <= 2 { 0 } else { s })
+}
+
+/// The stream a record names as recorded (its `hStream`, or a launch configuration's), if it
+/// names one: what a replay maps to a live stream.
+pub fn named_stream(rec: &CallRecord) -> Option<u64> {
+    let f = rec.function.api()?;
+    match (f.args.iter().position(|a| a.name == "hStream"), rec.args.first()) {
         (Some(i), _) => match rec.args.get(i)? {
-            Value::Handle(_, s) | Value::U64(s) => *s,
-            Value::Null => 0,
-            _ => return None,
+            Value::Handle(_, s) | Value::U64(s) => Some(*s),
+            Value::Null => Some(0),
+            _ => None,
         },
         // cuLaunchKernelEx: the stream is the configuration's.
-        (None, Some(Value::LaunchConfig(c))) => c.stream,
-        _ => return None,
-    };
-    Some(if s <= 2 { 0 } else { s })
+        (None, Some(Value::LaunchConfig(c))) => Some(c.stream),
+        _ => None,
+    }
 }
 
 /// The bytes a record uploads (its host-to-device payload), if it has any.
