@@ -12,6 +12,8 @@ use gpuless_traces::analysis::{self, TraceAnalysis};
 use gpuless_traces::{ReaderOptions, TraceReader};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::analyze_pieces as pieces;
+
 /// Options of `gpuless analyze` for trace files.
 #[derive(Debug, Clone, Default)]
 pub struct TraceAnalyzeOpts {
@@ -21,6 +23,8 @@ pub struct TraceAnalyzeOpts {
     pub plot_dir: Option<PathBuf>,
     /// Write the timeline (Chrome trace-event JSON) to this file.
     pub perfetto: Option<PathBuf>,
+    /// Survey what cached-trace execution would make of the trace (`--pieces`).
+    pub pieces: bool,
     /// Draw a progress bar on stderr (only when it is a terminal).
     pub progress: bool,
 }
@@ -40,12 +44,20 @@ pub fn analyze_trace(path: &Path, opts: &TraceAnalyzeOpts) -> anyhow::Result<()>
     let (a, err) = analysis::analyze(reader, &mut |pos, _| bar.set_position(pos));
     bar.finish_and_clear();
 
+    let survey = if opts.pieces { Some(pieces::survey_trace(path)?) } else { None };
     let mut out = std::io::stdout().lock();
     if opts.json {
-        serde_json::to_writer_pretty(&mut out, &a)?;
+        let mut v = serde_json::to_value(&a)?;
+        if let (Some(s), Some(o)) = (&survey, v.as_object_mut()) {
+            o.insert("pieces".to_string(), serde_json::to_value(s)?);
+        }
+        serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
     } else {
         print_tables(&mut out, path, &a)?;
+        if let Some(s) = &survey {
+            pieces::print(&mut out, s)?;
+        }
     }
     out.flush()?;
     if let Some(dir) = &opts.plot_dir {

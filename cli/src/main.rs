@@ -14,6 +14,7 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod analyze_binary;
+mod analyze_pieces;
 mod analyze_trace;
 mod compile;
 mod deploy;
@@ -226,6 +227,12 @@ enum Command {
         /// calls (nested calls under their parents), a device-memory counter.
         #[arg(long, value_name = "FILE")]
         perfetto: Option<PathBuf>,
+        /// For traces: what `gpuless serve --cached-execution on` would make of this program —
+        /// the records a client would send cut into pieces and run through the executor's
+        /// policy: pieces and records run as graphs, piece lengths, and the calls that end
+        /// pieces.
+        #[arg(long)]
+        pieces: bool,
         /// Never draw a progress bar.
         #[arg(long)]
         no_progress: bool,
@@ -442,7 +449,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dump { trace, from, to, thread, json } => {
             dump::run(&trace, &dump::DumpOptions { from, to, thread, json }).map(|()| ExitCode::SUCCESS)
         }
-        Command::Analyze { paths, arch, json, plot, perfetto, check_driver, no_progress } => {
+        Command::Analyze { paths, arch, json, plot, perfetto, check_driver, pieces, no_progress } => {
             if let Some(a) = &arch {
                 if gpuless_fatbin::parse_arch(a).is_none() {
                     anyhow::bail!("--arch {a}: expected a name like sm_90, sm_90a, sm_100f or compute_90");
@@ -471,6 +478,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         json,
                         plot_dir: plot.clone(),
                         perfetto: perfetto.clone(),
+                        pieces,
                         progress: !no_progress,
                     };
                     analyze_trace::analyze_trace(p, &opts)?;

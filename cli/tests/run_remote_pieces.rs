@@ -1,13 +1,15 @@
 //! Cached-trace execution (issue 20) end to end on the stand-in driver: a real `gpuless serve
 //! --cached-execution on`, its executor and a program under `gpuless run --remote`.
 //! `recorder/tests/fake/pieces.c` repeats an upload, four launches and a download with new
-//! bytes at every inference, changes the factor every 6 inferences and takes a data-dependent
-//! branch: its output must be the native one, with repeated pieces launched as graphs (the
-//! stand-in's graphs run copy and kernel nodes, so a graph that dropped the new bytes or
-//! returned an old result would change the output), new ones eager, and a second session of
-//! the same program capturing at first sight what the first saw repeat. Pieces the executor
-//! holds go from the client by reference (a key and the upload), not as records; pieces it
-//! has not seen repeat run as their records arrive.
+//! bytes at every inference, changes the factor every 6 inferences and the buffer every 4, and
+//! takes a data-dependent branch: its output must be the native one, with repeated shapes of
+//! pieces launched as graphs whose nodes take each inference's addresses and parameters (the
+//! stand-in's graphs run copy and kernel nodes, so a graph that dropped the new bytes, kept an
+//! old address or factor, or returned an old result would change the output), new ones eager,
+//! and a second session of the same program capturing at first sight what the first saw
+//! repeat. Pieces exactly equal to the captured one go from the client by reference (a key and
+//! the upload), not as records; pieces the executor has not seen repeat run as their records
+//! arrive.
 
 mod serve_harness;
 mod support;
@@ -20,6 +22,38 @@ fn count(stats: &serde_json::Value, key: &str) -> u64 {
     stats[key].as_u64().unwrap_or_else(|| panic!("no {key} in {stats}"))
 }
 
+/// What the executor's rule makes of `pieces.c`'s output (its lines name each inference's
+/// buffer and factor, and its branches): the pieces of each shape in order, as (exact identity),
+/// the main one (upload, four launches, download) and the branch (five launches, download).
+fn shapes(out: &str) -> [Vec<String>; 2] {
+    let (mut main, mut branch) = (Vec::new(), Vec::new());
+    for l in out.lines().filter(|l| l.starts_with("inference ")) {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        main.push(format!("{} {}", w[3], w[5]));
+        if l.contains(" branch ") {
+            branch.push(w[3].to_string());
+        }
+    }
+    [main, branch]
+}
+
+/// The counts a session should report for pieces of two shapes, each a list of exact
+/// identities in order: `captured_at` is the appearance captured (2 in a first session: seen
+/// twice first; 0 when an earlier session kept the shape). Graph launches are the appearances
+/// after it; those exactly equal to the captured one go by reference.
+fn expected(shapes: &[Vec<String>; 2], captured_at: usize) -> (u64, u64, u64, u64) {
+    let (mut eager, mut captured, mut graph, mut refs) = (0, 0, 0, 0);
+    for s in shapes {
+        eager += s.len().min(captured_at) as u64;
+        if let Some(c) = s.get(captured_at) {
+            captured += 1;
+            graph += (s.len() - captured_at - 1) as u64;
+            refs += s[captured_at + 1..].iter().filter(|x| *x == c).count() as u64;
+        }
+    }
+    (eager, captured, graph, refs)
+}
+
 #[test]
 fn repeated_pieces_run_as_graphs_with_the_native_output() {
     let dir = tempfile::tempdir().unwrap();
@@ -28,45 +62,54 @@ fn repeated_pieces_run_as_graphs_with_the_native_output() {
     assert!(native.status.success(), "natively: {native:?}");
     let want = String::from_utf8_lossy(&native.stdout).into_owned();
     let branches: u64 = want.lines().find_map(|l| l.strip_prefix("branches ")).unwrap().parse().unwrap();
-    assert!((2..24).contains(&branches), "the branch runs in some inferences, not all:\n{want}");
+    assert!((3..24).contains(&branches), "the branch runs in some inferences, not all:\n{want}");
     let pieces = 24 + branches;
+    let shapes = shapes(&want);
 
     let srv = Server::start(dir.path(), &libdir, &["--cached-execution", "on"], &[]);
     let first = run_client(&srv, &prog);
-    assert!(first.ok, "stderr:\n{}", first.stderr);
+    assert!(first.ok, "stderr:\n{}\nserver: {}", first.stderr, std::fs::read_to_string(&srv._log).unwrap_or_default());
     assert_eq!(first.stdout, want, "remote output differs from native; stderr:\n{}", first.stderr);
     let s = first.stats();
-    // Three pieces of 6 records: the main one at each factor, the branch's. Each runs as it
-    // comes the first two times (the second makes it a template), is held and captured the
-    // third time, then relaunched.
-    assert_eq!(count(&s, "pieces_captured"), 3, "{s}");
-    assert_eq!(count(&s, "pieces_eager"), 6, "{s}");
-    assert_eq!(count(&s, "pieces_graph"), pieces - 9, "{s}");
-    assert_eq!(count(&s, "records_graph"), 6 * (pieces - 6), "{s}");
-    // Once the executor said it holds a piece, the client sends it by reference: every graph
-    // launch after a capture came as a key and this inference's upload.
-    assert_eq!(count(&s, "pieces_by_reference"), pieces - 9, "{s}");
-    assert_eq!(count(&s, "records_by_reference"), 6 * (pieces - 9), "{s}");
-    let graphs = (pieces - 9) as f64;
-    wait_until(|| srv.metric("gpuless_piece_runs_total{run=\"graph\"}") == graphs, "the graph runs reach the metrics");
-    assert_eq!(srv.metric("gpuless_piece_runs_total{run=\"capture\"}"), 3.0);
-    assert_eq!(srv.metric("gpuless_piece_runs_total{run=\"eager\"}"), 6.0);
+    // Two shapes of 6 records: the main piece (whatever its buffer and factor) and the
+    // branch's. Each runs as it comes the first two times (the second makes it a template), is
+    // held and captured the third time, then relaunched, its nodes given each inference's
+    // addresses and factor: the output would differ if a node kept an old one.
+    let (eager, captured, graph, refs) = expected(&shapes, 2);
+    assert_eq!((eager, captured, graph), (4, 2, pieces - 6));
+    assert_eq!(count(&s, "pieces_captured"), captured, "{s}");
+    let log = || std::fs::read_to_string(&srv._log).unwrap_or_default();
+    assert_eq!(count(&s, "pieces_eager"), eager, "{s}\nserver: {}", log());
+    assert_eq!(count(&s, "pieces_graph"), graph, "{s}");
+    assert_eq!(count(&s, "records_graph"), 6 * (pieces - 4), "{s}");
+    // Once the executor said it holds a piece, the client sends the repetitions exactly equal
+    // to it by reference (a key and the inference's upload); the others go as records.
+    assert!(refs > 0 && refs < graph, "{refs} of {graph}");
+    assert_eq!(count(&s, "pieces_by_reference"), refs, "{s}");
+    assert_eq!(count(&s, "records_by_reference"), 6 * refs, "{s}");
+    wait_until(
+        || srv.metric("gpuless_piece_runs_total{run=\"graph\"}") == graph as f64,
+        "the graph runs reach the metrics",
+    );
+    assert_eq!(srv.metric("gpuless_piece_runs_total{run=\"capture\"}"), 2.0);
+    assert_eq!(srv.metric("gpuless_piece_runs_total{run=\"eager\"}"), 4.0);
 
-    // The same program again: the server kept the pieces that repeated, so the second session
+    // The same program again: the server kept the shapes that repeated, so the second session
     // holds and captures each the first time it sees it.
     let second = run_client(&srv, &prog);
     assert!(second.ok, "stderr:\n{}", second.stderr);
     assert_eq!(second.stdout, want);
     let s2 = second.stats();
-    assert_eq!((count(&s2, "pieces_eager"), count(&s2, "pieces_captured")), (0, 3), "{s2}");
-    assert_eq!(count(&s2, "pieces_graph"), pieces - 3, "{s2}");
-    assert_eq!(count(&s2, "pieces_by_reference"), pieces - 3, "{s2}");
+    let (_, _, graph2, refs2) = expected(&shapes, 0);
+    assert_eq!((count(&s2, "pieces_eager"), count(&s2, "pieces_captured")), (0, 2), "{s2}");
+    assert_eq!(count(&s2, "pieces_graph"), graph2, "{s2}");
+    assert_eq!(count(&s2, "pieces_by_reference"), refs2, "{s2}");
     // A flusher that sends 1 µs after a record never cuts a piece the client is building: the
     // client's pieces stay the executor's (their keys once differed when it did).
     let third = serve_harness::run_client_env(&srv, &prog, &[("GPULESS_REMOTE_FLUSH_US", "1")]);
     assert_eq!(third.stdout, want, "stderr:\n{}", third.stderr);
     let s3 = third.stats();
-    assert_eq!((count(&s3, "pieces_eager"), count(&s3, "pieces_by_reference")), (0, pieces - 3), "{s3}");
+    assert_eq!((count(&s3, "pieces_eager"), count(&s3, "pieces_by_reference")), (0, refs2), "{s3}");
     assert!(
         count(&s2, "bytes_up") < count(&s, "bytes_up"),
         "fewer bytes up when pieces go by reference from their second appearance: {s2} vs {s}"
@@ -135,4 +178,40 @@ fn a_recording_replayed_remotely_with_cached_execution_verifies_every_result() {
         assert!(p["graph"].as_u64() > Some(20), "session {session}: {v}");
         assert_eq!(p["eager"].as_u64() == Some(0), captured_first, "session {session}: {v}");
     }
+}
+
+#[test]
+fn analyze_pieces_of_a_recording_predicts_what_the_server_runs_as_graphs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
+    let trace = dir.path().join("pieces.gl");
+    let rec = Command::new(&prog)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("LD_PRELOAD", support::common::recorder_lib())
+        .env("GPULESS_TRACE", &trace)
+        .output()
+        .unwrap();
+    assert!(rec.status.success() && trace.is_file(), "recording: {rec:?}");
+    let want = String::from_utf8_lossy(&rec.stdout).into_owned();
+    let branches: u64 = want.lines().find_map(|l| l.strip_prefix("branches ")).unwrap().parse().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
+        .args(["analyze", "--pieces", "--json", "--no-progress"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["pieces"];
+    let n = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("no {k} in {p}"));
+    // The main piece at 4 buffer-and-factor combinations, the branch at 2 buffers: 2 shapes.
+    assert_eq!((n("shapes"), n("pieces_long_enough")), (2, 24 + branches), "{p}");
+    assert!(n("keys") > 2, "{p}");
+    let c = &p["counts"];
+    assert_eq!(c["captured"].as_u64(), Some(2), "{p}");
+    assert_eq!(c["graph"].as_u64(), Some(24 + branches - 6), "{p}");
+    assert_eq!(p["ended_by"][0][0].as_str(), Some("cuStreamSynchronize"), "{p}");
+    // The table says the same.
+    let text = Command::new(env!("CARGO_BIN_EXE_gpuless")).args(["analyze", "--pieces"]).arg(&trace).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("{} by graph, 2 captured", 24 + branches - 6)), "{text}");
 }

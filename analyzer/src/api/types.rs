@@ -403,6 +403,16 @@ impl ApiFunction {
         self.sync == SyncClass::StateQuery || self.gpu_answers
     }
 
+    /// Whether a client of `gpuless serve` sends a call of this function to the server: a
+    /// driver call that is not answered on the client (local, device, host-memory calls are,
+    /// unless the server must answer them). A stable query answered before is not sent again
+    /// (the client remembers answers).
+    pub fn sent_by_client(&self) -> bool {
+        self.level == ApiLevel::Driver
+            && (!matches!(self.sync, SyncClass::Local | SyncClass::DeviceQuery | SyncClass::HostMemory)
+                || self.server_answers())
+    }
+
     /// Indices of the output (`out` and `inout`) arguments, in order; results in a trace record
     /// follow this order.
     pub fn out_args(&self) -> impl Iterator<Item = (usize, &'static ApiArg)> {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use gpuless_analyzer::api::{ApiFunction, ApiLevel, ArgKind, Direction, SyncClass};
+use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, SyncClass};
 use gpuless_traces::protocol::{
     self, Answer, CallError, DeviceDescription, Endpoint, Hello, PartitionRequest, Priority, Welcome,
 };
@@ -264,15 +264,6 @@ fn flusher(after: Duration) {
     }
 }
 
-/// Whether the server must execute calls of `f`: driver calls other than the ones a client
-/// answers itself (the table's `Local` and `DeviceQuery` classes) and host memory (pinned
-/// memory is this process's own; copies carry its bytes), plus the queries only the server
-/// answers.
-fn must_send(f: &ApiFunction) -> bool {
-    f.level == ApiLevel::Driver
-        && (!matches!(f.sync, SyncClass::Local | SyncClass::DeviceQuery | SyncClass::HostMemory) || f.server_answers())
-}
-
 /// One hooked call ([`super::call`]).
 ///
 /// # Safety
@@ -310,7 +301,7 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
             code => return code,
         }
     }
-    let mut send = must_send(f);
+    let mut send = f.sent_by_client();
     // `gpuless record --remote`: every call is recorded too, as a local recording would.
     let tracing = state::enabled();
     // Inputs are read before the local part runs (it may write `inout` arguments).

@@ -260,6 +260,40 @@ static CUresult get_params(const struct gnode *n, knode *p, int v2) {
 CUresult cuGraphKernelNodeGetParams_v2(void *n, knode *p) { return get_params(n, p, 1); }
 CUresult cuGraphKernelNodeGetParams(void *n, knode_v1 *p) { return get_params(n, (knode *)p, 0); }
 CUresult cuGraphKernelNodeSetParams_v2(void *n, const knode *p) { return graph_of(n) ? set_node(n, p, 1) : 400; }
+/* The node the capture added last (the capture's one dependency). */
+CUresult cuStreamGetCaptureInfo_v3(void *s, int *status, unsigned long long *id, void **graph, void *const **deps,
+                                   const void **edges, size_t *n) {
+  static void *last;
+  int on = capturing && s == capturing && captured;
+  if (status) *status = on;
+  if (id) *id = on;
+  if (graph) *graph = on ? captured : 0;
+  if (edges) *edges = 0;
+  last = on && captured->n ? &captured->nodes[captured->n - 1] : 0;
+  if (deps) *deps = &last;
+  if (n) *n = last ? 1 : 0;
+  return 0; }
+/* The node of executable graph e that node n of its graph became. */
+static struct gnode *exec_node(void *e, void *n) {
+  struct graph *g = graph_of(n);
+  return g && e ? &((struct graph *)e)->nodes[(struct gnode *)n - g->nodes] : 0; }
+CUresult cuGraphExecKernelNodeSetParams_v2(void *e, void *n, const knode *p) {
+  struct gnode *x = exec_node(e, n);
+  return x && x->type == 0 ? set_node(x, p, 1) : 400; }
+CUresult cuGraphMemcpyNodeGetParams(void *n, copy3d *p) {
+  const struct gnode *g = n;
+  if (!graph_of(n) || g->type == 0) return 1;
+  memset(p, 0, sizeof *p);
+  if (g->type == 1) { p->src.type = 1; p->src.host = g->src; p->dst.type = 2; p->dst.dev = g->dev; }
+  else { p->src.type = 2; p->src.dev = g->dev; p->dst.type = 1; p->dst.host = g->dst; }
+  p->width = g->n; p->height = 1; p->depth = 1;
+  return 0; }
+CUresult cuGraphExecMemcpyNodeSetParams(void *e, void *n, const copy3d *p, void *ctx) {
+  (void)ctx;
+  struct gnode *x = exec_node(e, n);
+  if (!x || x->type == 0 || p->width != x->n) return 1;
+  x->dev = x->type == 1 ? p->dst.dev : p->src.dev;
+  return 0; }
 CUresult cuGraphClone(void **c, void *g) {
   struct graph *to = new_graph(graphs);
   if (!to || !g) return 2;

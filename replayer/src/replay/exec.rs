@@ -634,37 +634,75 @@ pub(crate) fn live_config(st: &State, cfg: &gpuless_traces::LaunchConfig, attrs:
     }
 }
 
+/// A launch's parameters as the driver takes them: the `kernelParams` bytes (translated or
+/// relocated where pointers in them live elsewhere now) and the packed `extra` buffer cuDNN and
+/// cuBLAS pass instead. Used by launches and by graph kernel nodes given a repetition's
+/// parameters (`piece_graph`).
+pub(crate) struct KernelArgs<'b> {
+    pub bytes: std::borrow::Cow<'b, [u8]>,
+    pub layout: &'b [(u32, u32)],
+    pub packed: std::borrow::Cow<'b, [u8]>,
+    ptrs: Vec<*mut c_void>,
+    packed_len: usize,
+    extra_list: [*mut c_void; 5],
+}
+
+impl<'b> KernelArgs<'b> {
+    /// The parameters of the launch `c`.
+    pub fn new(st: &State, c: &Call<'b>, report: &mut Report) -> Result<KernelArgs<'b>, ReplayError> {
+        let seq = c.rec.seq;
+        let (bytes, layout): (&[u8], &[(u32, u32)]) = match c.arg("kernelParams") {
+            Some(Value::KernelParams(kp)) => (&kp.bytes, &kp.layout),
+            Some(Value::Null) | None => (&[], &[]),
+            Some(other) => return Err(c.inconsistent(format!("kernel parameters not recorded ({other:?})"))),
+        };
+        // Parameter bytes are used in place unless a pointer in them must be translated (the
+        // driver only reads them).
+        let bytes = relocated(st, seq, translated(st, bytes, layout, report));
+        let packed = match c.arg("extra") {
+            Some(Value::Bytes(b)) => relocated(st, seq, translated(st, b, &[], report)),
+            _ => std::borrow::Cow::Borrowed(&[][..]),
+        };
+        let packed_len = packed.len();
+        Ok(KernelArgs { bytes, layout, packed, ptrs: Vec::new(), packed_len, extra_list: [std::ptr::null_mut(); 5] })
+    }
+
+    /// The `kernelParams` array (null when there are none); valid while `self` is not moved.
+    pub fn params(&mut self) -> *mut *mut c_void {
+        let base = self.bytes.as_ptr();
+        self.ptrs = self.layout.iter().map(|&(off, _)| base.wrapping_add(off as usize).cast_mut().cast()).collect();
+        if self.ptrs.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            self.ptrs.as_mut_ptr()
+        }
+    }
+
+    /// The `extra` list of a packed buffer (null without one); valid while `self` is not
+    /// moved.
+    pub fn extra(&mut self) -> *mut *mut c_void {
+        if self.packed.is_empty() {
+            return std::ptr::null_mut();
+        }
+        // CU_LAUNCH_PARAM_BUFFER_POINTER (1), CU_LAUNCH_PARAM_BUFFER_SIZE (2), CU_LAUNCH_PARAM_END (0)
+        self.extra_list = [
+            std::ptr::without_provenance_mut(1),
+            self.packed.as_ptr().cast_mut().cast(),
+            std::ptr::without_provenance_mut(2),
+            (&mut self.packed_len as *mut usize).cast(),
+            std::ptr::null_mut(),
+        ];
+        self.extra_list.as_mut_ptr()
+    }
+}
+
 unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<(), ReplayError> {
     let seq = c.rec.seq;
     let rec_f = c.word("f")?;
     let func =
         st.function(rec_f).ok_or_else(|| c.inconsistent(format!("kernel handle {rec_f:#x} was never loaded")))?;
-    let (bytes, layout): (&[u8], &[(u32, u32)]) = match c.arg("kernelParams") {
-        Some(Value::KernelParams(kp)) => (&kp.bytes, &kp.layout),
-        Some(Value::Null) | None => (&[], &[]),
-        Some(other) => return Err(c.inconsistent(format!("kernel parameters not recorded ({other:?})"))),
-    };
-    // Parameter bytes are used in place unless a pointer in them must be translated (the
-    // driver only reads them).
-    let bytes = relocated(st, seq, translated(st, bytes, layout, report));
-    let mut ptrs: Vec<*mut c_void> =
-        layout.iter().map(|&(off, _)| bytes.as_ptr().wrapping_add(off as usize).cast_mut().cast()).collect();
-    let params = if ptrs.is_empty() { std::ptr::null_mut() } else { ptrs.as_mut_ptr() };
-    // Parameters passed as one packed buffer through `extra` (cuDNN and cuBLAS do this).
-    let packed = match c.arg("extra") {
-        Some(Value::Bytes(b)) => relocated(st, seq, translated(st, b, &[], report)),
-        _ => std::borrow::Cow::Borrowed(&[][..]),
-    };
-    let mut packed_len = packed.len();
-    // CU_LAUNCH_PARAM_BUFFER_POINTER (1), CU_LAUNCH_PARAM_BUFFER_SIZE (2), CU_LAUNCH_PARAM_END (0)
-    let mut extra_list: [*mut c_void; 5] = [
-        std::ptr::without_provenance_mut(1),
-        packed.as_ptr().cast_mut().cast(),
-        std::ptr::without_provenance_mut(2),
-        (&mut packed_len as *mut usize).cast(),
-        std::ptr::null_mut(),
-    ];
-    let extra = if packed.is_empty() { std::ptr::null_mut() } else { extra_list.as_mut_ptr() };
+    let mut args = KernelArgs::new(st, c, report)?;
+    let (params, extra) = (args.params(), args.extra());
     let r = if c.f.name == "cuLaunchKernelEx" {
         let Some(Value::LaunchConfig(cfg)) = c.arg("config") else { return Err(c.missing("config")) };
         let mut attrs = Vec::new();
@@ -691,9 +729,9 @@ unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<()
         let what = format!(
             "{} {name} ({} parameters in {} bytes, extra buffer {} bytes, launch attributes {attrs:?})",
             c.f.name,
-            layout.len(),
-            bytes.len(),
-            packed.len()
+            args.layout.len(),
+            args.bytes.len(),
+            args.packed.len()
         );
         check(r, seq, &what)?;
     }

@@ -32,6 +32,14 @@ pub struct PieceGraph {
     inputs: Vec<(usize, *mut u8, usize)>,
     /// Position of each device-to-host copy, the pinned buffer its node writes, its length.
     outputs: Vec<(usize, *const u8, usize, &'static str)>,
+    /// The node each record of the piece added (null: none of its own), for
+    /// [`Stream::update_piece`].
+    nodes: Vec<sys::CUgraphNode>,
+    /// The records the graph was captured from: its nodes' own values (what a node's
+    /// parameters read back say, whatever its executable graph was given since).
+    captured: Vec<CallRecord>,
+    /// The records whose addresses and parameters the executable graph holds now.
+    current: Vec<CallRecord>,
     /// Launch records in the piece (the report's count).
     launches: u64,
     /// Whether the graph was launched and its inputs may still be read.
@@ -75,6 +83,9 @@ impl Stream {
             done: std::ptr::null_mut(),
             inputs: Vec::new(),
             outputs: Vec::new(),
+            nodes: Vec::with_capacity(recs.len()),
+            captured: Vec::new(),
+            current: Vec::new(),
             launches: 0,
             launched: false,
         };
@@ -95,11 +106,13 @@ impl Stream {
             // Capturing runs nothing: the counts are the launch's (`launch_captured`).
             let counts = (report.calls, report.executed, report.launches);
             let mut failed = None;
+            let mut tail = std::ptr::null_mut();
             for r in recs {
                 if let Err(err) = exec::call(st, trace, r, report) {
                     failed = Some(err.to_string());
                     break;
                 }
+                g.nodes.push(added_node(cap, &mut tail));
             }
             (report.calls, report.executed, report.launches) = counts;
             st.stream_override = None;
@@ -137,13 +150,70 @@ impl Stream {
                 return Err(e("cuGraphInstantiateWithFlags", r));
             }
         }
+        g.captured = recs.to_vec();
+        g.current = recs.to_vec();
         // The capture wrote this repetition's bytes into the input buffers already.
         self.launch_captured(&mut g, recs).map_err(|e| e.to_string())?;
         Ok(g)
     }
 
+    /// Gives `g`'s nodes the addresses and parameters of `recs` (a piece of the graph's shape,
+    /// `piece::same_shape`) where they differ from those of its last launch: kernel nodes
+    /// take the launch's parameters, copy and set nodes its device addresses. Launches already
+    /// queued are not affected. On an error the nodes updated so far keep their new values
+    /// (the graph remembers them) and nothing ran.
+    pub fn update_piece(&mut self, g: &mut PieceGraph, recs: &[CallRecord]) -> Result<(), String> {
+        if recs.len() != g.current.len() || recs.len() != g.nodes.len() {
+            return Err(format!("a piece of {} records for a graph of {}", recs.len(), g.current.len()));
+        }
+        let (st, _, report) = self.parts();
+        for (i, rec) in recs.iter().enumerate() {
+            if piece::same(&g.current[i], rec) {
+                continue;
+            }
+            let node = g.nodes[i];
+            let f = rec.function.api().ok_or("a record of a function the table does not model")?;
+            if node.is_null() {
+                return Err(format!("{} (record {i} of a piece) added no node of its own to the graph", f.name));
+            }
+            // SAFETY: a node of `g`'s graph and its executable graph; the parameters are the
+            // record's, read by the driver during the call.
+            unsafe {
+                match f.group {
+                    Group::Launch => {
+                        let c = super::args::Call { f, rec };
+                        let mut args = exec::KernelArgs::new(st, &c, report).map_err(|e| e.to_string())?;
+                        let mut p: sys::CUDA_KERNEL_NODE_PARAMS = std::mem::zeroed();
+                        let r = sys::cuGraphKernelNodeGetParams_v2(node, &mut p);
+                        if r != sys::CUresult::CUDA_SUCCESS {
+                            return Err(e("cuGraphKernelNodeGetParams", r));
+                        }
+                        (p.kernelParams, p.extra) = (args.params(), args.extra());
+                        let r = sys::cuGraphExecKernelNodeSetParams_v2(g.exe, node, &p);
+                        if r != sys::CUresult::CUDA_SUCCESS {
+                            return Err(e(&format!("cuGraphExecKernelNodeSetParams ({})", f.name), r));
+                        }
+                    }
+                    Group::Copy | Group::Set => {
+                        // From the node's own addresses (the capture's) to this repetition's.
+                        let moves: Vec<(u64, u64)> = device_addresses(&g.captured[i])
+                            .zip(device_addresses(rec))
+                            .filter(|(a, b)| a != b)
+                            .map(|(a, b)| (st.mem.translate(a), st.mem.translate(b)))
+                            .collect();
+                        point_node(g.exe, node, f.group, &moves).map_err(|why| format!("{}: {why}", f.name))?;
+                    }
+                    _ => return Err(format!("{}: no graph node of its kind can be updated", f.name)),
+                }
+            }
+            g.current[i] = rec.clone();
+        }
+        Ok(())
+    }
+
     /// Runs a later repetition of `g`'s piece: `recs` must be the same piece
-    /// (`piece::same`, record by record; the caller compared them). Its uploads' bytes go
+    /// (`piece::same`, record by record, with the records [`Self::update_piece`] gave the
+    /// graph). Its uploads' bytes go
     /// into the graph's input buffers, then the graph runs on the piece's stream.
     pub fn launch_piece(&mut self, g: &mut PieceGraph, recs: &[CallRecord]) -> Result<(), ReplayError> {
         let seq = recs.first().map_or(0, |r| r.seq);
@@ -217,6 +287,104 @@ impl Stream {
         report.executed += recs.len() as u64;
         report.launches += g.launches;
         Ok(())
+    }
+}
+
+/// The node the capture on `cap` added last, if it is not `tail` (the one before): the node of
+/// the record just captured, or null when it added none of its own.
+///
+/// # Safety
+/// `cap` is a stream being captured.
+unsafe fn added_node(cap: sys::CUstream, tail: &mut sys::CUgraphNode) -> sys::CUgraphNode {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let (mut deps, mut n): (*const sys::CUgraphNode, usize) = (std::ptr::null(), 0);
+    // SAFETY: outputs into locals; the dependencies stay valid until the next capture call.
+    let r = unsafe {
+        sys::cuStreamGetCaptureInfo_v3(
+            cap,
+            &mut status,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut deps,
+            std::ptr::null_mut(),
+            &mut n,
+        )
+    };
+    if r != sys::CUresult::CUDA_SUCCESS || n != 1 || deps.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `n` (1) dependencies at `deps`.
+    let node = unsafe { *deps };
+    if node == *tail {
+        return std::ptr::null_mut();
+    }
+    *tail = node;
+    node
+}
+
+/// The device addresses a record names, in argument order.
+fn device_addresses(r: &CallRecord) -> impl Iterator<Item = u64> + '_ {
+    r.args.iter().filter_map(|v| match v {
+        gpuless_traces::Value::DevPtr(p) => Some(*p),
+        _ => None,
+    })
+}
+
+/// Points a copy or set node of `exe` from each `(old, new)` device address to the new one.
+///
+/// # Safety
+/// `node` is a node of `exe`'s graph of the kind `group` says (a copy: memcpy; a set: memset).
+unsafe fn point_node(
+    exe: sys::CUgraphExec,
+    node: sys::CUgraphNode,
+    group: Group,
+    moves: &[(u64, u64)],
+) -> Result<(), String> {
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY (block): node parameters read into locals, changed, handed back for `exe`.
+    unsafe {
+        sys::cuCtxGetCurrent(&mut ctx);
+        if group == Group::Set {
+            let mut p: sys::CUDA_MEMSET_NODE_PARAMS = std::mem::zeroed();
+            let r = sys::cuGraphMemsetNodeGetParams(node, &mut p);
+            if r != sys::CUresult::CUDA_SUCCESS {
+                return Err(e("cuGraphMemsetNodeGetParams", r));
+            }
+            for &(old, new) in moves {
+                if p.dst != old {
+                    return Err(format!("its node does not set {old:#x}"));
+                }
+                p.dst = new;
+            }
+            let r = sys::cuGraphExecMemsetNodeSetParams(exe, node, &p, ctx);
+            return if r == sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(e("cuGraphExecMemsetNodeSetParams", r)) };
+        }
+        // Its memory types are enums without a zero: filled by the driver, never zeroed.
+        let mut p = std::mem::MaybeUninit::<sys::CUDA_MEMCPY3D>::uninit();
+        let r = sys::cuGraphMemcpyNodeGetParams(node, p.as_mut_ptr());
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(e("cuGraphMemcpyNodeGetParams", r));
+        }
+        let mut p = p.assume_init();
+        let (src, dst) = (p.srcDevice, p.dstDevice);
+        for &(old, new) in moves {
+            let mut found = false;
+            if src == old {
+                (p.srcDevice, found) = (new, true);
+            }
+            if dst == old {
+                (p.dstDevice, found) = (new, true);
+            }
+            if !found {
+                return Err(format!("its node copies neither from nor to {old:#x}"));
+            }
+        }
+        let r = sys::cuGraphExecMemcpyNodeSetParams(exe, node, &p, ctx);
+        if r == sys::CUresult::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(e("cuGraphExecMemcpyNodeSetParams", r))
+        }
     }
 }
 

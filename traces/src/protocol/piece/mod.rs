@@ -61,10 +61,23 @@ pub fn payload(rec: &CallRecord) -> Option<crate::model::BlobRef> {
 
 /// The key of a piece: a hash of its records under the rule in the module's documentation.
 pub fn key(records: &[CallRecord]) -> Hash128 {
+    hash_records(records, false)
+}
+
+/// The *shape* key of a piece: [`key`] without device addresses and without the bytes of
+/// kernel parameters (their layout and length stay in). Pieces of one shape are one graph
+/// whose nodes are pointed at this repetition's buffers and given its parameters before a
+/// launch (`cuGraphExec*NodeSetParams`): a program whose allocator hands out other addresses
+/// at every repetition (PyTorch's caching allocator) still runs its repeated work as graphs.
+pub fn shape_key(records: &[CallRecord]) -> Hash128 {
+    hash_records(records, true)
+}
+
+fn hash_records(records: &[CallRecord], shape: bool) -> Hash128 {
     let mut h = Xxh3::new();
     h.update(&(records.len() as u64).to_le_bytes());
     for r in records {
-        feed_record(&mut h, r);
+        feed_record(&mut h, r, shape);
     }
     Hash128(h.digest128())
 }
@@ -72,25 +85,40 @@ pub fn key(records: &[CallRecord]) -> Hash128 {
 /// Whether `a` and `b` are the same call under the piece rule: equal but for sequence numbers,
 /// threads, times, statuses, uploaded bytes and host buffer addresses.
 pub fn same(a: &CallRecord, b: &CallRecord) -> bool {
+    same_record(a, b, false)
+}
+
+/// Whether `a` and `b` have the same shape ([`shape_key`]): [`same`] but for device addresses
+/// and kernel parameter bytes.
+pub fn same_shape(a: &CallRecord, b: &CallRecord) -> bool {
+    same_record(a, b, true)
+}
+
+fn same_record(a: &CallRecord, b: &CallRecord, shape: bool) -> bool {
     a.function == b.function
         && a.variant == b.variant
         && a.args.len() == b.args.len()
         && a.results.len() == b.results.len()
-        && a.args.iter().zip(&b.args).all(|(x, y)| same_value(x, y))
-        && a.results.iter().zip(&b.results).all(|(x, y)| same_value(x, y))
+        && a.args.iter().zip(&b.args).all(|(x, y)| same_value(x, y, shape))
+        && a.results.iter().zip(&b.results).all(|(x, y)| same_value(x, y, shape))
 }
 
-fn same_value(a: &Value, b: &Value) -> bool {
+fn same_value(a: &Value, b: &Value, shape: bool) -> bool {
     match (a, b) {
         (Value::HostPtr(_), Value::HostPtr(_)) => true,
+        (Value::DevPtr(_), Value::DevPtr(_)) if shape => true,
+        (Value::KernelParams(x), Value::KernelParams(y)) if shape => {
+            x.layout == y.layout && x.bytes.len() == y.bytes.len()
+        }
+        (Value::Bytes(x), Value::Bytes(y)) if shape => x.len() == y.len(),
         (Value::Blob(x), Value::Blob(y)) | (Value::Digest(x), Value::Digest(y)) => x.len == y.len,
         (Value::F64(x), Value::F64(y)) => x.to_bits() == y.to_bits(),
-        (Value::List(x), Value::List(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_value(p, q)),
+        (Value::List(x), Value::List(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_value(p, q, shape)),
         _ => a == b,
     }
 }
 
-fn feed_record(h: &mut Xxh3, r: &CallRecord) {
+fn feed_record(h: &mut Xxh3, r: &CallRecord, shape: bool) {
     match &r.function {
         crate::model::Function::Known(id) => h.update(&[0, (id.0 & 0xff) as u8, (id.0 >> 8) as u8]),
         crate::model::Function::Other(n) => {
@@ -100,11 +128,11 @@ fn feed_record(h: &mut Xxh3, r: &CallRecord) {
     }
     h.update(&[r.variant.version, u8::from(r.variant.per_thread), r.args.len() as u8, r.results.len() as u8]);
     for v in r.args.iter().chain(&r.results) {
-        feed_value(h, v);
+        feed_value(h, v, shape);
     }
 }
 
-fn feed_value(h: &mut Xxh3, v: &Value) {
+fn feed_value(h: &mut Xxh3, v: &Value, shape: bool) {
     let word = |h: &mut Xxh3, tag: u8, w: u64| {
         h.update(&[tag]);
         h.update(&w.to_le_bytes());
@@ -117,6 +145,7 @@ fn feed_value(h: &mut Xxh3, v: &Value) {
         Value::U64(x) => word(h, 1, *x),
         Value::I64(x) => word(h, 2, *x as u64),
         Value::F64(x) => word(h, 3, x.to_bits()),
+        Value::DevPtr(_) if shape => h.update(&[4]),
         Value::DevPtr(x) => word(h, 4, *x),
         // The program's own buffer: a new one at every repetition is the same call.
         Value::HostPtr(_) => h.update(&[5]),
@@ -131,12 +160,17 @@ fn feed_value(h: &mut Xxh3, v: &Value) {
             h.update(&d.z.to_le_bytes());
         }
         Value::Str(s) => bytes(h, 9, s.as_bytes()),
+        Value::Bytes(b) if shape => word(h, 10, b.len() as u64),
         Value::Bytes(b) => bytes(h, 10, b),
         // What is uploaded (or came back) varies; how much does not.
         Value::Blob(b) => word(h, 11, b.len),
         Value::Digest(b) => word(h, 12, b.len),
         Value::KernelParams(kp) => {
-            bytes(h, 13, &kp.bytes);
+            if shape {
+                word(h, 13, kp.bytes.len() as u64);
+            } else {
+                bytes(h, 13, &kp.bytes);
+            }
             word(h, 13, kp.layout.len() as u64);
             for &(o, s) in &kp.layout {
                 h.update(&o.to_le_bytes());
@@ -160,7 +194,7 @@ fn feed_value(h: &mut Xxh3, v: &Value) {
         Value::List(items) => {
             word(h, 15, items.len() as u64);
             for i in items {
-                feed_value(h, i);
+                feed_value(h, i, shape);
             }
         }
         Value::Null => h.update(&[16]),
@@ -267,6 +301,8 @@ impl Assembler {
     }
 }
 
+pub mod policy;
 pub mod sample;
+pub mod survey;
 #[cfg(test)]
 mod tests;

@@ -28,10 +28,15 @@ pub fn record(seq: u64, name: &str, args: Vec<Value>) -> CallRecord {
 /// `cuLaunchKernel` of function 0x10 on `stream`, 4 blocks of 128 threads, one 8-byte parameter
 /// of bytes `param`.
 pub fn launch(seq: u64, stream: u64, param: u8) -> CallRecord {
+    launch_blocks(seq, stream, param, 4)
+}
+
+/// [`launch`] of `blocks` blocks (another shape of piece).
+pub fn launch_blocks(seq: u64, stream: u64, param: u8, blocks: u64) -> CallRecord {
     let g = Value::U64;
     let args = vec![
         Value::Handle(HandleKind::Function, 0x10),
-        g(4),
+        g(blocks),
         g(1),
         g(1),
         g(128),

@@ -148,3 +148,25 @@ fn a_reference_stands_for_the_template_with_this_repetitions_numbers_and_uploads
     assert!(PieceRef { records: 4, ..r.clone() }.records(&template).is_none(), "another length");
     assert!(PieceRef { first_seq: u64::MAX, ..r }.records(&template).is_none(), "sequence numbers past the end");
 }
+
+#[test]
+fn the_shape_leaves_out_device_addresses_and_parameter_bytes_but_not_geometry_or_sizes() {
+    let piece = |dst: u64, param: u8, blocks: u64| -> Vec<CallRecord> {
+        let mut up = sample::upload(1, 0, 7);
+        up.args[0] = Value::DevPtr(dst);
+        vec![up, sample::launch_blocks(2, 0, param, blocks)]
+    };
+    let a = piece(0x7e00_0000_0000, 1, 4);
+    let b = piece(0x7e00_0000_0400, 9, 4);
+    assert_ne!(key(&a), key(&b));
+    assert_eq!(shape_key(&a), shape_key(&b));
+    assert!(a.iter().zip(&b).all(|(x, y)| same_shape(x, y)) && !same(&a[1], &b[1]));
+    let c = piece(0x7e00_0000_0000, 1, 8);
+    assert_ne!(shape_key(&a), shape_key(&c), "another grid is another graph");
+    assert!(!same_shape(&a[1], &c[1]));
+    let mut d = a.clone();
+    if let Value::KernelParams(kp) = &mut d[1].args[9] {
+        kp.bytes.push(0);
+    }
+    assert_ne!(shape_key(&a), shape_key(&d), "another parameter length is another shape");
+}
