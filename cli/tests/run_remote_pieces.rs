@@ -154,11 +154,11 @@ fn a_piece_by_reference_the_session_does_not_hold_ends_that_session_only() {
     }
 }
 
-#[test]
-fn a_recording_replayed_remotely_with_cached_execution_verifies_every_result() {
-    let dir = tempfile::tempdir().unwrap();
-    let (libdir, prog) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
-    let trace = dir.path().join("pieces.gl");
+/// `pieces.c` built in `dir` and recorded on the stand-in: (the stand-in's directory, the trace,
+/// what the program printed).
+fn recorded(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let (libdir, prog) = support::build_program(dir, "pieces", &["-lcuda"]);
+    let trace = dir.join("pieces.gl");
     let rec = Command::new(&prog)
         .env("LD_LIBRARY_PATH", &libdir)
         .env("LD_PRELOAD", support::common::recorder_lib())
@@ -166,6 +166,13 @@ fn a_recording_replayed_remotely_with_cached_execution_verifies_every_result() {
         .output()
         .unwrap();
     assert!(rec.status.success() && trace.is_file(), "recording: {rec:?}");
+    (libdir, trace, String::from_utf8_lossy(&rec.stdout).into_owned())
+}
+
+#[test]
+fn a_recording_replayed_remotely_with_cached_execution_verifies_every_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, trace, _) = recorded(dir.path());
     let srv = Server::start(dir.path(), &libdir, &["--cached-execution", "on"], &[]);
     // Every download of the 24 inferences (and 7 branches) is compared with the recording's
     // hash, those the graphs returned included; the second session captures at first sight.
@@ -183,16 +190,7 @@ fn a_recording_replayed_remotely_with_cached_execution_verifies_every_result() {
 #[test]
 fn analyze_pieces_of_a_recording_predicts_what_the_server_runs_as_graphs() {
     let dir = tempfile::tempdir().unwrap();
-    let (libdir, prog) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
-    let trace = dir.path().join("pieces.gl");
-    let rec = Command::new(&prog)
-        .env("LD_LIBRARY_PATH", &libdir)
-        .env("LD_PRELOAD", support::common::recorder_lib())
-        .env("GPULESS_TRACE", &trace)
-        .output()
-        .unwrap();
-    assert!(rec.status.success() && trace.is_file(), "recording: {rec:?}");
-    let want = String::from_utf8_lossy(&rec.stdout).into_owned();
+    let (_, trace, want) = recorded(dir.path());
     let branches: u64 = want.lines().find_map(|l| l.strip_prefix("branches ")).unwrap().parse().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
         .args(["analyze", "--pieces", "--json", "--no-progress"])
