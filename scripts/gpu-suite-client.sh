@@ -8,7 +8,8 @@
 # SUITE_BIN holds the suite's programs (testdata/cuda/suite/build.sh). CLIENT_PROGRAMS and
 # CLIENT_TORCH_ROWS choose the CUDA programs and PyTorch workloads (default: all), CLIENT_LOOP=0
 # leaves out the driver_loop timing, CLIENT_PIECES=0 the cached-trace execution rows
-# (CLIENT_PIECES_ROWS: changing resnet50 bert; a second server with --cached-execution on).
+# (CLIENT_PIECES_ROWS: changing resnet50 bert; a second server with --cached-execution on;
+# CLIENT_PIECES_ITERS hot iterations of their A-B-B-A runs, default 100).
 # For each program: the
 # native output, the same command in the namespace without gpuless (must see no GPU), and
 # with `gpuless run --remote` (must print what the native run printed); the client's counts
@@ -396,7 +397,7 @@ PY
   if [[ $pieces_rows == *" bert "* ]] && python3 -c 'import transformers' 2>/dev/null; then ab+="bert=$wl/bert.py "; fi
   if [ -n "$ab" ] && [ -n "$caddr" ]; then
     for e in $ab; do
-      name=${e%%=*}; script=${e#*=}; it=${CLIENT_HOT_ITERS:-30}
+      name=${e%%=*}; script=${e#*=}; it=${CLIENT_PIECES_ITERS:-100}
       HOT_ITERS=$it python3 "$script" >"$out/$name.pc.native.txt" 2>"$out/$name.pc.native.err"; rn=$?
       scrape "$cmaddr" "$out/$name.pc.metrics0.txt"; scrape "$maddr" "$out/$name.pc.nc-metrics0.txt"
       rcs=""
