@@ -8,8 +8,9 @@
 # SUITE_BIN holds the suite's programs (testdata/cuda/suite/build.sh). CLIENT_PROGRAMS and
 # CLIENT_TORCH_ROWS choose the CUDA programs and PyTorch workloads (default: all), CLIENT_LOOP=0
 # leaves out the driver_loop timing, CLIENT_PIECES=0 the cached-trace execution rows
-# (CLIENT_PIECES_ROWS: changing resnet50 bert; a second server with --cached-execution on;
-# CLIENT_PIECES_ITERS hot iterations of their A-B-B-A runs, default 100).
+# (CLIENT_PIECES_ROWS: changing resnet50 bert; servers with --cached-execution on, holding
+# always and only while busy; CLIENT_PIECES_ITERS hot iterations of their A-B-C-C-B-A runs,
+# default 100).
 # For each program: the
 # native output, the same command in the namespace without gpuless (must see no GPU), and
 # with `gpuless run --remote` (must print what the native run printed); the client's counts
@@ -263,12 +264,18 @@ if [ "${CLIENT_PIECES:-1}" != 0 ] && [ -n "${CLIENT_TORCH:-1}" ] && python3 -c '
   wl=$(cd "$(dirname "$0")/../testdata/workloads" && pwd)
   pieces_rows=" ${CLIENT_PIECES_ROWS:-changing resnet50 bert} "
   maddr=$(grep -o 'metrics=[^ ]*' "$out/serve.out" | cut -d= -f2)
+  # Two servers with cached execution: one holding pieces always (the correctness rows: most
+  # graphs), one holding only while the GPU is busy (the default when on).
   "$gl" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$out/cache-cached" --cached-execution on \
-    >"$out/serve-cached.out" 2>"$out/serve-cached.log" &
+    --cached-hold always >"$out/serve-cached.out" 2>"$out/serve-cached.log" &
   srv2=$!
-  for _ in $(seq 100); do grep -q "tcp=" "$out/serve-cached.out" 2>/dev/null && break; sleep 0.1; done
+  "$gl" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$out/cache-busy" --cached-execution on \
+    --cached-hold busy >"$out/serve-busy.out" 2>"$out/serve-busy.log" &
+  srv3=$!
+  for _ in $(seq 100); do grep -q "tcp=" "$out/serve-cached.out" 2>/dev/null && grep -q "tcp=" "$out/serve-busy.out" 2>/dev/null && break; sleep 0.1; done
   caddr=$(grep -o "tcp=[^ ]*" "$out/serve-cached.out" | cut -d= -f2)
   cmaddr=$(grep -o 'metrics=[^ ]*' "$out/serve-cached.out" | cut -d= -f2)
+  baddr=$(grep -o "tcp=[^ ]*" "$out/serve-busy.out" | cut -d= -f2)
   [ -n "$caddr" ] || echo "row|cached execution: second server (--cached-execution on) starts|FAIL|$(tail -n 3 "$out/serve-cached.log" | head -c 400 | tr '\n' ' ')"
   scrape() { # ADDR FILE: the server's /metrics text into FILE (empty when it cannot be read)
     [ -n "$1" ] || { : >"$2"; return; }
@@ -401,7 +408,7 @@ PY
       HOT_ITERS=$it python3 "$script" >"$out/$name.pc.native.txt" 2>"$out/$name.pc.native.err"; rn=$?
       scrape "$cmaddr" "$out/$name.pc.metrics0.txt"; scrape "$maddr" "$out/$name.pc.nc-metrics0.txt"
       rcs=""
-      for k in "cached1=$caddr" "nocache1=$addr" "nocache2=$addr" "cached2=$caddr"; do
+      for k in "cached1=$caddr" "busy1=$baddr" "nocache1=$addr" "nocache2=$addr" "busy2=$baddr" "cached2=$caddr"; do
         HOT_ITERS=$it hidden "$gl" run --remote "${k#*=}" --json -- python3 "$script" \
           >"$out/$name.pc.${k%%=*}.txt" 2>"$out/$name.pc.${k%%=*}.err"
         rcs+="${k%%=*}=$? "
@@ -414,7 +421,7 @@ import statistics, sys
 out, name, rn, rcs = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 sys.path.insert(0, out)
 from pieces_lib import delta, fmt_delta, stats, fmt_stats, last
-runs = ("cached1", "nocache1", "nocache2", "cached2")
+runs = ("cached1", "busy1", "nocache1", "nocache2", "busy2", "cached2")
 rc = dict(x.split("=") for x in rcs.split())
 nat = last(f"{out}/{name}.pc.native.txt")
 res = {k: last(f"{out}/{name}.pc.{k}.txt") for k in runs}
@@ -435,6 +442,10 @@ if c and u:
   d += f"; cached/no-cache x{cm/um:.3f} (medians {cm:.3f} / {um:.3f} ms)"
   if n:
       d += f"; cached vs native x{cm/n:.3f}, no-cache vs native x{um/n:.3f}"
+  b = [hot[k] for k in ("busy1", "busy2") if hot[k]]
+  if b:
+      bm = statistics.median(b)
+      d += f"; held only while busy/no-cache x{bm/um:.3f} (median {bm:.3f} ms)"
 d += "; client stats: " + "; ".join(f"{k} {fmt_stats(st[k])}" for k in runs)
 d += (f"; server metrics over the runs: cached server {fmt_delta(delta(f'{out}/{name}.pc.metrics0.txt', f'{out}/{name}.pc.metrics1.txt'))}"
     f"; no-cache server {fmt_delta(delta(f'{out}/{name}.pc.nc-metrics0.txt', f'{out}/{name}.pc.nc-metrics1.txt'))}")
@@ -447,10 +458,10 @@ PY
       echo "row|cached execution: $name hot through the client, graph pieces vs eager|${v%%|*}|${v#*|}"
     done
   fi
-  kill -TERM "$srv2" 2>/dev/null
-  for _ in $(seq 100); do kill -0 "$srv2" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$srv2" 2>/dev/null
-  wait "$srv2" 2>/dev/null
+  kill -TERM "$srv2" "$srv3" 2>/dev/null
+  for _ in $(seq 100); do kill -0 "$srv2" 2>/dev/null || kill -0 "$srv3" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$srv2" "$srv3" 2>/dev/null
+  wait "$srv2" "$srv3" 2>/dev/null
 fi
 # NVML through the client (libnvidia-ml answered by the client library): what a tool and PyTorch
 # ask, the same lines as natively.

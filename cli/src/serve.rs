@@ -67,6 +67,10 @@ pub struct ServeArgs {
     /// and sets that repeat are captured as CUDA graphs and launched instead (docs/FUNCTIONS.md).
     #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
     pub cached_execution: Option<String>,
+    /// When cached execution holds a piece for a graph: `busy` (default; only while the GPU
+    /// still has earlier work of its stream, so an idle GPU never waits) or `always`.
+    #[arg(long, value_name = "busy|always", value_parser = ["busy", "always"])]
+    pub cached_hold: Option<String>,
 }
 
 /// Runs the server until SIGTERM/SIGINT.
@@ -111,6 +115,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(c) = &args.cached_execution {
         cfg.cached_execution = c == "on";
+    }
+    if let Some(h) = args.cached_hold.as_deref().and_then(gpuless_traces::protocol::piece::policy::Hold::parse) {
+        cfg.cached_hold = h;
     }
     if let Some(d) = &args.cache_dir {
         cfg.cache.memory_dir = d.join("memory").display().to_string();

@@ -66,7 +66,7 @@ fn repeated_pieces_run_as_graphs_with_the_native_output() {
     let pieces = 24 + branches;
     let shapes = shapes(&want);
 
-    let srv = Server::start(dir.path(), &libdir, &["--cached-execution", "on"], &[]);
+    let srv = Server::start(dir.path(), &libdir, &["--cached-execution", "on", "--cached-hold", "always"], &[]);
     let first = run_client(&srv, &prog);
     assert!(first.ok, "stderr:\n{}\nserver: {}", first.stderr, std::fs::read_to_string(&srv._log).unwrap_or_default());
     assert_eq!(first.stdout, want, "remote output differs from native; stderr:\n{}", first.stderr);
@@ -114,6 +114,32 @@ fn repeated_pieces_run_as_graphs_with_the_native_output() {
         count(&s2, "bytes_up") < count(&s, "bytes_up"),
         "fewer bytes up when pieces go by reference from their second appearance: {s2} vs {s}"
     );
+}
+
+#[test]
+fn holding_only_while_the_gpu_is_busy_never_holds_for_an_idle_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
+    let native = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    let want = String::from_utf8_lossy(&native.stdout).into_owned();
+    let branches: u64 = want.lines().find_map(|l| l.strip_prefix("branches ")).unwrap().parse().unwrap();
+    // The stand-in's streams are idle (its work is done when a call returns): `busy`, the
+    // default, holds nothing, so nothing is captured and everything runs as it comes.
+    let srv = Server::start(dir.path(), &libdir, &["--cached-execution", "on"], &[]);
+    let ran = run_client(&srv, &prog);
+    assert_eq!(ran.stdout, want, "stderr:\n{}", ran.stderr);
+    let s = ran.stats();
+    assert_eq!((count(&s, "pieces_graph"), count(&s, "pieces_captured")), (0, 0), "{s}");
+    assert_eq!(count(&s, "pieces_eager"), 24 + branches, "{s}");
+    drop(srv);
+    // A stand-in whose streams stay busy: `busy` holds as `always` does.
+    let busy = tempfile::tempdir().unwrap();
+    let srv = Server::start(busy.path(), &libdir, &["--cached-execution", "on"], &[("FAKE_CUDA_STREAM_BUSY", "1")]);
+    let ran = run_client(&srv, &prog);
+    assert_eq!(ran.stdout, want, "stderr:\n{}", ran.stderr);
+    let s = ran.stats();
+    assert_eq!((count(&s, "pieces_captured"), count(&s, "pieces_eager")), (2, 4), "{s}");
+    assert_eq!(count(&s, "pieces_graph"), 24 + branches - 6, "{s}");
 }
 
 #[test]
@@ -173,7 +199,7 @@ fn recorded(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, S
 fn a_recording_replayed_remotely_with_cached_execution_verifies_every_result() {
     let dir = tempfile::tempdir().unwrap();
     let (libdir, trace, _) = recorded(dir.path());
-    let srv = Server::start(dir.path(), &libdir, &["--cached-execution", "on"], &[]);
+    let srv = Server::start(dir.path(), &libdir, &["--cached-execution", "on", "--cached-hold", "always"], &[]);
     // Every download of the 24 inferences (and 7 branches) is compared with the recording's
     // hash, those the graphs returned included; the second session captures at first sight.
     for (session, captured_first) in [(1, false), (2, true)] {

@@ -131,7 +131,9 @@ CUresult cuThreadExchangeStreamCaptureMode(int *mode) { int old = capture_mode; 
 /* State queries: a fixed event timing, done streams and events, the heap as free memory. */
 CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 1.25f; return 0; }
 CUresult cuEventQuery(void *e) { (void)e; return 0; }
-CUresult cuStreamQuery(void *s) { (void)s; return 0; }
+/* Done, or with FAKE_CUDA_STREAM_BUSY set, still busy (CUDA_ERROR_NOT_READY): the work a stream
+ * had is never seen to finish, as on a GPU behind the program. */
+CUresult cuStreamQuery(void *s) { (void)s; return getenv("FAKE_CUDA_STREAM_BUSY") ? 600 : 0; }
 CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) { *least = 0; *greatest = -5; return 0; }
 /* Streams: one handle; with FAKE_CUDA_LOG set, each creation's priority is appended to that file. */
 static CUresult create_stream(void **s, int prio) { /* static: a recorder cannot see it */

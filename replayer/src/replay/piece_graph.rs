@@ -247,6 +247,16 @@ impl Stream {
         super::objects::capturing(st.stream(recorded_stream(first)))
     }
 
+    /// Whether the live stream of the piece that starts with `rec` still has work on the GPU
+    /// (`cuStreamQuery`: not ready): holding the piece until it is complete then keeps no idle
+    /// GPU waiting.
+    pub fn piece_stream_busy(&mut self, rec: &CallRecord) -> bool {
+        let (st, _, _) = self.parts();
+        let live = st.stream(recorded_stream(rec));
+        // SAFETY: a live stream of the session.
+        unsafe { sys::cuStreamQuery(live) == sys::CUresult::CUDA_ERROR_NOT_READY }
+    }
+
     /// Whether `g`'s device-to-host buffers still hold results no synchronization has
     /// returned: launching it again would overwrite them (run the piece eagerly instead).
     pub fn piece_results_pending(&self, g: &PieceGraph) -> bool {

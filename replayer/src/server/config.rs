@@ -53,8 +53,13 @@ pub struct Config {
     pub warm_functions_max: usize,
     /// Cached-trace execution for sessions that stream records (live clients, `replay
     /// --remote`): runs of launches, copies and sets that repeat run as CUDA graphs
-    /// (`server::pieces`). Off by default until its GPU rows have passed on a device.
+    /// (`server::pieces`). Off by default: on an H100 it runs most of a PyTorch program's
+    /// repeated work as graphs, correctly, but made no live client faster (docs/BENCHMARKS.md).
     pub cached_execution: bool,
+    /// When cached execution holds a piece for a graph: `busy` (only while the GPU still has
+    /// earlier work of the piece's stream, so an idle GPU never waits for a piece's last
+    /// record) or `always`.
+    pub cached_hold: gpuless_traces::protocol::piece::policy::Hold,
     /// The blob cache.
     pub cache: CacheConfig,
     /// The executor binary (default: this `gpuless`).
@@ -108,6 +113,7 @@ impl Default for Config {
             function_keep_alive_s: 300.0,
             warm_functions_max: 4,
             cached_execution: false,
+            cached_hold: Default::default(),
             cache: CacheConfig::default(),
             executor: String::new(),
             tls_cert: String::new(),

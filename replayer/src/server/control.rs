@@ -8,6 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use gpuless_traces::protocol::codec::{Get, Put};
 use gpuless_traces::protocol::message::{DeviceDescription, PartitionInfo, SessionStats};
+use gpuless_traces::protocol::piece::policy::Hold;
 use gpuless_traces::protocol::ProtocolError;
 use gpuless_traces::Hash128;
 
@@ -38,8 +39,8 @@ pub enum Control {
         /// session ends ([`Control::Warm`]), milliseconds; 0: it exits after the session.
         keep_alive_ms: u64,
         /// Whether repeated runs of the session's records execute as CUDA graphs
-        /// ([`super::pieces`]).
-        cached: bool,
+        /// ([`super::pieces`]), and when pieces are held for them.
+        cached: Option<Hold>,
     },
     /// Executor → server: blobs added to the cache, and blobs found in it.
     Cache {
@@ -83,7 +84,12 @@ impl Control {
                 p.u8(2).str(m);
             }
             Control::Start { session, idle_ms, hello, keep_alive_ms, cached } => {
-                p.u8(3).u64(*session).u64(*idle_ms).bytes(hello).u64(*keep_alive_ms).u8(u8::from(*cached));
+                let cached = match cached {
+                    None => 0,
+                    Some(Hold::Busy) => 1,
+                    Some(Hold::Always) => 2,
+                };
+                p.u8(3).u64(*session).u64(*idle_ms).bytes(hello).u64(*keep_alive_ms).u8(cached);
             }
             Control::Cache { added, hits } => {
                 p.u8(4).u32(added.len() as u32);
@@ -131,7 +137,11 @@ impl Control {
                 idle_ms: g.u64()?,
                 hello: g.bytes()?.to_vec(),
                 keep_alive_ms: g.u64()?,
-                cached: g.u8()? != 0,
+                cached: match g.u8()? {
+                    0 => None,
+                    2 => Some(Hold::Always),
+                    _ => Some(Hold::Busy),
+                },
             },
             4 => {
                 let n = g.count(24)?;
@@ -322,7 +332,13 @@ mod tests {
         let (a, b) = pair().unwrap();
         let b = Channel::from_fd(b);
         let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
-        let start = Control::Start { session: 3, idle_ms: 10, hello: vec![1, 2], keep_alive_ms: 300_000, cached: true };
+        let start = Control::Start {
+            session: 3,
+            idle_ms: 10,
+            hello: vec![1, 2],
+            keep_alive_ms: 300_000,
+            cached: Some(Hold::Always),
+        };
         a.send(&start, Some(w.as_raw_fd())).unwrap();
         let (m, fd) = b.recv().unwrap().unwrap();
         assert_eq!(m, start);

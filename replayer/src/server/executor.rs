@@ -108,7 +108,7 @@ pub fn run(mut setup: Setup) -> i32 {
             }
             _ => Functions::new(&setup.cache, setup.device, setup.memory_limit, client_arena),
         };
-        let pieces = cached.then(|| Pieces::new(&hello.program, &setup.cache.disk));
+        let pieces = cached.map(|hold| Pieces::new(&hello.program, &setup.cache.disk, hold));
         let (done, functions) = serve_one(&setup, &device, &mut gate, session, idle_ms, hello, fd, functions, pieces);
         if setup.control.send(&done, None).is_err() {
             return 1;
@@ -654,7 +654,7 @@ impl Session<'_> {
     ) -> Result<(), (u16, String)> {
         let mut cuts = Vec::new();
         for rec in records {
-            p.push(rec.clone(), &mut cuts);
+            p.push(stream, rec.clone(), &mut cuts);
         }
         if end {
             p.finish(&mut cuts);

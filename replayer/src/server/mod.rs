@@ -296,7 +296,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         session: grant.session,
         idle_ms: (m.cfg.idle_timeout_s * 1e3) as u64,
         keep_alive_ms: m.keep_alive_ms(&h.program),
-        cached: m.cfg.cached_execution,
+        cached: m.cfg.cached_execution.then_some(m.cfg.cached_hold),
         hello: payload,
     };
     let fd = match s.into_blocking_fd() {

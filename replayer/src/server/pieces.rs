@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 
-use gpuless_traces::protocol::piece::policy::{Decision, Policy};
+use gpuless_traces::protocol::piece::policy::{Decision, Hold, Policy};
 use gpuless_traces::protocol::piece::{Cut, PieceRef};
 use gpuless_traces::protocol::SessionStats;
 use gpuless_traces::{CallRecord, Hash128};
@@ -40,6 +40,7 @@ pub enum Ran {
 /// A session's cached-trace execution: the policy and the graphs it captured.
 pub struct Pieces {
     policy: Policy,
+    hold: Hold,
     graphs: HashMap<Hash128, PieceGraph>,
     /// Why the first refused capture was refused (said in the server's log at the session's
     /// end).
@@ -51,15 +52,25 @@ pub struct Pieces {
 
 impl Pieces {
     /// Cached execution for a session of `program` (the client's command line; empty: nothing
-    /// is kept across sessions), templates kept under `dir`.
-    pub fn new(program: &str, dir: &std::path::Path) -> Pieces {
-        Pieces { policy: Policy::new(program, Some(dir)), graphs: HashMap::new(), refusal: None, announced: Vec::new() }
+    /// is kept across sessions), templates kept under `dir`, pieces held as `hold` says.
+    pub fn new(program: &str, dir: &std::path::Path, hold: Hold) -> Pieces {
+        Pieces {
+            policy: Policy::new(program, Some(dir)),
+            hold,
+            graphs: HashMap::new(),
+            refusal: None,
+            announced: Vec::new(),
+        }
     }
 
     /// Takes the next record; returns, in order, what is ready to run: records to run at once
     /// ([`Cut::Single`]) and held pieces that are complete ([`Cut::Piece`], for [`Self::run`]).
-    pub fn push(&mut self, rec: CallRecord, out: &mut Vec<Cut>) {
-        self.policy.push(rec, out);
+    /// With [`Hold::Busy`] a piece is held only while its stream has work on the GPU.
+    pub fn push(&mut self, stream: &mut Stream, rec: CallRecord, out: &mut Vec<Cut>) {
+        match self.hold {
+            Hold::Always => self.policy.push(rec, out),
+            Hold::Busy => self.policy.push_gated(rec, out, |r| stream.piece_stream_busy(r)),
+        }
     }
 
     /// Ends the open piece (before an answer, and at the session's end).

@@ -47,6 +47,39 @@ struct Entry {
     refused: bool,
 }
 
+/// When an executor holds a piece that has a template's shape (`cached_hold` in the server's
+/// configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hold {
+    /// Only while the piece's stream still has earlier work on the GPU (the piece's wait for
+    /// its last record then costs the GPU nothing): an idle GPU is never kept waiting, so a
+    /// program bound by its own CPU runs as without cached execution.
+    #[default]
+    Busy,
+    /// Always: most graphs, but the GPU may wait for a piece's last record.
+    Always,
+}
+
+impl Hold {
+    /// The name in the configuration and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Hold::Busy => "busy",
+            Hold::Always => "always",
+        }
+    }
+
+    /// The mode named `s` (`busy`, `always`).
+    pub fn parse(s: &str) -> Option<Hold> {
+        match s {
+            "busy" => Some(Hold::Busy),
+            "always" => Some(Hold::Always),
+            _ => None,
+        }
+    }
+}
+
 /// What to do with a complete held piece ([`Policy::decide`]).
 #[derive(Debug)]
 pub enum Decision {
@@ -139,6 +172,13 @@ impl Policy {
     /// ([`Cut::Single`]) and held pieces that are complete ([`Cut::Piece`], for
     /// [`Self::decide`]).
     pub fn push(&mut self, rec: CallRecord, out: &mut Vec<Cut>) {
+        self.push_gated(rec, out, |_| true);
+    }
+
+    /// [`Self::push`], holding a piece that starts with `rec` (and has a template's shape) only
+    /// when `may_hold(rec)` says so: an executor that holds only while the GPU is busy with
+    /// earlier work never keeps an idle GPU waiting for the rest of a piece ([`Hold::Busy`]).
+    pub fn push_gated(&mut self, rec: CallRecord, out: &mut Vec<Cut>, may_hold: impl FnOnce(&CallRecord) -> bool) {
         let Some(s) = super::stream_of(&rec) else {
             self.close(out);
             out.push(Cut::Single(rec));
@@ -150,7 +190,10 @@ impl Policy {
         if self.open.is_empty() {
             self.stream = s;
             self.candidates = self.by_first.get(&first_key(&rec)).cloned().unwrap_or_default();
-            self.holding = !self.candidates.is_empty();
+            self.holding = !self.candidates.is_empty() && may_hold(&rec);
+            if !self.holding {
+                self.candidates.clear();
+            }
         } else if self.holding {
             let (i, entries) = (self.open.len(), &self.entries);
             self.candidates.retain(|k| {
