@@ -243,6 +243,16 @@ mod tests {
     }
 
     #[test]
+    fn cached_execution_is_off_and_holds_only_while_busy_by_default() {
+        use gpuless_traces::protocol::piece::policy::Hold;
+        let d = Config::default();
+        assert_eq!((d.cached_execution, d.cached_hold), (false, Hold::Busy));
+        let c: Config = toml::from_str("cached_execution = true\ncached_hold = \"always\"\n").unwrap();
+        assert_eq!((c.cached_execution, c.cached_hold), (true, Hold::Always));
+        assert!(toml::from_str::<Config>("cached_hold = \"sometimes\"\n").is_err());
+    }
+
+    #[test]
     fn tls_needs_both_a_certificate_and_a_key() {
         let c: Config = toml::from_str("tls_cert = \"/etc/c.pem\"\n").unwrap();
         let e = c.resolve().unwrap_err().to_string();
