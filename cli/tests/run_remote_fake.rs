@@ -334,3 +334,28 @@ fn statistics_in_words_and_as_one_json_line_and_signals_as_128_plus_n() {
     );
     assert_eq!((ran.code, ran.stderr.trim()), (Some(1), ""), "{}", ran.stderr);
 }
+
+#[test]
+fn executors_load_the_code_images_recent_sessions_loaded_before_their_session_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
+    let native = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    let srv = serve_harness::Server::start(dir.path(), &libdir, &[], &[]);
+    // The first session's executor knows no image; executors started after it ended load
+    // the program's image while they wait, and the session takes that load.
+    let mut lines = Vec::new();
+    for _ in 0..4 {
+        let ran = serve_harness::run_client(&srv, &prog);
+        assert_eq!(ran.stdout, String::from_utf8_lossy(&native.stdout), "stderr:\n{}", ran.stderr);
+        let log = std::fs::read_to_string(&srv._log).unwrap_or_default();
+        lines = log.lines().filter(|l| l.contains("code images were loaded before")).map(str::to_string).collect();
+        if lines.iter().any(|l| l.contains(": 1 of 1 code images")) {
+            break;
+        }
+    }
+    assert!(lines.first().is_some_and(|l| l.contains(": 0 of 1 code images")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains(": 1 of 1 code images")), "a later session took the warm load: {lines:?}");
+    let kept = std::fs::read_to_string(dir.path().join("cache/disk/warm-images")).unwrap();
+    assert_eq!(kept.lines().count(), 1, "{kept}");
+    assert!(kept.ends_with(" module\n"), "{kept}");
+}

@@ -99,7 +99,7 @@ pub(crate) fn call(
     let c = Call { f, rec };
     let seq = rec.seq;
     st.last_call = Some((seq, f.name));
-    let preloaded = if st.preloaded.has(seq) { st.preloaded.take(seq) } else { None };
+    let preloaded = if st.preloaded.has(seq) { st.preloaded.take(seq) } else { st.warm_images.take_for(&c) };
     // SAFETY (whole match): driver calls with handles and addresses translated to live ones
     // and host buffers owned here, sized as recorded.
     unsafe {

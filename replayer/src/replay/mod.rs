@@ -26,6 +26,7 @@ pub mod profile;
 pub mod query;
 mod side;
 pub mod stream;
+pub mod warm_images;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ffi::c_int;
@@ -279,6 +280,9 @@ pub(crate) struct State {
     pub last_call: Option<(u64, &'static str)>,
     /// Code images loaded ahead ([`preload`]), by the sequence number of their load.
     pub preloaded: preload::Preloads,
+    /// Code images a server's executor loaded before its session, by content
+    /// ([`warm_images`]), and the images the session loaded.
+    pub warm_images: warm_images::WarmImages,
 }
 
 impl State {
@@ -300,6 +304,7 @@ impl State {
             relocations: HashMap::new(),
             last_call: None,
             preloaded: preload::Preloads::default(),
+            warm_images: warm_images::WarmImages::default(),
         }
     }
 

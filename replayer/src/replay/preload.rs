@@ -62,6 +62,12 @@ impl Preloads {
                 Some((r.seq, library, image))
             })
             .collect();
+        Preloads::start_keyed(device, jobs, threads)
+    }
+
+    /// Starts loading `jobs` — (key, whether a library, image) — on up to `threads` threads;
+    /// [`Self::take`] then finds each by its key.
+    pub(crate) fn start_keyed(device: Device, jobs: Vec<(u64, bool, BlobBytes)>, threads: usize) -> Preloads {
         let shared = Arc::new(Shared::default());
         let pending = jobs.iter().map(|j| j.0).collect();
         let jobs = Arc::new(jobs);
@@ -80,6 +86,11 @@ impl Preloads {
             });
         }
         Preloads { shared, pending }
+    }
+
+    /// Loads in flight or done, not taken yet.
+    pub(crate) fn len(&self) -> usize {
+        self.pending.len()
     }
 
     /// Whether record `seq`'s image is being or was loaded ahead (and not taken yet).

@@ -31,6 +31,7 @@ use super::gate::{Gate, GRACE, MAX_HOLD};
 use super::pieces::{Pieces, Ran};
 use super::timeline::Timeline;
 use crate::replay::stream::{describe_device, Stream};
+use crate::replay::warm_images::WarmImages;
 use crate::replay::{Device, Options, ReplayError};
 use gpuless_traces::protocol::piece::Cut;
 
@@ -77,6 +78,9 @@ pub fn run(mut setup: Setup) -> i32 {
     if setup.control.send(&ready, None).is_err() {
         return 1;
     }
+    // Code images recent sessions loaded, loaded while this executor waits for its session.
+    let cache = &setup.cache;
+    let mut warm = WarmImages::start(setup.device, &setup.cache.disk, |h| cache.read(h));
     // The function kept set up after a session of it, and how long to wait for the next.
     let mut kept: Option<(Functions, Duration)> = None;
     loop {
@@ -109,7 +113,19 @@ pub fn run(mut setup: Setup) -> i32 {
             _ => Functions::new(&setup.cache, setup.device, setup.memory_limit, client_arena),
         };
         let pieces = cached.map(|hold| Pieces::new(&hello.program, &setup.cache.disk, hold));
-        let (done, functions) = serve_one(&setup, &device, &mut gate, session, idle_ms, hello, fd, functions, pieces);
+        let (done, functions) =
+            serve_one(&setup, &device, &mut gate, session, idle_ms, hello, fd, functions, pieces, &mut warm);
+        if !warm.loaded.is_empty() {
+            warm.remember(&setup.cache.disk);
+            // The executor's stderr is the server's log.
+            eprintln!(
+                "gpuless executor: session {session}: {} of {} code images were loaded before the session asked ({} loaded ahead unused)",
+                warm.taken,
+                warm.loaded.len(),
+                warm.pending()
+            );
+        }
+        warm = WarmImages::default();
         if setup.control.send(&done, None).is_err() {
             return 1;
         }
@@ -138,6 +154,7 @@ fn serve_one(
     fd: OwnedFd,
     functions: Functions,
     pieces: Option<Pieces>,
+    warm: &mut WarmImages,
 ) -> (Control, Option<Functions>) {
     let meta = TraceMeta {
         arena_base: hello.arena_base,
@@ -186,7 +203,11 @@ fn serve_one(
                 device: device.clone(),
                 cached_execution: s.pieces.is_some(),
             };
-            s.serve(conn, stream, welcome, Duration::from_millis(idle_ms.max(1)))
+            let mut stream = stream;
+            stream.parts().0.warm_images = std::mem::take(warm);
+            let r = s.serve(conn, &mut stream, welcome, Duration::from_millis(idle_ms.max(1)));
+            *warm = std::mem::take(&mut stream.parts().0.warm_images);
+            r
         }
         (Err(e), _) => Err(format!("the client's connection: {e}")),
         (Ok(mut conn), Err(e)) => {
@@ -353,7 +374,7 @@ fn oversized(records: &[CallRecord], max: u64) -> Option<String> {
 type End = Result<(), String>;
 
 impl Session<'_> {
-    fn serve(&mut self, conn: Conn, mut stream: Stream, welcome: Welcome, idle: Duration) -> End {
+    fn serve(&mut self, conn: Conn, stream: &mut Stream, welcome: Welcome, idle: Duration) -> End {
         let max_download = if welcome.device.total_mem > 0 { welcome.device.total_mem } else { 1 << 40 };
         conn.set_read_timeout(Some(idle)).map_err(|e| e.to_string())?;
         let read_half = match &conn {
@@ -430,9 +451,9 @@ impl Session<'_> {
                     // Execution time, without the decoding above or a hold at the gate.
                     let run0 = Instant::now();
                     let r = match self.pieces.take() {
-                        None => records.iter().try_for_each(|rec| self.exec_one(&mut stream, rec)),
+                        None => records.iter().try_for_each(|rec| self.exec_one(stream, rec)),
                         Some(mut p) => {
-                            let r = self.exec_pieces(&mut p, &mut stream, &records, h.flags & WANT_ANSWER != 0);
+                            let r = self.exec_pieces(&mut p, stream, &records, h.flags & WANT_ANSWER != 0);
                             self.pieces = Some(p);
                             r
                         }
@@ -476,7 +497,7 @@ impl Session<'_> {
                         Ok(Message::BlobQuery(hs)) => hs,
                         Ok(_) | Err(_) => return fail(&mut w, code::BAD_MESSAGE, "bad BlobQuery".into()),
                     };
-                    let have = self.find(&mut stream, &hashes);
+                    let have = self.find(stream, &hashes);
                     send(&mut w, &Message::BlobHave(have))?;
                     self.flush_notes(false);
                 }
@@ -490,7 +511,7 @@ impl Session<'_> {
                     }
                     let n = h.len as usize - BLOB_HEAD;
                     let r = blob_part(&head).map_err(|e| e.to_string()).and_then(|(hash, total, offset, _)| {
-                        self.blob_part(&mut stream, hash, total, offset, n, |buf| {
+                        self.blob_part(stream, hash, total, offset, n, |buf| {
                             let got = (&mut reader).take(n as u64).read_to_end(buf).map_err(|e| e.to_string())?;
                             if got == n {
                                 Ok(())
@@ -517,7 +538,7 @@ impl Session<'_> {
                                 .into(),
                         );
                     };
-                    if let Err(e) = self.shared_blobs(&mut stream, fd, &entries) {
+                    if let Err(e) = self.shared_blobs(stream, fd, &entries) {
                         return fail(&mut w, code::BAD_MESSAGE, e);
                     }
                     send(&mut w, &Message::BlobHave(vec![true; entries.len()]))?;
@@ -568,7 +589,7 @@ impl Session<'_> {
                     let run = p.resolve(&r).map_err(|e| (code::BAD_MESSAGE, e)).and_then(|recs| {
                         self.stats.records += recs.len() as u64;
                         self.at_gate();
-                        self.exec_pieces(&mut p, &mut stream, &recs, false)
+                        self.exec_pieces(&mut p, stream, &recs, false)
                     });
                     self.pieces = Some(p);
                     if let Err((c, e)) = run {
@@ -582,7 +603,7 @@ impl Session<'_> {
                     }
                     if let Some(mut p) = self.pieces.take() {
                         // A piece still open (records the client sent without an answer).
-                        let r = self.exec_pieces(&mut p, &mut stream, &[], true);
+                        let r = self.exec_pieces(&mut p, stream, &[], true);
                         p.count_into(&mut self.stats);
                         // Kept before the client hears `Closed`: its next session may start at once.
                         p.save();
