@@ -51,12 +51,16 @@ fn key(h: &Hash128, library: bool) -> u64 {
 
 impl WarmImages {
     /// Starts loading the images `get` returns for the content hashes kept in `dir` (the
-    /// cache's disk directory) on `device`; returns at once.
+    /// cache's disk directory) on `device`; returns at once. `GPULESS_WARM_IMAGES=off` in the
+    /// server's environment turns it off.
     pub fn start(
         device: Device,
         dir: &Path,
         get: impl Fn(&Hash128) -> Option<gpuless_traces::BlobBytes>,
     ) -> WarmImages {
+        if std::env::var("GPULESS_WARM_IMAGES").is_ok_and(|v| v == "off") {
+            return WarmImages::default();
+        }
         let mut keys = HashMap::new();
         let jobs: Vec<_> = remembered(dir)
             .into_iter()
