@@ -33,7 +33,11 @@ use super::timeline::Timeline;
 use crate::replay::stream::{describe_device, Stream};
 use crate::replay::warm_images::WarmImages;
 use crate::replay::{Device, Options, ReplayError};
+use decoded::Decoded;
 use gpuless_traces::protocol::piece::Cut;
+
+mod blobs;
+mod decoded;
 
 /// Most bytes of blobs a session may have in flight (received in part).
 const MAX_PARTIAL: u64 = 64 << 30;
@@ -290,69 +294,6 @@ struct Session<'a> {
     only_invoked: bool,
     /// Cached-trace execution, when the server runs it ([`super::pieces`]).
     pieces: Option<Pieces>,
-}
-
-/// Segments decoded before, by their exact bytes: a client that repeats a segment (a hot loop)
-/// costs a hash and a comparison instead of a decode. Bounded; cleared when full.
-#[derive(Default)]
-struct Decoded {
-    map: HashMap<Hash128, (Vec<u8>, Rc<Vec<CallRecord>>)>,
-    bytes: usize,
-    /// Hashes of the segments seen lately (cached or not), to tell whether segments repeat.
-    seen: std::collections::HashSet<Hash128>,
-    /// Segments decoded (not found in the map), and how many of those had been seen before.
-    misses: u64,
-    repeats: u64,
-}
-
-impl Decoded {
-    const MAX_BYTES: usize = 64 << 20;
-    /// Segments decoded before the repeat rate decides whether keeping them pays.
-    const WARM_UP: u64 = 64;
-    const MAX_SEEN: usize = 1 << 16;
-
-    fn get(&self, payload: &[u8]) -> Option<Rc<Vec<CallRecord>>> {
-        match self.map.get(&Hash128::of(payload)) {
-            Some((bytes, recs)) if bytes.as_slice() == payload => Some(recs.clone()),
-            _ => None,
-        }
-    }
-
-    /// Whether decoded segments are worth keeping. A live client's segments never repeat byte
-    /// for byte (their sequence numbers grow): keeping them would only grow the executor's
-    /// memory — fresh pages, faulted and zeroed, for every segment (half of an executor's time
-    /// on a launch loop, measured). A replayed loop repeats its segments from its second
-    /// iteration on; hashes of recent segments tell the two apart, and keeping resumes as soon
-    /// as segments repeat.
-    fn worth_keeping(&self) -> bool {
-        self.misses < Self::WARM_UP || self.repeats * 8 >= self.misses
-    }
-
-    fn insert(&mut self, payload: &[u8], recs: Vec<CallRecord>) -> Rc<Vec<CallRecord>> {
-        let hash = Hash128::of(payload);
-        self.misses += 1;
-        if self.seen.len() >= Self::MAX_SEEN {
-            self.seen.clear();
-        }
-        if !self.seen.insert(hash) {
-            self.repeats += 1;
-        }
-        let recs = Rc::new(recs);
-        if !self.worth_keeping() {
-            if !self.map.is_empty() {
-                self.map.clear();
-                self.bytes = 0;
-            }
-            return recs;
-        }
-        if self.bytes + payload.len() > Self::MAX_BYTES {
-            self.map.clear();
-            self.bytes = 0;
-        }
-        self.bytes += payload.len();
-        self.map.insert(hash, (payload.to_vec(), recs.clone()));
-        recs
-    }
 }
 
 /// The first record naming a host buffer larger than the device's memory (`max` bytes): no real
@@ -699,155 +640,6 @@ impl Session<'_> {
                 }
             }
         }
-        Ok(())
-    }
-
-    /// Whether the session or the cache holds `h` (loading it into the session from the cache).
-    fn find(&mut self, stream: &mut Stream, hashes: &[Hash128]) -> Vec<bool> {
-        // What the session lacks is read from the cache on several threads (a program's
-        // weights: hundreds of megabytes, each blob's hash checked).
-        let wanted: Vec<Hash128> = hashes.iter().filter(|h| !stream.has_blob(h)).copied().collect();
-        let threads = wanted.len().clamp(1, 8);
-        let cache = self.cache;
-        let found: Vec<(Hash128, Option<BlobBytes>)> = std::thread::scope(|sc| {
-            let parts: Vec<_> = wanted
-                .chunks(wanted.len().div_ceil(threads).max(1))
-                .map(|c| sc.spawn(move || c.iter().map(|h| (*h, cache.read(h))).collect::<Vec<_>>()))
-                .collect();
-            parts.into_iter().flat_map(|p| p.join().unwrap_or_default()).collect()
-        });
-        for (h, bytes) in found {
-            if let Some(bytes) = bytes {
-                stream.add_blob(h, bytes);
-                self.hits.push(h);
-            }
-        }
-        hashes
-            .iter()
-            .map(|h| {
-                let held = stream.has_blob(h);
-                if held {
-                    self.stats.blob_hits += 1;
-                } else {
-                    self.stats.blob_misses += 1;
-                }
-                held
-            })
-            .collect()
-    }
-
-    /// Blobs in a client's sealed memfd ([`shm`]): mapped and used from the mapping as they
-    /// are, at once. Their hashes are checked on a background thread, which then copies them
-    /// into the cache: until the check the bytes serve only the session that sent them (the
-    /// seals keep them from changing), and a blob that does not hash to its name ends the
-    /// session at its next answer ([`Self::verified`]) and never reaches the cache.
-    fn shared_blobs(&mut self, stream: &mut Stream, fd: OwnedFd, entries: &[shm::Entry]) -> Result<(), String> {
-        let map = shm::open(fd, entries)?;
-        let blobs: Vec<(Hash128, BlobBytes)> = entries
-            .iter()
-            .map(|&(h, off, len)| {
-                BlobBytes::mapped(map.clone(), off as usize, len as usize)
-                    .map(|b| (h, b))
-                    .ok_or_else(|| format!("blob {h} lies outside its memfd"))
-            })
-            .collect::<Result<_, _>>()?;
-        let total: u64 = entries.iter().map(|e| e.2).sum();
-        self.stats.blob_bytes_received += total;
-        let (tx, rx) = std::sync::mpsc::channel();
-        self.checks.push(rx);
-        self.cache_copy(blobs.clone(), Some(tx));
-        for (h, b) in blobs {
-            stream.add_blob(h, b);
-        }
-        Ok(())
-    }
-
-    /// Waits for the hash checks of shared-memory blobs still running; the first blob whose
-    /// bytes do not hash to its name is the session's error.
-    fn verified(&mut self) -> Result<(), String> {
-        for rx in std::mem::take(&mut self.checks) {
-            if let Ok(Some(h)) = rx.recv() {
-                return Err(format!("blob {h}: the bytes sent for it through shared memory do not hash to it"));
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes `blobs` into the cache on a background thread: the session goes on with them
-    /// meanwhile ([`Self::flush_notes`] reports them to the server once written). With `check`,
-    /// each blob's hash is checked first (on several threads for several blobs) and the first
-    /// that fails is sent there (`None`: all good); then only good blobs are written.
-    fn cache_copy(
-        &mut self,
-        blobs: Vec<(Hash128, BlobBytes)>,
-        check: Option<std::sync::mpsc::Sender<Option<Hash128>>>,
-    ) {
-        let cache = self.cache.clone();
-        self.writers.push(std::thread::spawn(move || {
-            if let Some(tx) = check {
-                let threads = blobs.len().clamp(1, 8);
-                let bad: Option<Hash128> = std::thread::scope(|sc| {
-                    let parts: Vec<_> = blobs
-                        .chunks(blobs.len().div_ceil(threads).max(1))
-                        .map(|c| sc.spawn(move || c.iter().find(|(h, b)| Hash128::of(b) != *h).map(|(h, _)| *h)))
-                        .collect();
-                    parts.into_iter().find_map(|p| p.join().ok().flatten())
-                });
-                let _ = tx.send(bad);
-                if bad.is_some() {
-                    return Vec::new();
-                }
-            }
-            blobs.iter().filter(|(h, b)| cache.write(h, b).is_ok()).map(|(h, b)| (*h, b.len() as u64)).collect()
-        }));
-    }
-
-    /// A part of `n` bytes of blob `hash` at `offset`, read into the blob's buffer by `fill`;
-    /// the last part checks the hash, adds the blob to the session and the cache.
-    fn blob_part(
-        &mut self,
-        stream: &mut Stream,
-        hash: Hash128,
-        total: u64,
-        offset: u64,
-        n: usize,
-        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
-    ) -> Result<(), String> {
-        if offset.checked_add(n as u64).is_none_or(|end| end > total) {
-            return Err(format!("blob {hash}: a part at {offset} of {n} bytes lies outside its {total} bytes"));
-        }
-        self.stats.blob_bytes_received += n as u64;
-        if !self.partial.contains_key(&hash) {
-            if offset != 0 {
-                return Err(format!("blob {hash}: a part at {offset} before its first part"));
-            }
-            if self.partial_bytes.saturating_add(total) > MAX_PARTIAL {
-                return Err(format!("blob {hash} of {total} bytes: more than {MAX_PARTIAL} bytes of blobs in flight"));
-            }
-            self.partial_bytes += total;
-            // Address space for the whole blob, up to 4 GiB (pages are committed as bytes
-            // arrive); beyond, it grows with them.
-            self.partial.insert(hash, (total, gpuless_traces::blob_bytes::buffer(total.min(4 << 30) as usize)));
-        }
-        let (want, buf) = self.partial.get_mut(&hash).ok_or("blob")?;
-        if *want != total {
-            return Err(format!("blob {hash}: a part says {total} bytes, its first part said {want}"));
-        }
-        if buf.len() as u64 != offset {
-            return Err(format!("blob {hash}: part at {offset}, expected {}", buf.len()));
-        }
-        fill(buf)?;
-        if (buf.len() as u64) < total {
-            return Ok(());
-        }
-        let (_, whole) = self.partial.remove(&hash).unwrap_or_default();
-        self.partial_bytes = self.partial_bytes.saturating_sub(total);
-        if Hash128::of(&whole) != hash {
-            return Err(format!("blob {hash}: its {total} bytes do not hash to it"));
-        }
-        let whole = BlobBytes::from(whole);
-        self.cache_copy(vec![(hash, whole.clone())], None);
-        stream.add_blob(hash, whole);
         Ok(())
     }
 
