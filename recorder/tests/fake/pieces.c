@@ -11,19 +11,8 @@
 
 #include "scale.h"
 
-typedef int CUresult;
-typedef uint64_t CUdeviceptr;
-CUresult cuInit(unsigned flags);
-CUresult cuDeviceGet(int *dev, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev);
-CUresult cuCtxSetCurrent(void *ctx);
-CUresult cuModuleLoadData(void **module, const void *image);
-CUresult cuModuleGetFunction(void **fn, void *module, const char *name);
-CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, void *stream);
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, void *stream);
-CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                        unsigned bz, unsigned smem, void *stream, void **params, void **extra);
 CUresult cuStreamSynchronize(void *stream);
 
 #define N 16

@@ -1,7 +1,22 @@
 /* What the test programs that call the stand-in driver directly share (remote.c,
- * graph_params.c): the kernel the stand-in knows, and how a failing call ends the program. */
+ * graph_params.c, ahead.c, pieces.c): the kernel the stand-in knows, how a failing call ends the
+ * program, and the driver calls every one of them makes (an including file declares the others;
+ * its own typedefs of handles as `void *` and devices as `int` redeclare these compatibly). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+typedef int CUresult;
+typedef uint64_t CUdeviceptr;
+CUresult cuInit(unsigned flags);
+CUresult cuDeviceGet(int *dev, int ordinal);
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev);
+CUresult cuCtxSetCurrent(void *ctx);
+CUresult cuModuleLoadData(void **module, const void *image);
+CUresult cuModuleGetFunction(void **fn, void *module, const char *name);
+CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes);
+CUresult cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned smem, void *stream, void **params, void **extra);
 
 /* The kernel the stand-in driver knows, as PTX text: scale(float *data, float factor, int n),
  * parameters at offsets 0, 8, 12 with sizes 8, 4, 4 (the stand-in's cuFuncGetParamInfo). */
@@ -25,8 +40,7 @@ static void check(int r, const char *call) {
 #define CK(fn, ...) check(fn(__VA_ARGS__), #fn)
 
 /* What every program here starts with: cuInit, device 0's primary context made current, and
- * the stand-in's `scale` from a module loaded from `ptx` (into `ctx`, `mod`, `fn`; the
- * including file declares the driver's prototypes). */
+ * the stand-in's `scale` from a module loaded from `ptx` (into `ctx`, `mod`, `fn`). */
 #define OPEN_SCALE(ctx, mod, fn)                      \
   do {                                                \
     int dev_;                                         \

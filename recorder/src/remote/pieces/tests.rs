@@ -39,6 +39,17 @@ fn inference(
     push(sync(*seq), p);
 }
 
+/// A client whose first inference (factor 2) went as records and was then announced as held
+/// by the executor: (its pieces, the pending records, the references).
+fn held_after_one_inference() -> (ClientPieces, Vec<CallRecord>, Vec<Placed>) {
+    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::new(true), Vec::new(), Vec::new(), 0);
+    inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
+    let key = piece::key(&pending[..6]);
+    pending.clear();
+    p.announced(&[key]);
+    (p, pending, refs)
+}
+
 #[test]
 fn a_piece_the_server_holds_goes_by_reference_with_this_inferences_upload() {
     let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::new(true), Vec::new(), Vec::new(), 0);
@@ -63,11 +74,7 @@ fn a_piece_the_server_holds_goes_by_reference_with_this_inferences_upload() {
 
 #[test]
 fn the_open_piece_waits_while_it_matches_a_held_one_and_keeps_its_key_when_let_go() {
-    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::new(true), Vec::new(), Vec::new(), 0);
-    inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
-    let key = piece::key(&pending[..6]);
-    pending.clear();
-    p.announced(&[key]);
+    let (mut p, mut pending, mut refs) = held_after_one_inference();
     // A record before the piece, then the piece's start: the first may leave, the rest waits.
     for r in [sync(100), upload(101, 5), launch(102, 2)] {
         pending.push(r);
@@ -97,11 +104,7 @@ fn the_open_piece_waits_while_it_matches_a_held_one_and_keeps_its_key_when_let_g
 
 #[test]
 fn gaps_in_sequence_numbers_send_records() {
-    let (mut p, mut pending, mut refs, mut seq) = (ClientPieces::new(true), Vec::new(), Vec::new(), 0);
-    inference(&mut p, &mut pending, &mut refs, &mut seq, 1, 2);
-    let key = piece::key(&pending[..6]);
-    pending.clear();
-    p.announced(&[key]);
+    let (mut p, mut pending, mut refs) = held_after_one_inference();
     for (i, r) in [upload(50, 4), launch(51, 2), launch(52, 2), launch(60, 2), launch(61, 2), launch(62, 2)]
         .into_iter()
         .enumerate()
