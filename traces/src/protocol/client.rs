@@ -382,7 +382,8 @@ impl Connection {
     /// Sends `blobs` through a sealed memfd ([`super::shm`]) and waits until the server holds
     /// them (one round trip). Only on a Unix socket. Blobs that already lie in one sealed
     /// memfd (a trace loaded into shared memory) go as they are; others are copied into a new
-    /// one first.
+    /// one first. Where no memfd can be made and sealed, they go through the socket (queued,
+    /// like [`Self::send_blob`]).
     pub fn send_blobs_shm(&mut self, blobs: &[(Hash128, &crate::BlobBytes)]) -> Result<(), ProtocolError> {
         use std::os::fd::AsRawFd;
         if !self.can_share_memory() {
@@ -405,8 +406,17 @@ impl Connection {
             None => {
                 let threads = std::thread::available_parallelism().map_or(4, |n| n.get()).min(8);
                 let bytes: Vec<(Hash128, &[u8])> = blobs.iter().map(|(h, b)| (*h, &***b)).collect();
-                let (fd, entries) = super::shm::pack(&bytes, threads)?;
-                (std::sync::Arc::new(fd), entries)
+                match super::shm::pack(&bytes, threads) {
+                    Ok((fd, entries)) => (std::sync::Arc::new(fd), entries),
+                    Err(e) => {
+                        // Nothing has been sent yet: the socket carries them instead.
+                        tracing::warn!("blobs go through the socket: {e}");
+                        for (h, b) in bytes {
+                            self.send_blob(h, b)?;
+                        }
+                        return Ok(());
+                    }
+                }
             }
         };
         let m = Message::BlobShm(entries);

@@ -94,13 +94,40 @@ impl Arena {
         // A memfd with a writable mapping cannot be sealed against writes.
         drop(self.map.take());
         let file = self.file.try_clone()?;
-        // SAFETY: fcntl on a descriptor we own.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SEALS | libc::F_SEAL_SEAL) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        add_seals(&file)?;
         // SAFETY: sealed: its size and bytes can no longer change.
         let ro = unsafe { memmap2::MmapOptions::new().map(&file)? };
         Ok((Arc::new(file.into()), Arc::new(ro)))
+    }
+}
+
+/// Seals `file` against every change. The kernel refuses a write seal (EBUSY) while any of the
+/// memfd's pages holds a reference beyond its mappings, and it waits only ~75 ms for them to go:
+/// pages the copying threads just faulted can still sit in a CPU's LRU batch, or be under
+/// migration, on a loaded machine. Such references are transient, so the seal is tried again
+/// with growing pauses (about 1 s in all) before the error is returned.
+fn add_seals(file: &std::fs::File) -> io::Result<()> {
+    let mut pause = std::time::Duration::from_millis(2);
+    let mut attempt = 0;
+    loop {
+        // SAFETY: fcntl on a descriptor we own.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, SEALS | libc::F_SEAL_SEAL) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) || attempt >= 8 {
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "sealing the blob memfd (F_ADD_SEALS) failed after {} tries: {e}; set GPULESS_SHM=0 to send \
+                     blobs through the socket instead",
+                    attempt + 1
+                ),
+            ));
+        }
+        std::thread::sleep(pause);
+        pause *= 2;
+        attempt += 1;
     }
 }
 
