@@ -24,6 +24,7 @@ mod driver;
 mod host;
 mod link;
 mod local;
+mod memo;
 mod modules;
 mod nodes;
 mod nvml;

@@ -321,10 +321,12 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     // A call that creates a handle changes no answer about the handles there were: the memo
     // (server answers, keyed by their handles) outlives it, unlike the recorder's.
     if f.may_change_answers() && f.sync != SyncClass::CreatesHandle {
-        memo_forget();
+        super::memo::forget();
     } else if matches!(step, Step::Wait) && f.stable && f.sync == SyncClass::DeviceQuery {
-        // SAFETY: the program's arguments.
-        if let Some(st) = unsafe { memo_answer(f, raw) } {
+        if let Some(st) = super::memo::answer(f, raw).map(|(status, values)| {
+            // SAFETY: the program's arguments to `f`.
+            unsafe { write_query(f, raw, status, &values) }
+        }) {
             step = Step::Done(st);
             send = false; // answered from memory: nothing for the server
         }
@@ -586,8 +588,8 @@ impl Session {
                 match a.queries.iter().find(|q| q.seq == seq) {
                     Some(q) => {
                         if f.stable {
-                            memo_keep(f, raw, q.status as u32, &q.values);
-                            remember_all_attributes(f, raw, &q.values);
+                            super::memo::keep(f, raw, q.status as u32, &q.values);
+                            super::memo::remember_all_attributes(f, raw, &q.values);
                         }
                         // SAFETY: the program's out-pointers.
                         unsafe { write_query(f, raw, q.status as u32, &q.values) }
@@ -619,59 +621,6 @@ unsafe fn write_query(f: &ApiFunction, raw: &[u64], status: u32, values: &[u64])
         }
     }
     0
-}
-
-/// Server answers to `stable` queries (the API table: the same answer for the same arguments
-/// until a call that may change answers), by function and input words; emptied by every call
-/// that may change answers except those that only create handles.
-type Memo = HashMap<(u32, Vec<u64>), (u32, Vec<u64>)>;
-static MEMO: Mutex<Option<Memo>> = Mutex::new(None);
-static MEMO_HITS: AtomicU64 = AtomicU64::new(0);
-
-fn memo_key(f: &ApiFunction, raw: &[u64]) -> (u32, Vec<u64>) {
-    let ins = f.args.iter().enumerate().filter(|(_, a)| a.dir == Direction::In);
-    (f.id.0 as u32, ins.map(|(i, _)| raw.get(i).copied().unwrap_or(0)).collect())
-}
-
-fn memo_keep(f: &ApiFunction, raw: &[u64], status: u32, values: &[u64]) {
-    let mut g = MEMO.lock().unwrap_or_else(|e| e.into_inner());
-    g.get_or_insert_with(HashMap::new).insert(memo_key(f, raw), (status, values.to_vec()));
-}
-
-/// A function attribute's answer carries every attribute of the function (the executor's
-/// `query::FUNCTION_ATTRIBUTES`: the runtime asks for all of them in a row): the others are
-/// remembered as if asked.
-fn remember_all_attributes(f: &ApiFunction, raw: &[u64], values: &[u64]) {
-    if !matches!(f.name, "cuFuncGetAttribute" | "cuKernelGetAttribute") || values.len() < 2 {
-        return;
-    }
-    let Some(at) = f.args.iter().position(|a| a.name == "attrib") else { return };
-    let mut other = raw.to_vec();
-    for (a, &v) in values[1..].iter().enumerate() {
-        if v != u64::MAX {
-            if let Some(w) = other.get_mut(at) {
-                *w = a as u64;
-            }
-            memo_keep(f, &other, 0, &[v]);
-        }
-    }
-}
-
-/// A stable query the server answered before, answered again from memory.
-///
-/// # Safety
-/// `raw` are the program's arguments to `f`.
-unsafe fn memo_answer(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
-    let hit = MEMO.lock().unwrap_or_else(|e| e.into_inner()).as_ref()?.get(&memo_key(f, raw)).cloned()?;
-    MEMO_HITS.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: forwarded.
-    Some(unsafe { write_query(f, raw, hit.0, &hit.1) })
-}
-
-fn memo_forget() {
-    if let Some(m) = MEMO.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-        m.clear();
-    }
 }
 
 /// A captured blob, kept until the segment that refers to it goes out.
@@ -757,7 +706,7 @@ fn write_stats(sess: &Session, closed: Option<&protocol::SessionStats>) {
         "blob_misses": t.blob_misses,
         "waits": sess.waits,
         "waits_by_call": sess.waited_for,
-        "memo_hits": MEMO_HITS.load(Ordering::Relaxed),
+        "memo_hits": super::memo::hits(),
         "server_exec_us": sess.server_exec_us,
         // Cached-trace execution on the server (zero where it is off).
         "pieces_graph": c.pieces_graph,
