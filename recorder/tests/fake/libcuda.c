@@ -55,6 +55,9 @@ CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
 CUresult cuStreamDestroy_v2(void *s) { (void)s; return 0; }
 CUresult cuStreamSynchronize(void *stream) { (void)stream; return 0; }
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = &module_token; return 0; }
+CUresult cuModuleUnload(void *m) { (void)m; return 0; }
+CUresult cuLibraryUnload(void *l) { (void)l; return 0; }
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) { memset(host(dst), v, n); return 0; }
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
   (void)m;
   if (!strcmp(name, "wide")) { *f = &wide_token; return 0; }
@@ -112,11 +115,21 @@ CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned
 CUresult cuMemRelease(unsigned long long h) { (void)h; return 0; }
 static int pool_token;
 CUresult cuDeviceGetMemPool(void **pool, int dev) { (void)dev; *pool = &pool_token; return 0; }
+/* Like the real driver, a range mapped already cannot be mapped again until it is unmapped. */
+static struct { CUdeviceptr p; size_t n; } maps[256];
+static int nmaps;
 CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, unsigned long long h, unsigned long long f) {
   (void)off; (void)h; (void)f;
   if (p < 0x640000000000ull || p + n > 0x640000000000ull + sizeof heap) return 2;
+  for (int i = 0; i < nmaps; i++)
+    if (p < maps[i].p + maps[i].n && maps[i].p < p + n) return 1;
+  if (nmaps == (int)(sizeof maps / sizeof maps[0])) return 2;
+  maps[nmaps].p = p; maps[nmaps].n = n; nmaps++;
   mapped++; return 0; }
-CUresult cuMemUnmap(CUdeviceptr p, size_t n) { (void)p; (void)n; mapped--; return 0; }
+CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
+  for (int i = 0; i < nmaps; i++)
+    if (maps[i].p >= p && maps[i].p + maps[i].n <= p + n) { maps[i--] = maps[--nmaps]; mapped--; }
+  return 0; }
 CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *d, size_t c) { (void)p; (void)n; (void)d; (void)c; return 0; }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = &ctx_token; return 0; }
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
@@ -391,6 +404,7 @@ static const struct entry table[] = {
   {"cuDeviceGetUuid", cuDeviceGetUuid_v2}, {"cuCtxGetCurrent", cuCtxGetCurrent},
   {"cuMemAlloc", cuMemAlloc_v2}, {"cuMemcpyHtoD", cuMemcpyHtoD_v2}, {"cuMemcpyDtoH", cuMemcpyDtoH_v2},
   {"cuModuleLoadData", cuModuleLoadData}, {"cuModuleGetFunction", cuModuleGetFunction},
+  {"cuModuleUnload", cuModuleUnload}, {"cuLibraryUnload", cuLibraryUnload}, {"cuMemsetD8", cuMemsetD8_v2},
   {"cuFuncGetParamInfo", cuFuncGetParamInfo}, {"cuLaunchKernel", cuLaunchKernel},
   {"cuCtxSynchronize", cuCtxSynchronize}, {"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2},
   {"cuStreamSynchronize", cuStreamSynchronize}, {"cuFakeUnmodeled", cuFakeUnmodeled},
