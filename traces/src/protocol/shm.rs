@@ -355,6 +355,17 @@ mod tests {
         assert!(e.contains("outside"), "{e}");
     }
 
+    #[test]
+    fn a_seal_the_kernel_refuses_for_good_is_not_tried_again_and_says_what_to_do() {
+        // Made without MFD_ALLOW_SEALING: every seal is refused with EPERM, not EBUSY.
+        let f = std::fs::File::from(tempfile_memfd(b"abc"));
+        let e = add_seals(&f).unwrap_err();
+        assert_eq!(e.raw_os_error(), None, "the error is ours, with the OS error in its text");
+        let text = e.to_string();
+        // Tried once: only EBUSY is worth waiting for.
+        assert!(text.contains("after 1 tries") && text.contains("GPULESS_SHM=0"), "{text}");
+    }
+
     fn tempfile_memfd(bytes: &[u8]) -> OwnedFd {
         use std::io::Write;
         // SAFETY: a NUL-terminated name.
