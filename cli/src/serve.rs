@@ -63,6 +63,15 @@ pub struct ServeArgs {
     /// is ended first.
     #[arg(long, value_name = "N")]
     pub warm_functions_max: Option<usize>,
+    /// Warm constants: keep a live client's executor this many seconds after its session, with
+    /// the session's uploads (weights) resident on the GPU, for the next session of the same
+    /// program, which then does not copy them again (0: off, the default; see
+    /// "Warm constants" in docs/FUNCTIONS.md for who may read them).
+    #[arg(long, value_name = "SECONDS")]
+    pub program_keep_alive: Option<f64>,
+    /// Most executors kept with a program's uploads at once (default 2).
+    #[arg(long, value_name = "N")]
+    pub warm_programs_max: Option<usize>,
     /// Cached-trace execution (`on`/`off`; default off): runs of a session's launches, copies
     /// and sets that repeat are captured as CUDA graphs and launched instead (docs/FUNCTIONS.md).
     #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
@@ -112,6 +121,12 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(n) = args.warm_functions_max {
         cfg.warm_functions_max = n;
+    }
+    if let Some(k) = args.program_keep_alive {
+        cfg.program_keep_alive_s = k;
+    }
+    if let Some(n) = args.warm_programs_max {
+        cfg.warm_programs_max = n;
     }
     if let Some(c) = &args.cached_execution {
         cfg.cached_execution = c == "on";

@@ -35,6 +35,17 @@ impl State {
     }
 }
 
+/// A device allocation at its recorded address; one that takes over memory the last session
+/// of the program held is clean for its uploads ([`super::resident`]).
+fn alloc(st: &mut State, recorded: u64, size: u64, seq: u64) -> Result<(), ReplayError> {
+    let before = st.mem.adopted;
+    st.mem.alloc(recorded, size, seq)?;
+    if st.mem.adopted != before {
+        st.resident.adopted(recorded);
+    }
+    Ok(())
+}
+
 pub(crate) fn blob<'t>(trace: &'t LoadedTrace, c: &Call<'_>, v: Option<&Value>) -> Result<&'t [u8], ReplayError> {
     match v {
         Some(Value::Blob(b)) => trace
@@ -99,6 +110,14 @@ pub(crate) fn call(
     let c = Call { f, rec };
     let seq = rec.seq;
     st.last_call = Some((seq, f.name));
+    if st.resident.is_on() {
+        let capturing = st.stream_override.is_some();
+        let mem = &st.mem;
+        if st.resident.before(&c, capturing, |p| mem.find(p).map(|a| a.recorded)) {
+            // The range holds this blob already (warm constants).
+            return Ok(());
+        }
+    }
     let preloaded = if st.preloaded.has(seq) { st.preloaded.take(seq) } else { st.warm_images.take_for(&c) };
     // SAFETY (whole match): driver calls with handles and addresses translated to live ones
     // and host buffers owned here, sized as recorded.
@@ -106,12 +125,12 @@ pub(crate) fn call(
         match f.name {
             "cuMemAlloc" | "cuMemAllocAsync" | "cuMemAllocFromPoolAsync" => {
                 let recorded = c.out_word("dptr")?;
-                st.mem.alloc(recorded, c.word("bytesize")?, seq)?;
+                alloc(st, recorded, c.word("bytesize")?, seq)?;
             }
             "cuMemAllocPitch" => {
                 let recorded = c.out_word("dptr")?;
                 let size = c.out_word("pPitch")? * c.word("Height")?;
-                st.mem.alloc(recorded, size, seq)?;
+                alloc(st, recorded, size, seq)?;
             }
             "cuMemFree" | "cuMemFreeAsync" => st.mem.free(c.word("dptr")?),
             // Memory the host and the device share: device memory at the recorded address here
@@ -211,6 +230,7 @@ pub(crate) fn call(
             "cuModuleLoadData" | "cuModuleLoadDataEx" | "cuModuleLoadFatBinary" | "cuLibraryLoadData"
                 if preloaded.is_some() =>
             {
+                st.loaded.extend(preloaded);
                 match preloaded {
                     Some(super::preload::Preloaded::Module(m)) => {
                         st.modules.insert(c.out_word("module")?, m as sys::CUmodule);
@@ -229,6 +249,7 @@ pub(crate) fn call(
                 };
                 let mut m = std::ptr::null_mut();
                 check(sys::cuModuleLoadData(&mut m, image.as_ptr().cast()), seq, f.name)?;
+                st.loaded.push(super::preload::Preloaded::Module(m as usize));
                 st.modules.insert(c.out_word("module")?, m);
             }
             "cuLibraryLoadData" | "cuLibraryLoadFromFile" => {
@@ -250,6 +271,7 @@ pub(crate) fn call(
                     0,
                 );
                 check(r, seq, f.name)?;
+                st.loaded.push(super::preload::Preloaded::Library(l as usize));
                 st.libraries.insert(c.out_word("library")?, l);
             }
             "cuModuleGetFunction" => {

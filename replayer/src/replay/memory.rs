@@ -68,6 +68,12 @@ pub struct Memory {
     pub in_arena: u64,
     /// Managed and mapped host memory re-created as device memory: (at its address, moved).
     pub shared: (u64, u64),
+    /// Arena allocations the last session of the same program left mapped (warm constants,
+    /// [`super::resident`]), by address: taken over by an allocation of the same range,
+    /// released when an allocation needs their memory.
+    held: BTreeMap<u64, Allocation>,
+    /// Allocations that took over a held one.
+    pub adopted: u64,
 }
 
 fn prop() -> sys::CUmemAllocationProp {
@@ -246,6 +252,9 @@ impl Memory {
     /// Re-creates an allocation of `size` bytes recorded at `recorded`; returns its live address.
     pub fn alloc(&mut self, recorded: u64, size: u64, seq: u64) -> Result<u64, ReplayError> {
         if self.arena.is_some_and(|a| recorded >= a.base && recorded - a.base < a.size) {
+            if self.take_held(recorded, size) {
+                return Ok(recorded);
+            }
             match backing(recorded, size) {
                 Backing::Shared { chunk } => {
                     if !self.chunks.contains_key(&chunk) {
@@ -424,5 +433,148 @@ impl Memory {
             }
         }
         n
+    }
+}
+
+/// The range of device memory a backing maps.
+fn backing_range(b: Backing) -> (u64, u64) {
+    match b {
+        Backing::Shared { chunk } => (chunk, chunk + CHUNK),
+        Backing::Own { addr, len } => (addr, addr.saturating_add(len)),
+    }
+}
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+/// Whether a new arena allocation `(addr, size)` needs memory the held allocation `h` holds:
+/// in one shared chunk, when their bytes overlap; else when their backings overlap.
+fn needs(addr: u64, size: u64, h: &Allocation) -> bool {
+    let (nb, hb) = (backing(addr, size), backing(h.recorded, h.size));
+    match (nb, hb) {
+        (Backing::Shared { chunk: a }, Backing::Shared { chunk: b }) => {
+            a == b && overlaps((addr, addr + size.max(1)), (h.recorded, h.recorded + h.size.max(1)))
+        }
+        _ => overlaps(backing_range(nb), backing_range(hb)),
+    }
+}
+
+/// Warm constants: the memory one session of a program leaves to the next on the same executor.
+impl Memory {
+    /// Ends a session whose executor is kept for its program: the arena allocations at `keep`
+    /// are held (still mapped, their bytes as they are), every other allocation is freed and
+    /// empty chunks are unmapped. Returns the ranges of device memory that stay mapped (for
+    /// the caller to clear what no kept upload covers).
+    pub fn hold(&mut self, keep: &std::collections::HashSet<u64>) -> Vec<(u64, u64)> {
+        // SAFETY: a plain synchronization: nothing may still use what is freed below.
+        unsafe { sys::cuCtxSynchronize() };
+        let all: Vec<u64> = self.allocs.keys().copied().collect();
+        for a in all {
+            let arena = matches!(self.allocs.get(&a).map(|x| x.kind), Some(Kind::Arena));
+            match self.allocs.remove(&a) {
+                Some(x) if arena && keep.contains(&a) => {
+                    self.held.insert(a, x);
+                }
+                Some(x) => {
+                    self.allocs.insert(a, x);
+                    self.free(a);
+                }
+                None => {}
+            }
+        }
+        while let Some(c) = self.kept.pop_front() {
+            self.chunks.remove(&c);
+            // SAFETY: an empty chunk of ours, mapped; the device is idle.
+            unsafe { sys::cuMemUnmap(c, CHUNK as usize) };
+            self.in_use = self.in_use.saturating_sub(CHUNK);
+        }
+        let mut ranges: Vec<(u64, u64)> =
+            self.held.values().map(|a| backing_range(backing(a.recorded, a.size))).collect();
+        ranges.sort_unstable();
+        ranges.dedup();
+        ranges
+    }
+
+    /// The arena reserved here: (base, size).
+    pub fn arena_range(&self) -> Option<(u64, u64)> {
+        self.arena.map(|a| (a.base, a.size))
+    }
+
+    /// Lets everything go: held allocations and the arena's reservation (live allocations are
+    /// not expected: call it after [`Self::hold`]).
+    pub fn give_back(mut self) {
+        self.release_held();
+        let live: Vec<u64> = self.allocs.keys().copied().collect();
+        for a in live {
+            self.free(a);
+        }
+        for c in std::mem::take(&mut self.kept) {
+            self.chunks.remove(&c);
+            // SAFETY: an empty chunk of ours, after the work that used it.
+            unsafe { sys::cuMemUnmap(c, CHUNK as usize) };
+        }
+        if let Some(a) = self.arena.take() {
+            // SAFETY: our reservation, nothing mapped in it any more.
+            unsafe { sys::cuMemAddressFree(a.base, a.size as usize) };
+        }
+    }
+
+    /// Held allocations: (address, size).
+    pub fn held(&self) -> Vec<(u64, u64)> {
+        self.held.values().map(|a| (a.recorded, a.size)).collect()
+    }
+
+    /// Releases every held allocation (the next session is not of the same program).
+    pub fn release_held(&mut self) {
+        let all: Vec<u64> = self.held.keys().copied().collect();
+        for a in all {
+            self.release_one_held(a);
+        }
+    }
+
+    fn release_one_held(&mut self, at: u64) {
+        let Some(a) = self.held.remove(&at) else { return };
+        let unmap = match backing(a.recorded, a.size) {
+            Backing::Shared { chunk } => {
+                let n = self.chunks.entry(chunk).or_insert(1);
+                *n = n.saturating_sub(1);
+                (*n == 0).then(|| {
+                    self.chunks.remove(&chunk);
+                    (chunk, CHUNK)
+                })
+            }
+            Backing::Own { addr, len } => Some((addr, len)),
+        };
+        if let Some((addr, len)) = unmap {
+            // SAFETY: memory of ours no live allocation uses, after the work that used it.
+            unsafe {
+                sys::cuCtxSynchronize();
+                sys::cuMemUnmap(addr, len as usize);
+            }
+            self.in_use = self.in_use.saturating_sub(len);
+        }
+    }
+
+    /// An arena allocation of `size` at `recorded`: takes over the held allocation of exactly
+    /// that range (true), or releases the held ones whose memory it needs (false).
+    fn take_held(&mut self, recorded: u64, size: u64) -> bool {
+        if self.held.is_empty() {
+            return false;
+        }
+        if self.held.get(&recorded).is_some_and(|a| a.size == size) {
+            if let Some(a) = self.held.remove(&recorded) {
+                self.allocs.insert(recorded, a);
+                self.exact += 1;
+                self.in_arena += 1;
+                self.adopted += 1;
+                return true;
+            }
+        }
+        let needed: Vec<u64> = self.held.values().filter(|h| needs(recorded, size, h)).map(|h| h.recorded).collect();
+        for a in needed {
+            self.release_one_held(a);
+        }
+        false
     }
 }

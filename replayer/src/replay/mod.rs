@@ -24,6 +24,7 @@ pub mod piece_graph;
 pub(crate) mod preload;
 pub mod profile;
 pub mod query;
+pub mod resident;
 mod side;
 pub mod stream;
 pub mod warm_images;
@@ -283,6 +284,10 @@ pub(crate) struct State {
     /// Code images a server's executor loaded before its session, by content
     /// ([`warm_images`]), and the images the session loaded.
     pub warm_images: warm_images::WarmImages,
+    /// Uploads that stay on the GPU for the next session of the program ([`resident`]).
+    pub resident: resident::Resident,
+    /// Code images this replay loaded itself (unloaded when a kept executor ends its session).
+    pub loaded: Vec<preload::Preloaded>,
 }
 
 impl State {
@@ -305,6 +310,8 @@ impl State {
             last_call: None,
             preloaded: preload::Preloads::default(),
             warm_images: warm_images::WarmImages::default(),
+            resident: resident::Resident::default(),
+            loaded: Vec::new(),
         }
     }
 

@@ -77,6 +77,8 @@ impl Stream {
         if recs.is_empty() {
             return Err("an empty piece".into());
         }
+        // The graph writes device memory without passing each record through `exec::call`.
+        self.parts().0.resident.dirty();
         let mut g = PieceGraph {
             graph: std::ptr::null_mut(),
             exe: std::ptr::null_mut(),
@@ -217,6 +219,7 @@ impl Stream {
     /// into the graph's input buffers, then the graph runs on the piece's stream.
     pub fn launch_piece(&mut self, g: &mut PieceGraph, recs: &[CallRecord]) -> Result<(), ReplayError> {
         let seq = recs.first().map_or(0, |r| r.seq);
+        self.parts().0.resident.dirty();
         // SAFETY (block): the graph's pinned input buffers, written once its previous launch
         // has read them (its event); blob bytes of the session of each buffer's length.
         unsafe {

@@ -2,14 +2,31 @@
 //! segments from a client; blobs arrive by hash; device-to-host bytes are kept for the client's
 //! next answer instead of (or besides) being compared with a recording.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
 use cudarc::driver::sys;
 use gpuless_traces::{BlobBytes, CallRecord, Hash128, TraceMeta};
 
+use super::resident::{self, Resident};
 use super::{check, exec, explain, memory::Memory, query, Device, LoadedTrace, Options, ReplayError, Report, State};
 use gpuless_traces::protocol::QueryResult;
+
+/// What one session of a program leaves to the next session of it on the same executor
+/// ([`Stream::keep`], [`Stream::new_warm`]).
+pub struct Carried {
+    mem: Memory,
+    kept: BTreeMap<u64, (u64, Hash128)>,
+    /// Bytes of uploads kept on the GPU.
+    pub resident_bytes: u64,
+}
+
+impl Carried {
+    /// Lets the memory go (the executor ends, or serves another program).
+    pub fn give_back(self) {
+        self.mem.give_back();
+    }
+}
 
 /// A replay in progress whose records come one at a time.
 pub struct Stream {
@@ -57,6 +74,76 @@ impl Stream {
         }
         let trace = LoadedTrace { meta, calls: Vec::new(), blobs: HashMap::new(), lost: None };
         Ok(Stream { st, trace, report, queries: Vec::new(), capture: std::ptr::null_mut() })
+    }
+
+    /// Like [`Self::new`], for a session of a program whose executor is kept for its next
+    /// session: its uploads are noted ([`super::resident`]), and it takes over what the last
+    /// session of the program left (`carried`: the arena, held memory and the ranges that hold
+    /// their uploads) when that was for the same arena; otherwise that memory is let go first.
+    pub fn new_warm(
+        device: Device,
+        meta: TraceMeta,
+        opts: Options,
+        carried: Option<Carried>,
+    ) -> Result<Self, ReplayError> {
+        let arena = (meta.arena_base, meta.arena_size);
+        let carried = match carried {
+            Some(c) if c.mem.arena_range() == Some(arena) && c.mem.limit() == opts.memory_limit => Some(c),
+            Some(c) => {
+                c.mem.give_back();
+                None
+            }
+            None => None,
+        };
+        let Some(c) = carried else {
+            let mut s = Stream::new(device, meta, opts)?;
+            s.st.resident = Resident::start(Default::default());
+            return Ok(s);
+        };
+        // The arena is reserved already: a stream without one, then the carried memory.
+        let bare = TraceMeta { arena_base: 0, arena_size: 0, ..meta.clone() };
+        let mut s = Stream::new(device, bare, opts)?;
+        s.trace.meta = meta;
+        s.st.mem = c.mem;
+        s.st.resident = Resident::start(c.kept);
+        Ok(s)
+    }
+
+    /// Ends the session, keeping for the next session of its program the uploads that still
+    /// hold their blob, with the allocations around them ([`super::resident`]): everything else
+    /// the session made is freed, destroyed or unloaded, and every byte of the memory that
+    /// stays mapped outside a kept upload is zeroed.
+    pub fn keep(mut self) -> Result<Carried, ReplayError> {
+        self.synchronize()?;
+        let uploads: Vec<(u64, u64, Hash128)> = {
+            let mem = &self.st.mem;
+            let inside = |at: u64, len: u64| mem.find(at).is_some_and(|a| at + len <= a.recorded + a.size);
+            self.st.resident.uploads().filter(|&(at, len, _)| inside(at, len)).collect()
+        };
+        let blobs = &self.trace.blobs;
+        let mut kept = resident::verify(uploads.into_iter(), |h| blobs.get(h).map(|b| &**b));
+        let allocs: HashSet<u64> = kept.keys().filter_map(|&at| self.st.mem.find(at).map(|a| a.recorded)).collect();
+        self.st.release_objects();
+        let mapped = self.st.mem.hold(&allocs);
+        // Uploads in allocations that were not held (outside the arena) are not kept.
+        let held = self.st.mem.held();
+        kept.retain(|&at, (len, _)| held.iter().any(|&(a, n)| at >= a && at + *len <= a + n));
+        for (lo, hi) in mapped {
+            for (at, n) in resident::gaps(lo, hi, &kept) {
+                // SAFETY: mapped memory of ours that no live allocation uses.
+                let r = unsafe { sys::cuMemsetD8_v2(at, 0, n as usize) };
+                check(r, 0, "cuMemsetD8 (clearing memory kept for the next session)")?;
+            }
+        }
+        self.synchronize()?;
+        let resident_bytes = kept.values().map(|(len, _)| len).sum();
+        Ok(Carried { mem: std::mem::take(&mut self.st.mem), kept, resident_bytes })
+    }
+
+    /// Uploads skipped because the last session of the program left their bytes in place:
+    /// (copies, bytes).
+    pub fn resident_skipped(&self) -> (u64, u64) {
+        self.st.resident.skipped
     }
 
     /// The replay's state, the session's blobs and the report, borrowed together.
@@ -204,4 +291,48 @@ pub fn describe_device(memory_limit: Option<u64>) -> gpuless_traces::protocol::D
         d.total_mem = if d.total_mem == 0 { limit } else { d.total_mem.min(limit) };
     }
     d
+}
+
+impl State {
+    /// Destroys what the session created — executable graphs, graphs, streams, events — and
+    /// unloads the code images it loaded, so that an executor kept for the next session of the
+    /// program holds none of it (the next session loads fresh images: a module's globals are
+    /// as its image says, not as the last session left them).
+    pub(crate) fn release_objects(&mut self) {
+        // SAFETY: handles this replay created, after a synchronization; each is destroyed once
+        // (the maps are emptied), and the special stream handles (null, legacy, per-thread) are
+        // not destroyed.
+        unsafe {
+            sys::cuCtxSynchronize();
+            for (_, e) in self.objects.execs.drain() {
+                sys::cuGraphExecDestroy(e);
+            }
+            for (_, g) in self.objects.graphs.drain() {
+                sys::cuGraphDestroy(g);
+            }
+            self.objects.nodes.clear();
+            for (_, s) in self.streams.drain() {
+                if s as usize > 2 {
+                    sys::cuStreamDestroy_v2(s);
+                }
+            }
+            for (_, e) in self.events.drain() {
+                sys::cuEventDestroy_v2(e);
+            }
+            self.functions.clear();
+            self.kernels.clear();
+            self.modules.clear();
+            self.libraries.clear();
+            for l in self.loaded.drain(..) {
+                match l {
+                    super::preload::Preloaded::Module(m) => {
+                        sys::cuModuleUnload(m as sys::CUmodule);
+                    }
+                    super::preload::Preloaded::Library(l) => {
+                        sys::cuLibraryUnload(l as sys::CUlibrary);
+                    }
+                }
+            }
+        }
+    }
 }

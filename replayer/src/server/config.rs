@@ -51,6 +51,17 @@ pub struct Config {
     /// Most executors kept warm with a function at once; the least recently used is ended
     /// when one more would exceed it. 0: off.
     pub warm_functions_max: usize,
+    /// Warm constants: how long the executor of a live client's session stays after the
+    /// session ends with the session's uploads that still hold their content resident on the
+    /// GPU (weights), for the next session of the same program (the Hello's `program`, on the
+    /// same partition spec), in seconds; that session's identical uploads are not copied again
+    /// (`replay::resident`). 0 (the default): off. Every client of one server presents the same
+    /// token, so the server cannot tell tenants apart: a session of the same program can read
+    /// the kept uploads before it makes them itself; turn it on only where that is acceptable.
+    pub program_keep_alive_s: f64,
+    /// Most executors kept with a program's uploads at once; the least recently used is ended
+    /// when one more would exceed it, or when an executor cannot start (its memory is needed).
+    pub warm_programs_max: usize,
     /// Cached-trace execution for sessions that stream records (live clients, `replay
     /// --remote`): runs of launches, copies and sets that repeat run as CUDA graphs
     /// (`server::pieces`). Off by default: on an H100 it runs most of a PyTorch program's
@@ -112,6 +123,8 @@ impl Default for Config {
             drain_timeout_s: 30.0,
             function_keep_alive_s: 300.0,
             warm_functions_max: 4,
+            program_keep_alive_s: 0.0,
+            warm_programs_max: 2,
             cached_execution: false,
             cached_hold: Default::default(),
             cache: CacheConfig::default(),
@@ -184,6 +197,12 @@ impl Config {
                 self.function_keep_alive_s
             )));
         }
+        if !self.program_keep_alive_s.is_finite() || self.program_keep_alive_s < 0.0 {
+            return Err(err(format!(
+                "program_keep_alive_s = {}: a number of seconds, 0 or more (0: off)",
+                self.program_keep_alive_s
+            )));
+        }
         if self.max_sessions == 0 {
             return Err(err("max_sessions must be at least 1".into()));
         }
@@ -195,6 +214,12 @@ impl Config {
     pub fn function_keep_alive(&self) -> Option<Duration> {
         (self.function_keep_alive_s > 0.0 && self.warm_functions_max > 0)
             .then(|| Self::secs(self.function_keep_alive_s))
+    }
+
+    /// How long a live client's executor stays with the session's uploads resident, or
+    /// `None` when warm constants are off (`program_keep_alive_s` or `warm_programs_max` 0).
+    pub fn program_keep_alive(&self) -> Option<Duration> {
+        (self.program_keep_alive_s > 0.0 && self.warm_programs_max > 0).then(|| Self::secs(self.program_keep_alive_s))
     }
 
     /// Seconds as a duration.
@@ -235,6 +260,13 @@ mod tests {
         assert_eq!(c.warm_functions_max, 9);
         let off: Config = toml::from_str("function_keep_alive_s = 0\n").unwrap();
         assert_eq!(off.function_keep_alive(), None);
+        assert_eq!(d.program_keep_alive(), None, "warm constants are off by default");
+        let p: Config = toml::from_str("program_keep_alive_s = 60\nwarm_programs_max = 3\n").unwrap();
+        assert_eq!((p.program_keep_alive(), p.warm_programs_max), (Some(Duration::from_secs(60)), 3));
+        let p0: Config = toml::from_str("program_keep_alive_s = 60\nwarm_programs_max = 0\n").unwrap();
+        assert_eq!(p0.program_keep_alive(), None);
+        let pn: Config = toml::from_str("program_keep_alive_s = -2\n").unwrap();
+        assert!(pn.resolve().unwrap_err().to_string().contains("program_keep_alive_s"));
         let capped: Config = toml::from_str("warm_functions_max = 0\n").unwrap();
         assert_eq!(capped.function_keep_alive(), None);
         assert!(toml::from_str::<Config>("warm_functions_max = -1\n").is_err());

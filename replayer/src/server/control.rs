@@ -69,6 +69,18 @@ pub enum Control {
         /// The function's deployed name.
         function: String,
     },
+    /// Executor → server, after [`Control::Done`]: the session of `program` ended with its
+    /// uploads that still held their blob kept resident (warm constants,
+    /// `crate::replay::resident`); the executor waits, like [`Control::Warm`], for the next
+    /// session of that program.
+    KeptProgram {
+        /// The program, as its Hello named it.
+        program: String,
+        /// Bytes of uploads kept resident.
+        resident_bytes: u64,
+        /// Upload bytes the session did not copy because the last session left them resident.
+        skipped_bytes: u64,
+    },
 }
 
 impl Control {
@@ -120,6 +132,9 @@ impl Control {
             }
             Control::Warm { function } => {
                 p.u8(8).str(function);
+            }
+            Control::KeptProgram { program, resident_bytes, skipped_bytes } => {
+                p.u8(9).str(program).u64(*resident_bytes).u64(*skipped_bytes);
             }
         }
         p.0
@@ -180,6 +195,7 @@ impl Control {
                 Control::Invocations(v)
             }
             8 => Control::Warm { function: g.str()? },
+            9 => Control::KeptProgram { program: g.str()?, resident_bytes: g.u64()?, skipped_bytes: g.u64()? },
             t => return Err(g.error(format!("control message {t}"))),
         };
         g.end()?;
@@ -366,7 +382,11 @@ mod tests {
     fn warm_round_trips_and_a_let_go_executor_hears_the_end() {
         let (a, b) = pair().unwrap();
         let b = Channel::from_fd(b);
-        for m in [Control::Warm { function: "resnet50".into() }, Control::Warm { function: String::new() }] {
+        for m in [
+            Control::Warm { function: "resnet50".into() },
+            Control::Warm { function: String::new() },
+            Control::KeptProgram { program: "python run.py".into(), resident_bytes: 1 << 30, skipped_bytes: 7 },
+        ] {
             b.send(&m, None).unwrap();
             assert_eq!(a.recv().unwrap().unwrap().0, m);
             assert_eq!(Control::decode(&m.encode()).unwrap(), m);

@@ -8,7 +8,10 @@
 //! One exception: after a session that only invoked the function it announced
 //! (`function:NAME`), with a keep-alive, the executor reports [`Control::Warm`] and waits for
 //! the next session of that function, which finds the function set up (its [`Functions`], and
-//! nothing else of the session, carries over).
+//! nothing else of the session, carries over). Likewise, with warm constants on, after a live
+//! client's session the executor keeps the uploads that still hold their blob resident on the
+//! GPU ([`crate::replay::resident`]), reports [`Control::KeptProgram`] and waits for the next
+//! session of the same program ([`kept`]).
 
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
@@ -30,7 +33,7 @@ use super::functions::Functions;
 use super::gate::{Gate, GRACE, MAX_HOLD};
 use super::pieces::{Pieces, Ran};
 use super::timeline::Timeline;
-use crate::replay::stream::{describe_device, Stream};
+use crate::replay::stream::{describe_device, Carried, Stream};
 use crate::replay::warm_images::WarmImages;
 use crate::replay::{Device, Options, ReplayError};
 use decoded::Decoded;
@@ -38,6 +41,9 @@ use gpuless_traces::protocol::piece::Cut;
 
 mod blobs;
 mod decoded;
+mod kept;
+
+use kept::Kept;
 
 /// Most bytes of blobs a session may have in flight (received in part).
 const MAX_PARTIAL: u64 = 64 << 30;
@@ -85,8 +91,9 @@ pub fn run(mut setup: Setup) -> i32 {
     // Code images recent sessions loaded, loaded while this executor waits for its session.
     let cache = &setup.cache;
     let mut warm = WarmImages::start(setup.device, &setup.cache.disk, |h| cache.read(h));
-    // The function kept set up after a session of it, and how long to wait for the next.
-    let mut kept: Option<(Functions, Duration)> = None;
+    // The function set up or the program's uploads kept after a session, and how long to
+    // wait for the next session of it.
+    let mut kept: Option<(Kept, Duration)> = None;
     loop {
         let next = match &kept {
             None => setup.control.recv(),
@@ -107,18 +114,28 @@ pub fn run(mut setup: Setup) -> i32 {
         };
         let announced = super::warm::announced(&hello.program).map(str::to_string);
         let client_arena = hello.arena_base != 0 && hello.arena_size != 0;
+        // A live client's session of a program, with a keep-alive: its uploads may stay.
+        let program = (keep_alive_ms > 0 && client_arena && announced.is_none()).then(|| hello.program.clone());
         // Only a session of the same function, without an arena of its own, finds the function
-        // set up; anything else starts from nothing (the kept function is freed first).
-        let functions = match kept.take() {
-            Some((mut f, _)) if !client_arena && announced.is_some() && f.prepared_name() == announced.as_deref() => {
-                f.reuse();
-                f
-            }
-            _ => Functions::new(&setup.cache, setup.device, setup.memory_limit, client_arena),
-        };
+        // set up, and only a session of the same program its uploads; anything else starts
+        // from nothing (what was kept is let go first).
+        let (functions, carried) = kept::take(kept.take(), announced.as_deref(), program.as_deref(), client_arena);
+        let functions =
+            functions.unwrap_or_else(|| Functions::new(&setup.cache, setup.device, setup.memory_limit, client_arena));
+        let warm_memory = program.is_some().then_some(carried);
         let pieces = cached.map(|hold| Pieces::new(&hello.program, &setup.cache.disk, hold));
-        let (done, functions) =
-            serve_one(&setup, &device, &mut gate, session, idle_ms, hello, fd, functions, pieces, &mut warm);
+        let (done, functions, carried) = serve_one(
+            &setup,
+            &device,
+            &mut gate,
+            (session, idle_ms),
+            hello,
+            fd,
+            functions,
+            pieces,
+            &mut warm,
+            warm_memory,
+        );
         if !warm.loaded.is_empty() {
             warm.remember(&setup.cache.disk);
             // The executor's stderr is the server's log.
@@ -133,33 +150,47 @@ pub fn run(mut setup: Setup) -> i32 {
         if setup.control.send(&done, None).is_err() {
             return 1;
         }
-        match (functions, announced) {
-            (Some(f), Some(name)) if keep_alive_ms > 0 && f.prepared_name() == Some(name.as_str()) => {
+        let keep_alive = Duration::from_millis(keep_alive_ms);
+        match (functions, announced, program, carried) {
+            (Some(f), Some(name), _, _) if keep_alive_ms > 0 && f.prepared_name() == Some(name.as_str()) => {
                 if setup.control.send(&Control::Warm { function: name }, None).is_err() {
                     return 1;
                 }
-                kept = Some((f, Duration::from_millis(keep_alive_ms)));
+                kept = Some((Kept::Function(Box::new(f)), keep_alive));
+            }
+            (_, None, Some(program), Some((carried, skipped_bytes))) => {
+                let resident_bytes = carried.resident_bytes;
+                let m = Control::KeptProgram { program: program.clone(), resident_bytes, skipped_bytes };
+                if setup.control.send(&m, None).is_err() {
+                    return 1;
+                }
+                kept = Some((Kept::Program { program, carried: Box::new(carried) }, keep_alive));
+                // Fresh code images for the next session, loaded while this one waits for it.
+                warm = WarmImages::start(setup.device, &setup.cache.disk, |h| cache.read(h));
             }
             _ => return 0,
         }
     }
 }
 
-/// Serves one session; returns its [`Control::Done`], and its functions if the session only
-/// invoked, without a failed invocation (then its function may be kept set up).
+/// Serves one session; returns its [`Control::Done`], its functions if the session only
+/// invoked, without a failed invocation (then its function may be kept set up), and, with
+/// `warm_memory` (a session whose uploads may stay: what the last session of its program left,
+/// if anything), what it leaves for the next session of the program when it ended without an
+/// error, with the upload bytes it did not copy.
 #[allow(clippy::too_many_arguments)]
 fn serve_one(
     setup: &Setup,
     device: &gpuless_traces::protocol::DeviceDescription,
     gate: &mut Option<Gate>,
-    session: u64,
-    idle_ms: u64,
+    (session, idle_ms): (u64, u64),
     hello: gpuless_traces::protocol::message::Hello,
     fd: OwnedFd,
     functions: Functions,
     pieces: Option<Pieces>,
     warm: &mut WarmImages,
-) -> (Control, Option<Functions>) {
+    warm_memory: Option<Option<Carried>>,
+) -> (Control, Option<Functions>, Option<(Carried, u64)>) {
     let meta = TraceMeta {
         arena_base: hello.arena_base,
         arena_size: hello.arena_size,
@@ -197,7 +228,13 @@ fn serve_one(
         only_invoked: true,
         pieces,
     };
-    let result = match (conn_of(fd), Stream::new(setup.device, meta, opts)) {
+    let keep = warm_memory.is_some();
+    let new_stream = match warm_memory {
+        Some(carried) => Stream::new_warm(setup.device, meta, opts, carried),
+        None => Stream::new(setup.device, meta, opts),
+    };
+    let mut carried = None;
+    let result = match (conn_of(fd), new_stream) {
         (Ok(conn), Ok(stream)) => {
             let welcome = Welcome {
                 session,
@@ -211,6 +248,9 @@ fn serve_one(
             stream.parts().0.warm_images = std::mem::take(warm);
             let r = s.serve(conn, &mut stream, welcome, Duration::from_millis(idle_ms.max(1)));
             *warm = std::mem::take(&mut stream.parts().0.warm_images);
+            if keep && r.is_ok() {
+                carried = kept::keep(stream, session);
+            }
             r
         }
         (Err(e), _) => Err(format!("the client's connection: {e}")),
@@ -236,7 +276,7 @@ fn serve_one(
     *gate = s.gate.take();
     let error = result.err().unwrap_or_default();
     let done = Control::Done { stats: s.stats.clone(), error };
-    (done, s.only_invoked.then_some(s.functions))
+    (done, s.only_invoked.then_some(s.functions), carried)
 }
 
 /// The client's socket, TCP or Unix, in blocking mode.

@@ -37,6 +37,9 @@ enum ExecState {
     Finished,
     /// Kept warm with this function set up ([`Control::Warm`]), in [`Inner::warm`].
     Function(String),
+    /// Kept with this program's uploads resident ([`Control::KeptProgram`]), in
+    /// [`Inner::warm_programs`]: (program, resident bytes).
+    Program(String, u64),
     Failed(String),
 }
 
@@ -73,6 +76,8 @@ struct Inner {
     warm: WarmSet,
     /// Functions that have been kept warm (their gauge reads 0 when none is).
     warm_names: std::collections::BTreeSet<String>,
+    /// Executors kept with a program's uploads resident (warm constants), by program.
+    warm_programs: WarmSet,
 }
 
 /// The server's shared state.
@@ -129,6 +134,7 @@ impl Manager {
                 died_starting: HashMap::new(),
                 warm: WarmSet::new(cfg.warm_functions_max, cfg.function_keep_alive().unwrap_or_default()),
                 warm_names: Default::default(),
+                warm_programs: WarmSet::new(cfg.warm_programs_max, cfg.program_keep_alive().unwrap_or_default()),
             }),
             changed: Notify::new(),
             metrics: Metrics::new(),
@@ -155,21 +161,6 @@ impl Manager {
                 tracing::info!(exec = id, state = ?e.state, "executor let go");
                 e.channel.close_write();
             }
-        }
-    }
-
-    /// Lets go of the warm function executors unused for longer than the keep-alive.
-    fn expire_warm(g: &mut Inner) {
-        let old = g.warm.expire(Instant::now());
-        Self::let_go(g, &old);
-    }
-
-    /// The keep-alive a session's executor is started with, milliseconds: 0 (it exits after
-    /// the session) unless the session announced a function and keeping functions is on.
-    pub fn keep_alive_ms(&self, program: &str) -> u64 {
-        match (super::warm::announced(program), self.cfg.function_keep_alive()) {
-            (Some(_), Some(d)) => d.as_millis().min(u128::from(u64::MAX)) as u64,
-            _ => 0,
         }
     }
 
@@ -367,6 +358,10 @@ impl Manager {
                     );
                 }
                 Ok(Some((Control::Warm { function }, _))) => self.warm(id, &function),
+                Ok(Some((Control::KeptProgram { program, resident_bytes, skipped_bytes }, _))) => {
+                    self.metrics.resident_skipped_bytes.inc_by(skipped_bytes);
+                    self.keep_program(id, &program, resident_bytes);
+                }
                 Ok(Some((Control::Start { .. }, _))) => {}
                 Ok(None) | Err(_) => break,
             }
@@ -375,6 +370,7 @@ impl Manager {
         let mut g = self.lock();
         let e = g.execs.remove(&id);
         g.warm.remove(id);
+        g.warm_programs.remove(id);
         match &e {
             Some(Exec { state: ExecState::Starting, .. }) => {
                 g.died_starting.insert(id, format!("exited with {status:?} before it was ready"));
@@ -421,32 +417,6 @@ impl Manager {
         session
     }
 
-    /// Executor `id` reported [`Control::Warm`]: after its session it keeps `function` set up.
-    /// It joins the warm set (the least recently used beyond the cap let go), or is let go at
-    /// once (keep-alive off, draining, not after a session).
-    fn warm(&self, id: u64, function: &str) {
-        let mut g = self.lock();
-        let spec = match g.execs.get(&id) {
-            Some(Exec { state: ExecState::Finished, spec, .. }) => Some(spec.clone()),
-            _ => None,
-        };
-        match spec {
-            Some(spec) if !g.draining && self.cfg.function_keep_alive().is_some() => {
-                if let Some(e) = g.execs.get_mut(&id) {
-                    e.state = ExecState::Function(function.to_string());
-                }
-                Self::expire_warm(&mut g);
-                let over = g.warm.insert(id, &spec, function, Instant::now());
-                g.warm_names.insert(function.to_string());
-                Self::let_go(&g, &over);
-                tracing::info!(exec = id, function, spec, "executor kept warm with its function");
-            }
-            _ => Self::let_go(&g, &[id]),
-        }
-        drop(g);
-        self.changed.notify_waiters();
-    }
-
     fn end_session(g: &mut Inner, metrics: &Metrics, s: u64) {
         if let Some(se) = g.sessions.remove(&s) {
             g.sms_in_use -= se.sms;
@@ -468,7 +438,8 @@ impl Manager {
     pub fn drain(&self) {
         let mut g = self.lock();
         g.draining = true;
-        let warm = g.warm.clear();
+        let mut warm = g.warm.clear();
+        warm.extend(g.warm_programs.clear());
         Self::let_go(&g, &warm);
         drop(g);
         self.changed.notify_waiters();
@@ -501,6 +472,7 @@ impl Manager {
         req: &PartitionRequest,
         priority: Priority,
         function: Option<&str>,
+        program: Option<&str>,
     ) -> Result<Grant, Refusal> {
         let (spec, sms) = self.resolve(req)?;
         let deadline = Instant::now() + Config::secs(self.cfg.queue_timeout_s);
@@ -565,7 +537,7 @@ impl Manager {
                 ));
             }
         };
-        match self.take_executor(&spec, session, function).await {
+        match self.take_executor(&spec, session, function, program).await {
             Ok((exec, channel)) => Ok(Grant { session, exec, channel }),
             Err(r) => {
                 let mut g = self.lock();
@@ -577,32 +549,23 @@ impl Manager {
         }
     }
 
-    /// The executor kept warm with `function` on `spec`, if one is, handed to `session`.
-    fn take_warm(&self, spec: &str, session: u64, function: &str) -> Option<(u64, Arc<Channel>)> {
-        let mut g = self.lock();
-        Self::expire_warm(&mut g);
-        let id = g.warm.take(spec, function, Instant::now())?;
-        let e = g.execs.get_mut(&id)?;
-        if !matches!(&e.state, ExecState::Function(f) if f == function) {
-            return None;
-        }
-        e.state = ExecState::Busy(session);
-        let ch = e.channel.clone();
-        if let Some(s) = g.sessions.get_mut(&session) {
-            s.exec = id;
-        }
-        tracing::info!(session, exec = id, function, "session served by an executor kept warm with its function");
-        Some((id, ch))
-    }
-
     async fn take_executor(
         self: &Arc<Self>,
         spec: &str,
         session: u64,
         function: Option<&str>,
+        program: Option<&str>,
     ) -> Result<(u64, Arc<Channel>), Refusal> {
+        if let Some(p) = program {
+            let warm = self.take_warm(spec, session, p, true);
+            let start = if warm.is_some() { "warm" } else { "cold" };
+            self.metrics.program_sessions.get_or_create(&kind(start)).inc();
+            if let Some(w) = warm {
+                return Ok(w);
+            }
+        }
         if let Some(f) = function {
-            let warm = self.take_warm(spec, session, f);
+            let warm = self.take_warm(spec, session, f, false);
             let start = if warm.is_some() { "warm" } else { "cold" };
             self.metrics
                 .function_sessions
@@ -629,9 +592,10 @@ impl Manager {
                 if let Some(why) = failed {
                     // Executors kept warm with a function hold device memory: with one, the
                     // least recently used is let go and a new executor tried once more.
-                    if !evicted && !g.warm.is_empty() {
+                    if !(evicted || g.warm.is_empty() && g.warm_programs.is_empty()) {
                         evicted = true;
-                        let lru: Vec<u64> = g.warm.evict_lru().into_iter().collect();
+                        let mut lru: Vec<u64> = g.warm.evict_lru().into_iter().collect();
+                        lru.extend(g.warm_programs.evict_lru());
                         tracing::warn!(spec, why, ?lru, "an executor could not start: letting a warm function go");
                         Self::let_go(&g, &lru);
                         // A new executor starts below; the one let go exits (its memory with
@@ -715,16 +679,27 @@ impl Manager {
                 .get_or_create(&kind(p.name()))
                 .set(g.sessions.values().filter(|s| s.priority == p).count() as i64);
         }
+        let resident: Vec<u64> = g
+            .execs
+            .values()
+            .filter_map(|e| match e.state {
+                ExecState::Program(_, bytes) => Some(bytes),
+                _ => None,
+            })
+            .collect();
+        m.warm_programs.set(resident.len() as i64);
+        m.warm_resident_bytes.set(resident.iter().sum::<u64>() as i64);
         m.sms_in_use.set(i64::from(g.sms_in_use));
         m.queue.set(g.waiting.iter().sum::<usize>() as i64);
         let mut counts: HashMap<&str, i64> =
-            HashMap::from([("warm", 0), ("busy", 0), ("starting", 0), ("failed", 0), ("function", 0)]);
+            HashMap::from([("warm", 0), ("busy", 0), ("starting", 0), ("failed", 0), ("function", 0), ("program", 0)]);
         for e in g.execs.values() {
             let k = match e.state {
                 ExecState::Starting => "starting",
                 ExecState::Ready => "warm",
                 ExecState::Busy(_) | ExecState::Finished => "busy",
                 ExecState::Function(_) => "function",
+                ExecState::Program(..) => "program",
                 ExecState::Failed(_) => "failed",
             };
             *counts.entry(k).or_insert(0) += 1;
@@ -773,6 +748,9 @@ impl Manager {
         Config::secs(self.cfg.drain_timeout_s)
     }
 }
+
+#[path = "manager_kept.rs"]
+mod kept;
 
 #[cfg(test)]
 #[path = "manager_tests.rs"]

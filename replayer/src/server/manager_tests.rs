@@ -3,6 +3,7 @@
 //! function and spec, the cap, the keep-alive, the drain, the metrics.
 
 use super::*;
+use gpuless_traces::protocol::message::Hello;
 
 /// A pid no process has (above the kernel's largest): nothing here may signal it anyway.
 const NO_PID: u32 = 9_999_999;
@@ -60,6 +61,22 @@ fn state(m: &Manager, id: u64) -> String {
     m.lock().execs.get(&id).map(|e| format!("{:?}", e.state)).unwrap_or_default()
 }
 
+/// A Hello of `program`, of a live client (an arena of its own) or not.
+fn hello(program: &str, live: bool) -> Hello {
+    let (arena_base, arena_size) = if live { (0x6400_0000_0000, 1 << 40) } else { (0, 0) };
+    Hello {
+        protocol: gpuless_traces::protocol::PROTOCOL_VERSION,
+        tool: "test".into(),
+        token: String::new(),
+        partition: PartitionRequest::Whole,
+        priority: Priority::BestEffort,
+        arena_base,
+        arena_size,
+        recorded_sm: 90,
+        program: program.into(),
+    }
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
 }
@@ -82,10 +99,11 @@ fn a_function_executor_is_kept_and_taken_by_function_and_spec() {
     assert!(text.contains("gpuless_executors{kind=\"function\"} 1"), "{text}");
 
     // Another function, another spec: not this executor (and a cold start is counted).
-    assert!(m.take_warm("whole", 100, "bert").is_none());
-    assert!(m.take_warm("sms:16", 100, "resnet50").is_none());
+    assert!(m.take_warm("whole", 100, "bert", false).is_none());
+    assert!(m.take_warm("sms:16", 100, "resnet50", false).is_none());
     // A session of the function, through admission: served warm.
-    let g = rt().block_on(m.admit(&PartitionRequest::Whole, Priority::LatencyCritical, Some("resnet50"))).unwrap();
+    let g =
+        rt().block_on(m.admit(&PartitionRequest::Whole, Priority::LatencyCritical, Some("resnet50"), None)).unwrap();
     assert_eq!(g.exec, a);
     assert_eq!(state(&m, a), format!("Busy({})", g.session));
     assert_eq!(m.lock().sessions.get(&g.session).map(|s| s.exec), Some(a));
@@ -100,7 +118,7 @@ fn a_function_executor_is_kept_and_taken_by_function_and_spec() {
     assert!(kept(&ca));
     // The executor exits (expired on its own, say): it leaves the warm set with it.
     m.lock().warm.remove(a);
-    assert!(m.take_warm("whole", 101, "resnet50").is_none());
+    assert!(m.take_warm("whole", 101, "resnet50", false).is_none());
 }
 
 #[test]
@@ -137,24 +155,77 @@ fn the_least_recently_used_is_let_go_at_the_cap_and_all_at_the_drain() {
 fn unused_executors_expire_and_keep_alive_off_keeps_none() {
     let t = tempfile::tempdir().unwrap();
     let m = manager(t.path(), 0.05, 4);
-    assert_eq!(m.keep_alive_ms("function:f"), 50);
-    assert_eq!(m.keep_alive_ms("python train.py"), 0, "only a function session's executor stays");
+    assert_eq!(m.keep_alive_ms(&hello("function:f", false)), 50);
+    assert_eq!(m.keep_alive_ms(&hello("python train.py", false)), 0, "only a function session's executor stays");
     let (id, _, c) = serving(&m, "whole");
     m.finished(id);
     m.warm(id, "f");
     assert!(kept(&c));
     std::thread::sleep(Duration::from_millis(80));
-    assert!(m.take_warm("whole", 100, "f").is_none(), "expired: not handed out");
+    assert!(m.take_warm("whole", 100, "f", false).is_none(), "expired: not handed out");
     assert!(let_go(&c), "and let go");
     m.refresh_metrics();
     assert!(m.metrics.render().contains("gpuless_warm_functions{function=\"f\"} 0"));
 
     let off = manager(t.path(), 0.0, 4);
-    assert_eq!(off.keep_alive_ms("function:f"), 0);
+    assert_eq!(off.keep_alive_ms(&hello("function:f", false)), 0);
     let (id, _, c) = serving(&off, "whole");
     off.finished(id);
     off.warm(id, "f");
     assert!(let_go(&c));
     let none = manager(t.path(), 60.0, 0);
-    assert_eq!(none.keep_alive_ms("function:f"), 0, "a cap of 0 turns it off too");
+    assert_eq!(none.keep_alive_ms(&hello("function:f", false)), 0, "a cap of 0 turns it off too");
+}
+
+#[test]
+fn a_program_executor_is_kept_with_its_uploads_and_taken_by_program_and_spec() {
+    let t = tempfile::tempdir().unwrap();
+    let mut cfg =
+        Config { program_keep_alive_s: 60.0, warm_programs_max: 1, pool: Default::default(), ..Config::default() };
+    cfg.cache.memory_dir = t.path().join("mem").display().to_string();
+    cfg.cache.disk_dir = t.path().join("disk").display().to_string();
+    let m = Manager::new(cfg, "/nonexistent/gpuless".into(), HashMap::new()).unwrap();
+    // Only a live client's session of a program, and not a function's, keeps its executor.
+    let live = hello("python run.py", true);
+    assert_eq!(m.warm_program(&live), Some("python run.py"));
+    assert_eq!(m.keep_alive_ms(&live), 60_000);
+    assert_eq!(m.warm_program(&hello("python run.py", false)), None, "a session without an arena");
+    assert_eq!(m.warm_program(&hello("function:f", true)), None);
+    assert_eq!(m.keep_alive_ms(&hello("replay", false)), 0);
+    let (a, _, ca) = serving(&m, "whole");
+    m.finished(a);
+    m.keep_program(a, "python run.py", 100 << 20);
+    assert_eq!(state(&m, a), format!("Program(\"python run.py\", {})", 100 << 20));
+    assert!(kept(&ca));
+    m.refresh_metrics();
+    let text = m.metrics.render();
+    assert!(text.contains("gpuless_warm_programs 1"), "{text}");
+    assert!(text.contains(&format!("gpuless_warm_resident_bytes {}", 100 << 20)), "{text}");
+    assert!(text.contains("gpuless_executors{kind=\"program\"} 1"), "{text}");
+    // Not for another program, nor as a function of the same name.
+    assert!(m.take_warm("whole", 100, "python other.py", true).is_none());
+    assert!(m.take_warm("whole", 100, "python run.py", false).is_none());
+    // The next session of the program, through admission: served by it.
+    let g = rt()
+        .block_on(m.admit(&PartitionRequest::Whole, Priority::LatencyCritical, None, Some("python run.py")))
+        .unwrap();
+    assert_eq!(g.exec, a);
+    m.refresh_metrics();
+    let text = m.metrics.render();
+    assert!(text.contains("gpuless_program_sessions_total{kind=\"warm\"} 1"), "{text}");
+    assert!(text.contains("gpuless_warm_programs 0"), "{text}");
+    // A second kept executor beyond the cap of 1: the least recently used goes.
+    m.finished(a);
+    m.keep_program(a, "python run.py", 1);
+    let (b, _, cb) = serving(&m, "whole");
+    m.finished(b);
+    std::thread::sleep(Duration::from_millis(5));
+    m.keep_program(b, "python two.py", 2);
+    assert!(let_go(&ca) && kept(&cb));
+    // One that was not finishing a session is let go; the drain lets every kept one go.
+    let (c, _, cc) = serving(&m, "whole");
+    m.keep_program(c, "python run.py", 3);
+    assert!(let_go(&cc));
+    m.drain();
+    assert!(let_go(&cb));
 }

@@ -105,6 +105,15 @@ pub struct Metrics {
     pub piece_runs: Family<PieceRun, Counter>,
     /// Records in those pieces, by how they ran.
     pub piece_records: Family<PieceRun, Counter>,
+    /// Executors kept with a program's uploads resident (warm constants).
+    pub warm_programs: Gauge,
+    /// Bytes of uploads those executors keep resident.
+    pub warm_resident_bytes: Gauge,
+    /// Sessions of programs kept warm, by start (`warm`: an executor with the program's
+    /// uploads resident served it; `cold`).
+    pub program_sessions: Family<Kind, Counter>,
+    /// Upload bytes sessions did not copy because they were resident.
+    pub resident_skipped_bytes: Counter,
 }
 
 impl Default for Metrics {
@@ -138,6 +147,10 @@ impl Metrics {
             function_sessions: Family::default(),
             piece_runs: Family::default(),
             piece_records: Family::default(),
+            warm_programs: Gauge::default(),
+            warm_resident_bytes: Gauge::default(),
+            program_sessions: Family::default(),
+            resident_skipped_bytes: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("sessions", "Live sessions by priority class", m.sessions.clone());
@@ -180,6 +193,26 @@ impl Metrics {
             m.piece_runs.clone(),
         );
         registry.register("piece_records", "Records in pieces by how they ran", m.piece_records.clone());
+        registry.register(
+            "warm_programs",
+            "Executors kept with a program's uploads resident on the GPU (warm constants)",
+            m.warm_programs.clone(),
+        );
+        registry.register(
+            "warm_resident_bytes",
+            "Bytes of uploads kept resident for the next session of their program",
+            m.warm_resident_bytes.clone(),
+        );
+        registry.register(
+            "program_sessions",
+            "Sessions of programs kept warm by start (warm: their uploads resident; cold)",
+            m.program_sessions.clone(),
+        );
+        registry.register(
+            "resident_skipped_bytes",
+            "Upload bytes not copied because the last session of the program left them resident",
+            m.resident_skipped_bytes.clone(),
+        );
         Metrics { registry, ..m }
     }
 

@@ -274,7 +274,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         let e = "wrong or missing token: pass the server's token (--token or GPULESS_TOKEN)".to_string();
         return refuse(&m, &mut s, code::AUTH, e, "refused-auth").await;
     }
-    let grant = match m.admit(&h.partition, h.priority, warm::announced(&h.program)).await {
+    let grant = match m.admit(&h.partition, h.priority, warm::announced(&h.program), m.warm_program(&h)).await {
         Ok(g) => g,
         Err((c, e)) => {
             let outcome = match c {
@@ -295,7 +295,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
     let start = Control::Start {
         session: grant.session,
         idle_ms: (m.cfg.idle_timeout_s * 1e3) as u64,
-        keep_alive_ms: m.keep_alive_ms(&h.program),
+        keep_alive_ms: m.keep_alive_ms(&h),
         cached: m.cfg.cached_execution.then_some(m.cfg.cached_hold),
         hello: payload,
     };

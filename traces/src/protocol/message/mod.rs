@@ -80,7 +80,9 @@ pub struct Hello {
     pub arena_size: u64,
     /// SM of the GPU the client's code was chosen for (0: not known).
     pub recorded_sm: u32,
-    /// What the client runs (a label for logs and metrics).
+    /// What the client runs (a label for logs and metrics; `function:NAME` announces a
+    /// function session, and with warm constants on a server keeps a session's uploads for
+    /// the next session of the same program).
     pub program: String,
 }
 

@@ -1,0 +1,90 @@
+//! Warm constants (issue 20) end to end without a GPU: `gpuless serve --program-keep-alive`
+//! keeps a live client's executor after its session with the uploads that still hold their
+//! blob resident, and the next session of the same program does not copy them again — only
+//! while nothing has written the memory since it was taken over. The stand-in program
+//! (`recorder/tests/fake/weights.c`) uploads 256 KiB of weights, runs three inferences and reads
+//! the weights back: its output must be the native one whether the upload was skipped or not.
+
+mod serve_harness;
+mod support;
+
+use std::process::Command;
+
+/// The executor log lines that say what a session found resident.
+fn resident_lines(log: &std::path::Path) -> Vec<String> {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    log.lines().filter(|l| l.contains("were resident from the last session")).map(str::to_string).collect()
+}
+
+#[test]
+fn the_next_session_of_a_program_finds_its_uploads_resident_and_never_a_wrong_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "weights", &["-lcuda"]);
+    let native = |first: &str| {
+        let out =
+            Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).env("WEIGHTS_WRITE_FIRST", first).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (plain, written) = (native("0"), native("1"));
+    assert!(plain.contains("weights ") && plain == written, "native:\n{plain}\n{written}");
+    let srv = serve_harness::Server::start(
+        dir.path(),
+        &libdir,
+        &["--program-keep-alive", "60", "--warm-programs-max", "1"],
+        &[("GPULESS_WARM_IMAGES", "off")],
+    );
+    let run = |first: &str| {
+        let ran = serve_harness::run_client_env(&srv, &prog, &[("WEIGHTS_WRITE_FIRST", first)]);
+        assert!(ran.ok, "stderr:\n{}", ran.stderr);
+        ran.stdout
+    };
+    // The first session copies everything and keeps the weights for the next.
+    assert_eq!(run("0"), plain);
+    let lines = wait_for(&srv._log, 1);
+    assert!(lines[0].contains(": 0 uploads (0 bytes) were resident"), "{lines:?}");
+    assert!(lines[0].contains("262144 bytes stay resident"), "{lines:?}");
+    wait_metric(&srv, "gpuless_warm_programs", 1.0);
+    wait_metric(&srv, "gpuless_warm_resident_bytes", 262144.0);
+    // The second session of the program is served by that executor: the upload is skipped,
+    // and the weights it reads back are the uploaded ones.
+    assert_eq!(run("0"), plain);
+    let lines = wait_for(&srv._log, 2);
+    assert!(lines[1].contains(": 1 uploads (262144 bytes) were resident"), "{lines:?}");
+    wait_metric(&srv, "gpuless_resident_skipped_bytes_total", 262144.0);
+    assert_eq!(srv.metric("gpuless_program_sessions_total{kind=\"warm\"}"), 1.0);
+    // A session that writes the memory before it uploads: the upload is not skipped, and its
+    // output is still the native one (a skipped upload would leave scaled weights).
+    assert_eq!(run("1"), written);
+    let lines = wait_for(&srv._log, 3);
+    wait_metric(&srv, "gpuless_warm_programs", 1.0);
+    assert!(lines[2].contains(": 0 uploads (0 bytes) were resident"), "{lines:?}");
+    assert!(lines[2].contains("262144 bytes stay resident"), "{lines:?}");
+    // Another program is not served by the kept executor.
+    let (_, other) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
+    let ran = serve_harness::run_client(&srv, &other);
+    assert!(ran.ok, "{}", ran.stderr);
+    assert_eq!(srv.metric("gpuless_program_sessions_total{kind=\"cold\"}"), 2.0, "the first and the other program");
+}
+
+/// Waits (up to 20 s) until the server's log has `n` resident lines; returns them.
+fn wait_for(log: &std::path::Path, n: usize) -> Vec<String> {
+    let t = std::time::Instant::now();
+    loop {
+        let lines = resident_lines(log);
+        if lines.len() >= n || t.elapsed() > std::time::Duration::from_secs(20) {
+            assert!(lines.len() >= n, "{n} resident lines expected: {lines:?}");
+            return lines;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Waits (up to 20 s) until metric `name` reads `want`.
+fn wait_metric(srv: &serve_harness::Server, name: &str, want: f64) {
+    let t = std::time::Instant::now();
+    while srv.metric(name) != want {
+        assert!(t.elapsed() < std::time::Duration::from_secs(20), "{name} is {}, not {want}", srv.metric(name));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

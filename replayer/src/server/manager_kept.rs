@@ -1,0 +1,122 @@
+//! The manager's executors kept after their session: warm functions (a function set up,
+//! `crate::server::warm`) and warm constants (a program's uploads resident,
+//! `crate::replay::resident`) — which sessions keep their executor, the sets they join, and
+//! taking one for the next session.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use gpuless_traces::protocol::message::Hello;
+
+use super::{Channel, Exec, ExecState, Inner, Manager};
+
+impl Manager {
+    /// Lets go of the kept executors (functions and programs) unused for longer than the keep-alive.
+    pub(super) fn expire_warm(g: &mut Inner) {
+        let mut old = g.warm.expire(Instant::now());
+        old.extend(g.warm_programs.expire(Instant::now()));
+        Self::let_go(g, &old);
+    }
+
+    /// The keep-alive a session's executor is started with, milliseconds: 0 (it exits after
+    /// the session) unless the session announced a function and keeping functions is on, or
+    /// it is a live client's session of a program and warm constants are on.
+    pub fn keep_alive_ms(&self, h: &Hello) -> u64 {
+        let keep = match crate::server::warm::announced(&h.program) {
+            Some(_) => self.cfg.function_keep_alive(),
+            None => self.warm_program(h).and(self.cfg.program_keep_alive()),
+        };
+        keep.map_or(0, |d| d.as_millis().min(u128::from(u64::MAX)) as u64)
+    }
+
+    /// The program a session's executor may be kept for with its uploads resident (warm
+    /// constants on, a live client's session: records with an arena of the client's, no
+    /// function announced).
+    pub fn warm_program<'h>(&self, h: &'h Hello) -> Option<&'h str> {
+        let live = h.arena_base != 0 && h.arena_size != 0;
+        (self.cfg.program_keep_alive().is_some() && live && crate::server::warm::announced(&h.program).is_none())
+            .then_some(h.program.as_str())
+    }
+
+    /// Executor `id` reported [`Control::Warm`]: after its session it keeps `function` set up.
+    /// It joins the warm set (the least recently used beyond the cap let go), or is let go at
+    /// once (keep-alive off, draining, not after a session).
+    pub(super) fn warm(&self, id: u64, function: &str) {
+        let mut g = self.lock();
+        let spec = match g.execs.get(&id) {
+            Some(Exec { state: ExecState::Finished, spec, .. }) => Some(spec.clone()),
+            _ => None,
+        };
+        match spec {
+            Some(spec) if !g.draining && self.cfg.function_keep_alive().is_some() => {
+                if let Some(e) = g.execs.get_mut(&id) {
+                    e.state = ExecState::Function(function.to_string());
+                }
+                Self::expire_warm(&mut g);
+                let over = g.warm.insert(id, &spec, function, Instant::now());
+                g.warm_names.insert(function.to_string());
+                Self::let_go(&g, &over);
+                tracing::info!(exec = id, function, spec, "executor kept warm with its function");
+            }
+            _ => Self::let_go(&g, &[id]),
+        }
+        drop(g);
+        self.changed.notify_waiters();
+    }
+
+    /// Executor `id` reported [`Control::KeptProgram`]: after its session it keeps `program`'s
+    /// uploads resident. It joins the set of warm programs (the least recently used beyond the
+    /// cap let go), or is let go at once (warm constants off, draining, not after a session).
+    pub(super) fn keep_program(&self, id: u64, program: &str, resident: u64) {
+        let mut g = self.lock();
+        let spec = match g.execs.get(&id) {
+            Some(Exec { state: ExecState::Finished, spec, .. }) => Some(spec.clone()),
+            _ => None,
+        };
+        match spec {
+            Some(spec) if !g.draining && self.cfg.program_keep_alive().is_some() => {
+                if let Some(e) = g.execs.get_mut(&id) {
+                    e.state = ExecState::Program(program.to_string(), resident);
+                }
+                Self::expire_warm(&mut g);
+                let over = g.warm_programs.insert(id, &spec, program, Instant::now());
+                Self::let_go(&g, &over);
+                tracing::info!(exec = id, program, spec, resident, "executor kept with the program's uploads resident");
+            }
+            _ => Self::let_go(&g, &[id]),
+        }
+        drop(g);
+        self.changed.notify_waiters();
+    }
+
+    /// The executor kept warm with `function` on `spec` (with `program`'s uploads resident,
+    /// when `program`), if one is, handed to `session`.
+    pub(super) fn take_warm(
+        &self,
+        spec: &str,
+        session: u64,
+        function: &str,
+        program: bool,
+    ) -> Option<(u64, Arc<Channel>)> {
+        let mut g = self.lock();
+        Self::expire_warm(&mut g);
+        let set = if program { &mut g.warm_programs } else { &mut g.warm };
+        let id = set.take(spec, function, Instant::now())?;
+        let e = g.execs.get_mut(&id)?;
+        let kept = match &e.state {
+            ExecState::Function(f) => !program && f == function,
+            ExecState::Program(p, _) => program && p == function,
+            _ => false,
+        };
+        if !kept {
+            return None;
+        }
+        e.state = ExecState::Busy(session);
+        let ch = e.channel.clone();
+        if let Some(s) = g.sessions.get_mut(&session) {
+            s.exec = id;
+        }
+        tracing::info!(session, exec = id, function, "session served by an executor kept warm with its function");
+        Some((id, ch))
+    }
+}
