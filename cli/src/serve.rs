@@ -72,6 +72,10 @@ pub struct ServeArgs {
     /// Most executors kept with a program's uploads at once (default 2).
     #[arg(long, value_name = "N")]
     pub warm_programs_max: Option<usize>,
+    /// Most of the GPU's memory executors kept after their session (warm functions and warm
+    /// constants) may hold, as a fraction (default 0.5); beyond it the least recently used goes.
+    #[arg(long, value_name = "FRACTION")]
+    pub warm_memory_fraction: Option<f64>,
     /// Cached-trace execution (`on`/`off`; default off): runs of a session's launches, copies
     /// and sets that repeat are captured as CUDA graphs and launched instead (docs/FUNCTIONS.md).
     #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
@@ -127,6 +131,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(n) = args.warm_programs_max {
         cfg.warm_programs_max = n;
+    }
+    if let Some(f) = args.warm_memory_fraction {
+        cfg.warm_memory_fraction = f;
     }
     if let Some(c) = &args.cached_execution {
         cfg.cached_execution = c == "on";

@@ -62,6 +62,10 @@ pub struct Config {
     /// Most executors kept with a program's uploads at once; the least recently used is ended
     /// when one more would exceed it, or when an executor cannot start (its memory is needed).
     pub warm_programs_max: usize,
+    /// Most of the GPU's memory the executors kept after their session (warm functions and
+    /// warm constants together) may hold, as a fraction of its total; beyond it the least
+    /// recently used is let go (memory pressure). 1: no bound but the caps.
+    pub warm_memory_fraction: f64,
     /// Cached-trace execution for sessions that stream records (live clients, `replay
     /// --remote`): runs of launches, copies and sets that repeat run as CUDA graphs
     /// (`server::pieces`). Off by default: on an H100 it runs most of a PyTorch program's
@@ -125,6 +129,7 @@ impl Default for Config {
             warm_functions_max: 4,
             program_keep_alive_s: 0.0,
             warm_programs_max: 2,
+            warm_memory_fraction: 0.5,
             cached_execution: false,
             cached_hold: Default::default(),
             cache: CacheConfig::default(),
@@ -203,6 +208,12 @@ impl Config {
                 self.program_keep_alive_s
             )));
         }
+        if !(self.warm_memory_fraction > 0.0 && self.warm_memory_fraction <= 1.0) {
+            return Err(err(format!(
+                "warm_memory_fraction = {}: a fraction of the GPU's memory, more than 0 and at most 1",
+                self.warm_memory_fraction
+            )));
+        }
         if self.max_sessions == 0 {
             return Err(err("max_sessions must be at least 1".into()));
         }
@@ -265,6 +276,11 @@ mod tests {
         assert_eq!((p.program_keep_alive(), p.warm_programs_max), (Some(Duration::from_secs(60)), 3));
         let p0: Config = toml::from_str("program_keep_alive_s = 60\nwarm_programs_max = 0\n").unwrap();
         assert_eq!(p0.program_keep_alive(), None);
+        assert_eq!(d.warm_memory_fraction, 0.5);
+        for bad in ["0", "1.5", "nan"] {
+            let c: Config = toml::from_str(&format!("warm_memory_fraction = {bad}\n")).unwrap();
+            assert!(c.resolve().unwrap_err().to_string().contains("warm_memory_fraction"), "{bad}");
+        }
         let pn: Config = toml::from_str("program_keep_alive_s = -2\n").unwrap();
         assert!(pn.resolve().unwrap_err().to_string().contains("program_keep_alive_s"));
         let capped: Config = toml::from_str("warm_functions_max = 0\n").unwrap();

@@ -39,9 +39,12 @@ impl Manager {
     }
 
     /// Executor `id` reported [`Control::Warm`]: after its session it keeps `function` set up.
-    /// It joins the warm set (the least recently used beyond the cap let go), or is let go at
-    /// once (keep-alive off, draining, not after a session).
+    /// It joins the warm set (the least recently used beyond the cap, or beyond the memory
+    /// bound, let go: [`Self::bound_kept_memory`]), or is let go at once (keep-alive off,
+    /// draining, not after a session).
     pub(super) fn warm(&self, id: u64, function: &str) {
+        // NVML is asked before the lock is taken.
+        let used = crate::server::gpu_memory_by_pid();
         let mut g = self.lock();
         let spec = match g.execs.get(&id) {
             Some(Exec { state: ExecState::Finished, spec, .. }) => Some(spec.clone()),
@@ -56,6 +59,7 @@ impl Manager {
                 let over = g.warm.insert(id, &spec, function, Instant::now());
                 g.warm_names.insert(function.to_string());
                 Self::let_go(&g, &over);
+                self.bound_kept_memory(&mut g, &used);
                 tracing::info!(exec = id, function, spec, "executor kept warm with its function");
             }
             _ => Self::let_go(&g, &[id]),
@@ -66,8 +70,10 @@ impl Manager {
 
     /// Executor `id` reported [`Control::KeptProgram`]: after its session it keeps `program`'s
     /// uploads resident. It joins the set of warm programs (the least recently used beyond the
-    /// cap let go), or is let go at once (warm constants off, draining, not after a session).
+    /// cap or the memory bound let go), or is let go at once (warm constants off, draining, not
+    /// after a session).
     pub(super) fn keep_program(&self, id: u64, program: &str, resident: u64) {
+        let used = crate::server::gpu_memory_by_pid();
         let mut g = self.lock();
         let spec = match g.execs.get(&id) {
             Some(Exec { state: ExecState::Finished, spec, .. }) => Some(spec.clone()),
@@ -81,6 +87,7 @@ impl Manager {
                 Self::expire_warm(&mut g);
                 let over = g.warm_programs.insert(id, &spec, program, Instant::now());
                 Self::let_go(&g, &over);
+                self.bound_kept_memory(&mut g, &used);
                 tracing::info!(exec = id, program, spec, resident, "executor kept with the program's uploads resident");
             }
             _ => Self::let_go(&g, &[id]),
@@ -118,5 +125,48 @@ impl Manager {
         }
         tracing::info!(session, exec = id, function, "session served by an executor kept warm with its function");
         Some((id, ch))
+    }
+
+    /// Memory pressure: while the executors kept after their session hold more than
+    /// `warm_memory_fraction` of the GPU's memory, the least recently used of them (functions
+    /// and programs alike) is let go. What one holds is NVML's count for its process (`used`,
+    /// by pid: context, code and data) where NVML answers, else the uploads a program's executor
+    /// said it keeps (0 for a function's).
+    pub(super) fn bound_kept_memory(&self, g: &mut Inner, used: &std::collections::HashMap<u32, u64>) {
+        let total = g.execs.values().map(|e| e.device.total_mem).max().unwrap_or(0);
+        if total == 0 || self.cfg.warm_memory_fraction >= 1.0 {
+            return;
+        }
+        let budget = (total as f64 * self.cfg.warm_memory_fraction) as u64;
+        loop {
+            // Only executors still in a set: one let go holds its memory until it has exited.
+            let held: u64 = g
+                .warm
+                .execs()
+                .chain(g.warm_programs.execs())
+                .filter_map(|id| g.execs.get(&id))
+                .map(|e| match &e.state {
+                    ExecState::Program(_, r) => used.get(&e.pid).copied().unwrap_or(*r),
+                    _ => used.get(&e.pid).copied().unwrap_or(0),
+                })
+                .sum();
+            if held <= budget {
+                return;
+            }
+            let victim = match (g.warm.oldest(), g.warm_programs.oldest()) {
+                (Some(f), Some(p)) if f <= p => g.warm.evict_lru(),
+                (Some(_), None) => g.warm.evict_lru(),
+                (_, Some(_)) => g.warm_programs.evict_lru(),
+                (None, None) => None,
+            };
+            let Some(v) = victim else { return };
+            Self::let_go(g, &[v]);
+            tracing::info!(
+                exec = v,
+                held,
+                budget,
+                "kept executor let go: those kept after their session held more than warm_memory_fraction of the GPU"
+            );
+        }
     }
 }

@@ -229,3 +229,47 @@ fn a_program_executor_is_kept_with_its_uploads_and_taken_by_program_and_spec() {
     m.drain();
     assert!(let_go(&cb));
 }
+
+#[test]
+fn kept_executors_beyond_the_memory_bound_go_least_recently_used_first() {
+    let t = tempfile::tempdir().unwrap();
+    let mut cfg = Config {
+        program_keep_alive_s: 60.0,
+        warm_programs_max: 8,
+        warm_memory_fraction: 0.5,
+        pool: Default::default(),
+        ..Config::default()
+    };
+    cfg.cache.memory_dir = t.path().join("mem").display().to_string();
+    cfg.cache.disk_dir = t.path().join("disk").display().to_string();
+    let m = Manager::new(cfg, "/nonexistent/gpuless".into(), HashMap::new()).unwrap();
+    // A GPU of 1,000 bytes: kept executors may hold 500 of them.
+    let kept_program = |name: &str, resident: u64| {
+        let (id, _, c) = serving(&m, "whole");
+        if let Some(e) = m.lock().execs.get_mut(&id) {
+            e.device.total_mem = 1000;
+        }
+        m.finished(id);
+        m.keep_program(id, name, resident);
+        std::thread::sleep(Duration::from_millis(5));
+        (id, c)
+    };
+    let (_, a) = kept_program("a", 300);
+    let (_, b) = kept_program("b", 150);
+    assert!(kept(&a) && kept(&b), "450 of 500");
+    let (_, c) = kept_program("c", 100);
+    assert!(let_go(&a), "550 > 500: the least recently used went");
+    assert!(kept(&b) && kept(&c));
+    assert_eq!(m.lock().warm_programs.len(), 2);
+    // What NVML counts for a process (context and code included) is what it holds: at 450
+    // bytes each (every executor here has the same stand-in pid), c (the most recent) stays.
+    let pid_b = {
+        let g = m.lock();
+        g.execs.values().find(|e| matches!(&e.state, ExecState::Program(p, _) if p == "b")).map(|e| e.pid)
+    };
+    let used = HashMap::from([(pid_b.unwrap(), 450u64)]);
+    let mut g = m.lock();
+    m.bound_kept_memory(&mut g, &used);
+    drop(g);
+    assert!(let_go(&b) && kept(&c));
+}

@@ -75,6 +75,16 @@ impl WarmSet {
         old.into_iter().map(|e| e.exec).collect()
     }
 
+    /// The executors in the set.
+    pub fn execs(&self) -> impl Iterator<Item = u64> + '_ {
+        self.entries.iter().map(|e| e.exec)
+    }
+
+    /// When the least recently used executor was last used.
+    pub fn oldest(&self) -> Option<Instant> {
+        self.entries.iter().map(|e| e.last_used).min()
+    }
+
     /// Removes and returns the least recently used executor.
     pub fn evict_lru(&mut self) -> Option<u64> {
         let (i, _) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.last_used)?;
