@@ -124,7 +124,7 @@ pub fn run(mut setup: Setup) -> i32 {
             functions.unwrap_or_else(|| Functions::new(&setup.cache, setup.device, setup.memory_limit, client_arena));
         let warm_memory = program.is_some().then_some(carried);
         let pieces = cached.map(|hold| Pieces::new(&hello.program, &setup.cache.disk, hold));
-        let (done, functions, carried) = serve_one(
+        let (done, functions, ended) = serve_one(
             &setup,
             &device,
             &mut gate,
@@ -151,14 +151,17 @@ pub fn run(mut setup: Setup) -> i32 {
             return 1;
         }
         let keep_alive = Duration::from_millis(keep_alive_ms);
-        match (functions, announced, program, carried) {
+        match (functions, announced, program, ended) {
             (Some(f), Some(name), _, _) if keep_alive_ms > 0 && f.prepared_name() == Some(name.as_str()) => {
                 if setup.control.send(&Control::Warm { function: name }, None).is_err() {
                     return 1;
                 }
                 kept = Some((Kept::Function(Box::new(f)), keep_alive));
             }
-            (_, None, Some(program), Some((carried, skipped_bytes))) => {
+            // The stream is ended (uploads read back and compared) after `Done`: the session's
+            // partition is free meanwhile.
+            (_, None, Some(program), Some(stream)) => {
+                let Some((carried, skipped_bytes)) = kept::keep(stream, session) else { return 0 };
                 let resident_bytes = carried.resident_bytes;
                 let m = Control::KeptProgram { program: program.clone(), resident_bytes, skipped_bytes };
                 if setup.control.send(&m, None).is_err() {
@@ -176,8 +179,8 @@ pub fn run(mut setup: Setup) -> i32 {
 /// Serves one session; returns its [`Control::Done`], its functions if the session only
 /// invoked, without a failed invocation (then its function may be kept set up), and, with
 /// `warm_memory` (a session whose uploads may stay: what the last session of its program left,
-/// if anything), what it leaves for the next session of the program when it ended without an
-/// error, with the upload bytes it did not copy.
+/// if anything), its stream when it ended without an error (to keep for the next session of
+/// the program: [`kept::keep`]).
 #[allow(clippy::too_many_arguments)]
 fn serve_one(
     setup: &Setup,
@@ -190,7 +193,7 @@ fn serve_one(
     pieces: Option<Pieces>,
     warm: &mut WarmImages,
     warm_memory: Option<Option<Carried>>,
-) -> (Control, Option<Functions>, Option<(Carried, u64)>) {
+) -> (Control, Option<Functions>, Option<Stream>) {
     let meta = TraceMeta {
         arena_base: hello.arena_base,
         arena_size: hello.arena_size,
@@ -233,7 +236,7 @@ fn serve_one(
         Some(carried) => Stream::new_warm(setup.device, meta, opts, carried),
         None => Stream::new(setup.device, meta, opts),
     };
-    let mut carried = None;
+    let mut ended = None;
     let result = match (conn_of(fd), new_stream) {
         (Ok(conn), Ok(stream)) => {
             let welcome = Welcome {
@@ -249,7 +252,7 @@ fn serve_one(
             let r = s.serve(conn, &mut stream, welcome, Duration::from_millis(idle_ms.max(1)));
             *warm = std::mem::take(&mut stream.parts().0.warm_images);
             if keep && r.is_ok() {
-                carried = kept::keep(stream, session);
+                ended = Some(stream);
             }
             r
         }
@@ -276,7 +279,7 @@ fn serve_one(
     *gate = s.gate.take();
     let error = result.err().unwrap_or_default();
     let done = Control::Done { stats: s.stats.clone(), error };
-    (done, s.only_invoked.then_some(s.functions), carried)
+    (done, s.only_invoked.then_some(s.functions), ended)
 }
 
 /// The client's socket, TCP or Unix, in blocking mode.
