@@ -39,10 +39,22 @@ impl Manager {
     }
 
     /// Executor `id` reported [`Control::Warm`]: after its session it keeps `function` set up.
-    /// It joins the warm set (the least recently used beyond the cap, or beyond the memory
-    /// bound, let go: [`Self::bound_kept_memory`]), or is let go at once (keep-alive off,
-    /// draining, not after a session).
+    /// It joins the warm set ([`Self::keep_after_session`]).
     pub(super) fn warm(&self, id: u64, function: &str) {
+        self.keep_after_session(id, ExecState::Function(function.to_string()));
+    }
+
+    /// Executor `id` reported [`Control::KeptProgram`]: after its session it keeps `program`'s
+    /// uploads resident. It joins the set of warm programs ([`Self::keep_after_session`]).
+    pub(super) fn keep_program(&self, id: u64, program: &str, resident: u64) {
+        self.keep_after_session(id, ExecState::Program(program.to_string(), resident));
+    }
+
+    /// Executor `id` keeps what `kept` says after its session: it joins its set (the least
+    /// recently used beyond the cap, or beyond the memory bound, let go:
+    /// [`Self::bound_kept_memory`]), or is let go at once (that keep-alive off, draining, not
+    /// after a session).
+    fn keep_after_session(&self, id: u64, kept: ExecState) {
         // NVML is asked before the lock is taken.
         let used = crate::server::gpu_memory_by_pid();
         let mut g = self.lock();
@@ -50,45 +62,27 @@ impl Manager {
             Some(Exec { state: ExecState::Finished, spec, .. }) => Some(spec.clone()),
             _ => None,
         };
-        match spec {
-            Some(spec) if !g.draining && self.cfg.function_keep_alive().is_some() => {
-                if let Some(e) = g.execs.get_mut(&id) {
-                    e.state = ExecState::Function(function.to_string());
-                }
-                Self::expire_warm(&mut g);
-                let over = g.warm.insert(id, &spec, function, Instant::now());
-                g.warm_names.insert(function.to_string());
-                Self::let_go(&g, &over);
-                self.bound_kept_memory(&mut g, &used);
-                tracing::info!(exec = id, function, spec, "executor kept warm with its function");
-            }
-            _ => Self::let_go(&g, &[id]),
-        }
-        drop(g);
-        self.changed.notify_waiters();
-    }
-
-    /// Executor `id` reported [`Control::KeptProgram`]: after its session it keeps `program`'s
-    /// uploads resident. It joins the set of warm programs (the least recently used beyond the
-    /// cap or the memory bound let go), or is let go at once (warm constants off, draining, not
-    /// after a session).
-    pub(super) fn keep_program(&self, id: u64, program: &str, resident: u64) {
-        let used = crate::server::gpu_memory_by_pid();
-        let mut g = self.lock();
-        let spec = match g.execs.get(&id) {
-            Some(Exec { state: ExecState::Finished, spec, .. }) => Some(spec.clone()),
-            _ => None,
+        let (name, on) = match &kept {
+            ExecState::Function(f) => (f.clone(), self.cfg.function_keep_alive().is_some()),
+            ExecState::Program(p, _) => (p.clone(), self.cfg.program_keep_alive().is_some()),
+            _ => (String::new(), false),
         };
         match spec {
-            Some(spec) if !g.draining && self.cfg.program_keep_alive().is_some() => {
+            Some(spec) if !g.draining && on => {
+                let program = matches!(kept, ExecState::Program(..));
+                tracing::info!(exec = id, kept = ?kept, spec, "executor kept after its session");
                 if let Some(e) = g.execs.get_mut(&id) {
-                    e.state = ExecState::Program(program.to_string(), resident);
+                    e.state = kept;
                 }
                 Self::expire_warm(&mut g);
-                let over = g.warm_programs.insert(id, &spec, program, Instant::now());
+                let over = if program {
+                    g.warm_programs.insert(id, &spec, &name, Instant::now())
+                } else {
+                    g.warm_names.insert(name.clone());
+                    g.warm.insert(id, &spec, &name, Instant::now())
+                };
                 Self::let_go(&g, &over);
                 self.bound_kept_memory(&mut g, &used);
-                tracing::info!(exec = id, program, spec, resident, "executor kept with the program's uploads resident");
             }
             _ => Self::let_go(&g, &[id]),
         }
