@@ -294,7 +294,8 @@ pub fn describe_device(memory_limit: Option<u64>) -> gpuless_traces::protocol::D
 }
 
 impl State {
-    /// Destroys what the session created — executable graphs, graphs, streams, events — and
+    /// Destroys what the session created — executable graphs, graphs, texture and surface
+    /// objects, arrays, streams, events — and
     /// unloads the code images it loaded, so that an executor kept for the next session of the
     /// program holds none of it (the next session loads fresh images: a module's globals are
     /// as its image says, not as the last session left them).
@@ -311,6 +312,19 @@ impl State {
                 sys::cuGraphDestroy(g);
             }
             self.objects.nodes.clear();
+            // Texture and surface objects share one map: a handle that is not a texture's is
+            // a surface's.
+            for (_, t) in self.objects.textures.drain() {
+                if sys::cuTexObjectDestroy(t) != sys::CUresult::CUDA_SUCCESS {
+                    sys::cuSurfObjectDestroy(t);
+                }
+            }
+            for (_, a) in self.objects.arrays.drain() {
+                sys::cuArrayDestroy(a);
+            }
+            for (_, m) in self.objects.mipmapped.drain() {
+                sys::cuMipmappedArrayDestroy(m);
+            }
             for (_, s) in self.streams.drain() {
                 if s as usize > 2 {
                     sys::cuStreamDestroy_v2(s);
