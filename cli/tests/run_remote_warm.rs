@@ -88,3 +88,36 @@ fn wait_metric(srv: &serve_harness::Server, name: &str, want: f64) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+#[test]
+fn replays_of_a_recording_find_its_uploads_resident_and_verify_every_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "weights", &["-lcuda"]);
+    let trace = dir.path().join("w.gl");
+    let out = Command::new(serve_harness::GL)
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&prog)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("GPULESS_RECORDER", support::common::recorder_lib())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let srv = serve_harness::Server::start(
+        dir.path(),
+        &libdir,
+        &["--program-keep-alive", "60"],
+        &[("GPULESS_WARM_IMAGES", "off")],
+    );
+    for n in 1..=3 {
+        let (code, v, err) = serve_harness::remote_replay(&srv.tcp, &trace, &[]);
+        assert_eq!(code, 0, "replay {n}: {err}");
+        // Every download, the weights read back included, is compared with the recording.
+        assert_eq!(v["results_verified"], 4, "replay {n}: {v}");
+        assert_eq!(v["mismatches"].as_array().map_or(0, Vec::len), 0, "replay {n}: {v}");
+        let lines = wait_for(&srv._log, n);
+        let want = if n == 1 { ": 0 uploads (0 bytes)" } else { ": 1 uploads (262144 bytes)" };
+        assert!(lines[n - 1].contains(want), "replay {n}: {lines:?}");
+    }
+}
