@@ -7,11 +7,11 @@ use std::path::Path;
 use anyhow::Context;
 use gpuless_analyzer::api::ApiLevel;
 use gpuless_traces::protocol::piece::survey::{self, Survey, LENGTH_CLASSES};
-use gpuless_traces::{ChunkBody, ReaderOptions, TraceReader};
+use gpuless_traces::{CallRecord, ChunkBody, ReaderOptions, TraceReader};
 
-/// Reads the trace's driver records, puts them in call order and surveys them. A damaged
-/// trace is surveyed up to the damage (the analysis reports the error).
-pub fn survey_trace(path: &Path) -> anyhow::Result<Survey> {
+/// The trace's driver records in call order. A damaged trace is read up to the damage (the
+/// analysis reports the error).
+pub fn driver_records(path: &Path) -> anyhow::Result<Vec<CallRecord>> {
     let reader = TraceReader::open(path, ReaderOptions::default()).with_context(|| format!("{}", path.display()))?;
     let mut records = Vec::new();
     for chunk in reader {
@@ -21,7 +21,12 @@ pub fn survey_trace(path: &Path) -> anyhow::Result<Survey> {
         }
     }
     records.sort_by_key(|r| r.seq);
-    Ok(survey::survey(records))
+    Ok(records)
+}
+
+/// Surveys the trace's driver records.
+pub fn survey_trace(path: &Path) -> anyhow::Result<Survey> {
+    Ok(survey::survey(driver_records(path)?))
 }
 
 /// The survey as readable lines.

@@ -25,6 +25,8 @@ pub struct TraceAnalyzeOpts {
     pub perfetto: Option<PathBuf>,
     /// Survey what cached-trace execution would make of the trace (`--pieces`).
     pub pieces: bool,
+    /// Survey what warm constants would keep and skip (`--resident`).
+    pub resident: bool,
     /// Draw a progress bar on stderr (only when it is a terminal).
     pub progress: bool,
 }
@@ -45,11 +47,15 @@ pub fn analyze_trace(path: &Path, opts: &TraceAnalyzeOpts) -> anyhow::Result<()>
     bar.finish_and_clear();
 
     let survey = if opts.pieces { Some(pieces::survey_trace(path)?) } else { None };
+    let resident = if opts.resident { Some(crate::analyze_resident::survey_trace(path)?) } else { None };
     let mut out = std::io::stdout().lock();
     if opts.json {
         let mut v = serde_json::to_value(&a)?;
         if let (Some(s), Some(o)) = (&survey, v.as_object_mut()) {
             o.insert("pieces".to_string(), serde_json::to_value(s)?);
+        }
+        if let (Some(s), Some(o)) = (&resident, v.as_object_mut()) {
+            o.insert("resident".to_string(), serde_json::to_value(s)?);
         }
         serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
@@ -57,6 +63,9 @@ pub fn analyze_trace(path: &Path, opts: &TraceAnalyzeOpts) -> anyhow::Result<()>
         print_tables(&mut out, path, &a)?;
         if let Some(s) = &survey {
             pieces::print(&mut out, s)?;
+        }
+        if let Some(s) = &resident {
+            crate::analyze_resident::print(&mut out, s)?;
         }
     }
     out.flush()?;

@@ -15,6 +15,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod analyze_binary;
 mod analyze_pieces;
+mod analyze_resident;
 mod analyze_trace;
 mod compile;
 mod deploy;
@@ -233,6 +234,11 @@ enum Command {
         /// pieces.
         #[arg(long)]
         pieces: bool,
+        /// For traces: what warm constants (`gpuless serve --program-keep-alive`) would do for
+        /// this program — its uploads, those a session would leave resident at most, and those
+        /// the next session of it would not copy again.
+        #[arg(long)]
+        resident: bool,
         /// Never draw a progress bar.
         #[arg(long)]
         no_progress: bool,
@@ -449,7 +455,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dump { trace, from, to, thread, json } => {
             dump::run(&trace, &dump::DumpOptions { from, to, thread, json }).map(|()| ExitCode::SUCCESS)
         }
-        Command::Analyze { paths, arch, json, plot, perfetto, check_driver, pieces, no_progress } => {
+        Command::Analyze { paths, arch, json, plot, perfetto, check_driver, pieces, resident, no_progress } => {
             if let Some(a) = &arch {
                 if gpuless_fatbin::parse_arch(a).is_none() {
                     anyhow::bail!("--arch {a}: expected a name like sm_90, sm_90a, sm_100f or compute_90");
@@ -479,6 +485,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         plot_dir: plot.clone(),
                         perfetto: perfetto.clone(),
                         pieces,
+                        resident,
                         progress: !no_progress,
                     };
                     analyze_trace::analyze_trace(p, &opts)?;

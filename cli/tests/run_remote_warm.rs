@@ -89,21 +89,58 @@ fn wait_metric(srv: &serve_harness::Server, name: &str, want: f64) {
     }
 }
 
-#[test]
-fn replays_of_a_recording_find_its_uploads_resident_and_verify_every_result() {
-    let dir = tempfile::tempdir().unwrap();
-    let (libdir, prog) = support::build_program(dir.path(), "weights", &["-lcuda"]);
-    let trace = dir.path().join("w.gl");
+/// Records `weights.c` (with `WEIGHTS_WRITE_FIRST=first`) into `dir/NAME.gl`; returns the
+/// stand-in's directory and the trace.
+fn record_weights(dir: &std::path::Path, first: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (libdir, prog) = support::build_program(dir, "weights", &["-lcuda"]);
+    let trace = dir.join(format!("w{first}.gl"));
     let out = Command::new(serve_harness::GL)
         .args(["record", "-o"])
         .arg(&trace)
         .arg("--")
         .arg(&prog)
         .env("LD_LIBRARY_PATH", &libdir)
+        .env("WEIGHTS_WRITE_FIRST", first)
         .env("GPULESS_RECORDER", support::common::recorder_lib())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (libdir, trace)
+}
+
+#[test]
+fn analyze_says_what_warm_constants_would_keep_and_skip() {
+    let dir = tempfile::tempdir().unwrap();
+    let survey = |first: &str| {
+        let (_, trace) = record_weights(dir.path(), first);
+        let out =
+            Command::new(serve_harness::GL).args(["analyze", "--resident", "--json"]).arg(&trace).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["resident"].clone()
+    };
+    // The weights (256 KiB) and three small inputs; the weights would stay and be skipped.
+    let s = survey("0");
+    assert_eq!(s["uploads"], serde_json::json!([4, 262144 + 3 * 64]), "{s}");
+    assert_eq!(s["large_uploads"], serde_json::json!([1, 262144]), "{s}");
+    assert_eq!(s["kept"], serde_json::json!([1, 262144]), "{s}");
+    assert_eq!(s["skipped"], serde_json::json!([1, 262144]), "{s}");
+    assert_eq!(s["first_write"][1], "cuLaunchKernel", "{s}");
+    // A launch before the upload: kept, but never skipped.
+    let s = survey("1");
+    assert_eq!(s["kept"], serde_json::json!([1, 262144]), "{s}");
+    assert_eq!(s["skipped"], serde_json::json!([0, 0]), "{s}");
+    // In words too.
+    let (_, trace) = record_weights(dir.path(), "0");
+    let out = Command::new(serve_harness::GL).args(["analyze", "--resident"]).arg(&trace).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("next session      1 uploads not copied (0.3 MB"), "{text}");
+}
+
+#[test]
+fn replays_of_a_recording_find_its_uploads_resident_and_verify_every_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, trace) = record_weights(dir.path(), "0");
     let srv = serve_harness::Server::start(
         dir.path(),
         &libdir,

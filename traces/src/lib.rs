@@ -28,6 +28,7 @@ pub mod mapped;
 pub mod model;
 pub mod protocol;
 pub mod reader;
+pub mod resident;
 pub mod synthetic;
 pub mod writer;
 

@@ -113,7 +113,7 @@ pub(crate) fn call(
     if st.resident.is_on() {
         let capturing = st.stream_override.is_some();
         let mem = &st.mem;
-        if st.resident.before(&c, capturing, |p| mem.find(p).map(|a| a.recorded)) {
+        if super::resident::before(&mut st.resident, &c, capturing, |p| mem.find(p).map(|a| a.recorded)) {
             // The range holds this blob already (warm constants).
             return Ok(());
         }
