@@ -117,7 +117,10 @@ impl Stream {
         self.synchronize()?;
         let uploads: Vec<(u64, u64, Hash128)> = {
             let mem = &self.st.mem;
-            let inside = |at: u64, len: u64| mem.find(at).is_some_and(|a| at + len <= a.recorded + a.size);
+            // Only where the recorded address is the live one (arena memory is never moved).
+            let inside = |at: u64, len: u64| {
+                mem.find(at).is_some_and(|a| a.live == a.recorded && at + len <= a.recorded + a.size)
+            };
             self.st.resident.uploads().filter(|&(at, len, _)| inside(at, len)).collect()
         };
         let blobs = &self.trace.blobs;
