@@ -32,7 +32,8 @@ fn the_next_session_of_a_program_finds_its_uploads_resident_and_never_a_wrong_by
         dir.path(),
         &libdir,
         &["--program-keep-alive", "60", "--warm-programs-max", "1"],
-        &[("GPULESS_WARM_IMAGES", "off")],
+        // Code images loaded ahead too: the kept executor loads fresh ones for the next session.
+        &[],
     );
     let run = |first: &str| {
         let ran = serve_harness::run_client_env(&srv, &prog, &[("WEIGHTS_WRITE_FIRST", first)]);
@@ -52,6 +53,11 @@ fn the_next_session_of_a_program_finds_its_uploads_resident_and_never_a_wrong_by
     let lines = wait_for(&srv._log, 2);
     assert!(lines[1].contains(": 1 uploads (262144 bytes) were resident"), "{lines:?}");
     wait_metric(&srv, "gpuless_resident_skipped_bytes_total", 262144.0);
+    // The kept executor loaded the program's code image again while it waited, fresh (the last
+    // session's was unloaded), and this session took that load.
+    let log = std::fs::read_to_string(&srv._log).unwrap_or_default();
+    let images: Vec<&str> = log.lines().filter(|l| l.contains("code images were loaded before")).collect();
+    assert!(images.get(1).is_some_and(|l| l.contains(": 1 of 1 code images")), "{images:?}");
     assert_eq!(srv.metric("gpuless_program_sessions_total{kind=\"warm\"}"), 1.0);
     // A session that writes the memory before it uploads: the upload is not skipped, and its
     // output is still the native one (a skipped upload would leave scaled weights).

@@ -98,6 +98,24 @@ impl Preloads {
         self.pending.contains(&seq)
     }
 
+    /// Unloads the images loaded ahead and never taken, waiting for loads in flight (an executor
+    /// kept for another session must not keep them).
+    pub(crate) fn unload_untaken(&mut self) {
+        let keys: Vec<u64> = self.pending.iter().copied().collect();
+        for k in keys {
+            // SAFETY: handles these loads made and nobody took: nothing else refers to them.
+            match self.take(k) {
+                Some(Preloaded::Module(m)) => unsafe {
+                    sys::cuModuleUnload(m as sys::CUmodule);
+                },
+                Some(Preloaded::Library(l)) => unsafe {
+                    sys::cuLibraryUnload(l as sys::CUlibrary);
+                },
+                None => {}
+            }
+        }
+    }
+
     /// Record `seq`'s preloaded image, waiting for its load; `None` if it was not loaded ahead
     /// or its load failed (the replay loads it then, and reports the failure at its record).
     pub(crate) fn take(&mut self, seq: u64) -> Option<Preloaded> {

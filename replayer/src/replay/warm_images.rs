@@ -74,6 +74,12 @@ impl WarmImages {
         WarmImages { loads: Preloads::start_keyed(device, jobs, THREADS), keys, loaded: Vec::new(), taken: 0 }
     }
 
+    /// Unloads the images loaded ahead that the session did not take (an executor kept for
+    /// another session).
+    pub fn unload_untaken(&mut self) {
+        self.loads.unload_untaken();
+    }
+
     /// Loads started ahead and not taken.
     pub fn pending(&self) -> usize {
         self.loads.len()

@@ -146,6 +146,10 @@ pub fn run(mut setup: Setup) -> i32 {
                 warm.pending()
             );
         }
+        if ended.is_some() {
+            // Kept for the program's next session, which gets fresh loads.
+            warm.unload_untaken();
+        }
         warm = WarmImages::default();
         if setup.control.send(&done, None).is_err() {
             return 1;
