@@ -20,13 +20,18 @@ fn resident_lines(log: &std::path::Path) -> Vec<String> {
 fn the_next_session_of_a_program_finds_its_uploads_resident_and_never_a_wrong_byte() {
     let dir = tempfile::tempdir().unwrap();
     let (libdir, prog) = support::build_program(dir.path(), "weights", &["-lcuda"]);
-    let native = |first: &str| {
-        let out =
-            Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).env("WEIGHTS_WRITE_FIRST", first).output().unwrap();
+    let native_env = |first: &str, floats: &str| {
+        let out = Command::new(&prog)
+            .env("LD_LIBRARY_PATH", &libdir)
+            .env("WEIGHTS_WRITE_FIRST", first)
+            .env("WEIGHTS_FLOATS", floats)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let (plain, written) = (native("0"), native("1"));
+    let native = |first: &str| native_env(first, "0");
+    let (plain, written, big) = (native("0"), native("1"), native_env("0", "400000"));
     assert!(plain.contains("weights ") && plain == written, "native:\n{plain}\n{written}");
     let srv = serve_harness::Server::start(
         dir.path(),
@@ -35,11 +40,13 @@ fn the_next_session_of_a_program_finds_its_uploads_resident_and_never_a_wrong_by
         // Code images loaded ahead too: the kept executor loads fresh ones for the next session.
         &[],
     );
-    let run = |first: &str| {
-        let ran = serve_harness::run_client_env(&srv, &prog, &[("WEIGHTS_WRITE_FIRST", first)]);
+    let run_env = |first: &str, floats: &str| {
+        let env = [("WEIGHTS_WRITE_FIRST", first), ("WEIGHTS_FLOATS", floats)];
+        let ran = serve_harness::run_client_env(&srv, &prog, &env);
         assert!(ran.ok, "stderr:\n{}", ran.stderr);
         ran.stdout
     };
+    let run = |first: &str| run_env(first, "0");
     // The first session copies everything and keeps the weights for the next.
     assert_eq!(run("0"), plain);
     let lines = wait_for(&srv._log, 1);
@@ -66,6 +73,17 @@ fn the_next_session_of_a_program_finds_its_uploads_resident_and_never_a_wrong_by
     wait_metric(&srv, "gpuless_warm_programs", 1.0);
     assert!(lines[2].contains(": 0 uploads (0 bytes) were resident"), "{lines:?}");
     assert!(lines[2].contains("262144 bytes stay resident"), "{lines:?}");
+    // Weights of another size at the same address: an allocation with its own backing where
+    // the kept one had a shared chunk (the stand-in, like the driver, refuses to map memory
+    // twice): the kept memory is let go first, the upload copied; then the default size again,
+    // over the kept large allocation.
+    assert_eq!(run_env("0", "400000"), big);
+    let lines = wait_for(&srv._log, 4);
+    assert!(lines[3].contains(": 0 uploads (0 bytes) were resident"), "{lines:?}");
+    assert!(lines[3].contains("1600000 bytes stay resident"), "{lines:?}");
+    assert_eq!(run("0"), plain);
+    let lines = wait_for(&srv._log, 5);
+    assert!(lines[4].contains(": 0 uploads (0 bytes) were resident"), "{lines:?}");
     // Another program is not served by the kept executor.
     let (_, other) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
     let ran = serve_harness::run_client(&srv, &other);
