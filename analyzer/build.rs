@@ -162,6 +162,7 @@ fn main() {
                     "devptr" => "DevPtr".to_string(),
                     "hostptr" => "HostPtr".to_string(),
                     "hostbuf" => format!("HostBuf(BufLen::{})", index_of(&p0)),
+                    "anybuf" => format!("AnyBuf(BufLen::{})", index_of(&p0)),
                     "handle" => format!("Handle(HandleKind::{})", lookup(HANDLES, &p0, "handle kind", file, line)),
                     "cstr" => "CStr".to_string(),
                     "image" => "Image".to_string(),

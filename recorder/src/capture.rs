@@ -186,6 +186,8 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
     }
     match a.kind {
         ArgKind::CStr => unsafe { cstr(v) },
+        // SAFETY: the copy reads its source.
+        ArgKind::AnyBuf(len) => unsafe { crate::unified::input(a.dir, len, v, raw) },
         ArgKind::HostBuf(len) => {
             let n = buf_len(len, raw);
             if v == 0 {
@@ -221,6 +223,8 @@ unsafe fn output(f: &ApiFunction, a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -
     // `p`, `ty`'s width of bytes (and no more: the bytes after it are the program's).
     let read = |t: CScalar| unsafe { read_scalar(t, p) };
     match a.kind {
+        // SAFETY: the copy succeeded (a synchronous one has written its destination).
+        ArgKind::AnyBuf(len) => unsafe { crate::unified::output(f, len, p, raw) },
         ArgKind::HostBuf(len) => {
             let n = buf_len(len, raw) as usize;
             // SAFETY: the driver wrote `n` bytes here (synchronous copies complete on return).
@@ -601,6 +605,11 @@ pub fn deferred(f: &ApiFunction) -> bool {
     matches!(f.sync, SyncClass::DeviceToHostAsync)
 }
 
+/// [`deferred`], or a copy of unknown direction into host memory (`crate::unified`).
+pub fn deferred_call(f: &ApiFunction, raw: &[u64]) -> bool {
+    deferred(f) || !crate::unified::async_host_outs(f, raw).is_empty()
+}
+
 /// A `CUDA_KERNEL_NODE_PARAMS` (v1 or v2): `[struct bytes, kernel parameters, extra]`, the
 /// parameters laid out like a launch's (the struct only holds pointers to them).
 unsafe fn kernel_node(ty: &str, p: u64) -> Value {
@@ -636,7 +645,7 @@ unsafe fn tagged(f: &ApiFunction, a: &ApiArg, ty: &'static str, p: u64, raw: &[u
 type PointerGetAttribute = unsafe extern "C" fn(*mut c_void, u32, u64) -> u32;
 
 /// Whether a unified address is host memory (pageable host memory is unknown to the driver).
-fn is_host(p: u64) -> bool {
+pub(crate) fn is_host(p: u64) -> bool {
     const MEMORY_TYPE: u32 = 2; // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
     let f = libcuda_symbol("cuPointerGetAttribute\0");
     if f.is_null() {

@@ -77,6 +77,15 @@ fn limit() -> u64 {
     std::env::var("GPULESS_HOSTVIEW_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(MAX_BYTES)
 }
 
+/// Whether `p` lies in a region the recorder mirrors (a replay re-creates it as device memory).
+pub fn contains(p: u64) -> bool {
+    if !active() {
+        return false;
+    }
+    let Ok(r) = REGIONS.lock() else { return false };
+    r.iter().any(|g| p >= g.addr && p - g.addr < g.len)
+}
+
 /// Tracks the region a successful call created or released.
 ///
 /// # Safety

@@ -40,6 +40,7 @@ mod signals;
 mod slots;
 mod state;
 mod tls;
+mod unified;
 mod unmodeled;
 
 pub use diag::gpuless_diag_pause;

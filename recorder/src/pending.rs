@@ -1,4 +1,5 @@
-//! Async device-to-host copies (`cuMemcpyDtoHAsync`): their bytes reach the host only when
+//! Async device-to-host copies (`cuMemcpyDtoHAsync`, and `cuMemcpyAsync` into host memory:
+//! `unified.rs`): their bytes reach the host only when
 //! the stream has synchronized. Their records wait here and are written, with the result's
 //! hash, once a synchronization guarantees the copy is complete. A trace therefore holds these
 //! records in completion order; readers order records by `seq`.
@@ -8,7 +9,7 @@ use std::sync::Mutex;
 use gpuless_traces::completion::Completion;
 
 use gpuless_analyzer::api::{ApiFunction, ArgKind, HandleKind, SyncClass};
-use gpuless_traces::{BlobKind, BlobRef, CallRecord, Hash128, Value};
+use gpuless_traces::CallRecord;
 
 use crate::state;
 
@@ -56,7 +57,7 @@ fn waits_for_event(f: &ApiFunction) -> bool {
 /// Holds the record of a successful async device-to-host copy until its data is on the host.
 pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
     let stream = handle(f, raw, HandleKind::Stream).unwrap_or(0);
-    let buffers = f
+    let mut buffers: Vec<(usize, u64, usize)> = f
         .out_args()
         .enumerate()
         .filter_map(|(k, (i, a))| match a.kind {
@@ -70,6 +71,7 @@ pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
             _ => None,
         })
         .collect();
+    buffers.extend(crate::unified::async_host_outs(f, raw));
     with_table(|t| t.push(stream, Pending { record, buffers }));
 }
 
@@ -115,12 +117,7 @@ fn emit(mut p: Pending, complete: bool) {
             }
             // SAFETY: the program handed this buffer to the copy and the synchronization that
             // just returned guarantees the copy has written it; it is read, not kept.
-            let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, n) };
-            let v = if state::capture_outputs() {
-                state::blob(BlobKind::DeviceToHost, bytes)
-            } else {
-                Value::Digest(BlobRef { hash: Hash128::of(bytes), len: n as u64 })
-            };
+            let v = unsafe { crate::unified::written(ptr, n) };
             if let Some(slot) = p.record.results.get_mut(k) {
                 *slot = v;
             }

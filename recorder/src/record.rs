@@ -201,7 +201,7 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
         results,
         repeat: 0,
     };
-    if status == 0 && capture::deferred(f) {
+    if status == 0 && capture::deferred_call(f, raw) {
         pending::defer(f, raw, rec);
     } else {
         state::emit(rec);

@@ -189,6 +189,7 @@ impl ApiArg {
         }
         match self.kind {
             ArgKind::HostBuf(_)
+            | ArgKind::AnyBuf(_)
             | ArgKind::Struct(_)
             | ArgKind::Structs { .. }
             | ArgKind::CStr

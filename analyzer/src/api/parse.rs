@@ -101,6 +101,7 @@ pub const KINDS: &[(&str, usize)] = &[
     ("devptr", 0),
     ("hostptr", 0),
     ("hostbuf", 1),
+    ("anybuf", 1),
     ("handle", 1),
     ("cstr", 0),
     ("image", 0),
@@ -200,7 +201,7 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
     }
     for a in &args {
         let refs: Vec<&String> = match a.kind.as_str() {
-            "hostbuf" => a.kind_params.iter().take(1).collect(),
+            "hostbuf" | "anybuf" => a.kind_params.iter().take(1).collect(),
             "structs" => a.kind_params.iter().skip(1).take(1).collect(),
             _ => Vec::new(),
         };

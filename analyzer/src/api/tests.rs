@@ -8,7 +8,9 @@ fn table_is_consistent() {
         assert!(!f.symbols.is_empty(), "{}", f.name);
         for a in f.args {
             match a.kind {
-                ArgKind::HostBuf(BufLen::Arg(j)) | ArgKind::Structs { count_arg: j, .. } => {
+                ArgKind::HostBuf(BufLen::Arg(j))
+                | ArgKind::AnyBuf(BufLen::Arg(j))
+                | ArgKind::Structs { count_arg: j, .. } => {
                     assert!(usize::from(j) < f.args.len(), "{}", f.name)
                 }
                 _ => {}
@@ -16,6 +18,19 @@ fn table_is_consistent() {
         }
     }
     assert!(SYMBOLS.windows(2).all(|w| w[0].0 < w[1].0), "symbols sorted and unique");
+}
+
+/// `cuMemcpy` and `cuMemcpyAsync` copy between unified addresses: both sides `anybuf` of the byte
+/// count, the destination `inout` (a host destination's bytes are its result).
+#[test]
+fn unified_copies_say_their_sides_may_be_host_memory() {
+    for name in ["cuMemcpy", "cuMemcpyAsync"] {
+        let f = FUNCTIONS.iter().find(|f| f.name == name).expect(name);
+        let kinds: Vec<(Direction, ArgKind)> = f.args.iter().take(2).map(|a| (a.dir, a.kind)).collect();
+        let n = BufLen::Arg(2);
+        assert_eq!(kinds, [(Direction::InOut, ArgKind::AnyBuf(n)), (Direction::In, ArgKind::AnyBuf(n))], "{name}");
+        assert_eq!(f.out_args().count(), 1, "{name}: one result, the destination's");
+    }
 }
 
 #[test]

@@ -273,6 +273,10 @@ pub enum ArgKind {
     HostPtr,
     /// Host memory whose bytes are transferred (H2D payload or D2H destination).
     HostBuf(BufLen),
+    /// A unified address (`CUdeviceptr` of `cuMemcpy`): device memory is recorded as its
+    /// address (a [`DevPtr`](Self::DevPtr)); host memory as a [`HostBuf`](Self::HostBuf) of the
+    /// length given — a source's bytes, a destination's result (the destination is `inout`).
+    AnyBuf(BufLen),
     /// An opaque handle.
     Handle(HandleKind),
     /// A NUL-terminated string.

@@ -1,5 +1,6 @@
 //! Copies whose direction is in their arguments rather than in their name, as client mode runs
-//! them: `cuMemcpy`/`cuMemcpyAsync` between device addresses, and the 2D/3D copies
+//! them: `cuMemcpy`/`cuMemcpyAsync` between unified addresses (`crate::unified`: outside the
+//! arena is host memory), and the 2D/3D copies
 //! (`CUDA_MEMCPY2D` / `CUDA_MEMCPY3D`) between host memory, device memory and arrays.
 //!
 //! A side is host memory when its memory type says so, or when it is unified and outside the
@@ -45,12 +46,19 @@ fn is_host(s: &Side) -> bool {
 /// # Safety
 /// `raw` are the program's arguments to `f`.
 pub(crate) unsafe fn plan(f: &ApiFunction, raw: &[u64]) -> Step {
-    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
     let Some((i, dims)) = copy_struct(f) else {
-        if (f.name == "cuMemcpy" || f.name == "cuMemcpyAsync") && arena::contains(w(0)) && arena::contains(w(1)) {
-            return Step::Done(0);
+        // Unified addresses (`anybuf`): a host source travels as its bytes (the capture's
+        // blob); a host destination is what the server answers.
+        if !f.args.iter().any(|a| matches!(a.kind, ArgKind::AnyBuf(_))) {
+            return unsupported(f, "copies whose sides the API table does not describe");
         }
-        return unsupported(f, "copies with a host side whose direction is known only at run time");
+        // An asynchronous one into host memory is written there when the server's answer
+        // comes, at the latest at the synchronization that covers it, as a
+        // `cuMemcpyDtoHAsync` is.
+        return match crate::unified::host_destination(f, raw) {
+            Some(_) if f.sync == SyncClass::CopyAnyDirection => Step::Wait,
+            _ => Step::Done(0),
+        };
     };
     if f.name.starts_with("cuMemcpy3DPeer") || f.name.contains("Batch") {
         return unsupported(f, "peer and batched copies are not covered yet");

@@ -345,7 +345,9 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
             if tracing {
                 traced = Some(results.clone());
             }
-            let async_d2h = f.sync == SyncClass::DeviceToHostAsync;
+            // An async copy into host memory (`cuMemcpyAsync` of a unified host destination
+            // too): its bytes are written when they come back.
+            let async_d2h = matches!(f.sync, SyncClass::DeviceToHostAsync | SyncClass::CopyAnyDirectionAsync);
             let target =
                 if async_d2h { host_buffer(f, raw).map(|(h, n)| (h, n, local::captured(f, raw))) } else { None };
             push(slot, f, args, results, target)
@@ -378,8 +380,12 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     st
 }
 
-/// The host buffer a device-to-host copy writes: its first `out hostbuf` argument.
+/// The host buffer a device-to-host copy writes: its first `out hostbuf` argument, or its
+/// unified destination when that is host memory.
 fn host_buffer(f: &ApiFunction, raw: &[u64]) -> Option<(u64, usize)> {
+    if let Some(d) = crate::unified::host_destination(f, raw) {
+        return Some(d);
+    }
     let (i, a) =
         f.args.iter().enumerate().find(|(_, a)| a.dir == Direction::Out && matches!(a.kind, ArgKind::HostBuf(_)))?;
     let ArgKind::HostBuf(len) = a.kind else { return None };

@@ -48,6 +48,22 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream) {
   if (capturing && stream == capturing) return capture_copy(1, 0, src, dst, n);
   memcpy(host(dst), src, n); return 0; }
+/* Unified addresses: the heap's two ranges are device memory, anything else host memory. */
+static int is_device(CUdeviceptr p) {
+  return (p >= 0x7e0000000000ull && p < 0x7e0000000000ull + sizeof heap) ||
+         (p >= 0x640000000000ull && p < 0x640000000000ull + sizeof heap); }
+static unsigned char *unified(CUdeviceptr p) { return is_device(p) ? host(p) : (unsigned char *)(uintptr_t)p; }
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { memmove(unified(dst), unified(src), n); return 0; }
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, void *stream) {
+  (void)stream; memmove(unified(dst), unified(src), n); return 0; }
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { memmove(host(dst), host(src), n); return 0; }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *stream) {
+  (void)stream; memmove(host(dst), host(src), n); return 0; }
+/* CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2) only: device memory for the heap; anything else is
+ * pageable memory the driver does not know (CUDA_ERROR_INVALID_VALUE). */
+CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
+  if (attr != 2 || !is_device(p)) return 1;
+  *(unsigned *)data = 2; return 0; }
 /* Pinned host memory: plain memory here. */
 CUresult cuMemAllocHost_v2(void **p, size_t n) { *p = malloc(n); return *p ? 0 : 2; }
 CUresult cuMemFreeHost(void *p) { free(p); return 0; }
@@ -422,7 +438,9 @@ static const struct entry table[] = {
   {"cuStreamCreate", cuStreamCreate}, {"cuStreamCreateWithPriority", cuStreamCreateWithPriority},
   {"cuStreamIsCapturing", cuStreamIsCapturing}, {"cuModuleGetLoadingMode", cuModuleGetLoadingMode},
   {"cuThreadExchangeStreamCaptureMode", cuThreadExchangeStreamCaptureMode},
-  {"cuGetExportTable", cuGetExportTable}, {"cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2}, {"cuFuncGetModule", cuFuncGetModule}, {"cuFuncGetName", cuFuncGetName},
+  {"cuGetExportTable", cuGetExportTable}, {"cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2},
+  {"cuMemcpy", cuMemcpy}, {"cuMemcpyAsync", cuMemcpyAsync}, {"cuPointerGetAttribute", cuPointerGetAttribute},
+  {"cuCtxSetCurrent", cuCtxSetCurrent}, {"cuFuncGetModule", cuFuncGetModule}, {"cuFuncGetName", cuFuncGetName},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)flags;

@@ -236,9 +236,15 @@ fn check(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Result<bool, Strin
             stream(m, c)?;
         }
         "cuMemcpy" | "cuMemcpyAsync" => {
+            // A host side is recorded as a blob (source) or a host address (destination).
             let n = w(c, "ByteCount")?;
-            range(m, w(c, "dst")?, n, "destination (host memory is not replayable)")?;
-            range(m, w(c, "src")?, n, "source (host memory is not replayable)")?;
+            match c.arg("src") {
+                Some(Value::Blob(_)) => blob_ok(trace, c.arg("src"), "host source")?,
+                _ => range(m, w(c, "src")?, n, "source")?,
+            }
+            if !matches!(c.arg("dst"), Some(Value::HostPtr(_))) {
+                range(m, w(c, "dst")?, n, "destination")?;
+            }
             stream(m, c)?;
         }
         "cuMemsetD8" | "cuMemsetD8Async" | "cuMemsetD16" | "cuMemsetD16Async" | "cuMemsetD32" | "cuMemsetD32Async" => {

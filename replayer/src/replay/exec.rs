@@ -197,19 +197,18 @@ pub(crate) fn call(
                 verify(st, &c, &host, trace, report);
             }
             "cuMemcpyDtoHAsync" => dtoh_async(st, &c, trace, report)?,
-            "cuMemcpyDtoD" | "cuMemcpy" => {
-                let (dn, sn) = if f.name == "cuMemcpyDtoD" { ("dstDevice", "srcDevice") } else { ("dst", "src") };
-                let dst = st.mem.translate(c.word(dn)?);
-                let src = st.mem.translate(c.word(sn)?);
+            "cuMemcpyDtoD" => {
+                let dst = st.mem.translate(c.word("dstDevice")?);
+                let src = st.mem.translate(c.word("srcDevice")?);
                 check(sys::cuMemcpyDtoD_v2(dst, src, c.word("ByteCount")? as usize), seq, f.name)?;
             }
-            "cuMemcpyDtoDAsync" | "cuMemcpyAsync" => {
-                let (dn, sn) = if f.name == "cuMemcpyDtoDAsync" { ("dstDevice", "srcDevice") } else { ("dst", "src") };
-                let dst = st.mem.translate(c.word(dn)?);
-                let src = st.mem.translate(c.word(sn)?);
+            "cuMemcpyDtoDAsync" => {
+                let dst = st.mem.translate(c.word("dstDevice")?);
+                let src = st.mem.translate(c.word("srcDevice")?);
                 let (n, stream) = (c.word("ByteCount")? as usize, st.stream(c.word("hStream")?));
                 check(sys::cuMemcpyDtoDAsync_v2(dst, src, n, stream), seq, f.name)?;
             }
+            "cuMemcpy" | "cuMemcpyAsync" => super::unified::copy(st, &c, trace, report)?,
             "cuMemsetD8" | "cuMemsetD8Async" | "cuMemsetD16" | "cuMemsetD16Async" | "cuMemsetD32"
             | "cuMemsetD32Async" => {
                 let dst = st.mem.translate(c.word("dstDevice")?);
@@ -490,10 +489,26 @@ unsafe fn dtoh_async(
     trace: &LoadedTrace,
     report: &mut Report,
 ) -> Result<(), ReplayError> {
-    let (seq, name) = (c.rec.seq, c.f.name);
     let n = c.word("ByteCount")? as usize;
     let src = st.mem.translate(c.word("srcDevice")?);
-    let rec_s = c.word("hStream")?;
+    // SAFETY: forwarded.
+    unsafe { dtoh_async_at(st, c, src, n, c.word("hStream")?, "dstHost", trace, report) }
+}
+
+/// [`dtoh_async`] of `n` bytes from live address `src` on recorded stream `rec_s`, compared
+/// with the result named `result`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn dtoh_async_at(
+    st: &mut State,
+    c: &Call<'_>,
+    src: u64,
+    n: usize,
+    rec_s: u64,
+    result: &str,
+    trace: &LoadedTrace,
+    report: &mut Report,
+) -> Result<(), ReplayError> {
+    let (seq, name) = (c.rec.seq, c.f.name);
     let stream = st.stream(rec_s);
     // SAFETY (block): copies into buffers that outlive them, on a live stream.
     unsafe {
@@ -507,7 +522,7 @@ unsafe fn dtoh_async(
                 st.objects.graph_outputs.capturing.entry(rec_s).or_default().push(out);
                 return Ok(());
             }
-            let want = c.result("dstHost").cloned();
+            let want = c.result(result).cloned();
             st.objects.defer(Pending { seq, what: name, stream: rec_s, live_stream: stream, host, len: n, want });
             return Ok(());
         }
@@ -515,7 +530,7 @@ unsafe fn dtoh_async(
         check(sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), src, n, stream), seq, name)?;
         check(sys::cuStreamSynchronize(stream), seq, name)?;
         first_result(report);
-        verify(st, c, &host, trace, report);
+        verify_value(st, seq, name, c.result(result), &host, trace, report);
     }
     Ok(())
 }

@@ -27,6 +27,7 @@ pub mod query;
 pub mod resident;
 mod side;
 pub mod stream;
+mod unified;
 pub mod warm_images;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

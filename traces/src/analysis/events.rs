@@ -67,7 +67,7 @@ pub fn host_buffer_bytes(r: &CallRecord) -> u64 {
     f.args
         .iter()
         .filter_map(|a| match a.kind {
-            ArgKind::HostBuf(len) => Some(buf_len(r, len)),
+            ArgKind::HostBuf(len) | ArgKind::AnyBuf(len) => Some(buf_len(r, len)),
             _ => None,
         })
         .max()

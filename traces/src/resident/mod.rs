@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use gpuless_analyzer::api::{ApiFunction, Group, SyncClass};
+use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, Group, SyncClass};
 
 use crate::{BlobRef, CallRecord, Hash128, Value};
 
@@ -48,28 +48,26 @@ pub fn may_write_device(f: &ApiFunction) -> bool {
         && (f.capturable || matches!(f.group, Group::Copy | Group::Set | Group::Launch | Group::Graph | Group::Vmm))
 }
 
-fn word(v: &Value) -> Option<u64> {
-    match *v {
-        Value::U64(x) | Value::DevPtr(x) | Value::Size(x) => Some(x),
-        _ => None,
-    }
-}
-
-/// The value of `f`'s argument `name` in `rec`.
-fn arg<'r>(f: &ApiFunction, rec: &'r CallRecord, name: &str) -> Option<&'r Value> {
-    f.args.iter().position(|a| a.name == name).and_then(|i| rec.args.get(i))
-}
-
-/// The blob a plain host-to-device copy record sends, and where to: (device address, blob).
+/// The blob a plain host-to-device copy record sends, and where to: (device address, blob). A
+/// plain copy is a copy whose arguments (not a struct's fields) name one device destination and
+/// one stored host source: `cuMemcpyHtoD(Async)`, and `cuMemcpy(Async)` of a host source to
+/// device memory (`anybuf`, read from the values).
 pub fn plain_upload(f: &ApiFunction, rec: &CallRecord) -> Option<(u64, BlobRef)> {
-    if !matches!(f.name, "cuMemcpyHtoD" | "cuMemcpyHtoDAsync") {
+    if f.group != Group::Copy
+        || !matches!(f.sync, SyncClass::HostToDevice | SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync)
+    {
         return None;
     }
-    let dst = arg(f, rec, "dstDevice").and_then(word)?;
-    match arg(f, rec, "srcHost")? {
-        Value::Blob(b) => Some((dst, *b)),
+    let mut args = f.args.iter().zip(&rec.args);
+    let blob = args.clone().find_map(|(a, v)| match (a.dir, a.kind, v) {
+        (Direction::In, ArgKind::HostBuf(_) | ArgKind::AnyBuf(_), Value::Blob(b)) => Some(*b),
         _ => None,
-    }
+    })?;
+    let dst = args.find_map(|(a, v)| match (a.kind, v) {
+        (ArgKind::DevPtr | ArgKind::AnyBuf(_), Value::DevPtr(x)) | (ArgKind::DevPtr, Value::U64(x)) => Some(*x),
+        _ => None,
+    })?;
+    Some((dst, blob))
 }
 
 impl Resident {

@@ -51,3 +51,31 @@ fn overlapping_ranges_go() {
     remove_overlapping(&mut m, 49, 1);
     assert!(m.is_empty());
 }
+
+#[test]
+fn uploads_are_copies_of_a_stored_host_source_to_a_device_destination() {
+    use gpuless_analyzer::api::{self, ApiLevel};
+    let f = |name: &str| api::functions().iter().find(|f| f.name == name).expect(name);
+    let rec = |name: &str, args: Vec<Value>| {
+        let mut r = CallRecord::new(1, ApiLevel::Driver, crate::Function::Known(f(name).id));
+        r.args = args;
+        r
+    };
+    let b = BlobRef { hash: Hash128(5), len: 4096 };
+    let htod = rec("cuMemcpyHtoD", vec![Value::DevPtr(0x1000), Value::Blob(b), Value::Size(4096)]);
+    assert_eq!(plain_upload(f("cuMemcpyHtoD"), &htod), Some((0x1000, b)));
+    // Unified addresses: the values say which side is the host's.
+    let up = rec("cuMemcpy", vec![Value::DevPtr(0x2000), Value::Blob(b), Value::Size(4096)]);
+    assert_eq!(plain_upload(f("cuMemcpy"), &up), Some((0x2000, b)));
+    let up_async = rec(
+        "cuMemcpyAsync",
+        vec![Value::DevPtr(0x2000), Value::Blob(b), Value::Size(4096), Value::Handle(api::HandleKind::Stream, 0)],
+    );
+    assert_eq!(plain_upload(f("cuMemcpyAsync"), &up_async), Some((0x2000, b)));
+    let host_to_host = rec("cuMemcpy", vec![Value::HostPtr(0x7000), Value::Blob(b), Value::Size(4096)]);
+    assert_eq!(plain_upload(f("cuMemcpy"), &host_to_host), None);
+    let on_device = rec("cuMemcpy", vec![Value::DevPtr(0x2000), Value::DevPtr(0x3000), Value::Size(4096)]);
+    assert_eq!(plain_upload(f("cuMemcpy"), &on_device), None);
+    let down = rec("cuMemcpyDtoH", vec![Value::HostPtr(0x7000), Value::DevPtr(0x2000), Value::Size(4096)]);
+    assert_eq!(plain_upload(f("cuMemcpyDtoH"), &down), None);
+}
