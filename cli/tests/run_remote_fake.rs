@@ -175,6 +175,25 @@ fn a_linked_program_runs_remotely_with_its_native_output_and_few_round_trips() {
     let an = Command::new(GL).args(["analyze", "--json"]).arg(&remote_trace).output().unwrap();
     let meta: serde_json::Value = serde_json::from_slice(&an.stdout).unwrap();
     assert_eq!(meta["meta"]["gpu_name"], "Fake GPU", "the session's device describes the trace: {}", meta["meta"]);
+
+    // Replayed on the stand-in, every result of the remote trace is verified, as the local
+    // one's: the async copies' bytes were hashed at the synchronizations that covered them.
+    let replay = |t: &Path| -> serde_json::Value {
+        let out = Command::new(GL)
+            .args(["replay", "--json"])
+            .arg(t)
+            .env("LD_LIBRARY_PATH", &libdir)
+            .env_remove("FAKE_CUDA_SCALE_BIAS")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (l, r) = (replay(&trace), replay(&remote_trace));
+    assert_eq!(r["mismatches"], serde_json::json!([]), "{r}");
+    assert_eq!(r["results_unverified"], 0, "{r}");
+    assert!(l["results_verified"].as_u64().unwrap_or(0) > 1, "{l}");
+    assert_eq!(r["results_verified"], l["results_verified"], "local {l}\nremote {r}");
 }
 
 #[test]

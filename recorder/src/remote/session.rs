@@ -372,7 +372,16 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         let results = traced.unwrap_or_else(|| unsafe { capture::outputs(f, raw, st) });
         let mut rec = record(slot, f, seq.unwrap_or_else(state::next_seq), kept, results);
         rec.status = st as i32;
-        state::emit(rec);
+        // An async copy to the host waits, as in a local recording, for the synchronization
+        // that covers it: its bytes have come back by then (`apply`), and are hashed.
+        if st == 0 && capture::deferred_call(f, raw) {
+            crate::pending::defer(f, raw, rec);
+        } else {
+            state::emit(rec);
+        }
+        if st == 0 && s.completes {
+            crate::pending::after(f, raw);
+        }
         if s.waits || f.sync == SyncClass::DeviceToHost {
             crate::lane::with(state::flush_thread);
         }
