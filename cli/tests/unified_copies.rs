@@ -12,7 +12,7 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
-use gpuless_traces::{BlobRef, ChunkBody, Hash128, ReaderOptions, TraceReader, Value};
+use gpuless_traces::{BlobRef, Hash128, ReaderOptions, TraceReader, Value};
 use serve_harness::{run_client, Server};
 
 fn run(prog: &Path, libdir: &Path, trace: Option<&Path>) -> String {
@@ -48,19 +48,7 @@ fn copies_between_unified_addresses_are_recorded_replayed_and_run_remotely() {
     assert_eq!(run(&prog, &libdir, Some(&trace)), native, "recording changed the program");
 
     let reader = TraceReader::open(&trace, ReaderOptions { blob_data: true, check_blob_refs: true }).unwrap();
-    let (mut calls, mut blobs) = (Vec::new(), std::collections::HashMap::new());
-    for chunk in reader {
-        match chunk.unwrap().body {
-            ChunkBody::Calls(c) => calls.extend(c),
-            ChunkBody::Blobs(b) => {
-                for p in b {
-                    blobs.entry(p.hash).or_insert_with(Vec::new).extend_from_slice(&p.data);
-                }
-            }
-            _ => {}
-        }
-    }
-    calls.sort_by_key(|c| c.seq);
+    let (calls, blobs) = reader.read_all().unwrap();
     let copies: Vec<_> = calls.iter().filter(|c| c.function.name().starts_with("cuMemcpy")).collect();
     let names: Vec<&str> = copies.iter().map(|c| c.function.name()).collect();
     assert_eq!(names, ["cuMemcpy", "cuMemcpy", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyAsync", "cuMemcpy", "cuMemcpy"]);

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use gpuless_analyzer::api::structs::{self, Copy, Dims};
-use gpuless_traces::{ChunkBody, Hash128, ReaderOptions, TraceReader, Value};
+use gpuless_traces::{Hash128, ReaderOptions, TraceReader, Value};
 
 mod common;
 use common::{cc, native_and_recorded};
@@ -25,19 +25,7 @@ fn host_rows_of_2d_3d_copies_and_kernel_node_parameters_are_recorded() {
     native_and_recorded(&prog, dir.path());
 
     let reader = TraceReader::open(&trace, ReaderOptions { blob_data: true, check_blob_refs: true }).unwrap();
-    let (mut calls, mut blobs) = (Vec::new(), std::collections::HashMap::new());
-    for chunk in reader {
-        match chunk.unwrap().body {
-            ChunkBody::Calls(c) => calls.extend(c),
-            ChunkBody::Blobs(b) => {
-                for p in b {
-                    blobs.entry(p.hash).or_insert_with(Vec::new).extend_from_slice(&p.data);
-                }
-            }
-            _ => {}
-        }
-    }
-    calls.sort_by_key(|c| c.seq);
+    let (calls, blobs) = reader.read_all().unwrap();
     let of = |name: &str| calls.iter().filter(|c| c.function.name() == name).collect::<Vec<_>>();
     let copies = of("cuMemcpy2D");
     assert_eq!(copies.len(), 2, "{calls:#?}");

@@ -39,7 +39,7 @@ pub use model::{
     BlobKind, BlobPart, BlobRef, CallRecord, Dim3, Function, Hash128, KernelParams, LaunchAttr, LaunchConfig,
     TraceIndex, TraceMeta, Value,
 };
-pub use reader::{Chunk, ChunkBody, ReaderOptions, Recovery, TraceFile, TraceReader};
+pub use reader::{Blobs, Chunk, ChunkBody, ReaderOptions, Recovery, TraceFile, TraceReader};
 pub use writer::{default_compression_threads, TraceWriter, WriterOptions, WriterStats};
 
 /// Whether a file starting with `prefix` is a gpuless trace (checks the magic).

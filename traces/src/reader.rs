@@ -30,6 +30,9 @@ impl Default for ReaderOptions {
     }
 }
 
+/// Blob bytes by hash ([`TraceReader::read_all`]).
+pub type Blobs = HashMap<Hash128, Vec<u8>>;
+
 /// A decoded chunk.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChunkBody {
@@ -363,6 +366,32 @@ impl<R: Read> TraceReader<R> {
     /// What has been read so far.
     pub fn recovery(&self) -> &Recovery {
         &self.recovery
+    }
+
+    /// Reads the rest of the trace: every call record in sequence order, and every blob's
+    /// bytes by hash (its parts joined in order; without [`ReaderOptions::blob_data`] none). The
+    /// first error ends it.
+    pub fn read_all(self) -> Result<(Vec<CallRecord>, Blobs), TraceError> {
+        let (mut calls, mut blobs) = (Vec::new(), HashMap::<Hash128, Vec<u8>>::new());
+        for chunk in self {
+            match chunk?.body {
+                ChunkBody::Calls(c) => calls.extend(c),
+                ChunkBody::Blobs(parts) => {
+                    for p in parts.into_iter().filter(|p| !p.data.is_empty()) {
+                        let b = blobs.entry(p.hash).or_default();
+                        let at = usize::try_from(p.offset).unwrap_or(usize::MAX).min(b.len());
+                        let end = at + p.data.len();
+                        if b.len() < end {
+                            b.resize(end, 0);
+                        }
+                        b[at..end].copy_from_slice(&p.data);
+                    }
+                }
+                _ => {}
+            }
+        }
+        calls.sort_by_key(|c| c.seq);
+        Ok((calls, blobs))
     }
 
     /// The next item; `Err((error, resumable))`.

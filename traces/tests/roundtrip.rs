@@ -185,3 +185,23 @@ fn trace_file_fetches_blobs_by_hash() {
     assert_eq!(f.blob(Hash128(1)).expect("read"), None);
     assert!(f.index().chunks.len() > 10);
 }
+
+/// `read_all`: the records in sequence order, whatever order they were written in, and each
+/// blob whole — one split over several chunks joined from its parts.
+#[test]
+fn read_all_gives_records_by_sequence_and_whole_blobs() {
+    let big: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+    let mut refs = Vec::new();
+    let bytes = common::write_mem(common::small_chunks(), |w| {
+        refs.push(w.blob(BlobKind::HostToDevice, &big).expect("blob"));
+        refs.push(w.blob(BlobKind::HostToDevice, b"hello").expect("blob"));
+        let f = api::functions().iter().find(|f| f.name == "cuCtxSynchronize").expect("in the table");
+        for seq in [3u64, 1, 2] {
+            w.record(CallRecord::new(seq, ApiLevel::Driver, Function::Known(f.id))).expect("record");
+        }
+    });
+    let (calls, blobs) = common::reader(&bytes).read_all().expect("read");
+    assert_eq!(calls.iter().map(|c| c.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(blobs[&refs[0].hash], big, "the split blob, joined");
+    assert_eq!(blobs[&refs[1].hash], b"hello");
+}
