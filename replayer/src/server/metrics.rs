@@ -60,60 +60,100 @@ pub struct PieceRun {
     pub run: String,
 }
 
-/// Every metric the server exports.
-pub struct Metrics {
-    registry: Registry,
+/// Declares [`Metrics`]: each metric's field (its doc comment, type and initial value) and the
+/// name and help text it is registered and exported under (`gpuless_` + name), in one place.
+macro_rules! metrics {
+    ($($(#[doc = $doc:literal])+ $field:ident: $ty:ty = $init:expr => $name:literal, $help:literal;)+) => {
+        /// Every metric the server exports.
+        pub struct Metrics {
+            registry: Registry,
+            $($(#[doc = $doc])+ pub $field: $ty,)+
+        }
+
+        impl Metrics {
+            /// All metrics, registered.
+            pub fn new() -> Metrics {
+                let mut registry = Registry::with_prefix("gpuless");
+                $(
+                    let $field: $ty = $init;
+                    registry.register($name, $help, $field.clone());
+                )+
+                Metrics { registry, $($field,)+ }
+            }
+        }
+    };
+}
+
+/// The buckets of a histogram of seconds: 1 µs to about 8 s.
+fn seconds() -> Histogram {
+    Histogram::new(exponential_buckets(1e-6, 2.0, 24))
+}
+
+metrics! {
     /// Live sessions by priority class.
-    pub sessions: Family<Kind, Gauge>,
+    sessions: Family<Kind, Gauge> = Family::default() => "sessions", "Live sessions by priority class";
     /// Sessions ended, by outcome (`closed`, `error`, `refused-auth`, ...).
-    pub sessions_total: Family<Kind, Counter>,
+    sessions_total: Family<Kind, Counter> = Family::default()
+        => "sessions_ended", "Sessions ended or refused, by outcome";
     /// SMs held by soft partitions.
-    pub sms_in_use: Gauge,
+    sms_in_use: Gauge = Gauge::default() => "partition_sms_in_use", "SMs held by soft partitions";
     /// Sessions waiting for a partition.
-    pub queue: Gauge,
+    queue: Gauge = Gauge::default() => "queue_waiting", "Sessions waiting for a partition";
     /// Executor processes by state (`warm`, `busy`, `starting`).
-    pub executors: Family<Kind, Gauge>,
+    executors: Family<Kind, Gauge> = Family::default() => "executors", "Executor processes by state";
     /// Executor processes that died without ending their session.
-    pub executor_crashes: Counter,
+    executor_crashes: Counter = Counter::default() => "executor_crashes", "Executors that died inside a session";
     /// Bytes in the cache, by tier.
-    pub cache_bytes: Family<Kind, Gauge>,
+    cache_bytes: Family<Kind, Gauge> = Family::default() => "cache_bytes", "Bytes in the blob cache by tier";
     /// Cache lookups by result (`hit`, `miss`).
-    pub cache_lookups: Family<Kind, Counter>,
+    cache_lookups: Family<Kind, Counter> = Family::default() => "cache_lookups", "Blob cache lookups by result";
     /// Blob bytes clients uploaded.
-    pub upload_bytes: Counter,
+    upload_bytes: Counter = Counter::default() => "upload_bytes", "Blob bytes uploaded by clients";
     /// Peak device memory of each live session's executor (NVML, where available), and of
     /// ended sessions as reported by their executor.
-    pub session_memory: Family<SessionLabels, Gauge>,
+    session_memory: Family<SessionLabels, Gauge> = Family::default()
+        => "session_gpu_memory_bytes", "Device memory per session";
     /// Executor time per segment, seconds.
-    pub segment_seconds: Histogram,
+    segment_seconds: Histogram = seconds() => "segment_seconds", "Executor time per segment";
     /// From a synchronizing segment's arrival to its answer leaving, seconds.
-    pub answer_seconds: Histogram,
+    answer_seconds: Histogram = seconds() => "answer_seconds", "Synchronizing segment arrival to answer";
     /// How long best-effort segments were held for latency-critical work ([`super::gate`]),
     /// seconds (only segments that were held).
-    pub best_effort_hold_seconds: Histogram,
+    best_effort_hold_seconds: Histogram = seconds()
+        => "best_effort_hold_seconds", "Best-effort segments held for latency-critical work";
     /// Sessions started over TLS (the server proxies them).
-    pub tls_sessions: Counter,
+    tls_sessions: Counter = Counter::default() => "tls_sessions", "Sessions started over TLS";
     /// TLS handshakes that failed (`failed`) or did not finish in time (`timeout`).
-    pub tls_handshake_failures: Family<Kind, Counter>,
+    tls_handshake_failures: Family<Kind, Counter> = Family::default()
+        => "tls_handshake_failures", "Failed TLS handshakes by kind";
     /// Function invocations by function and mode.
-    pub function_invocations: Family<FunctionLabels, Counter>,
+    function_invocations: Family<FunctionLabels, Counter> = Family::default()
+        => "function_invocations", "Function invocations by function and mode (graph, eager)";
     /// Executors kept warm with a function set up, per function.
-    pub warm_functions: Family<FunctionName, Gauge>,
+    warm_functions: Family<FunctionName, Gauge> = Family::default()
+        => "warm_functions", "Executors kept warm with a function set up, by function";
     /// Sessions of a function, by whether a warm executor served them.
-    pub function_sessions: Family<FunctionStart, Counter>,
+    function_sessions: Family<FunctionStart, Counter> = Family::default()
+        => "function_sessions", "Function sessions by function and start (warm: the function kept set up; cold)";
     /// Pieces of sessions' records (cached-trace execution), by how they ran.
-    pub piece_runs: Family<PieceRun, Counter>,
+    piece_runs: Family<PieceRun, Counter> = Family::default()
+        => "piece_runs", "Pieces of sessions' launches, copies and sets by how they ran (graph, capture, eager)";
     /// Records in those pieces, by how they ran.
-    pub piece_records: Family<PieceRun, Counter>,
+    piece_records: Family<PieceRun, Counter> = Family::default()
+        => "piece_records", "Records in pieces by how they ran";
     /// Executors kept with a program's uploads resident (warm constants).
-    pub warm_programs: Gauge,
+    warm_programs: Gauge = Gauge::default()
+        => "warm_programs", "Executors kept with a program's uploads resident on the GPU (warm constants)";
     /// Bytes of uploads those executors keep resident.
-    pub warm_resident_bytes: Gauge,
+    warm_resident_bytes: Gauge = Gauge::default()
+        => "warm_resident_bytes", "Bytes of uploads kept resident for the next session of their program";
     /// Sessions of programs kept warm, by start (`warm`: an executor with the program's
     /// uploads resident served it; `cold`).
-    pub program_sessions: Family<Kind, Counter>,
+    program_sessions: Family<Kind, Counter> = Family::default()
+        => "program_sessions", "Sessions of programs kept warm by start (warm: their uploads resident; cold)";
     /// Upload bytes sessions did not copy because they were resident.
-    pub resident_skipped_bytes: Counter,
+    resident_skipped_bytes: Counter = Counter::default() => "resident_skipped_bytes",
+        "Upload bytes not copied because the last session of the program left them resident";
 }
 
 impl Default for Metrics {
@@ -123,99 +163,6 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// All metrics, registered.
-    pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("gpuless");
-        let m = Metrics {
-            sessions: Family::default(),
-            sessions_total: Family::default(),
-            sms_in_use: Gauge::default(),
-            queue: Gauge::default(),
-            executors: Family::default(),
-            executor_crashes: Counter::default(),
-            cache_bytes: Family::default(),
-            cache_lookups: Family::default(),
-            upload_bytes: Counter::default(),
-            session_memory: Family::default(),
-            segment_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 24)),
-            answer_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 24)),
-            best_effort_hold_seconds: Histogram::new(exponential_buckets(1e-6, 2.0, 24)),
-            tls_sessions: Counter::default(),
-            tls_handshake_failures: Family::default(),
-            function_invocations: Family::default(),
-            warm_functions: Family::default(),
-            function_sessions: Family::default(),
-            piece_runs: Family::default(),
-            piece_records: Family::default(),
-            warm_programs: Gauge::default(),
-            warm_resident_bytes: Gauge::default(),
-            program_sessions: Family::default(),
-            resident_skipped_bytes: Counter::default(),
-            registry: Registry::default(),
-        };
-        registry.register("sessions", "Live sessions by priority class", m.sessions.clone());
-        registry.register("sessions_ended", "Sessions ended or refused, by outcome", m.sessions_total.clone());
-        registry.register("partition_sms_in_use", "SMs held by soft partitions", m.sms_in_use.clone());
-        registry.register("queue_waiting", "Sessions waiting for a partition", m.queue.clone());
-        registry.register("executors", "Executor processes by state", m.executors.clone());
-        registry.register("executor_crashes", "Executors that died inside a session", m.executor_crashes.clone());
-        registry.register("cache_bytes", "Bytes in the blob cache by tier", m.cache_bytes.clone());
-        registry.register("cache_lookups", "Blob cache lookups by result", m.cache_lookups.clone());
-        registry.register("upload_bytes", "Blob bytes uploaded by clients", m.upload_bytes.clone());
-        registry.register("session_gpu_memory_bytes", "Device memory per session", m.session_memory.clone());
-        registry.register("segment_seconds", "Executor time per segment", m.segment_seconds.clone());
-        registry.register("answer_seconds", "Synchronizing segment arrival to answer", m.answer_seconds.clone());
-        registry.register(
-            "best_effort_hold_seconds",
-            "Best-effort segments held for latency-critical work",
-            m.best_effort_hold_seconds.clone(),
-        );
-        registry.register("tls_sessions", "Sessions started over TLS", m.tls_sessions.clone());
-        registry.register("tls_handshake_failures", "Failed TLS handshakes by kind", m.tls_handshake_failures.clone());
-        registry.register(
-            "function_invocations",
-            "Function invocations by function and mode (graph, eager)",
-            m.function_invocations.clone(),
-        );
-        registry.register(
-            "warm_functions",
-            "Executors kept warm with a function set up, by function",
-            m.warm_functions.clone(),
-        );
-        registry.register(
-            "function_sessions",
-            "Function sessions by function and start (warm: the function kept set up; cold)",
-            m.function_sessions.clone(),
-        );
-        registry.register(
-            "piece_runs",
-            "Pieces of sessions' launches, copies and sets by how they ran (graph, capture, eager)",
-            m.piece_runs.clone(),
-        );
-        registry.register("piece_records", "Records in pieces by how they ran", m.piece_records.clone());
-        registry.register(
-            "warm_programs",
-            "Executors kept with a program's uploads resident on the GPU (warm constants)",
-            m.warm_programs.clone(),
-        );
-        registry.register(
-            "warm_resident_bytes",
-            "Bytes of uploads kept resident for the next session of their program",
-            m.warm_resident_bytes.clone(),
-        );
-        registry.register(
-            "program_sessions",
-            "Sessions of programs kept warm by start (warm: their uploads resident; cold)",
-            m.program_sessions.clone(),
-        );
-        registry.register(
-            "resident_skipped_bytes",
-            "Upload bytes not copied because the last session of the program left them resident",
-            m.resident_skipped_bytes.clone(),
-        );
-        Metrics { registry, ..m }
-    }
-
     /// The text exposition format.
     pub fn render(&self) -> String {
         let mut s = String::new();
