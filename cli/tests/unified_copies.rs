@@ -4,7 +4,8 @@
 //! replay` and through `gpuless run --remote`. The trace must carry a host source's bytes and a
 //! host destination's result (for the async copy too, hashed at its synchronization); the
 //! replay must compare every result and catch a device computing others; the client must send
-//! the bytes up and write what comes back, so the program prints what it prints natively.
+//! the bytes up and write what comes back, so the program prints what it prints natively, and
+//! wait exactly where the analyzer's `gpuless` policy says a client waits.
 
 mod serve_harness;
 mod support;
@@ -93,4 +94,17 @@ fn copies_between_unified_addresses_are_recorded_replayed_and_run_remotely() {
     let ran = run_client(&srv, &prog);
     assert!(ran.ok, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     assert_eq!(ran.stdout, native, "stderr:\n{}", ran.stderr);
+    // The client waited where the copies brought bytes to the host (three synchronous copies
+    // and the synchronization of the async one): the analyzer's `gpuless` policy, on the local
+    // recording, says the same.
+    let stats = ran.stats();
+    assert_eq!(stats["waits_by_call"]["cuMemcpy"], 3, "{stats}");
+    let an = Command::new(env!("CARGO_BIN_EXE_gpuless")).args(["analyze", "--json"]).arg(&trace).output().unwrap();
+    assert!(an.status.success(), "{an:?}");
+    let report: serde_json::Value = serde_json::from_slice(&an.stdout).unwrap();
+    let policy = report["sync"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["policy"] == "gpuless"))
+        .unwrap_or_else(|| panic!("no gpuless policy in {report}"));
+    assert_eq!(policy["syncs"], stats["waits"], "the policy's synchronizations, the client's waits: {policy} {stats}");
 }
