@@ -88,3 +88,40 @@ fn committed_synthetic_traces_read_cleanly() {
         assert!(a.stats.calls > 20, "{name}");
     }
 }
+
+/// A trace holds an async download's record after the synchronization that completed it (the
+/// recorder writes it when it has hashed the bytes); the `gpuless` policy still sees the
+/// download before the synchronization, which therefore waits, as the client does.
+#[test]
+fn a_download_recorded_after_its_synchronization_is_analyzed_before_it() {
+    use gpuless_analyzer::api::{self, ApiLevel, HandleKind};
+    use gpuless_traces::{BlobRef, CallRecord, Function, Hash128, Value};
+    let f = |name: &str| api::functions().iter().find(|f| f.name == name).expect(name).id;
+    let b = common::write_mem(common::small_chunks(), |w| {
+        let mut sync = CallRecord::new(2, ApiLevel::Driver, Function::Known(f("cuStreamSynchronize")));
+        sync.args = vec![Value::Handle(HandleKind::Stream, 0)];
+        let mut copy = CallRecord::new(1, ApiLevel::Driver, Function::Known(f("cuMemcpyDtoHAsync")));
+        copy.args =
+            vec![Value::HostPtr(0x1000), Value::DevPtr(0x7000), Value::Size(64), Value::Handle(HandleKind::Stream, 0)];
+        copy.variant = api::Variant { version: 2, per_thread: false };
+        copy.results = vec![Value::Digest(BlobRef { hash: Hash128(9), len: 64 })];
+        // Then more work and a synchronization that waits for it.
+        let mut set = CallRecord::new(3, ApiLevel::Driver, Function::Known(f("cuMemsetD8Async")));
+        set.args = vec![Value::DevPtr(0x7000), Value::U64(0), Value::Size(64), Value::Handle(HandleKind::Stream, 0)];
+        let mut again = sync.clone();
+        again.seq = 4;
+        w.records(vec![sync, copy, set, again]).expect("records");
+    });
+    let (a, err) = analyze(common::reader(&b), &mut |_, _| {});
+    assert!(err.is_none(), "{err:?}");
+    let gpuless = a.sync.iter().find(|r| r.policy == "gpuless").expect("policy");
+    assert_eq!(gpuless.syncs, 2, "{gpuless:?}");
+    assert_eq!(gpuless.reasons.get("StreamSync"), Some(&1), "{gpuless:?}");
+    assert_eq!(
+        gpuless.reasons.get("deferred-download"),
+        Some(&1),
+        "the synchronization brings the download: {gpuless:?}"
+    );
+    assert_eq!(gpuless.trailing_calls, 0, "{gpuless:?}");
+    assert_eq!(gpuless.bytes_down, 64);
+}

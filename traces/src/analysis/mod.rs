@@ -6,12 +6,13 @@ pub mod perfetto;
 #[cfg(feature = "plot")]
 pub mod plot;
 mod registrations;
+pub mod reorder;
 mod stats;
 
 use std::io::Read;
 
 use gpuless_analyzer::api::ApiLevel;
-use gpuless_analyzer::sync::{SyncAnalyzer, SyncReport};
+use gpuless_analyzer::sync::{CallEvent, SyncAnalyzer, SyncReport};
 use serde::Serialize;
 
 use crate::error::TraceError;
@@ -108,6 +109,15 @@ pub fn analyze<R: Read>(
     let mut stats = stats::StatsBuilder::default();
     stats.arena = (meta.arena_base, meta.arena_size);
     let mut sync = SyncAnalyzer::default();
+    // Synchronization points depend on call order; a trace holds async copies after the
+    // synchronization that completed them.
+    let mut order: reorder::Reorder<(CallEvent, u32)> = reorder::Reorder::default();
+    let mut feed = |(e, repeat): (CallEvent, u32)| {
+        // A folded record stands for 1 + repeat calls.
+        for _ in 0..=repeat {
+            sync.push(&e);
+        }
+    };
     let mut integrity = Integrity::default();
     let mut error = None;
     while let Some(chunk) = reader.next() {
@@ -121,11 +131,7 @@ pub fn analyze<R: Read>(
                             // The driver level is what crosses the wire; calls at other
                             // levels reach it through nested driver calls.
                             if r.level == ApiLevel::Driver {
-                                // A folded record stands for 1 + repeat calls.
-                                let e = call_event(r);
-                                for _ in 0..=r.repeat {
-                                    sync.push(&e);
-                                }
+                                order.push(r.seq, (call_event(r), r.repeat), &mut feed);
                             }
                         }
                     }
@@ -148,6 +154,7 @@ pub fn analyze<R: Read>(
             }
         }
     }
+    order.finish(&mut feed);
     let rec = reader.recovery();
     integrity.chunks = rec.chunks;
     integrity.finished = rec.finished;
