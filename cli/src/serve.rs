@@ -39,6 +39,10 @@ pub struct ServeArgs {
     /// File holding the clients' token.
     #[arg(long)]
     pub token_file: Option<String>,
+    /// File of tenants, one `NAME TOKEN` a line: each tenant's clients present their own token,
+    /// and what one tenant's sessions keep on the GPU goes only to that tenant's sessions.
+    #[arg(long, value_name = "FILE")]
+    pub tenants_file: Option<String>,
     /// PEM certificate chain for the TCP listener, which then speaks only TLS (with --tls-key).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<String>,
@@ -107,6 +111,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(m) = &args.metrics {
         cfg.metrics = m.clone();
+    }
+    if let Some(t) = &args.tenants_file {
+        cfg.tenants_file = t.clone();
     }
     if let Some(t) = &args.token_file {
         cfg.token_file = t.clone();

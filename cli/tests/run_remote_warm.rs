@@ -182,3 +182,47 @@ fn replays_of_a_recording_find_its_uploads_resident_and_verify_every_result() {
         assert!(lines[n - 1].contains(want), "replay {n}: {lines:?}");
     }
 }
+
+/// With tenants (`--tenants-file`: each its own token), what one tenant's session leaves on the
+/// GPU goes only to that tenant's next session of the program: another tenant's session of the
+/// same program copies its uploads itself, and a token that is no tenant's is refused.
+#[test]
+fn a_program_kept_for_one_tenant_is_not_handed_to_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "weights", &["-lcuda"]);
+    let out = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let plain = String::from_utf8_lossy(&out.stdout).into_owned();
+    let tenants = dir.path().join("tenants");
+    std::fs::write(&tenants, "# who may use this server\nalice token-a\nbob token-b\n").unwrap();
+    let srv = serve_harness::Server::start(
+        dir.path(),
+        &libdir,
+        &["--program-keep-alive", "60", "--warm-programs-max", "2", "--tenants-file", tenants.to_str().unwrap()],
+        &[],
+    );
+    let run_as = |token: &str| serve_harness::run_client_env(&srv, &prog, &[("GPULESS_TOKEN", token)]);
+    let ran = run_as("token-a");
+    assert!(ran.ok && ran.stdout == plain, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    assert!(wait_for(&srv._log, 1)[0].contains(": 0 uploads (0 bytes) were resident"));
+    wait_metric(&srv, "gpuless_warm_programs", 1.0);
+    // Bob's session of the same program: not alice's executor; it copies the weights itself.
+    let ran = run_as("token-b");
+    assert!(ran.ok && ran.stdout == plain, "stderr:\n{}", ran.stderr);
+    let lines = wait_for(&srv._log, 2);
+    assert!(lines[1].contains(": 0 uploads (0 bytes) were resident"), "{lines:?}");
+    wait_metric(&srv, "gpuless_warm_programs", 2.0);
+    // Alice's next session: her executor, the weights resident.
+    let ran = run_as("token-a");
+    assert!(ran.ok && ran.stdout == plain, "stderr:\n{}", ran.stderr);
+    let lines = wait_for(&srv._log, 3);
+    assert!(lines[2].contains(": 1 uploads (262144 bytes) were resident"), "{lines:?}");
+    assert_eq!(srv.metric("gpuless_program_sessions_total{kind=\"warm\"}"), 1.0);
+    assert_eq!(srv.metric("gpuless_program_sessions_total{kind=\"cold\"}"), 2.0);
+    // No tenant's token, or none: refused, saying so.
+    for token in ["token-c", ""] {
+        let ran = run_as(token);
+        assert!(!ran.ok, "{token:?} was let in: {}", ran.stdout);
+        assert!(ran.stderr.contains("token"), "{}", ran.stderr);
+    }
+}

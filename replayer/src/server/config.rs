@@ -22,6 +22,17 @@ pub struct Config {
     pub token: String,
     /// A file holding the token (first line), kept out of the config.
     pub token_file: String,
+    /// Tenants, each with its own token (name → token): the server tells their clients apart
+    /// ([`super::tenants`]); what one tenant's sessions keep on the GPU (warm constants) is
+    /// only handed to that tenant's sessions. With `token` set too, its clients are the tenant
+    /// `""`.
+    pub tenants: BTreeMap<String, String>,
+    /// A file of tenants, one `NAME TOKEN` a line (`#` comments), kept out of the config;
+    /// added to `tenants`.
+    pub tenants_file: String,
+    /// Who a client is, from `token` and `tenants` (filled in by [`Config::resolve`]).
+    #[serde(skip)]
+    pub identities: super::tenants::Tenants,
     /// Warm executors kept per partition spec (`whole`, `sms:N`, a profile name): started
     /// ahead with their CUDA context initialized.
     pub pool: BTreeMap<String, usize>,
@@ -55,9 +66,10 @@ pub struct Config {
     /// session ends with the session's uploads that still hold their content resident on the
     /// GPU (weights), for the next session of the same program (the Hello's `program`, on the
     /// same partition spec), in seconds; that session's identical uploads are not copied again
-    /// (`replay::resident`). 0 (the default): off. Every client of one server presents the same
-    /// token, so the server cannot tell tenants apart: a session of the same program can read
-    /// the kept uploads before it makes them itself; turn it on only where that is acceptable.
+    /// (`replay::resident`). 0 (the default): off. A session can read the kept uploads before it
+    /// makes them itself, so they go only to the same tenant's next session of the program
+    /// (`tenants`); with only the shared `token` every client is one tenant: turn it on there
+    /// only where that is acceptable.
     pub program_keep_alive_s: f64,
     /// Most executors kept with a program's uploads at once; the least recently used is ended
     /// when one more would exceed it, or when an executor cannot start (its memory is needed).
@@ -116,6 +128,9 @@ impl Default for Config {
             metrics: String::new(),
             token: String::new(),
             token_file: String::new(),
+            tenants: BTreeMap::new(),
+            tenants_file: String::new(),
+            identities: Default::default(),
             pool: BTreeMap::from([("whole".to_string(), 1)]),
             max_sessions: 64,
             queue: 64,
@@ -158,6 +173,15 @@ impl Config {
         toml::from_str(&text).map_err(|e| err(e.to_string()))
     }
 
+    /// The tenant a client presenting `token` is ([`super::tenants::Tenants::identify`]; the
+    /// shared `token` alone where the configuration was not resolved), or `None`: refused.
+    pub fn tenant_of(&self, token: &str) -> Option<String> {
+        if self.identities.any() {
+            return self.identities.identify(token);
+        }
+        super::token_matches(token, &self.token).then(String::new)
+    }
+
     /// Checks the settings and fills in what depends on the machine: the token from its file,
     /// the cache directories.
     pub fn resolve(mut self) -> Result<Config, ConfigError> {
@@ -166,6 +190,16 @@ impl Config {
             let t = std::fs::read_to_string(&self.token_file).map_err(|e| err(format!("token_file: {e}")))?;
             self.token = t.lines().next().unwrap_or("").trim().to_string();
         }
+        if !self.tenants_file.is_empty() {
+            let f = &self.tenants_file;
+            let text = std::fs::read_to_string(f).map_err(|e| err(format!("tenants_file {f}: {e}")))?;
+            for (name, token) in super::tenants::parse_file(&text).map_err(|e| err(format!("tenants_file {f}: {e}")))? {
+                if self.tenants.insert(name.clone(), token).is_some() {
+                    return Err(err(format!("tenant `{name}` is named both in `tenants` and in tenants_file {f}")));
+                }
+            }
+        }
+        self.identities = super::tenants::Tenants::new(&self.tenants, &self.token).map_err(err)?;
         match (self.tls_cert.is_empty(), self.tls_key.is_empty()) {
             (false, true) => {
                 return Err(err("`tls_cert` is set but `tls_key` is not: set both (PEM files) or neither".into()))
@@ -178,9 +212,9 @@ impl Config {
         if self.listen.is_empty() && self.socket.is_empty() {
             return Err(err("neither `listen` nor `socket` is set: the server would accept no client".into()));
         }
-        if self.token.is_empty() && !self.listen.is_empty() && !is_loopback(&self.listen) {
+        if !self.identities.any() && !self.listen.is_empty() && !is_loopback(&self.listen) {
             return Err(err(format!(
-                "`listen = {}` is not a loopback address and no token is set: set `token` or `token_file`",
+                "`listen = {}` is not a loopback address and no token is set: set `token`, `token_file` or `tenants`",
                 self.listen
             )));
         }
@@ -259,6 +293,34 @@ mod tests {
         let ok = Config { listen: "0.0.0.0:7011".into(), token: "t".into(), ..Config::default() };
         assert!(ok.resolve().is_ok());
         assert!(is_loopback("[::1]:5") && is_loopback("localhost:1") && !is_loopback("10.0.0.1:1"));
+    }
+
+    #[test]
+    fn tenants_come_from_the_file_and_the_file_of_tenants_and_say_who_a_client_is() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("tenants");
+        std::fs::write(&f, "# the team\nbob tb\n").unwrap();
+        let text = format!("listen = \"0.0.0.0:7011\"\ntenants_file = {:?}\n[tenants]\nalice = \"ta\"\n", f.display());
+        let c: Config = toml::from_str(&text).unwrap();
+        let c = c.resolve().expect("tenants are tokens: an open listener may serve them");
+        assert_eq!(c.tenant_of("ta").as_deref(), Some("alice"));
+        assert_eq!(c.tenant_of("tb").as_deref(), Some("bob"));
+        assert_eq!(c.tenant_of(""), None);
+        // Without tenants: the shared token, tenant "".
+        let shared = Config { token: "s".into(), ..Config::default() };
+        assert_eq!(shared.tenant_of("s").as_deref(), Some(""));
+        assert_eq!(shared.tenant_of("x"), None);
+        assert_eq!(Config::default().tenant_of("").as_deref(), Some(""));
+        assert_eq!(Config::default().tenant_of("anything"), None, "no token set: none may be presented");
+        // A tenant in both places, two tenants with one token, a missing file: refused, named.
+        std::fs::write(&f, "alice other\n").unwrap();
+        let e = toml::from_str::<Config>(&text).unwrap().resolve().unwrap_err().to_string();
+        assert!(e.contains("`alice` is named both"), "{e}");
+        std::fs::write(&f, "bob ta\n").unwrap();
+        let e = toml::from_str::<Config>(&text).unwrap().resolve().unwrap_err().to_string();
+        assert!(e.contains("same token"), "{e}");
+        let gone = Config { tenants_file: t.path().join("none").display().to_string(), ..Config::default() };
+        assert!(gone.resolve().unwrap_err().to_string().contains("tenants_file"));
     }
 
     #[test]

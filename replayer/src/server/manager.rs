@@ -38,7 +38,8 @@ enum ExecState {
     /// Kept warm with this function set up ([`Control::Warm`]), in [`Inner::warm`].
     Function(String),
     /// Kept with this program's uploads resident ([`Control::KeptProgram`]), in
-    /// [`Inner::warm_programs`]: (program, resident bytes).
+    /// [`Inner::warm_programs`]: (what it is kept as — the tenant's program,
+    /// [`Manager::warm_key`] —, resident bytes).
     Program(String, u64),
     Failed(String),
 }
@@ -50,6 +51,9 @@ struct Exec {
     channel: Arc<Channel>,
     partition: PartitionInfo,
     device: DeviceDescription,
+    /// The warm-constants key of the session it serves ([`Manager::warm_key`]), if its
+    /// uploads may be kept for that tenant's next session of the program.
+    kept_as: Option<String>,
 }
 
 /// A session as the manager tracks it.
@@ -262,6 +266,7 @@ impl Manager {
                     channel: channel.clone(),
                     partition: PartitionInfo::default(),
                     device: DeviceDescription::default(),
+                    kept_as: None,
                 },
             );
             id
@@ -538,7 +543,12 @@ impl Manager {
             }
         };
         match self.take_executor(&spec, session, function, program).await {
-            Ok((exec, channel)) => Ok(Grant { session, exec, channel }),
+            Ok((exec, channel)) => {
+                if let Some(e) = self.lock().execs.get_mut(&exec) {
+                    e.kept_as = program.map(str::to_string);
+                }
+                Ok(Grant { session, exec, channel })
+            }
             Err(r) => {
                 let mut g = self.lock();
                 Self::end_session(&mut g, &self.metrics, session);

@@ -38,6 +38,13 @@ impl Manager {
             .then_some(h.program.as_str())
     }
 
+    /// What an executor kept with a program's uploads is kept as, and found by: the program
+    /// of `tenant` (the tenant's name, a separator no name holds, the program), so that only
+    /// the same tenant's next session of the program is handed what it left on the GPU.
+    pub fn warm_key(&self, h: &Hello, tenant: &str) -> Option<String> {
+        self.warm_program(h).map(|p| format!("{tenant}\u{1f}{p}"))
+    }
+
     /// Executor `id` reported [`Control::Warm`]: after its session it keeps `function` set up.
     /// It joins the warm set ([`Self::keep_after_session`]).
     pub(super) fn warm(&self, id: u64, function: &str) {
@@ -45,9 +52,14 @@ impl Manager {
     }
 
     /// Executor `id` reported [`Control::KeptProgram`]: after its session it keeps `program`'s
-    /// uploads resident. It joins the set of warm programs ([`Self::keep_after_session`]).
+    /// uploads resident. It joins the set of warm programs ([`Self::keep_after_session`]) as
+    /// what its session was admitted as ([`Self::warm_key`]: the tenant's program); an executor
+    /// whose session had no key (warm constants turned on since) is kept as the program of
+    /// the tenant `""`.
     pub(super) fn keep_program(&self, id: u64, program: &str, resident: u64) {
-        self.keep_after_session(id, ExecState::Program(program.to_string(), resident));
+        let key = self.lock().execs.get(&id).and_then(|e| e.kept_as.clone());
+        let key = key.unwrap_or_else(|| format!("\u{1f}{program}"));
+        self.keep_after_session(id, ExecState::Program(key, resident));
     }
 
     /// Executor `id` keeps what `kept` says after its session: it joins its set (the least

@@ -36,6 +36,7 @@ fn serving(m: &Manager, spec: &str) -> (u64, u64, Channel) {
             channel: Arc::new(chan),
             partition: PartitionInfo::default(),
             device: DeviceDescription::default(),
+            kept_as: None,
         },
     );
     g.sessions.insert(
@@ -195,7 +196,8 @@ fn a_program_executor_is_kept_with_its_uploads_and_taken_by_program_and_spec() {
     let (a, _, ca) = serving(&m, "whole");
     m.finished(a);
     m.keep_program(a, "python run.py", 100 << 20);
-    assert_eq!(state(&m, a), format!("Program(\"python run.py\", {})", 100 << 20));
+    // Kept as the program of the tenant "" (the session had no key: admitted before).
+    assert_eq!(state(&m, a), format!("Program({:?}, {})", "\u{1f}python run.py", 100 << 20));
     assert!(kept(&ca));
     m.refresh_metrics();
     let text = m.metrics.render();
@@ -205,11 +207,13 @@ fn a_program_executor_is_kept_with_its_uploads_and_taken_by_program_and_spec() {
     // Not for another program, nor as a function of the same name.
     assert!(m.take_warm("whole", 100, "python other.py", true).is_none());
     assert!(m.take_warm("whole", 100, "python run.py", false).is_none());
+    // Another tenant's session of the program: not served by it.
+    assert!(m.take_warm("whole", 100, &m.warm_key(&live, "bob").unwrap(), true).is_none());
     // The next session of the program, through admission: served by it.
-    let g = rt()
-        .block_on(m.admit(&PartitionRequest::Whole, Priority::LatencyCritical, None, Some("python run.py")))
-        .unwrap();
+    let key = m.warm_key(&live, "").unwrap();
+    let g = rt().block_on(m.admit(&PartitionRequest::Whole, Priority::LatencyCritical, None, Some(&key))).unwrap();
     assert_eq!(g.exec, a);
+    assert_eq!(m.lock().execs.get(&a).and_then(|e| e.kept_as.clone()), Some(key), "kept as what it was admitted as");
     m.refresh_metrics();
     let text = m.metrics.render();
     assert!(text.contains("gpuless_program_sessions_total{kind=\"warm\"} 1"), "{text}");
@@ -265,7 +269,7 @@ fn kept_executors_beyond_the_memory_bound_go_least_recently_used_first() {
     // bytes each (every executor here has the same stand-in pid), c (the most recent) stays.
     let pid_b = {
         let g = m.lock();
-        g.execs.values().find(|e| matches!(&e.state, ExecState::Program(p, _) if p == "b")).map(|e| e.pid)
+        g.execs.values().find(|e| matches!(&e.state, ExecState::Program(p, _) if p == "\u{1f}b")).map(|e| e.pid)
     };
     let used = HashMap::from([(pid_b.unwrap(), 450u64)]);
     let mut g = m.lock();

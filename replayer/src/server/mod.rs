@@ -26,6 +26,7 @@ pub mod gate;
 pub mod manager;
 pub mod metrics;
 pub mod pieces;
+pub mod tenants;
 mod timeline;
 pub mod tls;
 pub mod warm;
@@ -270,11 +271,12 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         );
         return refuse(&m, &mut s, code::VERSION, e, "refused-version").await;
     }
-    if !token_matches(&h.token, &m.cfg.token) {
+    let Some(tenant) = m.cfg.tenant_of(&h.token) else {
         let e = "wrong or missing token: pass the server's token (--token or GPULESS_TOKEN)".to_string();
         return refuse(&m, &mut s, code::AUTH, e, "refused-auth").await;
-    }
-    let grant = match m.admit(&h.partition, h.priority, warm::announced(&h.program), m.warm_program(&h)).await {
+    };
+    let warm_key = m.warm_key(&h, &tenant);
+    let grant = match m.admit(&h.partition, h.priority, warm::announced(&h.program), warm_key.as_deref()).await {
         Ok(g) => g,
         Err((c, e)) => {
             let outcome = match c {
@@ -287,8 +289,8 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         }
     };
     let tls = s.is_tls();
-    tracing::info!(session = grant.session, exec = grant.exec, peer, tls, program = h.program, partition = %h.partition,
-        priority = h.priority.name(), "session starts");
+    tracing::info!(session = grant.session, exec = grant.exec, peer, tls, tenant, program = h.program,
+        partition = %h.partition, priority = h.priority.name(), "session starts");
     if tls {
         m.metrics.tls_sessions.inc();
     }
