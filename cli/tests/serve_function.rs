@@ -193,3 +193,39 @@ fn a_function_whose_set_up_failed_leaves_no_warm_executor() {
     assert_eq!(s.metric(kept), 0.0, "{}", s.metrics());
     assert_eq!(s.metric("gpuless_executor_crashes_total"), 0.0, "{}", s.metrics());
 }
+
+/// With tenants, a tenant's deployed functions are its own: another tenant neither sees them
+/// (invoking the name: "no function … is deployed") nor replaces them (deploying the name makes
+/// its own), and each registry lives apart beside the cache.
+#[test]
+fn a_tenants_functions_are_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, _) = support::build_stand_in(dir.path());
+    let tenants = dir.path().join("tenants");
+    std::fs::write(&tenants, "alice token-a\nbob token-b\n").unwrap();
+    let s = Server::start(dir.path(), &libdir, &["--tenants-file", tenants.to_str().unwrap()], &[]);
+    let (gfn, _, _) = compiled(dir.path());
+    let (rc, out, err) = gl(&[&"deploy", &gfn, &"--remote", &s.tcp, &"--name", &"globals", &"--token", &"token-a"]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert!(dir.path().join("cache/disk/functions/@alice/globals").is_file());
+    assert!(!dir.path().join("cache/disk/functions/globals").exists(), "not in the shared registry");
+    // Bob does not see alice's function.
+    let (rc, out, err) = gl(&[&"invoke", &"globals", &"--remote", &s.tcp, &"--json", &"--token", &"token-b"]);
+    assert_eq!(rc, 2, "{out}\n{err}");
+    assert!(err.contains("no function `globals` is deployed"), "{err}");
+    // Alice does (the stand-in cannot set it up: past the lookup, whatever it says next).
+    let (_, _, err) = gl(&[&"invoke", &"globals", &"--remote", &s.tcp, &"--json", &"--token", &"token-a"]);
+    assert!(!err.contains("no function `globals` is deployed"), "{err}");
+    // Bob deploys the name: his own entry; alice's stays.
+    let bytes = std::fs::read(&gfn).unwrap();
+    let (rc, out, err) = gl(&[&"deploy", &gfn, &"--remote", &s.tcp, &"--name", &"globals", &"--token", &"token-b"]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    let entry =
+        |t: &str| std::fs::read_to_string(dir.path().join(format!("cache/disk/functions/@{t}/globals"))).unwrap();
+    assert_eq!(entry("alice"), entry("bob"), "the same file, each tenant's own entry");
+    assert_eq!(entry("alice"), format!("{} {}\n", Hash128::of(&bytes), bytes.len()));
+    // No tenant's token: refused.
+    let (rc, _, err) = gl(&[&"invoke", &"globals", &"--remote", &s.tcp, &"--token", &"token-c"]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("token"), "{err}");
+}

@@ -41,6 +41,9 @@ pub enum Control {
         /// Whether repeated runs of the session's records execute as CUDA graphs
         /// ([`super::pieces`]), and when pieces are held for them.
         cached: Option<Hold>,
+        /// The tenant whose client this is ([`super::tenants`]): its deployed functions are
+        /// the ones the session sees.
+        tenant: String,
     },
     /// Executor → server: blobs added to the cache, and blobs found in it.
     Cache {
@@ -95,13 +98,13 @@ impl Control {
             Control::Failed(m) => {
                 p.u8(2).str(m);
             }
-            Control::Start { session, idle_ms, hello, keep_alive_ms, cached } => {
+            Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant } => {
                 let cached = match cached {
                     None => 0,
                     Some(Hold::Busy) => 1,
                     Some(Hold::Always) => 2,
                 };
-                p.u8(3).u64(*session).u64(*idle_ms).bytes(hello).u64(*keep_alive_ms).u8(cached);
+                p.u8(3).u64(*session).u64(*idle_ms).bytes(hello).u64(*keep_alive_ms).u8(cached).str(tenant);
             }
             Control::Cache { added, hits } => {
                 p.u8(4).u32(added.len() as u32);
@@ -157,6 +160,7 @@ impl Control {
                     2 => Some(Hold::Always),
                     _ => Some(Hold::Busy),
                 },
+                tenant: g.str()?,
             },
             4 => {
                 let n = g.count(24)?;
@@ -354,6 +358,7 @@ mod tests {
             hello: vec![1, 2],
             keep_alive_ms: 300_000,
             cached: Some(Hold::Always),
+            tenant: "alice".into(),
         };
         a.send(&start, Some(w.as_raw_fd())).unwrap();
         let (m, fd) = b.recv().unwrap().unwrap();

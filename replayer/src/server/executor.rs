@@ -99,9 +99,9 @@ pub fn run(mut setup: Setup) -> i32 {
             None => setup.control.recv(),
             Some((_, keep)) => setup.control.recv_timeout(*keep + KEEP_ALIVE_GRACE),
         };
-        let (session, idle_ms, hello, fd, keep_alive_ms, cached) = match next {
-            Ok(Some((Control::Start { session, idle_ms, hello, keep_alive_ms, cached }, Some(fd)))) => {
-                (session, idle_ms, hello, fd, keep_alive_ms, cached)
+        let (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant) = match next {
+            Ok(Some((Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant }, Some(fd)))) => {
+                (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant)
             }
             // The server let this warm executor go (pool shrunk, keep-alive over, server
             // ending), or no session came within the keep-alive.
@@ -120,8 +120,9 @@ pub fn run(mut setup: Setup) -> i32 {
         // set up, and only a session of the same program its uploads; anything else starts
         // from nothing (what was kept is let go first).
         let (functions, carried) = kept::take(kept.take(), announced.as_deref(), program.as_deref(), client_arena);
-        let functions =
-            functions.unwrap_or_else(|| Functions::new(&setup.cache, setup.device, setup.memory_limit, client_arena));
+        // (A function kept set up is the same tenant's: the manager hands it to no other.)
+        let functions = functions
+            .unwrap_or_else(|| Functions::new(&setup.cache, &tenant, setup.device, setup.memory_limit, client_arena));
         let warm_memory = program.is_some().then_some(carried);
         let pieces = cached.map(|hold| Pieces::new(&hello.program, &setup.cache.disk, hold));
         let (done, functions, ended) = serve_one(

@@ -45,10 +45,13 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// The registry of the cache `dirs` (in its disk directory, which outlives the memory
-    /// tier).
-    pub fn of(dirs: &Dirs) -> Registry {
-        Registry { dir: dirs.disk.join("functions") }
+    /// The registry of `tenant`'s functions ([`super::tenants`]) in the cache `dirs` (in its
+    /// disk directory, which outlives the memory tier): `functions/` for the tenant `""`,
+    /// `functions/@TENANT/` for another (no function is named `@…`, and a tenant's name is a
+    /// file name of the same characters as a function's).
+    pub fn of(dirs: &Dirs, tenant: &str) -> Registry {
+        let dir = dirs.disk.join("functions");
+        Registry { dir: if tenant.is_empty() { dir } else { dir.join(format!("@{tenant}")) } }
     }
 
     /// Its directory.
@@ -133,11 +136,11 @@ fn check_inputs(name: &str, m: &Manifest, given: usize) -> Result<(), Failure> {
 }
 
 impl Functions {
-    /// The functions of an executor on `device` whose session may allocate `memory_limit`
-    /// bytes; `client_arena`: the session announced an arena.
-    pub fn new(cache: &Dirs, device: Device, memory_limit: Option<u64>, client_arena: bool) -> Functions {
+    /// The functions `tenant` deployed, for an executor on `device` whose session may allocate
+    /// `memory_limit` bytes; `client_arena`: the session announced an arena.
+    pub fn new(cache: &Dirs, tenant: &str, device: Device, memory_limit: Option<u64>, client_arena: bool) -> Functions {
         Functions {
-            registry: Registry::of(cache),
+            registry: Registry::of(cache, tenant),
             device,
             memory_limit,
             client_arena,
@@ -355,7 +358,7 @@ mod tests {
         }
         let t = tempfile::tempdir().unwrap();
         let dirs = Dirs { memory: t.path().join("mem"), disk: t.path().join("disk") };
-        let r = Registry::of(&dirs);
+        let r = Registry::of(&dirs, "");
         assert_eq!(r.lookup("f").unwrap(), None);
         r.register("f", Hash128(0xabc), 42).unwrap();
         assert_eq!(r.lookup("f").unwrap(), Some((Hash128(0xabc), 42)));

@@ -51,8 +51,8 @@ struct Exec {
     channel: Arc<Channel>,
     partition: PartitionInfo,
     device: DeviceDescription,
-    /// The warm-constants key of the session it serves ([`Manager::warm_key`]), if its
-    /// uploads may be kept for that tenant's next session of the program.
+    /// What it is kept as after the session it serves, if it may be kept: the tenant's
+    /// program (warm constants, [`Manager::warm_key`]) or function ([`super::warm::key`]).
     kept_as: Option<String>,
 }
 
@@ -545,7 +545,7 @@ impl Manager {
         match self.take_executor(&spec, session, function, program).await {
             Ok((exec, channel)) => {
                 if let Some(e) = self.lock().execs.get_mut(&exec) {
-                    e.kept_as = program.map(str::to_string);
+                    e.kept_as = program.or(function).map(str::to_string);
                 }
                 Ok(Grant { session, exec, channel })
             }
@@ -579,7 +579,7 @@ impl Manager {
             let start = if warm.is_some() { "warm" } else { "cold" };
             self.metrics
                 .function_sessions
-                .get_or_create(&FunctionStart { function: f.to_string(), start: start.into() })
+                .get_or_create(&FunctionStart { function: super::warm::shown(f), start: start.into() })
                 .inc();
             if let Some(w) = warm {
                 return Ok(w);
@@ -682,7 +682,7 @@ impl Manager {
         g.warm_names.extend(counts.keys().cloned());
         for function in &g.warm_names {
             let n = counts.get(function).copied().unwrap_or(0);
-            m.warm_functions.get_or_create(&FunctionName { function: function.clone() }).set(n as i64);
+            m.warm_functions.get_or_create(&FunctionName { function: super::warm::shown(function) }).set(n as i64);
         }
         for p in [Priority::LatencyCritical, Priority::BestEffort] {
             m.sessions

@@ -42,13 +42,16 @@ impl Manager {
     /// of `tenant` (the tenant's name, a separator no name holds, the program), so that only
     /// the same tenant's next session of the program is handed what it left on the GPU.
     pub fn warm_key(&self, h: &Hello, tenant: &str) -> Option<String> {
-        self.warm_program(h).map(|p| format!("{tenant}\u{1f}{p}"))
+        self.warm_program(h).map(|p| crate::server::warm::key(tenant, p))
     }
 
     /// Executor `id` reported [`Control::Warm`]: after its session it keeps `function` set up.
-    /// It joins the warm set ([`Self::keep_after_session`]).
+    /// It joins the warm set ([`Self::keep_after_session`]) as what its session was admitted
+    /// as (the tenant's function, [`crate::server::warm::key`]; the tenant `""`'s without one).
     pub(super) fn warm(&self, id: u64, function: &str) {
-        self.keep_after_session(id, ExecState::Function(function.to_string()));
+        let key = self.lock().execs.get(&id).and_then(|e| e.kept_as.clone());
+        let key = key.unwrap_or_else(|| crate::server::warm::key("", function));
+        self.keep_after_session(id, ExecState::Function(key));
     }
 
     /// Executor `id` reported [`Control::KeptProgram`]: after its session it keeps `program`'s
@@ -58,7 +61,7 @@ impl Manager {
     /// the tenant `""`.
     pub(super) fn keep_program(&self, id: u64, program: &str, resident: u64) {
         let key = self.lock().execs.get(&id).and_then(|e| e.kept_as.clone());
-        let key = key.unwrap_or_else(|| format!("\u{1f}{program}"));
+        let key = key.unwrap_or_else(|| crate::server::warm::key("", program));
         self.keep_after_session(id, ExecState::Program(key, resident));
     }
 

@@ -92,19 +92,21 @@ fn a_function_executor_is_kept_and_taken_by_function_and_spec() {
     assert_eq!(m.sessions(), 0, "the session ends at Done, before the executor exits");
     assert_eq!(state(&m, a), "Finished");
     m.warm(a, "resnet50");
-    assert_eq!(state(&m, a), "Function(\"resnet50\")");
+    // Kept as the tenant "" 's function (its session was admitted without a key).
+    let key = crate::server::warm::key("", "resnet50");
+    assert_eq!(state(&m, a), format!("Function({key:?})"));
     assert!(kept(&ca));
     m.refresh_metrics();
     let text = m.metrics.render();
     assert!(text.contains("gpuless_warm_functions{function=\"resnet50\"} 1"), "{text}");
     assert!(text.contains("gpuless_executors{kind=\"function\"} 1"), "{text}");
 
-    // Another function, another spec: not this executor (and a cold start is counted).
-    assert!(m.take_warm("whole", 100, "bert", false).is_none());
-    assert!(m.take_warm("sms:16", 100, "resnet50", false).is_none());
+    // Another function, another spec, another tenant: not this executor.
+    assert!(m.take_warm("whole", 100, &crate::server::warm::key("", "bert"), false).is_none());
+    assert!(m.take_warm("sms:16", 100, &key, false).is_none());
+    assert!(m.take_warm("whole", 100, &crate::server::warm::key("bob", "resnet50"), false).is_none());
     // A session of the function, through admission: served warm.
-    let g =
-        rt().block_on(m.admit(&PartitionRequest::Whole, Priority::LatencyCritical, Some("resnet50"), None)).unwrap();
+    let g = rt().block_on(m.admit(&PartitionRequest::Whole, Priority::LatencyCritical, Some(&key), None)).unwrap();
     assert_eq!(g.exec, a);
     assert_eq!(state(&m, a), format!("Busy({})", g.session));
     assert_eq!(m.lock().sessions.get(&g.session).map(|s| s.exec), Some(a));
@@ -119,7 +121,7 @@ fn a_function_executor_is_kept_and_taken_by_function_and_spec() {
     assert!(kept(&ca));
     // The executor exits (expired on its own, say): it leaves the warm set with it.
     m.lock().warm.remove(a);
-    assert!(m.take_warm("whole", 101, "resnet50", false).is_none());
+    assert!(m.take_warm("whole", 101, &key, false).is_none());
 }
 
 #[test]
@@ -136,7 +138,8 @@ fn the_least_recently_used_is_let_go_at_the_cap_and_all_at_the_drain() {
     }
     assert!(let_go(&ends[0].1), "the least recently used went at the cap");
     assert!(kept(&ends[1].1) && kept(&ends[2].1));
-    assert_eq!(m.lock().warm.counts(), std::collections::BTreeMap::from([("b".into(), 1), ("c".into(), 1)]));
+    let (b, c) = (crate::server::warm::key("", "b"), crate::server::warm::key("", "c"));
+    assert_eq!(m.lock().warm.counts(), std::collections::BTreeMap::from([(b, 1), (c, 1)]));
     // An executor that says Warm without a finished session is let go, not kept.
     let (busy, _, cb) = serving(&m, "whole");
     m.warm(busy, "d");

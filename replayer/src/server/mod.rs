@@ -276,7 +276,8 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         return refuse(&m, &mut s, code::AUTH, e, "refused-auth").await;
     };
     let warm_key = m.warm_key(&h, &tenant);
-    let grant = match m.admit(&h.partition, h.priority, warm::announced(&h.program), warm_key.as_deref()).await {
+    let function = warm::announced(&h.program).map(|f| warm::key(&tenant, f));
+    let grant = match m.admit(&h.partition, h.priority, function.as_deref(), warm_key.as_deref()).await {
         Ok(g) => g,
         Err((c, e)) => {
             let outcome = match c {
@@ -300,6 +301,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         keep_alive_ms: m.keep_alive_ms(&h),
         cached: m.cfg.cached_execution.then_some(m.cfg.cached_hold),
         hello: payload,
+        tenant,
     };
     let fd = match s.into_blocking_fd() {
         Ok(fd) => fd,

@@ -22,8 +22,12 @@ impl Tenants {
             seen.insert(shared, "the shared `token`");
         }
         for (name, token) in named {
-            if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
-                return Err(format!("tenant name {name:?}: a name is one word of printable characters"));
+            // A tenant's functions live in a directory of its name (`functions::Registry`).
+            if super::functions::check_name(name).is_err() {
+                return Err(format!(
+                    "tenant name {name:?}: a name is 1 to {} of the characters A-Z a-z 0-9 . _ - (and not `.` or `..`)",
+                    super::functions::MAX_NAME
+                ));
             }
             if token.is_empty() {
                 return Err(format!("tenant `{name}` has no token"));

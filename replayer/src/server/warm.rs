@@ -15,6 +15,25 @@ pub fn announced(program: &str) -> Option<&str> {
     program.strip_prefix(PROGRAM_PREFIX).filter(|n| !n.is_empty())
 }
 
+/// Separates a tenant's name from what it owns in a [`key`] (no tenant name holds it).
+const SEP: char = '\u{1f}';
+
+/// What an executor kept after its session is kept as and found by: `name` (a function, a
+/// program) of `tenant` ([`super::tenants`]), so that only that tenant's next session of it
+/// is handed the executor.
+pub fn key(tenant: &str, name: &str) -> String {
+    format!("{tenant}{SEP}{name}")
+}
+
+/// A [`key`] as the metrics and logs show it: `name` for the tenant `""`, else `tenant/name`.
+pub fn shown(key: &str) -> String {
+    match key.split_once(SEP) {
+        Some(("", name)) => name.to_string(),
+        Some((tenant, name)) => format!("{tenant}/{name}"),
+        None => key.to_string(),
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
     exec: u64,
