@@ -239,3 +239,33 @@ fn analyze_pieces_of_a_recording_predicts_what_the_server_runs_as_graphs() {
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains(&format!("{} by graph, 2 captured", 24 + branches - 6)), "{text}");
 }
+
+/// What cached execution learned of a program is the tenant's: another tenant's first session
+/// of the same program starts from nothing (its repeated pieces run eagerly twice before they
+/// are captured), while the first tenant's next session captures each the first time.
+#[test]
+fn what_one_tenant_taught_the_server_is_not_another_tenants() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
+    let native = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    let want = String::from_utf8_lossy(&native.stdout).into_owned();
+    let tenants = dir.path().join("tenants");
+    std::fs::write(&tenants, "alice token-a\nbob token-b\n").unwrap();
+    let srv = Server::start(
+        dir.path(),
+        &libdir,
+        &["--cached-execution", "on", "--cached-hold", "always", "--tenants-file", tenants.to_str().unwrap()],
+        &[],
+    );
+    let run_as = |token: &str| {
+        let ran = serve_harness::run_client_env(&srv, &prog, &[("GPULESS_TOKEN", token)]);
+        assert!(ran.ok && ran.stdout == want, "stderr:\n{}", ran.stderr);
+        ran.stats()
+    };
+    let first = run_as("token-a");
+    assert_eq!(count(&first, "pieces_eager"), 4, "{first}");
+    let other = run_as("token-b");
+    assert_eq!(count(&other, "pieces_eager"), 4, "bob starts from nothing: {other}");
+    let again = run_as("token-a");
+    assert_eq!((count(&again, "pieces_eager"), count(&again, "pieces_captured")), (0, 2), "{again}");
+}

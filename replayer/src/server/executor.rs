@@ -124,7 +124,10 @@ pub fn run(mut setup: Setup) -> i32 {
         let functions = functions
             .unwrap_or_else(|| Functions::new(&setup.cache, &tenant, setup.device, setup.memory_limit, client_arena));
         let warm_memory = program.is_some().then_some(carried);
-        let pieces = cached.map(|hold| Pieces::new(&hello.program, &setup.cache.disk, hold));
+        // What cached execution learned of a program is kept per tenant (the shared tenant's
+        // under the program's own name).
+        let owner = if tenant.is_empty() { hello.program.clone() } else { super::warm::key(&tenant, &hello.program) };
+        let pieces = cached.map(|hold| Pieces::new(&owner, &setup.cache.disk, hold));
         let (done, functions, ended) = serve_one(
             &setup,
             &device,
