@@ -226,3 +226,40 @@ fn a_program_kept_for_one_tenant_is_not_handed_to_another() {
         assert!(ran.stderr.contains("token"), "{}", ran.stderr);
     }
 }
+
+/// On a server with tenants, an executor of the pool that loaded a program's code image ahead
+/// (remembered from alice's sessions) does not hand it to bob's session, whose tenant never
+/// sent those bytes: bob's session loads the image from the bytes it sends; alice's next
+/// session takes the one loaded ahead.
+#[test]
+fn a_code_image_loaded_ahead_goes_only_to_a_tenant_that_sent_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "weights", &["-lcuda"]);
+    let out = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    let plain = String::from_utf8_lossy(&out.stdout).into_owned();
+    let tenants = dir.path().join("tenants");
+    std::fs::write(&tenants, "alice token-a\nbob token-b\n").unwrap();
+    let srv = serve_harness::Server::start(dir.path(), &libdir, &["--tenants-file", tenants.to_str().unwrap()], &[]);
+    let images = || -> Vec<String> {
+        let log = std::fs::read_to_string(&srv._log).unwrap_or_default();
+        log.lines().filter(|l| l.contains("code images were loaded before")).map(str::to_string).collect()
+    };
+    // Each session's line is written when its executor has remembered its images: the next
+    // executor of the pool, started during the next session, loads them ahead.
+    let run_as = |token: &str, n: usize| {
+        let ran = serve_harness::run_client_env(&srv, &prog, &[("GPULESS_TOKEN", token)]);
+        assert!(ran.ok && ran.stdout == plain, "stderr:\n{}", ran.stderr);
+        let t = std::time::Instant::now();
+        while images().len() < n {
+            assert!(t.elapsed() < std::time::Duration::from_secs(20), "{:?}", images());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        images()[n - 1].clone()
+    };
+    run_as("token-a", 1);
+    run_as("token-a", 2);
+    let bob = run_as("token-b", 3);
+    assert!(bob.contains(": 0 of 1 code images") && bob.contains("(1 loaded ahead unused)"), "{:?}", images());
+    let alice = run_as("token-a", 4);
+    assert!(alice.contains(": 1 of 1 code images"), "{:?}", images());
+}

@@ -229,3 +229,62 @@ fn a_tenants_functions_are_its_own() {
     assert_eq!(rc, 2, "{err}");
     assert!(err.contains("token"), "{err}");
 }
+
+/// Proof of possession: on a server with tenants, a session is given a cached blob only once its
+/// tenant has sent that blob's bytes. Bob cannot use alice's weights or function file by naming
+/// its hash; once he has sent the bytes himself (checked against the hash), the cached copy
+/// serves him too.
+#[test]
+fn a_tenant_is_given_a_cached_blob_only_once_it_has_sent_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, _) = support::build_stand_in(dir.path());
+    let tenants = dir.path().join("tenants");
+    std::fs::write(&tenants, "alice token-a\nbob token-b\n").unwrap();
+    let s = Server::start(dir.path(), &libdir, &["--tenants-file", tenants.to_str().unwrap()], &[]);
+    let session = |token: &str| {
+        let mut c = connect(&s);
+        c.handshake(&Hello { arena_base: 0, arena_size: 0, ..hello(token) }).unwrap();
+        c
+    };
+    let owned = |tenant: &str, h: &Hash128| dir.path().join(format!("cache/disk/owners/@{tenant}/{h}"));
+    let wait = |p: PathBuf| {
+        let t = std::time::Instant::now();
+        while !p.exists() {
+            assert!(t.elapsed() < std::time::Duration::from_secs(20), "{} never appeared", p.display());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let weights: Vec<u8> = (0..100_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let h = Hash128::of(&weights);
+    let mut a = session("token-a");
+    assert_eq!(a.query_blobs(&[h]).unwrap(), [false]);
+    a.send_blob(h, &weights).unwrap();
+    assert_eq!(a.query_blobs(&[h]).unwrap(), [true]);
+    a.close().unwrap();
+    wait(owned("alice", &h));
+    // Bob names the hash: not his.
+    let mut b = session("token-b");
+    assert_eq!(b.query_blobs(&[h]).unwrap(), [false], "bob never sent these bytes");
+    // Nor can he deploy a function file alice sent by its hash.
+    let (gfn, _, _) = compiled(dir.path());
+    let (rc, out, err) = gl(&[&"deploy", &gfn, &"--remote", &s.tcp, &"--name", &"f", &"--token", &"token-a"]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    let file = std::fs::read(&gfn).unwrap();
+    let fh = Hash128::of(&file);
+    wait(owned("alice", &fh));
+    let e = b.deploy("f", fh, file.len() as u64).unwrap_err().to_string();
+    assert!(e.contains("does not hold it"), "{e}");
+    // Once bob has sent the bytes, the cache serves him as well.
+    let mut b = session("token-b");
+    b.send_blob(h, &weights).unwrap();
+    assert_eq!(b.query_blobs(&[h]).unwrap(), [true]);
+    b.close().unwrap();
+    wait(owned("bob", &h));
+    let mut b = session("token-b");
+    assert_eq!(b.query_blobs(&[h]).unwrap(), [true], "from the cache: bob has sent it");
+    b.close().unwrap();
+    // Alice's next session finds hers in the cache without sending it again.
+    let mut a = session("token-a");
+    assert_eq!(a.query_blobs(&[h]).unwrap(), [true]);
+    a.close().unwrap();
+}

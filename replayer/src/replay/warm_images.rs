@@ -80,6 +80,13 @@ impl WarmImages {
         self.loads.unload_untaken();
     }
 
+    /// Keeps for the session only the images loaded ahead whose content `may` take: the others
+    /// stay loaded, unused, and go with [`Self::unload_untaken`] or the process (a session on
+    /// a server with tenants is not handed an image its tenant never sent).
+    pub fn withhold(&mut self, may: impl Fn(&Hash128) -> bool) {
+        self.keys.retain(|_, (h, _)| may(h));
+    }
+
     /// Loads started ahead and not taken.
     pub fn pending(&self) -> usize {
         self.loads.len()

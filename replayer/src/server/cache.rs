@@ -33,6 +33,27 @@ impl Dirs {
         dir.join(h.to_string())
     }
 
+    /// The marker that says `tenant` sent blob `h`'s bytes (`owners/@TENANT/HASH` in the disk
+    /// tier's directory; a tenant's name is a file name, `""` the shared tenant's).
+    fn owner_marker(&self, tenant: &str, h: &Hash128) -> PathBuf {
+        self.disk.join("owners").join(format!("@{tenant}")).join(h.to_string())
+    }
+
+    /// Whether `tenant` has sent blob `h`'s bytes to this server (proof of possession: on a
+    /// server with tenants, a session is given a cached blob only if its tenant has).
+    pub fn owns(&self, tenant: &str, h: &Hash128) -> bool {
+        self.owner_marker(tenant, h).exists()
+    }
+
+    /// Notes that `tenant` sent blob `h`'s bytes (checked against the hash).
+    pub fn own(&self, tenant: &str, h: &Hash128) -> std::io::Result<()> {
+        let p = self.owner_marker(tenant, h);
+        if let Some(d) = p.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(p, b"")
+    }
+
     /// Reads blob `h` from either tier, checking its content against the hash (a damaged file
     /// is removed and counts as absent). A memory-tier blob is mapped, not copied: its file is
     /// only ever replaced by rename or unlinked, so the mapping stays whole.

@@ -44,6 +44,9 @@ pub enum Control {
         /// The tenant whose client this is ([`super::tenants`]): its deployed functions are
         /// the ones the session sees.
         tenant: String,
+        /// Whether the server has tenants: then the session is given a cached blob only if
+        /// its tenant has sent that blob's bytes before (`Dirs::owns`).
+        scoped: bool,
     },
     /// Executor → server: blobs added to the cache, and blobs found in it.
     Cache {
@@ -98,13 +101,20 @@ impl Control {
             Control::Failed(m) => {
                 p.u8(2).str(m);
             }
-            Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant } => {
+            Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant, scoped } => {
                 let cached = match cached {
                     None => 0,
                     Some(Hold::Busy) => 1,
                     Some(Hold::Always) => 2,
                 };
-                p.u8(3).u64(*session).u64(*idle_ms).bytes(hello).u64(*keep_alive_ms).u8(cached).str(tenant);
+                p.u8(3)
+                    .u64(*session)
+                    .u64(*idle_ms)
+                    .bytes(hello)
+                    .u64(*keep_alive_ms)
+                    .u8(cached)
+                    .str(tenant)
+                    .u8(u8::from(*scoped));
             }
             Control::Cache { added, hits } => {
                 p.u8(4).u32(added.len() as u32);
@@ -161,6 +171,7 @@ impl Control {
                     _ => Some(Hold::Busy),
                 },
                 tenant: g.str()?,
+                scoped: g.u8()? != 0,
             },
             4 => {
                 let n = g.count(24)?;
@@ -359,6 +370,7 @@ mod tests {
             keep_alive_ms: 300_000,
             cached: Some(Hold::Always),
             tenant: "alice".into(),
+            scoped: true,
         };
         a.send(&start, Some(w.as_raw_fd())).unwrap();
         let (m, fd) = b.recv().unwrap().unwrap();

@@ -99,9 +99,9 @@ pub fn run(mut setup: Setup) -> i32 {
             None => setup.control.recv(),
             Some((_, keep)) => setup.control.recv_timeout(*keep + KEEP_ALIVE_GRACE),
         };
-        let (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant) = match next {
-            Ok(Some((Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant }, Some(fd)))) => {
-                (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant)
+        let (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped) = match next {
+            Ok(Some((Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant, scoped }, Some(fd)))) => {
+                (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped)
             }
             // The server let this warm executor go (pool shrunk, keep-alive over, server
             // ending), or no session came within the keep-alive.
@@ -128,11 +128,17 @@ pub fn run(mut setup: Setup) -> i32 {
         // under the program's own name).
         let owner = if tenant.is_empty() { hello.program.clone() } else { super::warm::key(&tenant, &hello.program) };
         let pieces = cached.map(|hold| Pieces::new(&owner, &setup.cache.disk, hold));
+        // On a server with tenants, cached blobs (code images loaded ahead among them) serve
+        // only a tenant that has sent their bytes.
+        let owner = scoped.then(|| tenant.clone());
+        if let Some(t) = &owner {
+            warm.withhold(|h| setup.cache.owns(t, h));
+        }
         let (done, functions, ended) = serve_one(
             &setup,
             &device,
             &mut gate,
-            (session, idle_ms),
+            (session, idle_ms, owner),
             hello,
             fd,
             functions,
@@ -194,7 +200,7 @@ fn serve_one(
     setup: &Setup,
     device: &gpuless_traces::protocol::DeviceDescription,
     gate: &mut Option<Gate>,
-    (session, idle_ms): (u64, u64),
+    (session, idle_ms, owner): (u64, u64, Option<String>),
     hello: gpuless_traces::protocol::message::Hello,
     fd: OwnedFd,
     functions: Functions,
@@ -238,6 +244,7 @@ fn serve_one(
         functions,
         only_invoked: true,
         pieces,
+        owner,
     };
     let keep = warm_memory.is_some();
     let new_stream = match warm_memory {
@@ -343,6 +350,9 @@ struct Session<'a> {
     /// Whether the session only invoked (no other message, no failed invocation): then its
     /// function may be kept set up for the next session of it.
     only_invoked: bool,
+    /// On a server with tenants, the session's tenant: a cached blob serves it only if the
+    /// tenant has sent its bytes ([`Dirs::owns`]); what it sends is noted as its.
+    owner: Option<String>,
     /// Cached-trace execution, when the server runs it ([`super::pieces`]).
     pieces: Option<Pieces>,
 }
@@ -545,7 +555,10 @@ impl Session<'_> {
                         return fail(&mut w, code::BAD_MESSAGE, e);
                     }
                     self.flush_notes(true);
-                    match self.functions.deploy(self.cache, &name, hash, len, stream.has_blob(&hash)) {
+                    let held = stream.has_blob(&hash);
+                    // A blob the tenant never sent is, for its deploy, one the server lacks.
+                    let readable = held || self.owner.as_deref().is_none_or(|t| self.cache.owns(t, &hash));
+                    match self.functions.deploy(self.cache, &name, hash, len, held, readable) {
                         Ok(m) => send(&mut w, &m)?,
                         Err((c, e)) => return fail(&mut w, c, e),
                     }

@@ -167,10 +167,19 @@ impl Functions {
 
     /// `Deploy`: the blob `hash` (`len` bytes) must be in the cache, whole, and a function file;
     /// then `name` is registered. `in_session`: the session holds the blob (it was sent, but
-    /// may not have reached the cache).
-    pub fn deploy(&mut self, cache: &Dirs, name: &str, hash: Hash128, len: u64, in_session: bool) -> End {
+    /// may not have reached the cache); `readable`: the cache's copy may serve this session
+    /// (on a server with tenants, its tenant sent the bytes once).
+    pub fn deploy(
+        &mut self,
+        cache: &Dirs,
+        name: &str,
+        hash: Hash128,
+        len: u64,
+        in_session: bool,
+        readable: bool,
+    ) -> End {
         check_name(name).map_err(|e| (code::FUNCTION, e))?;
-        let Some(bytes) = cache.read(&hash) else {
+        let Some(bytes) = cache.read(&hash).filter(|_| readable) else {
             let why = if in_session {
                 "the session received it, but it could not be written to the server's cache (see the server's log)"
             } else {

@@ -302,6 +302,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         cached: m.cfg.cached_execution.then_some(m.cfg.cached_hold),
         hello: payload,
         tenant,
+        scoped: !m.cfg.tenants.is_empty(),
     };
     let fd = match s.into_blocking_fd() {
         Ok(fd) => fd,

@@ -8,7 +8,14 @@ impl Session<'_> {
     pub(super) fn find(&mut self, stream: &mut Stream, hashes: &[Hash128]) -> Vec<bool> {
         // What the session lacks is read from the cache on several threads (a program's
         // weights: hundreds of megabytes, each blob's hash checked).
-        let wanted: Vec<Hash128> = hashes.iter().filter(|h| !stream.has_blob(h)).copied().collect();
+        // On a server with tenants, only blobs the session's tenant has sent (proof of
+        // possession): another tenant's are, for it, not there.
+        let owner = self.owner.as_deref();
+        let wanted: Vec<Hash128> = hashes
+            .iter()
+            .filter(|h| !stream.has_blob(h) && owner.is_none_or(|t| self.cache.owns(t, h)))
+            .copied()
+            .collect();
         let threads = wanted.len().clamp(1, 8);
         let cache = self.cache;
         let found: Vec<(Hash128, Option<BlobBytes>)> = std::thread::scope(|sc| {
@@ -90,6 +97,7 @@ impl Session<'_> {
         check: Option<std::sync::mpsc::Sender<Option<Hash128>>>,
     ) {
         let cache = self.cache.clone();
+        let owner = self.owner.clone();
         self.writers.push(std::thread::spawn(move || {
             if let Some(tx) = check {
                 let threads = blobs.len().clamp(1, 8);
@@ -105,7 +113,14 @@ impl Session<'_> {
                     return Vec::new();
                 }
             }
-            blobs.iter().filter(|(h, b)| cache.write(h, b).is_ok()).map(|(h, b)| (*h, b.len() as u64)).collect()
+            let written: Vec<(Hash128, u64)> =
+                blobs.iter().filter(|(h, b)| cache.write(h, b).is_ok()).map(|(h, b)| (*h, b.len() as u64)).collect();
+            if let Some(t) = &owner {
+                for (h, _) in &written {
+                    let _ = cache.own(t, h);
+                }
+            }
+            written
         }));
     }
 
