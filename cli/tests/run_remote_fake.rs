@@ -138,13 +138,7 @@ fn a_linked_program_runs_remotely_with_its_native_output_and_few_round_trips() {
         .output()
         .unwrap();
     assert!(rec.status.success(), "{rec:?}");
-    let an = Command::new(GL).args(["analyze", "--json"]).arg(&trace).output().unwrap();
-    assert!(an.status.success(), "{an:?}");
-    let report: serde_json::Value = serde_json::from_slice(&an.stdout).unwrap();
-    let policy = report["sync"]
-        .as_array()
-        .and_then(|a| a.iter().find(|p| p["policy"] == "gpuless"))
-        .unwrap_or_else(|| panic!("no gpuless policy in {report}"));
+    let policy = support::gpuless_policy(&trace);
     assert_eq!(
         policy["syncs"].as_u64(),
         Some(n("waits")),

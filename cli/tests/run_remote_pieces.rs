@@ -249,12 +249,11 @@ fn what_one_tenant_taught_the_server_is_not_another_tenants() {
     let (libdir, prog) = support::build_program(dir.path(), "pieces", &["-lcuda"]);
     let native = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
     let want = String::from_utf8_lossy(&native.stdout).into_owned();
-    let tenants = dir.path().join("tenants");
-    std::fs::write(&tenants, "alice token-a\nbob token-b\n").unwrap();
+    let tenants = support::two_tenants(dir.path());
     let srv = Server::start(
         dir.path(),
         &libdir,
-        &["--cached-execution", "on", "--cached-hold", "always", "--tenants-file", tenants.to_str().unwrap()],
+        &["--cached-execution", "on", "--cached-hold", "always", "--tenants-file", &tenants],
         &[],
     );
     let run_as = |token: &str| {

@@ -193,12 +193,11 @@ fn a_program_kept_for_one_tenant_is_not_handed_to_another() {
     let out = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
     assert!(out.status.success(), "{out:?}");
     let plain = String::from_utf8_lossy(&out.stdout).into_owned();
-    let tenants = dir.path().join("tenants");
-    std::fs::write(&tenants, "# who may use this server\nalice token-a\nbob token-b\n").unwrap();
+    let tenants = support::two_tenants(dir.path());
     let srv = serve_harness::Server::start(
         dir.path(),
         &libdir,
-        &["--program-keep-alive", "60", "--warm-programs-max", "2", "--tenants-file", tenants.to_str().unwrap()],
+        &["--program-keep-alive", "60", "--warm-programs-max", "2", "--tenants-file", &tenants],
         &[],
     );
     let run_as = |token: &str| serve_harness::run_client_env(&srv, &prog, &[("GPULESS_TOKEN", token)]);
@@ -237,9 +236,8 @@ fn a_code_image_loaded_ahead_goes_only_to_a_tenant_that_sent_it() {
     let (libdir, prog) = support::build_program(dir.path(), "weights", &["-lcuda"]);
     let out = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
     let plain = String::from_utf8_lossy(&out.stdout).into_owned();
-    let tenants = dir.path().join("tenants");
-    std::fs::write(&tenants, "alice token-a\nbob token-b\n").unwrap();
-    let srv = serve_harness::Server::start(dir.path(), &libdir, &["--tenants-file", tenants.to_str().unwrap()], &[]);
+    let tenants = support::two_tenants(dir.path());
+    let srv = serve_harness::Server::start(dir.path(), &libdir, &["--tenants-file", &tenants], &[]);
     let images = || -> Vec<String> {
         let log = std::fs::read_to_string(&srv._log).unwrap_or_default();
         log.lines().filter(|l| l.contains("code images were loaded before")).map(str::to_string).collect()

@@ -201,9 +201,8 @@ fn a_function_whose_set_up_failed_leaves_no_warm_executor() {
 fn a_tenants_functions_are_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let (libdir, _) = support::build_stand_in(dir.path());
-    let tenants = dir.path().join("tenants");
-    std::fs::write(&tenants, "alice token-a\nbob token-b\n").unwrap();
-    let s = Server::start(dir.path(), &libdir, &["--tenants-file", tenants.to_str().unwrap()], &[]);
+    let tenants = support::two_tenants(dir.path());
+    let s = Server::start(dir.path(), &libdir, &["--tenants-file", &tenants], &[]);
     let (gfn, _, _) = compiled(dir.path());
     let (rc, out, err) = gl(&[&"deploy", &gfn, &"--remote", &s.tcp, &"--name", &"globals", &"--token", &"token-a"]);
     assert_eq!(rc, 0, "{out}\n{err}");
@@ -238,9 +237,8 @@ fn a_tenants_functions_are_its_own() {
 fn a_tenant_is_given_a_cached_blob_only_once_it_has_sent_its_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let (libdir, _) = support::build_stand_in(dir.path());
-    let tenants = dir.path().join("tenants");
-    std::fs::write(&tenants, "alice token-a\nbob token-b\n").unwrap();
-    let s = Server::start(dir.path(), &libdir, &["--tenants-file", tenants.to_str().unwrap()], &[]);
+    let tenants = support::two_tenants(dir.path());
+    let s = Server::start(dir.path(), &libdir, &["--tenants-file", &tenants], &[]);
     let session = |token: &str| {
         let mut c = connect(&s);
         c.handshake(&Hello { arena_base: 0, arena_size: 0, ..hello(token) }).unwrap();

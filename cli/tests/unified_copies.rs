@@ -99,12 +99,6 @@ fn copies_between_unified_addresses_are_recorded_replayed_and_run_remotely() {
     // recording, says the same.
     let stats = ran.stats();
     assert_eq!(stats["waits_by_call"]["cuMemcpy"], 3, "{stats}");
-    let an = Command::new(env!("CARGO_BIN_EXE_gpuless")).args(["analyze", "--json"]).arg(&trace).output().unwrap();
-    assert!(an.status.success(), "{an:?}");
-    let report: serde_json::Value = serde_json::from_slice(&an.stdout).unwrap();
-    let policy = report["sync"]
-        .as_array()
-        .and_then(|a| a.iter().find(|p| p["policy"] == "gpuless"))
-        .unwrap_or_else(|| panic!("no gpuless policy in {report}"));
+    let policy = support::gpuless_policy(&trace);
     assert_eq!(policy["syncs"], stats["waits"], "the policy's synchronizations, the client's waits: {policy} {stats}");
 }

@@ -82,3 +82,26 @@ pub fn record_stand_in(dir: &Path, arg: Option<&str>) -> PathBuf {
     assert!(trace.is_file(), "the recording left no trace at {}: {out:?}", trace.display());
     trace
 }
+
+/// `gpuless analyze --json TRACE`'s report of the `gpuless` synchronization policy (panics when
+/// the analysis fails or lacks it).
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn gpuless_policy(trace: &Path) -> serde_json::Value {
+    let an = Command::new(env!("CARGO_BIN_EXE_gpuless")).args(["analyze", "--json"]).arg(trace).output().unwrap();
+    assert!(an.status.success(), "{an:?}");
+    let report: serde_json::Value = serde_json::from_slice(&an.stdout).unwrap();
+    report["sync"]
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["policy"] == "gpuless"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no gpuless policy in {report}"))
+}
+
+/// Writes `dir/tenants`, a tenants file of two tenants (`alice` with token `token-a`, `bob`
+/// with `token-b`), for `gpuless serve --tenants-file`; returns its path as a string.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn two_tenants(dir: &Path) -> String {
+    let f = dir.join("tenants");
+    std::fs::write(&f, "# who may use this server\nalice token-a\nbob token-b\n").unwrap();
+    f.display().to_string()
+}
