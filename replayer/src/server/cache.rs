@@ -45,6 +45,14 @@ impl Dirs {
         self.owner_marker(tenant, h).exists()
     }
 
+    /// Forgets who sent blob `h` (it has left the cache: whoever uses it next sends it again).
+    pub fn disown(&self, h: &Hash128) {
+        let Ok(tenants) = std::fs::read_dir(self.disk.join("owners")) else { return };
+        for t in tenants.flatten() {
+            let _ = std::fs::remove_file(t.path().join(h.to_string()));
+        }
+    }
+
     /// Notes that `tenant` sent blob `h`'s bytes (checked against the hash).
     pub fn own(&self, tenant: &str, h: &Hash128) -> std::io::Result<()> {
         let p = self.owner_marker(tenant, h);
@@ -249,6 +257,7 @@ impl Index {
                 self.entries.insert(h, Entry { tier: Tier::Disk, ..e });
             } else {
                 let _ = std::fs::remove_file(&from);
+                self.dirs.disown(&h);
                 self.order.remove(&e.used);
                 self.entries.remove(&h);
             }
@@ -257,6 +266,7 @@ impl Index {
             let Some(h) = self.oldest(Tier::Disk) else { break };
             let e = self.entries[&h];
             let _ = std::fs::remove_file(Dirs::file(&self.dirs.disk, &h));
+            self.dirs.disown(&h);
             self.sub(e);
             self.order.remove(&e.used);
             self.entries.remove(&h);
@@ -301,6 +311,27 @@ mod tests {
         // A server restarted on the same directories finds what is there.
         let again = Index::open(d.clone(), 1000, 1000).unwrap();
         assert!(again.len() >= 3, "{}", again.len());
+    }
+
+    #[test]
+    fn who_sent_a_blob_is_forgotten_when_it_leaves_the_cache() {
+        let t = tempfile::tempdir().unwrap();
+        let d = dirs(&t);
+        let mut ix = Index::open(d.clone(), 100, 100).unwrap();
+        let blobs: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i; 100]).collect();
+        let hs: Vec<Hash128> = blobs.iter().map(|b| Hash128::of(b)).collect();
+        d.write(&hs[0], &blobs[0]).unwrap();
+        d.own("alice", &hs[0]).unwrap();
+        d.own("bob", &hs[0]).unwrap();
+        ix.added(hs[0], 100);
+        assert!(d.owns("alice", &hs[0]) && d.owns("bob", &hs[0]) && !d.owns("carol", &hs[0]));
+        // Two more blobs: the first goes to disk, then out of the cache.
+        for (h, b) in hs.iter().zip(&blobs).skip(1) {
+            d.write(h, b).unwrap();
+            ix.added(*h, 100);
+        }
+        assert_eq!(ix.tier(&hs[0]), None);
+        assert!(!d.owns("alice", &hs[0]) && !d.owns("bob", &hs[0]), "a blob no longer held is no one's");
     }
 
     #[test]
