@@ -218,6 +218,8 @@ fn a_program_kept_for_one_tenant_is_not_handed_to_another() {
     assert!(lines[2].contains(": 1 uploads (262144 bytes) were resident"), "{lines:?}");
     assert_eq!(srv.metric("gpuless_program_sessions_total{kind=\"warm\"}"), 1.0);
     assert_eq!(srv.metric("gpuless_program_sessions_total{kind=\"cold\"}"), 2.0);
+    assert_eq!(srv.metric("gpuless_tenant_sessions_total{tenant=\"alice\"}"), 2.0);
+    assert_eq!(srv.metric("gpuless_tenant_sessions_total{tenant=\"bob\"}"), 1.0);
     // No tenant's token, or none: refused, saying so.
     for token in ["token-c", ""] {
         let ran = run_as(token);

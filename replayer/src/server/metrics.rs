@@ -26,6 +26,13 @@ pub struct SessionLabels {
     pub partition: String,
 }
 
+/// Labels of a tenant's sessions.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantName {
+    /// The tenant's name (`""`: the shared token's clients).
+    pub tenant: String,
+}
+
 /// Labels of function invocations.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FunctionLabels {
@@ -92,6 +99,8 @@ fn seconds() -> Histogram {
 metrics! {
     /// Live sessions by priority class.
     sessions: Family<Kind, Gauge> = Family::default() => "sessions", "Live sessions by priority class";
+    /// Sessions started, by tenant ([`super::tenants`]).
+    tenant_sessions: Family<TenantName, Counter> = Family::default() => "tenant_sessions", "Sessions started by tenant";
     /// Sessions ended, by outcome (`closed`, `error`, `refused-auth`, ...).
     sessions_total: Family<Kind, Counter> = Family::default()
         => "sessions_ended", "Sessions ended or refused, by outcome";

@@ -290,6 +290,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         }
     };
     let tls = s.is_tls();
+    m.metrics.tenant_sessions.get_or_create(&metrics::TenantName { tenant: tenant.clone() }).inc();
     tracing::info!(session = grant.session, exec = grant.exec, peer, tls, tenant, program = h.program,
         partition = %h.partition, priority = h.priority.name(), "session starts");
     if tls {
