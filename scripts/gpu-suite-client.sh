@@ -8,7 +8,7 @@
 # SUITE_BIN holds the suite's programs (testdata/cuda/suite/build.sh). CLIENT_PROGRAMS and
 # CLIENT_TORCH_ROWS choose the CUDA programs and PyTorch workloads (default: all), CLIENT_LOOP=0
 # leaves out the driver_loop timing, CLIENT_WARM=0 the warm-constants rows (CLIENT_WARM_ROWS:
-# resnet50 bert), CLIENT_PIECES=0 the cached-trace execution rows
+# resnet50 bert), CLIENT_TENANTS=0 the tenants row, CLIENT_PIECES=0 the cached-trace execution rows
 # (CLIENT_PIECES_ROWS: changing resnet50 bert; servers with --cached-execution on, holding
 # always and only while busy; CLIENT_PIECES_ITERS hot iterations of their A-B-C-C-B-A runs,
 # default 100).
@@ -528,6 +528,58 @@ PY
   for _ in $(seq 100); do kill -0 "$srv4" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$srv4" 2>/dev/null
   wait "$srv4" 2>/dev/null
+fi
+# Tenants (server with --tenants-file and --program-keep-alive): alice's second session of
+# ResNet-50 finds her weights resident; bob's session of the same program, between them, does
+# not (he copies his own), and every output equals native. CLIENT_TENANTS=0 leaves this out.
+if [ "${CLIENT_TENANTS:-1}" != 0 ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
+  script=""
+  for r in "$(dirname "$0")/../.device/workloads/resnet50.py" "$(dirname "$0")/../../shared/workloads/resnet50.py"; do
+    if [ -f "$r" ]; then script=$r; break; fi
+  done
+  if [ -n "$script" ]; then
+    printf 'alice token-a\nbob token-b\n' >"$out/tenants"
+    "$gl" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$out/cache-tenants" --program-keep-alive 300 \
+      --tenants-file "$out/tenants" >"$out/serve-tenants.out" 2>"$out/serve-tenants.log" &
+    srv5=$!
+    for _ in $(seq 100); do grep -q "tcp=" "$out/serve-tenants.out" 2>/dev/null && break; sleep 0.1; done
+    taddr=$(grep -o "tcp=[^ ]*" "$out/serve-tenants.out" | cut -d= -f2)
+    HOT_ITERS=5 python3 "$script" >"$out/tenants.native.txt" 2>/dev/null
+    k=0
+    for who in token-a token-b token-a; do
+      k=$((k + 1))
+      GPULESS_TOKEN=$who HOT_ITERS=5 hidden "$gl" run --remote "$taddr" -- python3 "$script" \
+        >"$out/tenants.$k.txt" 2>"$out/tenants.$k.err"
+      for _ in $(seq 300); do
+        [ "$(grep -c "were resident from the last session" "$out/serve-tenants.log")" -ge $k ] && break
+        sleep 0.1
+      done
+    done
+    v=$(python3 - "$out" <<'PY'
+import json, re, sys
+out = sys.argv[1]
+def last(f):
+    try:
+        return json.loads(open(f).read().strip().splitlines()[-1])
+    except Exception:
+        return None
+n = last(f"{out}/tenants.native.txt")
+runs = [last(f"{out}/tenants.{k}.txt") for k in (1, 2, 3)]
+pat = re.compile(r"session (\d+): (\d+) uploads \((\d+) bytes\) were resident")
+lines = [m.groups() for m in map(pat.search, open(f"{out}/serve-tenants.log").read().splitlines()) if m]
+same = n is not None and all(r is not None and r.get("checksum") == n.get("checksum") for r in runs)
+resident = [int(l[1]) for l in lines]
+ok = same and len(resident) == 3 and resident[0] == 0 and resident[1] == 0 and resident[2] > 0
+print(("PASS" if ok else "FAIL") + f"|checksums equal native: {same}; uploads resident per session (alice, bob, alice): {resident}")
+PY
+    )
+    [[ $v == *"|"* ]] || v="FAIL|verdict failed: $(tr '\n' ' ' <<<"$v" | head -c 300)"
+    echo "row|tenants: alice's weights stay hers (bob's session of the same program copies its own), output identical|${v%%|*}|${v#*|}"
+    kill -TERM "$srv5" 2>/dev/null
+    for _ in $(seq 100); do kill -0 "$srv5" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$srv5" 2>/dev/null
+    wait "$srv5" 2>/dev/null
+  fi
 fi
 # NVML through the client (libnvidia-ml answered by the client library): what a tool and PyTorch
 # ask, the same lines as natively.
