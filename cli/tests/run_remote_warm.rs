@@ -49,6 +49,8 @@ fn the_next_session_of_a_program_finds_its_uploads_resident_and_never_a_wrong_by
     let run = |first: &str| run_env(first, "0");
     // The first session copies everything and keeps the weights for the next.
     assert_eq!(run("0"), plain);
+    let log = std::fs::read_to_string(&srv._log).unwrap_or_default();
+    assert!(log.contains("every client is one tenant"), "without tenants the server warns at start:\n{log}");
     let lines = wait_for(&srv._log, 1);
     assert!(lines[0].contains(": 0 uploads (0 bytes) were resident"), "{lines:?}");
     assert!(lines[0].contains("262144 bytes stay resident"), "{lines:?}");
@@ -220,6 +222,7 @@ fn a_program_kept_for_one_tenant_is_not_handed_to_another() {
     assert_eq!(srv.metric("gpuless_program_sessions_total{kind=\"cold\"}"), 2.0);
     assert_eq!(srv.metric("gpuless_tenant_sessions_total{tenant=\"alice\"}"), 2.0);
     assert_eq!(srv.metric("gpuless_tenant_sessions_total{tenant=\"bob\"}"), 1.0);
+    assert!(!std::fs::read_to_string(&srv._log).unwrap_or_default().contains("every client is one tenant"));
     // No tenant's token, or none: refused, saying so.
     for token in ["token-c", ""] {
         let ran = run_as(token);

@@ -85,6 +85,12 @@ async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
         ),
         _ => None,
     };
+    if cfg.program_keep_alive_s > 0.0 && cfg.tenants.is_empty() {
+        tracing::warn!(
+            "warm constants are on and every client is one tenant: a session of a program can read what the last \
+             session of that program left on the GPU (give each tenant its own token: tenants_file)"
+        );
+    }
     let profiles = profile_sms();
     let mgr = Manager::new(cfg.clone(), exe, profiles).map_err(|e| ServeError::Start(format!("cache: {e}")))?;
     let mut tcp_addr = None;
