@@ -37,6 +37,23 @@ hidden() { # runs "$@" in a mount namespace without the driver
     exec "$@"' hidden "$@"
 }
 
+serve_start() { # NAME ARGS...: a server with ARGS, its output in $out/serve-NAME.{out,log} and its
+  # cache in $out/cache-NAME; sets srv_pid and srv_addr (empty when it did not start)
+  local name=$1; shift
+  "$gl" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$out/cache-$name" "$@" \
+    >"$out/serve-$name.out" 2>"$out/serve-$name.log" &
+  srv_pid=$!
+  for _ in $(seq 100); do grep -q "tcp=" "$out/serve-$name.out" 2>/dev/null && break; sleep 0.1; done
+  srv_addr=$(grep -o "tcp=[^ ]*" "$out/serve-$name.out" | cut -d= -f2)
+}
+
+serve_stop() { # PID: SIGTERM (the server drains), SIGKILL after 10 s
+  kill -TERM "$1" 2>/dev/null
+  for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
+}
+
 run_one() { # NAME CMD...
   local name=$1; shift
   local t0 t1 t2 t3
@@ -472,11 +489,8 @@ fi
 # CLIENT_WARM=0 leaves this out; CLIENT_WARM_ROWS chooses (default: resnet50 bert).
 if [ "${CLIENT_WARM:-1}" != 0 ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
   wl=$(cd "$(dirname "$0")/../testdata/workloads" && pwd)
-  "$gl" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$out/cache-warm" --program-keep-alive 300 \
-    >"$out/serve-warm.out" 2>"$out/serve-warm.log" &
-  srv4=$!
-  for _ in $(seq 100); do grep -q "tcp=" "$out/serve-warm.out" 2>/dev/null && break; sleep 0.1; done
-  waddr=$(grep -o "tcp=[^ ]*" "$out/serve-warm.out" | cut -d= -f2)
+  serve_start warm --program-keep-alive 300
+  srv4=$srv_pid waddr=$srv_addr
   for name in ${CLIENT_WARM_ROWS:-resnet50 bert}; do
     script=""
     for r in "$(dirname "$0")/../.device/workloads/$name.py" "$(dirname "$0")/../../shared/workloads/$name.py" "$wl/$name.py"; do
@@ -524,10 +538,7 @@ PY
     [[ $v == *"|"* ]] || v="FAIL|verdict failed: $(tr '\n' ' ' <<<"$v" | head -c 300)"
     echo "row|warm constants: $name through the client, second and third sessions find the weights resident, output identical|${v%%|*}|${v#*|}"
   done
-  kill -TERM "$srv4" 2>/dev/null
-  for _ in $(seq 100); do kill -0 "$srv4" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$srv4" 2>/dev/null
-  wait "$srv4" 2>/dev/null
+  serve_stop "$srv4"
 fi
 # Tenants (server with --tenants-file and --program-keep-alive): alice's second session of
 # ResNet-50 finds her weights resident; bob's session of the same program, between them, does
@@ -539,11 +550,8 @@ if [ "${CLIENT_TENANTS:-1}" != 0 ] && python3 -c 'import torch' 2>/dev/null && u
   done
   if [ -n "$script" ]; then
     printf 'alice token-a\nbob token-b\n' >"$out/tenants"
-    "$gl" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$out/cache-tenants" --program-keep-alive 300 \
-      --tenants-file "$out/tenants" >"$out/serve-tenants.out" 2>"$out/serve-tenants.log" &
-    srv5=$!
-    for _ in $(seq 100); do grep -q "tcp=" "$out/serve-tenants.out" 2>/dev/null && break; sleep 0.1; done
-    taddr=$(grep -o "tcp=[^ ]*" "$out/serve-tenants.out" | cut -d= -f2)
+    serve_start tenants --program-keep-alive 300 --tenants-file "$out/tenants"
+    srv5=$srv_pid taddr=$srv_addr
     HOT_ITERS=5 python3 "$script" >"$out/tenants.native.txt" 2>/dev/null
     k=0
     for who in token-a token-b token-a; do
@@ -575,10 +583,7 @@ PY
     )
     [[ $v == *"|"* ]] || v="FAIL|verdict failed: $(tr '\n' ' ' <<<"$v" | head -c 300)"
     echo "row|tenants: alice's weights stay hers (bob's session of the same program copies its own), output identical|${v%%|*}|${v#*|}"
-    kill -TERM "$srv5" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$srv5" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$srv5" 2>/dev/null
-    wait "$srv5" 2>/dev/null
+    serve_stop "$srv5"
   fi
 fi
 # NVML through the client (libnvidia-ml answered by the client library): what a tool and PyTorch

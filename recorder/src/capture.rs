@@ -605,9 +605,10 @@ pub fn deferred(f: &ApiFunction) -> bool {
     matches!(f.sync, SyncClass::DeviceToHostAsync)
 }
 
-/// [`deferred`], or a copy of unknown direction into host memory (`crate::unified`).
-pub fn deferred_call(f: &ApiFunction, raw: &[u64]) -> bool {
-    deferred(f) || !crate::unified::async_host_outs(f, raw).is_empty()
+/// [`deferred`], or an async copy of unknown direction into host memory (`crate::unified`), as
+/// the call's captured `args` say.
+pub fn deferred_call(f: &ApiFunction, raw: &[u64], args: &[Value]) -> bool {
+    deferred(f) || !crate::unified::async_host_outs(f, raw, args).is_empty()
 }
 
 /// A `CUDA_KERNEL_NODE_PARAMS` (v1 or v2): `[struct bytes, kernel parameters, extra]`, the

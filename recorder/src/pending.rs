@@ -71,7 +71,7 @@ pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
             _ => None,
         })
         .collect();
-    buffers.extend(crate::unified::async_host_outs(f, raw));
+    buffers.extend(crate::unified::async_host_outs(f, raw, &record.args));
     with_table(|t| t.push(stream, Pending { record, buffers }));
 }
 

@@ -201,7 +201,7 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
         results,
         repeat: 0,
     };
-    if status == 0 && capture::deferred_call(f, raw) {
+    if status == 0 && capture::deferred_call(f, raw, &rec.args) {
         pending::defer(f, raw, rec);
     } else {
         state::emit(rec);

@@ -9,7 +9,7 @@
 //!   call's result: hashed on return for `cuMemcpy`, at the synchronization that completes it
 //!   for `cuMemcpyAsync` (`pending.rs`).
 //!
-//! A replay reads the direction back from the values (`replay::exec`), so a trace says what the
+//! A replay reads the direction back from the values (`replay::unified`), so a trace says what the
 //! copy did whatever the process it is replayed in has at those addresses.
 
 use gpuless_analyzer::api::{ApiFunction, ArgKind, BufLen, Direction, SyncClass};
@@ -92,19 +92,17 @@ pub unsafe fn output(f: &ApiFunction, l: BufLen, v: u64, raw: &[u64]) -> Value {
     unsafe { written(v, len(l, raw) as usize) }
 }
 
-/// The host destinations of an asynchronous copy `f` with arguments `raw`: (index among the
-/// results, address, length). Empty for a synchronous copy and for device destinations.
-pub fn async_host_outs(f: &ApiFunction, raw: &[u64]) -> Vec<(usize, u64, usize)> {
+/// The host destinations of an asynchronous copy `f` with arguments `raw`, as its record's
+/// `args` ([`input`]) say (a `HostPtr`: host memory; the driver is not asked again): (index
+/// among the results, address, length). Empty for a synchronous copy and device destinations.
+pub fn async_host_outs(f: &ApiFunction, raw: &[u64], args: &[Value]) -> Vec<(usize, u64, usize)> {
     if f.sync != SyncClass::CopyAnyDirectionAsync {
         return Vec::new();
     }
     f.out_args()
         .enumerate()
-        .filter_map(|(k, (i, a))| match a.kind {
-            ArgKind::AnyBuf(l) => {
-                let p = raw.get(i).copied().unwrap_or(0);
-                is_host(p).then(|| (k, p, len(l, raw) as usize))
-            }
+        .filter_map(|(k, (i, a))| match (a.kind, args.get(i)) {
+            (ArgKind::AnyBuf(l), Some(&Value::HostPtr(p))) => Some((k, p, len(l, raw) as usize)),
             _ => None,
         })
         .collect()

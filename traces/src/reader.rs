@@ -369,7 +369,7 @@ impl<R: Read> TraceReader<R> {
     }
 
     /// Reads the rest of the trace: every call record in sequence order, and every blob's
-    /// bytes by hash (its parts joined in order; without [`ReaderOptions::blob_data`] none). The
+    /// bytes by hash (its parts joined in order; without [`ReaderOptions::blob_data`] empty). The
     /// first error ends it.
     pub fn read_all(self) -> Result<(Vec<CallRecord>, Blobs), TraceError> {
         let (mut calls, mut blobs) = (Vec::new(), HashMap::<Hash128, Vec<u8>>::new());
@@ -377,14 +377,13 @@ impl<R: Read> TraceReader<R> {
             match chunk?.body {
                 ChunkBody::Calls(c) => calls.extend(c),
                 ChunkBody::Blobs(parts) => {
-                    for p in parts.into_iter().filter(|p| !p.data.is_empty()) {
+                    for p in parts {
+                        // A part continues its blob where the last one ended (others are
+                        // skipped, as the reader's own tracking of parts does).
                         let b = blobs.entry(p.hash).or_default();
-                        let at = usize::try_from(p.offset).unwrap_or(usize::MAX).min(b.len());
-                        let end = at + p.data.len();
-                        if b.len() < end {
-                            b.resize(end, 0);
+                        if p.offset == b.len() as u64 {
+                            b.extend_from_slice(&p.data);
                         }
-                        b[at..end].copy_from_slice(&p.data);
                     }
                 }
                 _ => {}

@@ -374,7 +374,7 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         rec.status = st as i32;
         // An async copy to the host waits, as in a local recording, for the synchronization
         // that covers it: its bytes have come back by then (`apply`), and are hashed.
-        if st == 0 && capture::deferred_call(f, raw) {
+        if st == 0 && capture::deferred_call(f, raw, &rec.args) {
             crate::pending::defer(f, raw, rec);
         } else {
             state::emit(rec);
