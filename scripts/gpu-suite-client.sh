@@ -130,7 +130,7 @@ fi
 # CUDA-runtime programs (static and shared cudart): the runtime initializes on the client's
 # private export tables (integrity check included) and runs remotely like the driver-API one.
 if unshare -m true 2>/dev/null; then
-  for p in ${CLIENT_PROGRAMS:-streams streams_static globals ptr_struct texture graph graph_query event_d2h ptr_attrs memcpy_default}; do
+  for p in ${CLIENT_PROGRAMS:-streams streams_static globals ptr_struct texture graph graph_query event_d2h ptr_attrs memcpy_default pitched}; do
     [ -x "$sb/$p" ] && run_one "$p" "$sb/$p"
   done
   # cuBLAS needs tables client mode does not implement yet (21318c60): it must fail with a

@@ -4,7 +4,8 @@
 # memory (ptr_attrs), reads outside allocations (oob), device-to-host results completed by
 # events (event_d2h), graphs used through the node handles of queries (graph_query), managed and
 # mapped host memory used by kernels (managed), copies whose direction the driver infers from
-# unified addresses (memcpy_default: cudaMemcpyDefault). Each is run
+# unified addresses (memcpy_default: cudaMemcpyDefault), async 2D/3D copies into padded host
+# rows (pitched). Each is run
 # natively and under `gpuless record` (outputs must be identical), then replayed (every result
 # verified, nothing unverifiable).
 #
@@ -45,7 +46,7 @@ PY
     "${detail%%|*}" "${detail#*|} $(tail -n 1 "$out/oob_kept.rec.err") $( [[ $rc != 0 ]] && tail -n 2 "$out/oob_kept.replay.err" | tr '\n' ' ')"
 fi
 
-for p in ptr_attrs oob event_d2h graph_query managed memcpy_default; do
+for p in ptr_attrs oob event_d2h graph_query managed memcpy_default pitched; do
   if [[ ! -x $suite_bin/$p ]]; then
     row "fidelity: $p" FAIL "not built (see the build log)"
     continue
@@ -68,7 +69,7 @@ try:
 except Exception as e:
     print(f"FAIL|rc={rc}, no report ({e})")
     sys.exit()
-want = {"event_d2h": 8, "graph_query": 2, "oob": 4, "ptr_attrs": 2, "managed": 5, "memcpy_default": 3}.get(name, 1)
+want = {"event_d2h": 8, "graph_query": 2, "oob": 4, "ptr_attrs": 2, "managed": 5, "memcpy_default": 3, "pitched": 2}.get(name, 1)
 ok = rc == 0 and not r["mismatches"] and r["results_unverified"] == 0 and r["results_verified"] >= want
 print(("PASS" if ok else "FAIL") + f"|rc={rc}; {r['results_verified']} results verified (at least {want}), "
       f"{r['results_unverified']} unverified, {len(r['mismatches'])} mismatches {r['mismatches'][:2]}; "

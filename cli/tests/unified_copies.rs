@@ -44,7 +44,7 @@ fn copies_between_unified_addresses_are_recorded_replayed_and_run_remotely() {
     let dir = tempfile::tempdir().unwrap();
     let (libdir, prog) = support::build_program(dir.path(), "unified", &["-ldl"]);
     let native = run(&prog, &libdir, None);
-    assert_eq!(native.lines().count(), 4, "{native}");
+    assert_eq!(native.lines().count(), 5, "{native}");
     let trace = dir.path().join("u.gl");
     assert_eq!(run(&prog, &libdir, Some(&trace)), native, "recording changed the program");
 
@@ -52,7 +52,19 @@ fn copies_between_unified_addresses_are_recorded_replayed_and_run_remotely() {
     let (calls, blobs) = reader.read_all().unwrap();
     let copies: Vec<_> = calls.iter().filter(|c| c.function.name().starts_with("cuMemcpy")).collect();
     let names: Vec<&str> = copies.iter().map(|c| c.function.name()).collect();
-    assert_eq!(names, ["cuMemcpy", "cuMemcpy", "cuMemcpy", "cuMemcpyAsync", "cuMemcpyAsync", "cuMemcpy", "cuMemcpy"]);
+    assert_eq!(
+        names,
+        [
+            "cuMemcpy",
+            "cuMemcpy",
+            "cuMemcpy",
+            "cuMemcpyAsync",
+            "cuMemcpyAsync",
+            "cuMemcpy",
+            "cuMemcpy2DAsync",
+            "cuMemcpy"
+        ]
+    );
     let input: Vec<u8> = (0..64).flat_map(|i| ((i % 7) as f32 + 0.5).to_le_bytes()).collect();
     let is_dev = |v: &Value| matches!(v, Value::DevPtr(_));
     let is_host = |v: &Value| matches!(v, Value::HostPtr(_));
@@ -75,19 +87,24 @@ fn copies_between_unified_addresses_are_recorded_replayed_and_run_remotely() {
     // whose hash is the result).
     assert!(matches!(copies[4].args[1], Value::Blob(_)) && is_dev(&copies[4].args[0]), "{:?}", copies[4]);
     assert!(is_host(&copies[5].args[0]) && digest(&copies[5].results[0]));
-    let plain = &copies[6];
+    // The async 2D copy into host rows (a unified destination): the packed rows' hash, taken at
+    // the synchronization — the same bytes the synchronous copy before it brought back.
+    assert!(digest(&copies[6].results[0]), "{:?}", copies[6]);
+    assert_eq!(copies[6].results, copies[5].results);
+    let plain = &copies[7];
     assert!(matches!(plain.args[1], Value::Blob(_)) && is_host(&plain.args[0]), "{plain:?}");
     assert_eq!(plain.results, [Value::Digest(BlobRef { hash: Hash128::of(&input), len: 256 })]);
 
-    // Replayed: the four results compared, equal; a device computing others is caught.
+    // Replayed: the five results compared, equal; a device computing others is caught.
     let (code, report, shown) = replay(&libdir, &trace, None);
     assert_eq!(code, 0, "{shown}");
     assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
-    assert_eq!(report["results_verified"], 4, "{shown}");
+    assert_eq!(report["results_verified"], 5, "{shown}");
+    assert_eq!(report["results_unverified"], 0, "{shown}");
     let (code, report, shown) = replay(&libdir, &trace, Some("1"));
     assert_eq!(code, 3, "{shown}");
     let mismatches = report["mismatches"].as_array().unwrap_or_else(|| panic!("{shown}"));
-    assert_eq!(mismatches.len(), 3, "the three results the kernel computed: {shown}");
+    assert_eq!(mismatches.len(), 4, "the four results the kernel computed: {shown}");
 
     // Through the client, against a server on the stand-in: the same output.
     let srv = Server::start(dir.path(), &libdir, &[], &[]);

@@ -238,6 +238,8 @@ unsafe fn output(f: &ApiFunction, a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -
         }
         ArgKind::CStr if ty == Some(CScalar::Ptr) => unsafe { cstr(read(CScalar::Ptr)) },
         ArgKind::HostPtr if ty == Some(CScalar::Ptr) => Value::HostPtr(read(CScalar::Ptr)),
+        // An async copy's rows reach the host only later: `pending` gathers them then.
+        ArgKind::Struct(ty) if Dims::of(ty).is_some() && f.sync == SyncClass::CopyAnyDirectionAsync => Value::Null,
         ArgKind::Struct(ty) if Dims::of(ty).is_some() => unsafe { copy_nd_result(ty, p) },
         ArgKind::Struct(ty) => unsafe { struct_bytes(ty, p, 1) },
         ArgKind::Structs { ty, count_arg } => {
@@ -605,10 +607,27 @@ pub fn deferred(f: &ApiFunction) -> bool {
     matches!(f.sync, SyncClass::DeviceToHostAsync)
 }
 
-/// [`deferred`], or an async copy of unknown direction into host memory (`crate::unified`), as
-/// the call's captured `args` say.
+/// [`deferred`], or an async copy of unknown direction into host memory: of unified addresses,
+/// as the call's captured `args` say (`crate::unified`), or a 2D/3D copy ([`async_host_rows`]).
 pub fn deferred_call(f: &ApiFunction, raw: &[u64], args: &[Value]) -> bool {
-    deferred(f) || !crate::unified::async_host_outs(f, raw, args).is_empty()
+    deferred(f) || !crate::unified::async_host_outs(f, raw, args).is_empty() || async_host_rows(f, raw).is_some()
+}
+
+/// The 2D/3D copy struct of an async copy `f` whose destination is host memory: (its index
+/// among the results, the parsed copy).
+pub fn async_host_rows(f: &ApiFunction, raw: &[u64]) -> Option<(usize, structs::Copy)> {
+    if f.sync != SyncClass::CopyAnyDirectionAsync {
+        return None;
+    }
+    f.out_args().enumerate().find_map(|(k, (i, a))| {
+        let ArgKind::Struct(ty) = a.kind else { return None };
+        let dims = Dims::of(ty)?;
+        let p = raw.get(i).copied().filter(|&p| p != 0)?;
+        // SAFETY: the program passed this struct to the driver, which read it.
+        let b = unsafe { std::slice::from_raw_parts(p as *const u8, dims.size()) };
+        let c = structs::Copy::parse(dims, b)?;
+        host_side(&c.dst).then_some((k, c))
+    })
 }
 
 /// A `CUDA_KERNEL_NODE_PARAMS` (v1 or v2): `[struct bytes, kernel parameters, extra]`, the
@@ -661,11 +680,12 @@ pub(crate) fn is_host(p: u64) -> bool {
 }
 
 fn host_side(s: &structs::Side) -> bool {
-    s.memory_type == structs::MEMORYTYPE_HOST || (s.memory_type == structs::MEMORYTYPE_UNIFIED && is_host(s.device))
+    s.memory_type == structs::MEMORYTYPE_HOST
+        || (s.memory_type == structs::MEMORYTYPE_UNIFIED && crate::unified::is_host(s.device))
 }
 
 /// The host rows a 2D/3D copy reads or wrote, packed (see `gpuless_analyzer::api::structs`).
-unsafe fn gather(c: &structs::Copy, side: &structs::Side) -> Option<Vec<u8>> {
+pub(crate) unsafe fn gather(c: &structs::Copy, side: &structs::Side) -> Option<Vec<u8>> {
     let n = c.packed_len()? as usize;
     if side.pointer() == 0 {
         return None;

@@ -1,5 +1,5 @@
-//! Async device-to-host copies (`cuMemcpyDtoHAsync`, and `cuMemcpyAsync` into host memory:
-//! `unified.rs`): their bytes reach the host only when
+//! Async device-to-host copies (`cuMemcpyDtoHAsync`; `cuMemcpyAsync` into host memory,
+//! `unified.rs`; 2D/3D copies into host rows, gathered packed): their bytes reach the host only when
 //! the stream has synchronized. Their records wait here and are written, with the result's
 //! hash, once a synchronization guarantees the copy is complete. A trace therefore holds these
 //! records in completion order; readers order records by `seq`.
@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use gpuless_traces::completion::Completion;
 
+use gpuless_analyzer::api::structs::Copy;
 use gpuless_analyzer::api::{ApiFunction, ArgKind, HandleKind, SyncClass};
 use gpuless_traces::CallRecord;
 
@@ -17,6 +18,8 @@ struct Pending {
     record: CallRecord,
     /// (index into `record.results`, host address, length) of each host buffer to hash.
     buffers: Vec<(usize, u64, usize)>,
+    /// (index into `record.results`, the copy) of a 2D/3D copy's host rows to hash, packed.
+    rows: Option<(usize, Copy)>,
 }
 
 /// Copies in flight and what completes them: the rule a replay checks them by
@@ -72,7 +75,8 @@ pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
         })
         .collect();
     buffers.extend(crate::unified::async_host_outs(f, raw, &record.args));
-    with_table(|t| t.push(stream, Pending { record, buffers }));
+    let rows = crate::capture::async_host_rows(f, raw);
+    with_table(|t| t.push(stream, Pending { record, buffers, rows }));
 }
 
 /// Whether [`after`] has anything to do for calls of `f`: synchronizations, stream and event
@@ -120,6 +124,16 @@ fn emit(mut p: Pending, complete: bool) {
             let v = unsafe { crate::unified::written(ptr, n) };
             if let Some(slot) = p.record.results.get_mut(k) {
                 *slot = v;
+            }
+        }
+        if let Some((k, c)) = &p.rows {
+            // SAFETY: the program's destination rows of the copy, complete (as above).
+            if let Some(bytes) = unsafe { crate::capture::gather(c, &c.dst) } {
+                // SAFETY: `bytes` is ours, complete.
+                let v = unsafe { crate::unified::written(bytes.as_ptr() as u64, bytes.len()) };
+                if let Some(slot) = p.record.results.get_mut(*k) {
+                    *slot = v;
+                }
             }
         }
     }

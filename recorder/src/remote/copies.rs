@@ -8,10 +8,11 @@
 //! (the recorder's capture packs them); a synchronous copy into host memory waits for the
 //! server, whose answer is the packed rows, scattered here into the program's rows. Unified
 //! sides are sent as what they are (host or device), so the executor needs no guess.
-//! Asynchronous 2D/3D copies into host memory are refused with a line saying so.
+//! An asynchronous 2D/3D copy into host memory is sent ahead; its packed rows come back with the
+//! next answer and are scattered then (one captured into a graph is refused, saying so).
 
 use gpuless_analyzer::api::structs::{self, Copy, Dims, Side};
-use gpuless_analyzer::api::{ApiFunction, ArgKind, SyncClass};
+use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, SyncClass};
 use gpuless_traces::Value;
 
 use super::local::{unsupported, Step};
@@ -70,8 +71,14 @@ pub(crate) unsafe fn plan(f: &ApiFunction, raw: &[u64]) -> Step {
     }
     if f.sync == SyncClass::CopyAnyDirection {
         Step::Wait
+    } else if super::local::captured(f, raw) {
+        unsupported(
+            f,
+            "asynchronous 2D/3D copies into host memory captured into a graph are not returned to the client yet",
+        )
     } else {
-        unsupported(f, "asynchronous 2D/3D copies into host memory are not returned to the client yet")
+        // Its rows are written when the server's answer brings them (`session::Target::Rows`).
+        Step::Done(0)
     }
 }
 
@@ -110,8 +117,21 @@ pub(crate) unsafe fn scatter(f: &ApiFunction, raw: &[u64], bytes: &[u8]) -> bool
     let Some((i, dims)) = copy_struct(f) else { return false };
     // SAFETY: forwarded.
     let Some(c) = (unsafe { parse(raw, i, dims) }) else { return true };
-    if !is_host(&c.dst) || c.packed_len() != Some(bytes.len() as u64) {
-        return true;
+    if is_host(&c.dst) {
+        // SAFETY: forwarded.
+        unsafe { scatter_rows(&c, bytes) };
+    }
+    true
+}
+
+/// Writes `bytes`, the packed rows of copy `c`, to its destination rows in host memory
+/// (nothing when their length is not the copy's).
+///
+/// # Safety
+/// `c`'s destination rows are the program's, writable.
+pub(crate) unsafe fn scatter_rows(c: &Copy, bytes: &[u8]) {
+    if c.packed_len() != Some(bytes.len() as u64) {
+        return;
     }
     let w = c.width as usize;
     for (k, row) in c.rows(&c.dst).enumerate() {
@@ -119,7 +139,31 @@ pub(crate) unsafe fn scatter(f: &ApiFunction, raw: &[u64], bytes: &[u8]) -> bool
         // SAFETY: the program's destination row of `w` bytes.
         unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), row as *mut u8, w) };
     }
-    true
+}
+
+/// Where the bytes of an asynchronous copy into host memory go when they come back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target {
+    /// A host buffer: (address, length).
+    Buffer(u64, usize),
+    /// A 2D/3D copy's destination rows (the bytes come packed).
+    Rows(gpuless_analyzer::api::structs::Copy),
+}
+
+/// The host buffer a device-to-host copy writes: its first `out hostbuf` argument, or its
+/// unified destination when that is host memory.
+pub(crate) fn host_buffer(f: &ApiFunction, raw: &[u64]) -> Option<(u64, usize)> {
+    if let Some(d) = crate::unified::host_destination(f, raw) {
+        return Some(d);
+    }
+    let (i, a) =
+        f.args.iter().enumerate().find(|(_, a)| a.dir == Direction::Out && matches!(a.kind, ArgKind::HostBuf(_)))?;
+    let ArgKind::HostBuf(len) = a.kind else { return None };
+    let n = match len {
+        gpuless_analyzer::api::BufLen::Arg(j) => raw.get(usize::from(j)).copied()?,
+        gpuless_analyzer::api::BufLen::Fixed(n) => u64::from(n),
+    };
+    Some((raw.get(i).copied()?, usize::try_from(n).ok()?))
 }
 
 #[cfg(test)]

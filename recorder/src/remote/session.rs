@@ -13,12 +13,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, SyncClass};
+use gpuless_analyzer::api::{ApiFunction, Direction, SyncClass};
 use gpuless_traces::protocol::{
     self, Answer, CallError, DeviceDescription, Endpoint, Hello, PartitionRequest, Priority, Welcome,
 };
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, Hash128, Value};
 
+use super::copies::Target;
 use super::link::{self, Link, Outgoing};
 use super::local::{self, Step};
 use crate::hooks::{self, HOOKS};
@@ -76,8 +77,8 @@ struct Session {
     new_blobs: Vec<(Hash128, Vec<u8>)>,
     /// Blobs the server holds for this session (sent, or found by a query).
     held: HashSet<Hash128>,
-    /// Asynchronous device-to-host copies whose bytes have not arrived: seq → (host, len).
-    d2h: HashMap<u64, (u64, usize)>,
+    /// Asynchronous device-to-host copies whose bytes have not arrived: seq → where they go.
+    d2h: HashMap<u64, Target>,
     /// Asynchronous device-to-host copies captured into graphs: their bytes come back after
     /// every launch of the graph, so their targets stay.
     graph_d2h: HashSet<u64>,
@@ -348,8 +349,15 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
             // An async copy into host memory (`cuMemcpyAsync` of a unified host destination
             // too): its bytes are written when they come back.
             let async_d2h = matches!(f.sync, SyncClass::DeviceToHostAsync | SyncClass::CopyAnyDirectionAsync);
-            let target =
-                if async_d2h { host_buffer(f, raw).map(|(h, n)| (h, n, local::captured(f, raw))) } else { None };
+            let target = if async_d2h {
+                let to = match capture::async_host_rows(f, raw) {
+                    Some((_, c)) => Some(Target::Rows(c)),
+                    None => super::copies::host_buffer(f, raw).map(|(h, n)| Target::Buffer(h, n)),
+                };
+                to.map(|t| (t, local::captured(f, raw)))
+            } else {
+                None
+            };
             push(slot, f, args, results, target)
         }
         Step::Wait => {
@@ -389,22 +397,6 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     st
 }
 
-/// The host buffer a device-to-host copy writes: its first `out hostbuf` argument, or its
-/// unified destination when that is host memory.
-fn host_buffer(f: &ApiFunction, raw: &[u64]) -> Option<(u64, usize)> {
-    if let Some(d) = crate::unified::host_destination(f, raw) {
-        return Some(d);
-    }
-    let (i, a) =
-        f.args.iter().enumerate().find(|(_, a)| a.dir == Direction::Out && matches!(a.kind, ArgKind::HostBuf(_)))?;
-    let ArgKind::HostBuf(len) = a.kind else { return None };
-    let n = match len {
-        gpuless_analyzer::api::BufLen::Arg(j) => raw.get(usize::from(j)).copied()?,
-        gpuless_analyzer::api::BufLen::Fixed(n) => u64::from(n),
-    };
-    Some((raw.get(i).copied()?, usize::try_from(n).ok()?))
-}
-
 fn record(slot: usize, f: &ApiFunction, seq: u64, args: Vec<Value>, results: Vec<Value>) -> CallRecord {
     CallRecord {
         seq,
@@ -440,7 +432,7 @@ fn push(
     f: &ApiFunction,
     args: Vec<Value>,
     results: Vec<Value>,
-    d2h: Option<(u64, usize, bool)>,
+    d2h: Option<(Target, bool)>,
 ) -> (u32, Option<u64>) {
     let mut g = lock();
     let sess = match open_session(&mut g) {
@@ -454,8 +446,8 @@ fn push(
     if was == 0 && sess.sendable() > 0 {
         FLUSH.notify_one();
     }
-    if let Some((host, len, captured)) = d2h {
-        sess.d2h.insert(seq, (host, len));
+    if let Some((target, captured)) = d2h {
+        sess.d2h.insert(seq, target);
         if captured {
             sess.graph_d2h.insert(seq);
         }
@@ -575,12 +567,17 @@ impl Session {
         for (s, bytes) in a.outputs {
             if s == seq {
                 own = Some(bytes);
-            } else if let Some((host, len)) =
+            } else if let Some(target) =
                 if self.graph_d2h.contains(&s) { self.d2h.get(&s).copied() } else { self.d2h.remove(&s) }
             {
-                // SAFETY: the program's buffer of an asynchronous copy; it reads it only after
-                // the synchronization that is waiting now.
-                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len)) };
+                // SAFETY (both): the program's buffer or rows of an asynchronous copy; it reads
+                // them only after the synchronization that is waiting now.
+                match target {
+                    Target::Buffer(host, len) => unsafe {
+                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len))
+                    },
+                    Target::Rows(c) => unsafe { super::copies::scatter_rows(&c, &bytes) },
+                }
             }
         }
         let first_error = |errors: &[CallError]| errors.first().map(|e| e.code as u32);
@@ -591,7 +588,7 @@ impl Session {
                     // bytes.
                     unsafe {
                         if !super::copies::scatter(f, raw, &bytes) {
-                            if let Some((host, len)) = host_buffer(f, raw) {
+                            if let Some((host, len)) = super::copies::host_buffer(f, raw) {
                                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len));
                             }
                         }

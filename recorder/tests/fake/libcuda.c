@@ -183,19 +183,26 @@ typedef struct { side2d src, dst; size_t width, height; } copy2d;
 typedef struct { size_t x, y, z, lod; int type; const void *host; CUdeviceptr dev; void *array, *reserved;
                  size_t pitch, height; } side3d;
 typedef struct { side3d src, dst; size_t width, height, depth; } copy3d;
-static unsigned char *at(int type, const void *h, CUdeviceptr d) { return type == 1 ? (unsigned char *)h : host(d); }
-CUresult cuMemcpy2D_v2(const copy2d *c) {
+/* Memory type 1 host, 2 device, 4 unified (the address says which). */
+static unsigned char *at(int type, const void *h, CUdeviceptr d) {
+  return type == 1 ? (unsigned char *)h : type == 4 ? unified(d) : host(d); }
+/* Static, so that the async forms do not call an exported symbol another library may hold. */
+static CUresult copy_2d(const copy2d *c) {
   for (size_t r = 0; r < c->height; r++)
     memcpy(at(c->dst.type, c->dst.host, c->dst.dev) + (c->dst.y + r) * c->dst.pitch + c->dst.x,
            at(c->src.type, c->src.host, c->src.dev) + (c->src.y + r) * c->src.pitch + c->src.x, c->width);
   return 0; }
-CUresult cuMemcpy3D_v2(const copy3d *c) {
+CUresult cuMemcpy2D_v2(const copy2d *c) { return copy_2d(c); }
+CUresult cuMemcpy2DAsync_v2(const copy2d *c, void *stream) { (void)stream; return copy_2d(c); }
+static CUresult copy_3d(const copy3d *c) {
   for (size_t z = 0; z < c->depth; z++)
     for (size_t r = 0; r < c->height; r++)
       memcpy(at(c->dst.type, c->dst.host, c->dst.dev) + ((c->dst.z + z) * c->dst.height + c->dst.y + r) * c->dst.pitch + c->dst.x,
              at(c->src.type, c->src.host, c->src.dev) + ((c->src.z + z) * c->src.height + c->src.y + r) * c->src.pitch + c->src.x,
              c->width);
   return 0; }
+CUresult cuMemcpy3D_v2(const copy3d *c) { return copy_3d(c); }
+CUresult cuMemcpy3DAsync_v2(const copy3d *c, void *stream) { (void)stream; return copy_3d(c); }
 /* Graphs of kernel nodes of scale, each depending on the one before (8 graphs of 8 nodes at
  * most, in a pool). A node keeps its own copy of the arguments, as the driver does; a captured
  * launch of a CUkernel names the kernel's function and the kernel; cuGraphLaunch runs the
@@ -440,7 +447,7 @@ static const struct entry table[] = {
   {"cuThreadExchangeStreamCaptureMode", cuThreadExchangeStreamCaptureMode},
   {"cuGetExportTable", cuGetExportTable}, {"cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2},
   {"cuMemcpy", cuMemcpy}, {"cuMemcpyAsync", cuMemcpyAsync}, {"cuPointerGetAttribute", cuPointerGetAttribute},
-  {"cuCtxSetCurrent", cuCtxSetCurrent}, {"cuFuncGetModule", cuFuncGetModule}, {"cuFuncGetName", cuFuncGetName},
+  {"cuCtxSetCurrent", cuCtxSetCurrent}, {"cuMemcpy2DAsync", cuMemcpy2DAsync_v2}, {"cuMemcpy3DAsync", cuMemcpy3DAsync_v2}, {"cuFuncGetModule", cuFuncGetModule}, {"cuFuncGetName", cuFuncGetName},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {
   (void)flags;

@@ -8,6 +8,23 @@
 
 #include "driver.h"
 
+/* CUDA_MEMCPY2D as cuda.h lays it out. */
+typedef struct {
+  size_t srcXInBytes, srcY;
+  int srcMemoryType;
+  const void *srcHost;
+  uint64_t srcDevice;
+  void *srcArray;
+  size_t srcPitch;
+  size_t dstXInBytes, dstY;
+  int dstMemoryType;
+  void *dstHost;
+  uint64_t dstDevice;
+  void *dstArray;
+  size_t dstPitch;
+  size_t WidthInBytes, Height;
+} copy2d;
+
 static double sum(const float *v, int n) {
   double s = 0;
   for (int i = 0; i < n; i++) s += v[i] * (i + 1);
@@ -27,6 +44,7 @@ int main(void) {
   int (*copy)(uint64_t, uint64_t, size_t) = get("cuMemcpy");
   int (*copy_async)(uint64_t, uint64_t, size_t, void *) = get("cuMemcpyAsync");
   int (*sync)(void *) = get("cuStreamSynchronize");
+  int (*copy2d_async)(const copy2d *, void *) = get("cuMemcpy2DAsync");
   /* The kernel's parameters in the image: a client answers cuModuleGetFunction from them. */
   static const char ptx[] =
     ".version 8.0\n.target sm_90\n.address_size 64\n"
@@ -54,8 +72,20 @@ int main(void) {
   uint64_t d2 = d + 2 * B; void *params2[] = {&d2, &k, &n};
   if (launch(fn, 1, 1, 1, N, 1, 1, 0, 0, params2, 0)) return 11;
   if (copy((uint64_t)(uintptr_t)twice, d2, B)) return 12;
+  /* 2D, asynchronously: the scaled rows into host rows of a wider pitch whose padding stays,
+   * the destination a unified address. */
+  unsigned char rows[4 * 80];
+  memset(rows, 0x55, sizeof rows);
+  copy2d c = {0};
+  c.srcMemoryType = 2; c.srcDevice = d2; c.srcPitch = 64;
+  c.dstMemoryType = 4; c.dstDevice = (uint64_t)(uintptr_t)rows; c.dstPitch = 80;
+  c.WidthInBytes = 64; c.Height = 4;
+  if (copy2d_async(&c, 0) || sync(0)) return 14;
+  double rsum = 0;
+  for (int i = 0; i < (int)sizeof rows; i++) rsum += rows[i] * (i % 13 + 1);
   /* Host to host. */
   if (copy((uint64_t)(uintptr_t)plain, (uint64_t)(uintptr_t)in, B)) return 13;
-  printf("out %.1f\nlater %.1f\ntwice %.1f\nplain %.1f\n", sum(out, N), sum(later, N), sum(twice, N), sum(plain, N));
+  printf("out %.1f\nlater %.1f\ntwice %.1f\nplain %.1f\nrows %.1f\n", sum(out, N), sum(later, N), sum(twice, N),
+         sum(plain, N), rsum);
   return 0;
 }
