@@ -372,3 +372,38 @@ fn executors_load_the_code_images_recent_sessions_loaded_before_their_session_as
     assert_eq!(kept.lines().count(), 1, "{kept}");
     assert!(kept.ends_with(" module\n"), "{kept}");
 }
+
+/// Driver calls made at exit, after the main thread's thread-local variables were destroyed (as
+/// C++ static destructors make them: PyTorch's cuFFT plan cache) answer as they do in `main`:
+/// natively on the stand-in, recorded (and the recording keeps them), and through the client,
+/// where they once aborted the program (a thread-local read after its destruction).
+#[test]
+fn calls_at_exit_after_thread_locals_are_destroyed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "exit_calls", &["-l:libcuda.so.1"]);
+    let want = "main 1\nat_exit 0 1 0 0 0 0\n";
+
+    let native = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&native.stdout), want, "{native:?}");
+
+    let trace = dir.path().join("exit.gl");
+    let rec = Command::new(GL)
+        .args(["record", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&prog)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("GPULESS_RECORDER", common::recorder_lib())
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "{rec:?}");
+    assert_eq!(String::from_utf8_lossy(&rec.stdout), want);
+    let calls: Vec<String> = serve_harness::records(&trace).iter().map(|r| r.function.name().to_string()).collect();
+    let unload = calls.iter().position(|c| c == "cuModuleUnload").expect("the unload at exit is recorded");
+    assert!(calls[unload..].iter().any(|c| c.starts_with("cuMemFree")), "{calls:?}");
+
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = serve_harness::run_client(&srv, &prog);
+    assert!(ran.ok, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.stdout, want, "{}", ran.stderr);
+}

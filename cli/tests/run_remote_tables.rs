@@ -44,6 +44,16 @@ fn the_runtime_s_private_tables_answer_as_the_driver_does() {
     assert_eq!(line("cls_deleted"), ["400"]);
     assert_eq!(line("checks"), ["0", "1", "0"], "first out-value 0, second untouched, slot 3 0");
     assert_eq!(line("hooks"), ["1024", "14"]);
+    // ToolsModule (cuFFT): the driver's size; slot 7 hands each function of the module to the
+    // callback in the image's order, the same handle cuModuleGetFunction gave for `scale`, and
+    // returns the count (measured with scripts/probe-tools-module.py on the H200).
+    assert_eq!(line("tools_module_size"), ["792"]);
+    assert_eq!(line("module_functions"), ["2", "wide", "scale", "user", "1", "same", "1", "distinct", "1"]);
+    assert_eq!(line("module_functions_none"), ["0", "0"]);
+    assert!(
+        !stderr.contains("does not implement slot") && !stderr.contains("a slot it does not implement"),
+        "no slot the program called is missing: {stderr}"
+    );
 
     // The integrity check: fixed answers for versions ending in 0 and 1, the HMAC for 2.
     let integrity: Vec<(String, String)> = stdout

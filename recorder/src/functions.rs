@@ -69,7 +69,8 @@ fn lookups() -> &'static Lookups {
 
 /// Before a call that takes function handle `h`: records where an unknown one comes from.
 pub fn taken(h: u64, lane: &Lane) {
-    if h == 0 || SEEN.with(|s| s.borrow().contains(&h)) {
+    // While the thread's locals are destroyed (static destructors at exit), the lock decides.
+    if h == 0 || SEEN.try_with(|s| s.borrow().contains(&h)).unwrap_or(false) {
         return;
     }
     let Ok(mut k) = KNOWN.lock() else { return };
@@ -87,7 +88,7 @@ pub fn taken(h: u64, lane: &Lane) {
         }
     }
     drop(k);
-    SEEN.with(|s| s.borrow_mut().insert(h));
+    let _ = SEEN.try_with(|s| s.borrow_mut().insert(h));
 }
 
 /// The module (or library) and name of `h`, asked of the driver as a function, else as a kernel.

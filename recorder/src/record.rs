@@ -7,6 +7,9 @@ use gpuless_analyzer::api::SyncClass;
 use gpuless_traces::{CallRecord, Function};
 
 use crate::hooks::{HOOKS, NOT_FOUND};
+
+/// `CUDA_ERROR_UNKNOWN`: what a call answers when client mode fails inside it.
+const UNKNOWN: u32 = cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32;
 use crate::lane::{self, Lane};
 use crate::{arena, capture, diag, fold, functions, hostview, pending, raw, slots, state};
 
@@ -76,9 +79,18 @@ impl<'a> Real<'a> {
 unsafe fn call_dyn(slot: usize, raw: &[u64], real: &mut dyn FnMut(*mut c_void) -> u32) -> u32 {
     let Some(s) = slots::get(slot) else { return NOT_FOUND };
     if crate::remote::active() {
-        // Client mode: no driver here; the session is the backend.
+        // Client mode: no driver here; the session is the backend. A fault of ours becomes
+        // this call's error, never an abort of the program (a panic cannot cross the C ABI).
         // SAFETY: forwarded from the caller.
-        return unsafe { crate::remote::call(slot, s, raw) };
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { crate::remote::call(slot, s, raw) }));
+        return r.unwrap_or_else(|_| {
+            eprintln!(
+                "gpuless: client mode failed inside {} (an internal error, printed above); the call returns \
+                 CUDA_ERROR_UNKNOWN",
+                s.func.name
+            );
+            UNKNOWN
+        });
     }
     let Some(p) = s.real(slot) else { return NOT_FOUND };
     let mut real = Real::new(real, p);

@@ -72,8 +72,12 @@ fn contexts<R>(f: impl FnOnce(&mut Contexts) -> R) -> R {
 thread_local! {
     /// The thread's stream capture mode (`CU_STREAM_CAPTURE_MODE_GLOBAL`, 0, at first).
     static CAPTURE_MODE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    /// The calling thread's context stack (the top is current).
-    static CURRENT: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// The calling thread's current context (0: none): the top of its context stack. A plain
+    /// word, so that it is still there for calls made while the thread's locals are destroyed
+    /// (C++ static destructors at exit: cuFFT's plan cache calls `cuCtxGetCurrent`).
+    static CURRENT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The rest of the stack, below the top (`cuCtxPushCurrent`).
+    static BELOW: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The primary context's handle (the same every time; the driver's private table hands it out
@@ -84,17 +88,29 @@ pub(crate) fn primary_context() -> u64 {
 
 /// The calling thread's current context (0: none).
 pub(crate) fn current_context() -> u64 {
-    CURRENT.with(|c| c.borrow().last().copied().unwrap_or(0))
+    CURRENT.with(std::cell::Cell::get)
 }
 
+/// Replaces the top of the stack; a null context pops it (as the driver does).
 fn set_current(ctx: u64) {
-    CURRENT.with(|c| {
-        let mut c = c.borrow_mut();
-        c.pop();
-        if ctx != 0 {
-            c.push(ctx);
-        }
-    });
+    if ctx != 0 {
+        CURRENT.with(|c| c.set(ctx));
+    } else {
+        pop_current();
+    }
+}
+
+fn push_current(ctx: u64) {
+    let below = CURRENT.with(|c| c.replace(ctx));
+    if below != 0 {
+        let _ = BELOW.try_with(|b| b.borrow_mut().push(below));
+    }
+}
+
+/// Pops the top of the stack: the context that was current (0: none).
+fn pop_current() -> u64 {
+    let next = BELOW.try_with(|b| b.borrow_mut().pop()).ok().flatten().unwrap_or(0);
+    CURRENT.with(|c| c.replace(next))
 }
 
 /// Whether `f`'s stream argument is being captured.
@@ -680,9 +696,9 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
     match f.name {
         "cuCtxSetCurrent" => set_current(w(0)),
-        "cuCtxPushCurrent" => CURRENT.with(|c| c.borrow_mut().push(w(0))),
+        "cuCtxPushCurrent" => push_current(w(0)),
         "cuCtxPopCurrent" => {
-            let popped = CURRENT.with(|c| c.borrow_mut().pop()).unwrap_or(0);
+            let popped = pop_current();
             // SAFETY: the program's out-pointer (may be null).
             unsafe { put(f, raw, 0, popped) };
             if popped == 0 {

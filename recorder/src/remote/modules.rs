@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::{c_char, CString};
 use std::sync::{Arc, Mutex};
 
 use gpuless_analyzer::attributes::{self, FunctionFacts};
@@ -36,6 +37,11 @@ impl Kernel {
 #[derive(Default)]
 struct Module {
     kernels: HashMap<String, Arc<Kernel>>,
+    /// Its kernels' names in the image's order (the driver's enumeration order), NUL-terminated
+    /// for a caller that keeps the pointer as long as the module lives.
+    order: Vec<CString>,
+    /// The first function handle bound to each kernel (the driver hands out one per kernel).
+    handles: HashMap<String, u64>,
     /// Global variables: name → size.
     globals: HashMap<String, u64>,
     /// Addresses handed out for its globals.
@@ -67,12 +73,12 @@ thread_local! {
 
 /// Notes a code image captured from the current call's arguments.
 pub(crate) fn saw_image(bytes: &[u8]) {
-    LAST_IMAGE.with(|l| *l.borrow_mut() = Some(bytes.to_vec()));
+    let _ = LAST_IMAGE.try_with(|l| *l.borrow_mut() = Some(bytes.to_vec()));
 }
 
 /// A module (or library) `h` was loaded from the image the current call captured.
 pub(crate) fn loaded(h: u64) {
-    let image = LAST_IMAGE.with(|l| l.borrow_mut().take()).unwrap_or_default();
+    let image = LAST_IMAGE.try_with(|l| l.borrow_mut().take()).ok().flatten().unwrap_or_default();
     let sm = session::device().map_or(0, |d| d.sm());
     let m = analyze(&image, sm);
     known(|k| k.modules.insert(h, m));
@@ -111,7 +117,7 @@ fn add_cubin(m: &mut Module, bytes: &[u8]) {
     for k in &c.kernels {
         let params = k.params.iter().map(|p| (p.offset, p.size)).collect();
         let kernel = Kernel::new(k.name.clone(), params, FunctionFacts::of(k, &c));
-        m.kernels.insert(kernel.name.clone(), Arc::new(kernel));
+        m.add(kernel);
     }
     for g in c.globals {
         m.globals.insert(g.name, g.size);
@@ -121,7 +127,18 @@ fn add_cubin(m: &mut Module, bytes: &[u8]) {
 fn add_ptx(m: &mut Module, text: &[u8]) {
     let text = String::from_utf8_lossy(text.split(|&b| b == 0).next().unwrap_or(&[]));
     for e in ptx::entries(&text) {
-        m.kernels.insert(e.name.clone(), Arc::new(Kernel::new(e.name, e.params, FunctionFacts::default())));
+        m.add(Kernel::new(e.name, e.params, FunctionFacts::default()));
+    }
+}
+
+impl Module {
+    fn add(&mut self, kernel: Kernel) {
+        if let Ok(c) = CString::new(kernel.name.as_bytes()) {
+            if !self.kernels.contains_key(&kernel.name) {
+                self.order.push(c);
+            }
+        }
+        self.kernels.insert(kernel.name.clone(), Arc::new(kernel));
     }
 }
 
@@ -133,9 +150,21 @@ pub(crate) fn is_module(h: u64) -> bool {
 /// Binds function handle `h` to kernel `name` of module `module`; false when it has none.
 pub(crate) fn function(h: u64, module: u64, name: &str) -> bool {
     known(|k| {
-        let Some(kernel) = k.modules.get(&module).and_then(|m| m.kernels.get(name)).cloned() else { return false };
+        let Some(m) = k.modules.get_mut(&module) else { return false };
+        let Some(kernel) = m.kernels.get(name).cloned() else { return false };
+        m.handles.entry(name.to_string()).or_insert(h);
         k.functions.insert(h, kernel);
         true
+    })
+}
+
+/// The kernels of module `module` in the image's order: each name (NUL-terminated, valid as
+/// long as the client process lives) and the function handle already bound to it, if any.
+/// `None` when the client did not load `module`.
+pub(crate) fn functions_of(module: u64) -> Option<Vec<(*const c_char, Option<u64>)>> {
+    known(|k| {
+        let m = k.modules.get(&module)?;
+        Some(m.order.iter().map(|c| (c.as_ptr(), c.to_str().ok().and_then(|n| m.handles.get(n).copied()))).collect())
     })
 }
 

@@ -20,9 +20,10 @@
 //! | `c693336e` CONTEXT_LOCAL_STORAGE | 0 put, 1 delete, 2 get per (context, key); a missing key is `CUDA_ERROR_INVALID_HANDLE`, as the driver answers |
 //! | `263e8860` CONTEXT_CHECKS | 2 writes 0 to its first out-value and leaves the second; 3 returns 0 (the driver's answers) |
 //! | `d4082055` INTEGRITY_CHECK | 1 ([`gpuless_analyzer::integrity`]) |
+//! | `6e163fbe` "ToolsModule" (cuFFT) | 7 the functions of a module, each handed to the caller's callback |
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 use std::sync::Mutex;
 
 use super::local;
@@ -30,7 +31,7 @@ use gpuless_analyzer::integrity::{self, DeviceIds};
 
 /// Calls of the slots implemented here, for `GPULESS_EXPORT_TABLES=count` in client mode
 /// (printed at exit by [`print_counts`]): by name.
-static COUNTS: [(&str, std::sync::atomic::AtomicU64); 10] = [
+static COUNTS: [(&str, std::sync::atomic::AtomicU64); 11] = [
     ("CUDART_INTERFACE.2 primary context", std::sync::atomic::AtomicU64::new(0)),
     ("CONTEXT_LOCAL_STORAGE.0 put", std::sync::atomic::AtomicU64::new(0)),
     ("CONTEXT_LOCAL_STORAGE.1 delete", std::sync::atomic::AtomicU64::new(0)),
@@ -41,6 +42,7 @@ static COUNTS: [(&str, std::sync::atomic::AtomicU64); 10] = [
     ("TOOLS_TLS.2", std::sync::atomic::AtomicU64::new(0)),
     ("ToolsContext.4", std::sync::atomic::AtomicU64::new(0)),
     ("CUDART_INTERFACE.1/6/8 module loads", std::sync::atomic::AtomicU64::new(0)),
+    ("ToolsModule.7 functions of a module", std::sync::atomic::AtomicU64::new(0)),
 ];
 
 fn count(i: usize) {
@@ -81,6 +83,21 @@ extern "C" fn stub<const T: usize, const S: usize>() -> u32 {
         eprintln!(
             "gpuless: client mode does not implement slot {S} of the driver's private table {}; \
              it returns CUDA_ERROR_NOT_SUPPORTED",
+            TABLES.get(T).map_or("?", |t| t.0)
+        );
+    }
+    NOT_SUPPORTED
+}
+
+/// A slot of a large table that nobody has seen called (which one is not known here): says so
+/// once, answers `CUDA_ERROR_NOT_SUPPORTED`.
+extern "C" fn unlisted<const T: usize>() -> u32 {
+    static SAID: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+    let mut g = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if g.get_or_insert_with(HashSet::new).insert(T) {
+        eprintln!(
+            "gpuless: client mode was asked for a slot it does not implement of the driver's private \
+             table {} (it answers only the slots measured in use); it returns CUDA_ERROR_NOT_SUPPORTED",
             TABLES.get(T).map_or("?", |t| t.0)
         );
     }
@@ -147,7 +164,7 @@ static CUBLAS_INIT: [Word; 3] = [size(3), f!(stub::<6, 1>), f!(stub::<6, 2>)];
 static TOOLS_CONTEXT: [Word; 93] = tools_context();
 
 const fn tools_context() -> [Word; 93] {
-    let mut t = [f!(stub::<7, 0>); 93];
+    let mut t = [f!(unlisted::<7>); 93];
     t[0] = size(93);
     t[4] = f!(tools_enter);
     t[39] = f!(tools_value);
@@ -155,8 +172,24 @@ const fn tools_context() -> [Word; 93] {
     t
 }
 
+/// "ToolsModule": cuFFT links its kernels at run time (nvJitLink), loads each image with
+/// `cuModuleLoadData` and takes the module's functions from slot 7 instead of
+/// `cuModuleGetFunction`. What the driver does there, measured (`scripts/probe-tools-module.py`,
+/// H200, driver 580): `(context, module, callback, user)`: for each function of the module, in
+/// the image's order, `callback(user, function, name)` with the function `cuModuleGetFunction`
+/// gives for that name and its name; it returns how many (0 for a module without kernels). The
+/// context is not used (a null one gives the same).
+static TOOLS_MODULE: [Word; 99] = tools_module();
+
+const fn tools_module() -> [Word; 99] {
+    let mut t = [f!(unlisted::<8>); 99];
+    t[0] = size(99);
+    t[7] = f!(module_functions);
+    t
+}
+
 /// The tables by UUID (hex, as `cuGetExportTable`'s 16 bytes print), in `stub`'s numbering.
-static TABLES: [(&str, &[Word]); 8] = [
+static TABLES: [(&str, &[Word]); 9] = [
     ("6bd5fb6c5bf4e74a8987d93912fd9df9", &CUDART_INTERFACE),
     ("42d85a8123f6cb478298f6e78a3aecdc", &TOOLS_TLS),
     ("a094798c2e742e7493f20800200c0a66", &CALLBACK_HOOKS),
@@ -165,6 +198,7 @@ static TABLES: [(&str, &[Word]); 8] = [
     ("d4082055bde6704b8d34ba123c66e1f2", &INTEGRITY_CHECK),
     ("f8cff95121468b4eb9e2fb469e7c0dd9", &CUBLAS_INIT),
     ("21318c60971432488ca641ff7324c8f2", &TOOLS_CONTEXT),
+    ("6e163fbeb958444d835ce182aff1991e", &TOOLS_MODULE),
 ];
 
 /// `cuGetExportTable(out, id)` in client mode.
@@ -228,6 +262,38 @@ fn load_fatbin(module: *mut u64, image: *const c_void) -> u32 {
     let load = unsafe { std::mem::transmute::<*mut c_void, Load>(crate::hooks::HOOKS[i].hook.ptr()) };
     // SAFETY: the program's out-pointer and fatbin.
     unsafe { load(module, image) }
+}
+
+/// The function of `name` in `module` through the hook of `cuModuleGetFunction`, so that it is
+/// sent (and recorded) as one.
+fn get_function(module: u64, name: *const c_char) -> Option<u64> {
+    let i = crate::hooks::slot_of("cuModuleGetFunction")?;
+    type Get = unsafe extern "C" fn(*mut u64, u64, *const c_char) -> u32;
+    // SAFETY: the hook has cuModuleGetFunction's signature.
+    let get = unsafe { std::mem::transmute::<*mut c_void, Get>(crate::hooks::HOOKS[i].hook.ptr()) };
+    let mut h = 0u64;
+    // SAFETY: an out-pointer of ours, a module handle and a NUL-terminated name the module keeps.
+    (unsafe { get(&mut h, module, name) } == SUCCESS).then_some(h)
+}
+
+/// The caller's callback of ToolsModule slot 7 (cuFFT's stores the function through `user`).
+type EachFunction = unsafe extern "C" fn(user: *mut c_void, function: u64, name: *const c_char);
+
+/// ToolsModule slot 7: each function of `module` to `each`, the count returned.
+extern "C" fn module_functions(_ctx: u64, module: u64, each: Option<EachFunction>, user: *mut c_void) -> u64 {
+    count(10);
+    let Some(list) = super::modules::functions_of(module) else { return 0 };
+    let mut n = 0;
+    for (name, bound) in list {
+        let Some(h) = bound.or_else(|| get_function(module, name)) else { continue };
+        if let Some(each) = each {
+            // SAFETY: the caller's callback with its own `user`, a handle and a name that lives
+            // as long as the module.
+            unsafe { each(user, h, name) };
+        }
+        n += 1;
+    }
+    n
 }
 
 /// The fatbin of a `__fatBinC_Wrapper_t` (null when it is not one).

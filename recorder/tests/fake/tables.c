@@ -23,6 +23,9 @@ CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice dev);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuGetExportTable(const void **table, const CUuuid *id);
+CUresult cuModuleLoadData(void **module, const void *image);
+CUresult cuModuleGetFunction(void **f, void *module, const char *name);
+CUresult cuCtxSynchronize(void);
 
 static void check(CUresult r, const char *what) {
   if (r != 0) {
@@ -44,6 +47,19 @@ static const void *table(const char *hex) {
 }
 
 static void destructor(CUcontext c, void *k, void *v) { (void)c; (void)k; (void)v; }
+
+/* What ToolsModule slot 7 hands its callback (as cuFFT's callback receives it). */
+static void *seen_f[8], *seen_user;
+static const char *seen_name[8];
+static int seen_n;
+static void each(void *user, void *f, const char *name) {
+  if (seen_n < 8) {
+    seen_f[seen_n] = f;
+    seen_name[seen_n] = name;
+  }
+  seen_n++;
+  seen_user = user;
+}
 
 int main(void) {
   check(cuInit(0), "cuInit");
@@ -118,6 +134,31 @@ int main(void) {
     check(f(ver, 1764000000ULL, out), "integrity[1]");
     printf("integrity %u %016llx%016llx\n", ver, out[1], out[0]);
   }
+  /* ToolsModule (cuFFT): slot 7 hands each function of a module to a callback, in the image's
+   * order, the function cuModuleGetFunction gives for the name; it returns how many. */
+  const void *tools = table("6e163fbeb958444d835ce182aff1991e");
+  printf("tools_module_size %zu\n", *(const size_t *)tools);
+  static const char two[] = ".version 7.0\n.target sm_75\n.address_size 64\n"
+                            ".visible .entry wide(.param .u64 p) { ret; }\n"
+                            ".visible .entry scale(.param .u64 p) { ret; }\n";
+  static const char none[] = ".version 7.0\n.target sm_75\n.address_size 64\n.visible .global .align 4 .u32 g;\n";
+  void *m2 = 0, *m0 = 0, *scale = 0;
+  check(cuModuleLoadData(&m2, two), "cuModuleLoadData(two kernels)");
+  check(cuModuleGetFunction(&scale, m2, "scale"), "cuModuleGetFunction(scale)");
+  typedef unsigned long long (*functions_fn)(CUcontext, void *, void (*)(void *, void *, const char *), void *);
+  functions_fn functions = ((functions_fn const *)tools)[7];
+  int user = 0;
+  unsigned long long n = functions(p2, m2, each, &user);
+  printf("module_functions %llu", n);
+  for (int i = 0; i < seen_n && i < 8; i++) printf(" %s", seen_name[i]);
+  printf(" user %d same %d distinct %d\n", seen_user == &user, seen_n == 2 && seen_f[1] == scale,
+         seen_n == 2 && seen_f[0] != seen_f[1] && seen_f[0] != 0);
+  check(cuModuleLoadData(&m0, none), "cuModuleLoadData(no kernel)");
+  seen_n = 0;
+  n = functions(0, m0, each, &user);
+  printf("module_functions_none %llu %d\n", n, seen_n);
+  check(cuCtxSynchronize(), "cuCtxSynchronize after the functions of a module");
+
   printf("inputs %d %d 0x%lx %p %p %p ", drv, (int)getpid(), (unsigned long)pthread_self(), cudart, integ,
          (void *)f);
   for (int i = 0; i < 16; i++) printf("%02x", uuid.bytes[i]);
