@@ -475,6 +475,33 @@ fn sigterm_finishes_the_trace() {
     assert!(f.index().calls >= 10, "{:?}", f.index().calls);
 }
 
+/// A crash (a fault, or `abort()`) ends the program as it would have, and the trace is
+/// finished first, with every call made before the crash: the launches after the last
+/// synchronization were still in the thread's batch, which a crash used to lose.
+#[test]
+fn a_crash_finishes_the_trace_with_every_call_before_it() {
+    use std::os::unix::process::ExitStatusExt;
+    let lib = recorder_lib();
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path());
+    for (mode, sig) in [("-15", libc::SIGSEGV), ("-16", libc::SIGABRT)] {
+        let trace = dir.path().join(format!("crash{mode}.gl"));
+        let out = Command::new(&prog)
+            .arg(mode)
+            .env("LD_LIBRARY_PATH", dir.path())
+            .env("LD_PRELOAD", &lib)
+            .env("GPULESS_TRACE", &trace)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(sig), "the program still dies of its signal: {out:?}");
+        let f = gpuless_traces::TraceFile::open(&trace).expect("a finished trace (index written)");
+        assert!(f.index().calls > 10, "{:?}", f.index().calls);
+        let calls = calls_of(&trace);
+        let launches = calls.iter().filter(|c| c.function.name() == "cuLaunchKernel").count();
+        assert_eq!(launches, 8, "the set-up's launch and the 7 before the crash ({mode})");
+    }
+}
+
 /// A child forked without exec that calls the driver is not recorded, and says so once on
 /// stderr (issue 4: "a child that uses CUDA writes its own trace or is clearly reported"); it
 /// exits normally (its atexit handlers run: the inherited writer must be left alone), the

@@ -226,6 +226,13 @@ int main(int argc, char **argv) {
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 11;
   }
+  if (iters == -15 || iters == -16) { /* 7 launches, nothing synchronized, then a crash: a fault
+                                        * (-15, SIGSEGV) or abort() (-16, SIGABRT) */
+    for (int i = 0; i < 7; i++) if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0)) return 21;
+    if (iters == -16) abort();
+    *(volatile int *)(uintptr_t)8 = 1;
+    return 22;
+  }
   if (iters < 0) { /* wait for a signal: the recorder must finish the trace on SIGTERM */
     printf("ready\n"); fflush(stdout);
     for (;;) pause();
