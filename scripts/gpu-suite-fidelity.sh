@@ -7,7 +7,8 @@
 # unified addresses (memcpy_default: cudaMemcpyDefault), async 2D/3D copies into padded host
 # rows (pitched). Each is run
 # natively and under `gpuless record` (outputs must be identical), then replayed (every result
-# verified, nothing unverifiable).
+# verified, nothing unverifiable). And a program that crashes (crash): its recording must end
+# as natively (SIGSEGV) with a finished trace of every launch before the crash.
 #
 #   scripts/gpu-suite-fidelity.sh BIN_DIR SUITE_BIN OUT_DIR
 #
@@ -44,6 +45,26 @@ PY
   )
   row "fidelity: oob kept (a read before an allocation, into freed memory the arena keeps mapped) recorded and replayed" \
     "${detail%%|*}" "${detail#*|} $(tail -n 1 "$out/oob_kept.rec.err") $( [[ $rc != 0 ]] && tail -n 2 "$out/oob_kept.replay.err" | tr '\n' ' ')"
+fi
+
+# A crash: the program faults in its own host code after 25 completed and 7 queued launches.
+# Recorded, it must still die of SIGSEGV (gpuless record exits 128 + 11) and leave a finished
+# trace holding all 32 launches.
+if [[ -x $suite_bin/crash ]]; then
+  "${lim[@]}" "$gl" record -o "$out/crash.gl" -- "$suite_bin/crash" >"$out/crash.rec.out" 2>"$out/crash.rec.err"; rc_r=$?
+  detail=$("$gl" analyze --json --no-progress "$out/crash.gl" 2>/dev/null | python3 -c '
+import json, sys
+rc = int(sys.argv[1])
+try:
+    d = json.load(sys.stdin)
+except Exception as e:
+    print(f"FAIL|record rc={rc}, no analysis ({e})")
+    sys.exit()
+fin, n = d["integrity"]["finished"], d["stats"]["kernel_launches"]
+ok = fin and n == 32 and rc == 139
+print(("PASS" if ok else "FAIL") + f"|record rc={rc} (139: SIGSEGV, as natively), trace finished: {fin}, {n} launches (want 32)")' "$rc_r")
+  row "fidelity: a crashing program (SIGSEGV after 32 launches, 7 unsynchronized) leaves a finished trace with all of them" \
+    "${detail%%|*}" "${detail#*|} $(tail -n 1 "$out/crash.rec.out")"
 fi
 
 for p in ptr_attrs oob event_d2h graph_query managed memcpy_default pitched; do

@@ -67,7 +67,7 @@ build cublas_batched "${common[@]}" -cudart shared "$here/cublas_batched.cu" -lc
 build streams "${common[@]}" -cudart shared "$here/streams.cu"
 build streams_static "${common[@]}" -cudart static "$here/streams.cu"
 build ptr_attrs "${common[@]}" -cudart shared "$here/ptr_attrs.cu" -lcuda
-for p in globals ptr_struct texture graph alloc_bench segment upload fault oob event_d2h graph_query managed memcpy_default pitched; do
+for p in globals ptr_struct texture graph alloc_bench segment upload fault oob event_d2h graph_query managed memcpy_default pitched crash; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
 if "${CC:-cc}" -O2 -shared -fPIC -o "$out/libblock_arena.so" "$here/block_arena.c"; then
