@@ -253,6 +253,26 @@ print(f"{verdict}|policy gpuless: {pred} synchronizations ({pct:.2f}% of {calls}
   echo "row|client: PyTorch $name round trips, the analyzer's gpuless policy vs the client|${v%%|*}|${v#*|}"
   rm -f "$out/$name.gl"
 }
+# Issue 19's first-result target (client ≤ 0.8x native) against what no client can avoid: the
+# program's own CPU work before its first CUDA call (testdata/workloads/first_result_floor.py,
+# twice, the faster counts), as a share of the native first result just measured. INFO.
+floor_row() {
+  local f1 f2
+  f1=$(python3 "$wl/first_result_floor.py" 2>/dev/null | tail -n 1)
+  f2=$(python3 "$wl/first_result_floor.py" 2>/dev/null | tail -n 1)
+  echo "row|client: PyTorch resnet50 first-result floor: the program's CPU work before its first CUDA call, share of the native first result|INFO|$(python3 - "$f1" "$f2" "$out/resnet50.native.txt" "$out/resnet50.remote.txt" <<'PY'
+import json, sys
+try:
+    floor = min(json.loads(a)["cpu_floor_s"] for a in sys.argv[1:3])
+    nat = json.loads(open(sys.argv[3]).read().strip().splitlines()[-1])["first_result_s"]
+    rem = json.loads(open(sys.argv[4]).read().strip().splitlines()[-1])["first_result_s"]
+    print(f"floor {floor:.2f} s = x{floor/nat:.3f} of native {nat:.2f} s (remote {rem:.2f} s = x{rem/nat:.3f}); "
+          f"the remote part after the floor: {rem-floor:.2f} s vs native {nat-floor:.2f} s (x{(rem-floor)/max(nat-floor,1e-9):.3f})")
+except Exception as e:
+    print(f"not measured ({e})")
+PY
+)"
+}
 if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
   wl=$(cd "$(dirname "$0")/../testdata/workloads" && pwd)
   # train: forward, backward, optimizer; compiled: torch.compile (Triton kernels); fft: cuFFT.
@@ -260,7 +280,7 @@ if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unsha
     case $t in
       resnet50)
         for r in "$(dirname "$0")/../.device/workloads/resnet50.py" "$(dirname "$0")/../../shared/workloads/resnet50.py"; do
-          if [ -f "$r" ]; then torch_row resnet50 "$r"; second_run resnet50 "$r" $((2 << 20)); policy_row resnet50 "$r"; break; fi
+          if [ -f "$r" ]; then torch_row resnet50 "$r"; floor_row; second_run resnet50 "$r" $((2 << 20)); policy_row resnet50 "$r"; break; fi
         done ;;
       bert) python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py" && second_run bert "$wl/bert.py" ;;
       *) torch_row "$t" "$wl/$t.py" ;;
