@@ -151,11 +151,9 @@ pub(crate) fn call(
             "cuMemcpyHtoD" if st.stream_override.is_some_and(capturing) => {
                 let data = blob(trace, &c, c.arg("srcHost"))?;
                 let dst = st.mem.translate(c.word("dstDevice")?);
-                let p = st.objects.pinned(data.len(), seq)?;
-                std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len());
-                st.objects.staged.insert(seq, (p, data.len()));
+                let p = st.objects.stage(&data, seq)?;
                 let stream = st.stream_override.unwrap_or(std::ptr::null_mut());
-                check(sys::cuMemcpyHtoDAsync_v2(dst, p.cast_const().cast(), data.len(), stream), seq, f.name)?;
+                check(sys::cuMemcpyHtoDAsync_v2(dst, p.cast(), data.len(), stream), seq, f.name)?;
             }
             "cuMemcpyHtoD" => {
                 let data = blob(trace, &c, c.arg("srcHost"))?;
@@ -178,14 +176,7 @@ pub(crate) fn call(
                 let data = blob(trace, &c, c.arg("srcHost"))?;
                 let dst = st.mem.translate(c.word("dstDevice")?);
                 let stream = st.stream(c.word("hStream")?);
-                let src = if capturing(stream) {
-                    let p = st.objects.pinned(data.len(), seq)?;
-                    std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len());
-                    st.objects.staged.insert(seq, (p, data.len()));
-                    p.cast_const()
-                } else {
-                    data.as_ptr()
-                };
+                let src = if capturing(stream) { st.objects.stage(&data, seq)? } else { data.as_ptr() };
                 check(sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), data.len(), stream), seq, f.name)?;
             }
             "cuMemcpyDtoH" => {

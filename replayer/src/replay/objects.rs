@@ -172,6 +172,17 @@ impl Objects {
         Ok(p.cast())
     }
 
+    /// A host source captured into a graph: `data` copied into pinned memory that outlives the
+    /// graph (the graph copies from it at every launch), remembered as call `seq`'s staging
+    /// (a cached piece's relaunch refreshes it). Returns the pinned copy.
+    pub fn stage(&mut self, data: &[u8], seq: u64) -> Result<*const u8, ReplayError> {
+        let p = self.pinned(data.len(), seq)?;
+        // SAFETY: `p` holds `data.len()` bytes, just allocated; the two do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+        self.staged.insert(seq, (p, data.len()));
+        Ok(p.cast_const())
+    }
+
     /// Queues a device-to-host result for comparison at the next synchronization covering
     /// its stream.
     pub fn defer(&mut self, p: Pending) {
