@@ -260,14 +260,21 @@ floor_row() {
   local f1 f2
   f1=$(python3 "$wl/first_result_floor.py" 2>/dev/null | tail -n 1)
   f2=$(python3 "$wl/first_result_floor.py" 2>/dev/null | tail -n 1)
-  echo "row|client: PyTorch resnet50 first-result floor: the program's CPU work before its first CUDA call, share of the native first result|INFO|$(python3 - "$f1" "$f2" "$out/resnet50.native.txt" "$out/resnet50.remote.txt" <<'PY'
+  echo "row|client: PyTorch resnet50 first-result floor: the program's CPU work before its first CUDA call, share of the native first result|INFO|$(python3 - "$f1" "$f2" "$out/resnet50.native.txt" "$out/resnet50.remote.txt" "$out/resnet50.stats.json" <<'PY'
 import json, sys
 try:
     floor = min(json.loads(a)["cpu_floor_s"] for a in sys.argv[1:3])
     nat = json.loads(open(sys.argv[3]).read().strip().splitlines()[-1])["first_result_s"]
     rem = json.loads(open(sys.argv[4]).read().strip().splitlines()[-1])["first_result_s"]
+    try:
+        s = json.load(open(sys.argv[5]))
+        inside = (f"; over the whole run the client spent {s.get('call_us', 0) / 1e6:.2f} s inside driver calls, "
+                  f"{s.get('wait_us', 0) / 1e6:.2f} s of it waiting for the server")
+    except Exception:
+        inside = ""
     print(f"floor {floor:.2f} s = x{floor/nat:.3f} of native {nat:.2f} s (remote {rem:.2f} s = x{rem/nat:.3f}); "
-          f"the remote part after the floor: {rem-floor:.2f} s vs native {nat-floor:.2f} s (x{(rem-floor)/max(nat-floor,1e-9):.3f})")
+          f"the remote part after the floor: {rem-floor:.2f} s vs native {nat-floor:.2f} s (x{(rem-floor)/max(nat-floor,1e-9):.3f})"
+          + inside)
 except Exception as e:
     print(f"not measured ({e})")
 PY
