@@ -11,7 +11,8 @@
 # resnet50 bert), CLIENT_TENANTS=0 the tenants row, CLIENT_PIECES=0 the cached-trace execution rows
 # (CLIENT_PIECES_ROWS: changing resnet50 bert; servers with --cached-execution on, holding
 # always and only while busy; CLIENT_PIECES_ITERS hot iterations of their A-B-C-C-B-A runs,
-# default 100).
+# default 100), CLIENT_RECORD=0 the `record --remote` rows (streams, pitched, memcpy_default,
+# torch.fft: recorded remotely, replayed here verified).
 # For each program: the
 # native output, the same command in the namespace without gpuless (must see no GPU), and
 # with `gpuless run --remote` (must print what the native run printed); the client's counts
@@ -293,6 +294,43 @@ if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unsha
       *) torch_row "$t" "$wl/$t.py" ;;
     esac
   done
+fi
+# `gpuless record --remote` (issue 19): a program recorded while it runs remotely with the driver
+# hidden. Its output must equal native, and its trace must replay here (on this GPU, locally)
+# with every result verified and none unverifiable, as a local recording's does: the trace of a
+# remote run is the same kind of trace. CLIENT_RECORD=0 leaves this out.
+if [ "${CLIENT_RECORD:-1}" != 0 ] && unshare -m true 2>/dev/null; then
+  rr_row() { # NAME CMD...
+    local name=$1; shift
+    HOT_ITERS=2 "$@" >"$out/rr-$name.native.txt" 2>/dev/null
+    HOT_ITERS=2 hidden "$gl" record --remote "$addr" -o "$out/rr-$name.gl" -- "$@" >"$out/rr-$name.out" 2>"$out/rr-$name.err"; local rc=$?
+    "$gl" replay --json "$out/rr-$name.gl" >"$out/rr-$name.replay.json" 2>"$out/rr-$name.replay.err"; local rp=$?
+    local verdict
+    verdict=$(python3 - "$out/rr-$name.native.txt" "$out/rr-$name.out" "$out/rr-$name.replay.json" "$rc" "$rp" <<'PY'
+import json, sys
+nat, rem, rep, rc, rp = open(sys.argv[1]).read(), open(sys.argv[2]).read(), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+def checksum(t):
+    try:
+        return json.loads(t.strip().splitlines()[-1])["checksum"]
+    except Exception:
+        return None
+same = nat == rem or (checksum(nat) is not None and checksum(nat) == checksum(rem))
+try:
+    r = json.load(open(rep))
+    v, u, m = r["results_verified"], r["results_unverified"], len(r["mismatches"])
+except Exception as e:
+    v, u, m = 0, 0, f"no report ({e})"
+ok = rc == 0 and rp == 0 and same and v >= 1 and u == 0 and m == 0
+print(("PASS" if ok else "FAIL") + f"|recorded remotely rc={rc}, output identical to native: {same}; local replay rc={rp}: "
+      f"{v} results verified, {u} unverified, {m} mismatches")
+PY
+)
+    echo "row|client: record --remote $name (driver hidden), output identical, the trace replays here verified|${verdict%%|*}|${verdict#*|}; $(tail -n 1 "$out/rr-$name.err" | head -c 200) $( [ "$rp" != 0 ] && tail -n 2 "$out/rr-$name.replay.err" | head -c 400 | tr '\n' ' ')"
+  }
+  for p in streams pitched memcpy_default; do [ -x "$sb/$p" ] && rr_row "$p" "$sb/$p"; done
+  if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null; then
+    rr_row torch_fft python3 "$(cd "$(dirname "$0")/../testdata/workloads" && pwd)/fft.py"
+  fi
 fi
 # Cached-trace execution (issue 20): the server's executor captures runs of capturable records
 # that repeat ("pieces": launches, async copies, memsets on one stream) as CUDA graphs and
