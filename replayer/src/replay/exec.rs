@@ -151,7 +151,7 @@ pub(crate) fn call(
             "cuMemcpyHtoD" if st.stream_override.is_some_and(capturing) => {
                 let data = blob(trace, &c, c.arg("srcHost"))?;
                 let dst = st.mem.translate(c.word("dstDevice")?);
-                let p = st.objects.stage(&data, seq)?;
+                let p = st.objects.stage(data, seq)?;
                 let stream = st.stream_override.unwrap_or(std::ptr::null_mut());
                 check(sys::cuMemcpyHtoDAsync_v2(dst, p.cast(), data.len(), stream), seq, f.name)?;
             }
@@ -176,7 +176,7 @@ pub(crate) fn call(
                 let data = blob(trace, &c, c.arg("srcHost"))?;
                 let dst = st.mem.translate(c.word("dstDevice")?);
                 let stream = st.stream(c.word("hStream")?);
-                let src = if capturing(stream) { st.objects.stage(&data, seq)? } else { data.as_ptr() };
+                let src = if capturing(stream) { st.objects.stage(data, seq)? } else { data.as_ptr() };
                 check(sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), data.len(), stream), seq, f.name)?;
             }
             "cuMemcpyDtoH" => {

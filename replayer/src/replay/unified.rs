@@ -68,7 +68,7 @@ pub(super) unsafe fn copy(
                 let to = st.mem.translate(word(d).ok_or_else(|| c.missing("dst"))?);
                 match stream {
                     Some(s) => {
-                        let from = if capturing(s) { st.objects.stage(&data, seq)? } else { data.as_ptr() };
+                        let from = if capturing(s) { st.objects.stage(data, seq)? } else { data.as_ptr() };
                         check(sys::cuMemcpyHtoDAsync_v2(to, from.cast(), data.len(), s), seq, name)?;
                     }
                     None => check(sys::cuMemcpyHtoD_v2(to, data.as_ptr().cast(), data.len()), seq, name)?,
