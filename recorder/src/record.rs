@@ -7,11 +7,11 @@ use gpuless_analyzer::api::SyncClass;
 use gpuless_traces::{CallRecord, Function};
 
 use crate::hooks::{HOOKS, NOT_FOUND};
+use crate::lane::{self, Lane};
+use crate::{arena, capture, diag, fold, functions, hostview, pending, raw, slots, state};
 
 /// `CUDA_ERROR_UNKNOWN`: what a call answers when client mode fails inside it.
 const UNKNOWN: u32 = cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32;
-use crate::lane::{self, Lane};
-use crate::{arena, capture, diag, fold, functions, hostview, pending, raw, slots, state};
 
 /// The last time this thread read the clock (0 before it did).
 pub(crate) fn last_ns() -> u64 {
