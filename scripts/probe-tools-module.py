@@ -39,8 +39,7 @@ libc.process_vm_readv.argtypes = [c_int, POINTER(IOV), ctypes.c_ulong, POINTER(I
 libc.mprotect.argtypes = [c_void_p, ctypes.c_size_t, c_int]
 
 
-def peek(addr, n=64):
-    n = 96 if n == 64 else n
+def peek(addr, n=96):
     if addr < 4096:
         return None
     buf = ctypes.create_string_buffer(n)
@@ -48,8 +47,6 @@ def peek(addr, n=64):
     got = libc.process_vm_readv(os.getpid(), byref(loc), 1, byref(rem), 1, 0)
     return buf.raw[:got] if got > 0 else None
 
-
-PEEK = 64
 
 
 def maps():
@@ -203,7 +200,8 @@ def logged(a0, a1, a2, a3, a4, a5):
             if after[i] != before[i]:
                 say(f"    after  u64 {words(after[i], 8)}")
             if not is_exec(a):
-                for j, w in enumerate(struct.unpack("<12Q", before[i])):
+                b = before[i][: len(before[i]) // 8 * 8]
+                for j, w in enumerate(struct.unpack(f"<{len(b) // 8}Q", b)):
                     if mapped(w) and w != a:
                         deep(f"a{i}[{j}]", w)
     for (c, cr) in cb_calls:
@@ -232,21 +230,20 @@ say("fft checksum", float(y.sum()), "calls of the slot", len(calls))
 for k, (args, before, after, r, cbs) in enumerate(calls):
     for i, a in enumerate(args):
         if before[i] and after[i] and before[i] != after[i]:
-            for j, w in enumerate(struct.unpack("<8Q", after[i][:64])):
+            b = after[i][: min(64, len(after[i]) // 8 * 8)]
+            for j, w in enumerate(struct.unpack(f"<{len(b) // 8}Q", b)):
                 if mapped(w) and w != a:
                     say(f"call {k} a{i} word {j} {w:#x}: function name {name_of_function(w)} module {module_of_function(w)}")
     for (c, cr) in cbs:
         for w in c:
             if mapped(w):
                 say(f"call {k} callback value {w:#x}: function name {name_of_function(w)} module {module_of_function(w)}")
-mods = set()
 for k, (args, *_rest) in enumerate(calls):
     for i, a in enumerate(args):
         if mapped(a) and not is_exec(a):
             rr, fs = functions_of_module(a)
             say(f"call {k} a{i} {a:#x} as a module: status {rr}, {len(fs)} functions")
             if rr == 0:
-                mods.add((i, a))
                 for j, (f, nm) in enumerate(fs):
                     say(f"    [{j}] {f:#x} {nm}")
 

@@ -152,7 +152,9 @@ pub(crate) fn function(h: u64, module: u64, name: &str) -> bool {
     known(|k| {
         let Some(m) = k.modules.get_mut(&module) else { return false };
         let Some(kernel) = m.kernels.get(name).cloned() else { return false };
-        m.handles.entry(name.to_string()).or_insert(h);
+        if !m.handles.contains_key(name) {
+            m.handles.insert(name.to_string(), h);
+        }
         k.functions.insert(h, kernel);
         true
     })

@@ -249,28 +249,31 @@ extern "C" fn primary_context(out: *mut u64, dev: i32) -> u32 {
     SUCCESS
 }
 
-/// The module load through the hook of `cuModuleLoadData`, so that it is sent (and recorded)
-/// as one.
+/// The hook of driver function `name`: a slot's work done through it is sent (and recorded)
+/// as that call.
+fn hook(name: &str) -> Option<*mut c_void> {
+    crate::hooks::slot_of(name).map(|i| crate::hooks::HOOKS[i].hook.ptr())
+}
+
+/// The module load through the hook of `cuModuleLoadData`.
 fn load_fatbin(module: *mut u64, image: *const c_void) -> u32 {
     count(9);
     if module.is_null() || image.is_null() {
         return INVALID_VALUE;
     }
-    let Some(i) = crate::hooks::slot_of("cuModuleLoadData") else { return NOT_SUPPORTED };
+    let Some(p) = hook("cuModuleLoadData") else { return NOT_SUPPORTED };
     type Load = unsafe extern "C" fn(*mut u64, *const c_void) -> u32;
     // SAFETY: the hook has cuModuleLoadData's signature.
-    let load = unsafe { std::mem::transmute::<*mut c_void, Load>(crate::hooks::HOOKS[i].hook.ptr()) };
+    let load = unsafe { std::mem::transmute::<*mut c_void, Load>(p) };
     // SAFETY: the program's out-pointer and fatbin.
     unsafe { load(module, image) }
 }
 
-/// The function of `name` in `module` through the hook of `cuModuleGetFunction`, so that it is
-/// sent (and recorded) as one.
+/// The function of `name` in `module` through the hook of `cuModuleGetFunction`.
 fn get_function(module: u64, name: *const c_char) -> Option<u64> {
-    let i = crate::hooks::slot_of("cuModuleGetFunction")?;
     type Get = unsafe extern "C" fn(*mut u64, u64, *const c_char) -> u32;
     // SAFETY: the hook has cuModuleGetFunction's signature.
-    let get = unsafe { std::mem::transmute::<*mut c_void, Get>(crate::hooks::HOOKS[i].hook.ptr()) };
+    let get = unsafe { std::mem::transmute::<*mut c_void, Get>(hook("cuModuleGetFunction")?) };
     let mut h = 0u64;
     // SAFETY: an out-pointer of ours, a module handle and a NUL-terminated name the module keeps.
     (unsafe { get(&mut h, module, name) } == SUCCESS).then_some(h)
