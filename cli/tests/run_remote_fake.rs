@@ -407,3 +407,37 @@ fn calls_at_exit_after_thread_locals_are_destroyed() {
     assert!(ran.ok, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     assert_eq!(ran.stdout, want, "{}", ran.stderr);
 }
+
+/// A program that crashes in client mode (a fault, `abort()`) dies of its signal as natively,
+/// and its session still ends as at exit: the work it sent ahead reaches the server (one last
+/// wait), the session is closed and the counts are written (`--json`).
+#[test]
+fn a_crash_in_client_mode_ends_the_session_with_its_counts() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "crash", &["-l:libcuda.so.1"]);
+    let native = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    assert_eq!(native.status.signal(), Some(libc::SIGSEGV), "{native:?}");
+
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    for (arg, sig) in [(None, libc::SIGSEGV), (Some("abort"), libc::SIGABRT)] {
+        let out = Command::new(GL)
+            .args(["run", "--remote", &srv.tcp, "--json", "--"])
+            .arg(&prog)
+            .args(arg)
+            .env("GPULESS_RECORDER", common::recorder_lib())
+            .env_remove("LD_LIBRARY_PATH")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + sig), "{stderr}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "crashing\n");
+        let json = stderr.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no counts: {stderr}"));
+        let s: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert!(s["calls"].as_u64().unwrap() >= 10, "{s}");
+        assert!(s["sent"].as_u64().unwrap() >= 6, "the allocation and the memsets were sent: {s}");
+        assert!(s["waits"].as_u64().unwrap() >= 1, "the last wait, as at exit: {s}");
+        assert!(s["failed"].is_null(), "{s}");
+    }
+}

@@ -55,8 +55,14 @@ extern "C" fn on_crash(sig: libc::c_int) {
     }
 }
 
-/// Installs the handlers for the signals still at their default action.
+/// Installs the handlers for the signals still at their default action (once per process:
+/// when the trace opens, or when a client-mode session starts).
 pub fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(install_once);
+}
+
+fn install_once() {
     let (mut fds, mut done) = ([0 as libc::c_int; 2], [0 as libc::c_int; 2]);
     // SAFETY: pipe2 with valid arrays; close-on-exec so programs we run do not inherit them.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -71,6 +77,7 @@ pub fn install() {
         while unsafe { libc::read(r, (&mut b as *mut u8).cast(), 1) } == 1 {
             let sig = libc::c_int::from(b);
             crate::state::finish_now();
+            crate::remote::finish_at_signal();
             if CRASHES.contains(&sig) {
                 // The crashing thread ends the process once told.
                 // SAFETY: one byte from a local into our pipe.

@@ -63,6 +63,15 @@ pub fn active() -> bool {
     }
 }
 
+/// The session's end when a signal ends the program (`signals.rs`, on its thread): the last
+/// answer (errors the program never synchronized for are said), the session closed, the counts
+/// written — what the exit path does, which a signal skips.
+pub(crate) fn finish_at_signal() {
+    if active() {
+        session::finish();
+    }
+}
+
 /// One hooked call in client mode.
 ///
 /// # Safety

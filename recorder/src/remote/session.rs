@@ -164,6 +164,8 @@ pub(super) fn init() -> u32 {
     drop(g);
     // SAFETY: registering a plain extern "C" function with the C library.
     unsafe { libc::atexit(at_exit) };
+    // A signal that ends the program (SIGTERM, a crash) ends the session as the exit would.
+    crate::signals::install();
     if DEVICE.get().is_none() {
         return NO_DEVICE;
     }
@@ -654,7 +656,15 @@ pub(crate) fn blob(kind: BlobKind, data: &[u8]) -> Value {
 /// At exit: the last answer (errors the program never synchronized for are said), the
 /// session closed, the counts written.
 extern "C" fn at_exit() {
+    finish();
+}
+
+/// [`at_exit`]'s work, once (a signal that ends the program does it first: `signals.rs`).
+pub(super) fn finish() {
     let mut g = lock();
+    if matches!(g.as_ref(), Some(Ok(sess)) if sess.closed) {
+        return;
+    }
     let Some(Ok(sess)) = g.as_mut() else {
         if let (Some((endpoint, why)), Some(path)) = (UNREACHED.get(), std::env::var_os(ENV_STATS)) {
             let j = serde_json::json!({
