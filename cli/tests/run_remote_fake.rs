@@ -441,3 +441,19 @@ fn a_crash_in_client_mode_ends_the_session_with_its_counts() {
         assert!(s["failed"].is_null(), "{s}");
     }
 }
+
+/// A child forked without exec from a client-mode process shares the parent's session: its
+/// CUDA calls fail (`CUDA_ERROR_NOT_INITIALIZED`, said once, as the driver treats a child it
+/// cannot serve) and its exit leaves the session alone, so the parent's work goes on — it reads
+/// back what it wrote, through the same session.
+#[test]
+fn a_forked_child_never_touches_the_parents_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "fork_child", &["-l:libcuda.so.1"]);
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = serve_harness::run_client(&srv, &prog);
+    assert!(ran.ok, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    assert_eq!(ran.stdout, "child 3\nparent 0 7\n", "{}", ran.stderr);
+    assert_eq!(ran.stderr.matches("was forked from a client-mode process without exec").count(), 1, "{}", ran.stderr);
+    assert!(ran.stderr.contains("(first: cuMemsetD8"), "{}", ran.stderr);
+}

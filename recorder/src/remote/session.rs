@@ -105,6 +105,18 @@ struct Session {
 /// The session's state for the hot path, read without the lock: 0 before `cuInit`, 1
 /// running, 2 lost (every call fails with `LOST`), or a `CUresult` ≥ 100 `cuInit` failed with.
 static READY: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+/// Set in a child forked without `exec`: the session and its connection are the parent's, so
+/// the child's calls fail (`CUDA_ERROR_NOT_INITIALIZED`, said once) and its exit leaves the
+/// session alone. Natively, CUDA in such a child is undefined; here it must never touch the
+/// parent's work.
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The forked child has said so.
+static FORK_SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn in_child() {
+    FORKED.store(true, Ordering::Relaxed);
+    crate::signals::reset_in_child();
+}
 
 /// `None` before `cuInit`; `Some(Err(code))` when it failed.
 static SESSION: Mutex<Option<Result<Session, u32>>> = Mutex::new(None);
@@ -162,8 +174,11 @@ pub(super) fn init() -> u32 {
         }
     });
     drop(g);
-    // SAFETY: registering a plain extern "C" function with the C library.
-    unsafe { libc::atexit(at_exit) };
+    // SAFETY: registering plain extern "C" functions with the C library.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(in_child));
+    }
     // A signal that ends the program (SIGTERM, a crash) ends the session as the exit would.
     crate::signals::install();
     if DEVICE.get().is_none() {
@@ -286,6 +301,18 @@ pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
 /// As [`call`].
 unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     let f = s.func;
+    if FORKED.load(Ordering::Relaxed) {
+        if !FORK_SAID.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "gpuless: process {} was forked from a client-mode process without exec; its CUDA calls \
+                 (first: {}) fail with CUDA_ERROR_NOT_INITIALIZED (the session is its parent's). Run it \
+                 through exec (e.g. multiprocessing's 'spawn' start method) to give it a session of its own",
+                std::process::id(),
+                f.name
+            );
+        }
+        return NOT_INITIALIZED;
+    }
     CALLS.fetch_add(1, Ordering::Relaxed);
     // cuInit connects; so does cuDriverGetVersion, which the driver answers before cuInit
     // (cudart asks it first, and takes a failure for a driver too old for it).
@@ -661,6 +688,9 @@ extern "C" fn at_exit() {
 
 /// [`at_exit`]'s work, once (a signal that ends the program does it first: `signals.rs`).
 pub(super) fn finish() {
+    if FORKED.load(Ordering::Relaxed) {
+        return;
+    }
     let mut g = lock();
     if matches!(g.as_ref(), Some(Ok(sess)) if sess.closed) {
         return;
