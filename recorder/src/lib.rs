@@ -21,6 +21,7 @@ mod capture;
 mod clock;
 mod cudart;
 mod diag;
+mod exits;
 mod export_log;
 mod export_tables;
 mod fold;

@@ -93,6 +93,7 @@ fn config() -> &'static Config {
         let start_unix_ns =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         if path.is_some() {
+            crate::exits::note_owner();
             // SAFETY: registering plain extern "C" functions with the C library.
             unsafe {
                 libc::atexit(at_exit);

@@ -502,6 +502,31 @@ fn a_crash_finishes_the_trace_with_every_call_before_it() {
     }
 }
 
+/// A program that leaves through `_exit` (atexit skipped: Python's `os._exit`) still leaves a
+/// finished trace with every call, and its exit status; a `vfork` child that calls `_exit`
+/// (a failed exec) leaves its parent's recording alone.
+#[test]
+fn underscore_exit_finishes_the_trace_and_a_vfork_child_does_not() {
+    let lib = recorder_lib();
+    let dir = tempfile::tempdir().unwrap();
+    let prog = build(dir.path());
+    for (mode, code) in [("-17", 5), ("-18", 0)] {
+        let trace = dir.path().join(format!("exit{mode}.gl"));
+        let out = Command::new(&prog)
+            .arg(mode)
+            .env("LD_LIBRARY_PATH", dir.path())
+            .env("LD_PRELOAD", &lib)
+            .env("GPULESS_TRACE", &trace)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{out:?}");
+        let f = gpuless_traces::TraceFile::open(&trace).expect("a finished trace (index written)");
+        assert!(f.index().calls > 10, "{:?}", f.index().calls);
+        let launches = calls_of(&trace).iter().filter(|c| c.function.name() == "cuLaunchKernel").count();
+        assert_eq!(launches, 8, "the set-up's launch and the 7 after ({mode})");
+    }
+}
+
 /// A child forked without exec that calls the driver is not recorded, and says so once on
 /// stderr (issue 4: "a child that uses CUDA writes its own trace or is clearly reported"); it
 /// exits normally (its atexit handlers run: the inherited writer must be left alone), the

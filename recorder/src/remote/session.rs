@@ -174,6 +174,7 @@ pub(super) fn init() -> u32 {
         }
     });
     drop(g);
+    crate::exits::note_owner();
     // SAFETY: registering plain extern "C" functions with the C library.
     unsafe {
         libc::atexit(at_exit);

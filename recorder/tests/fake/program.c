@@ -226,6 +226,20 @@ int main(int argc, char **argv) {
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 11;
   }
+  if (iters == -17) { /* 7 launches, nothing synchronized, then _exit (atexit handlers skipped) */
+    for (int i = 0; i < 7; i++) if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0)) return 21;
+    _exit(5);
+  }
+  if (iters == -18) { /* a vfork child whose exec fails calls _exit (it shares our memory), then
+                       * 7 launches here */
+    pid_t pid = vfork();
+    if (pid == 0) { execl("/nonexistent/gpuless-test", "x", (char *)0); _exit(127); }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 127) return 23;
+    for (int i = 0; i < 7; i++) if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0)) return 21;
+    return 0;
+  }
   if (iters == -15 || iters == -16) { /* 7 launches, nothing synchronized, then a crash: a fault
                                         * (-15, SIGSEGV) or abort() (-16, SIGABRT) */
     for (int i = 0; i < 7; i++) if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0)) return 21;

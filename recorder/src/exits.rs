@@ -1,0 +1,61 @@
+//! `_exit` and `_Exit`, interposed (the recorder is preloaded, so a program's calls reach these
+//! first). A program that leaves through them skips `atexit` — Python's `os._exit`, launchers
+//! that skip a slow teardown — and its trace would stay unfinished, its last records lost. The
+//! process that recorded finishes its trace (and, recording remotely, its session) first; any
+//! other process passes straight through: a forked child (its writer is the parent's) and a
+//! `vfork` child, which shares its parent's memory — finishing there would end the parent's
+//! recording (Python's `subprocess` uses `vfork` and calls `_exit` when `exec` fails).
+
+use std::ffi::{c_int, CStr};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The process whose driver calls are recorded or sent (0: none yet).
+static OWNER: AtomicU32 = AtomicU32::new(0);
+
+/// Notes the calling process as the one that records (or holds the session); the first wins.
+pub(crate) fn note_owner() {
+    let _ = OWNER.compare_exchange(0, std::process::id(), Ordering::Relaxed, Ordering::Relaxed);
+}
+
+/// Whether the calling process is the one that records (`getpid` asks the kernel: a `vfork`
+/// child gets its own pid).
+fn is_owner() -> bool {
+    let owner = OWNER.load(Ordering::Relaxed);
+    // SAFETY: getpid has no preconditions.
+    owner != 0 && owner == unsafe { libc::getpid() } as u32
+}
+
+type ExitFn = unsafe extern "C" fn(c_int) -> !;
+
+fn leave(name: &CStr, status: c_int) -> ! {
+    if is_owner() {
+        crate::state::finish_now();
+        crate::remote::finish_at_signal();
+    }
+    let next = crate::intercept::next_symbol(name);
+    if !next.is_null() {
+        // SAFETY: the C library's `_exit` / `_Exit`, which never return.
+        unsafe { std::mem::transmute::<*mut std::ffi::c_void, ExitFn>(next)(status) }
+    }
+    // SAFETY: exit_group ends every thread of the process; it does not return.
+    unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    unreachable!("exit_group returned")
+}
+
+/// Interposed `_exit`.
+///
+/// # Safety
+/// As the C library's: ends the process.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    leave(c"_exit", status)
+}
+
+/// Interposed `_Exit`.
+///
+/// # Safety
+/// As the C library's: ends the process.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    leave(c"_Exit", status)
+}
