@@ -128,6 +128,26 @@ if [ -x "$sb/tables" ] && unshare -m true 2>/dev/null; then
     echo "row|client: private export tables answer as the driver does (sizes, primary context, context storage, checks, hooks, fixed integrity answers)|FAIL|native rc=$rn remote rc=$rr; diff: $(head -c 600 "$out/tables.diff" | tr '\n' ' '); stderr: $(head -c 300 "$out/tables.remote.err" | tr '\n' ' ')"
   fi
 fi
+# How a client-mode process ends: driver calls at exit after the thread-locals are destroyed
+# (exit_calls: identical to native), a crash (its signal, and the session's counts still
+# written), a child forked without exec (its calls fail, said once; the parent's session goes
+# on: it reads back what it wrote). Natively a forked child's CUDA is undefined: run only
+# through the client.
+if unshare -m true 2>/dev/null; then
+  [ -x "$sb/exit_calls" ] && run_one exit_calls "$sb/exit_calls"
+  if [ -x "$sb/client_crash" ]; then
+    hidden "$gl" run --remote "$addr" --json -- "$sb/client_crash" >"$out/client_crash.remote.txt" 2>"$out/client_crash.remote.err"; rc=$?
+    counts=$(grep -m1 '^{' "$out/client_crash.remote.err")
+    if [ $rc -eq 139 ] && [ -n "$counts" ] && grep -q '"failed":null' <<<"$counts"; then v=PASS; else v=FAIL; fi
+    echo "row|client: a crash in client mode (SIGSEGV) exits 139 with the session ended and its counts written|$v|rc=$rc; counts ${counts:-none}; $(grep -v '^{' "$out/client_crash.remote.err" | head -c 300 | tr '\n' ' ')"
+  fi
+  if [ -x "$sb/fork_child" ]; then
+    hidden "$gl" run --remote "$addr" -- "$sb/fork_child" >"$out/fork_child.remote.txt" 2>"$out/fork_child.remote.err"; rc=$?
+    said=$(grep -c 'was forked from a client-mode process without exec' "$out/fork_child.remote.err")
+    if [ $rc -eq 0 ] && [ "$(cat "$out/fork_child.remote.txt")" = "$(printf 'child 3\nparent 0 7')" ] && [ "$said" = 1 ]; then v=PASS; else v=FAIL; fi
+    echo "row|client: a child forked without exec fails its calls and leaves the parent's session alone|$v|rc=$rc; output $(tr '\n' ' ' <"$out/fork_child.remote.txt"); said $said time(s); $(head -c 300 "$out/fork_child.remote.err" | tr '\n' ' ')"
+  fi
+fi
 # CUDA-runtime programs (static and shared cudart): the runtime initializes on the client's
 # private export tables (integrity check included) and runs remotely like the driver-API one.
 if unshare -m true 2>/dev/null; then

@@ -7,8 +7,9 @@
 # unified addresses (memcpy_default: cudaMemcpyDefault), async 2D/3D copies into padded host
 # rows (pitched). Each is run
 # natively and under `gpuless record` (outputs must be identical), then replayed (every result
-# verified, nothing unverifiable). And a program that crashes (crash): its recording must end
-# as natively (SIGSEGV) with a finished trace of every launch before the crash.
+# verified, nothing unverifiable). And programs that end abnormally: one that crashes (crash)
+# and one that leaves through _exit, also after a vfork child's _exit (quick_exit): each
+# recording must end as natively with a finished trace of every launch before the end.
 #
 #   scripts/gpu-suite-fidelity.sh BIN_DIR SUITE_BIN OUT_DIR
 #
@@ -65,6 +66,29 @@ ok = fin and n == 32 and rc == 139
 print(("PASS" if ok else "FAIL") + f"|record rc={rc} (139: SIGSEGV, as natively), trace finished: {fin}, {n} launches (want 32)")' "$rc_r")
   row "fidelity: a crashing program (SIGSEGV after 32 launches, 7 unsynchronized) leaves a finished trace with all of them" \
     "${detail%%|*}" "${detail#*|} $(tail -n 1 "$out/crash.rec.out")"
+fi
+
+# Ends that skip atexit: _exit after 32 launches (7 unsynchronized; the program's status 5), and a
+# vfork child whose failed exec calls _exit before the program's last 7 launches (status 0).
+if [[ -x $suite_bin/quick_exit ]]; then
+  for arg in "" vfork; do
+    "${lim[@]}" "$gl" record -o "$out/quick_exit$arg.gl" -- "$suite_bin/quick_exit" $arg >"$out/quick_exit$arg.rec.out" 2>"$out/quick_exit$arg.rec.err"; rc_r=$?
+    want=$([[ -z $arg ]] && echo 5 || echo 0)
+    detail=$("$gl" analyze --json --no-progress "$out/quick_exit$arg.gl" 2>/dev/null | python3 -c '
+import json, sys
+rc, want = int(sys.argv[1]), int(sys.argv[2])
+try:
+    d = json.load(sys.stdin)
+except Exception as e:
+    print(f"FAIL|record rc={rc}, no analysis ({e})")
+    sys.exit()
+fin, n = d["integrity"]["finished"], d["stats"]["kernel_launches"]
+ok = fin and n == 32 and rc == want
+print(("PASS" if ok else "FAIL") + f"|record rc={rc} (want {want}), trace finished: {fin}, {n} launches (want 32)")' "$rc_r" "$want")
+    what=$([[ -z $arg ]] && echo "ends through _exit" || echo "outlives a vfork child that ends through _exit")
+    row "fidelity: a program that $what leaves a finished trace of all 32 launches" \
+      "${detail%%|*}" "${detail#*|}"
+  done
 fi
 
 for p in ptr_attrs oob event_d2h graph_query managed memcpy_default pitched; do

@@ -63,11 +63,16 @@ build driver_loop -O2 -std=c++17 -x c++ -cudart none "$here/driver_loop.cu" -lcu
 # tables: the driver's private export tables as cudart uses them (C; client mode's row compares
 # what the real driver answers with what the client answers).
 build tables -O2 -x c -cudart none "$here/../../../recorder/tests/fake/tables.c" -lcuda -lpthread
+# How a client-mode process ends (the stand-in tests' programs, on the driver): calls at exit
+# after thread-locals are gone, a crash, a child forked without exec.
+build exit_calls -O2 -x c -cudart none "$here/../../../recorder/tests/fake/exit_calls.c" -lcuda
+build client_crash -O2 -x c -cudart none "$here/../../../recorder/tests/fake/crash.c" -lcuda
+build fork_child -O2 -x c -cudart none "$here/../../../recorder/tests/fake/fork_child.c" -lcuda
 build cublas_batched "${common[@]}" -cudart shared "$here/cublas_batched.cu" -lcublas
 build streams "${common[@]}" -cudart shared "$here/streams.cu"
 build streams_static "${common[@]}" -cudart static "$here/streams.cu"
 build ptr_attrs "${common[@]}" -cudart shared "$here/ptr_attrs.cu" -lcuda
-for p in globals ptr_struct texture graph alloc_bench segment upload fault oob event_d2h graph_query managed memcpy_default pitched crash; do
+for p in globals ptr_struct texture graph alloc_bench segment upload fault oob event_d2h graph_query managed memcpy_default pitched crash quick_exit; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
 if "${CC:-cc}" -O2 -shared -fPIC -o "$out/libblock_arena.so" "$here/block_arena.c"; then
