@@ -4,7 +4,9 @@
 //! process that recorded finishes its trace (and, recording remotely, its session) first; any
 //! other process passes straight through: a forked child (its writer is the parent's) and a
 //! `vfork` child, which shares its parent's memory — finishing there would end the parent's
-//! recording (Python's `subprocess` uses `vfork` and calls `_exit` when `exec` fails).
+//! recording (Python's `subprocess` uses `vfork` and calls `_exit` when `exec` fails). The
+//! finishing runs on the signal thread while `_exit` waits (`signals::finish_and_wait`): a
+//! program may call `_exit` inside its own signal handler.
 
 use std::ffi::{c_int, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -28,7 +30,10 @@ fn is_owner() -> bool {
 type ExitFn = unsafe extern "C" fn(c_int) -> !;
 
 fn leave(name: &CStr, status: c_int) -> ! {
-    if is_owner() {
+    // On the signal thread: `_exit` may be called inside a signal handler of the program's,
+    // where finishing here could wait forever for a lock the interrupted code holds.
+    if is_owner() && crate::signals::finish_and_wait(crate::signals::EXIT) == crate::signals::Finished::NoThread {
+        // No signal thread yet: the trace has not opened (its records are still in memory).
         crate::state::finish_now();
         crate::remote::finish_at_signal();
     }

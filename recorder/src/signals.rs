@@ -35,17 +35,43 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
-extern "C" fn on_crash(sig: libc::c_int) {
+/// What `_exit` asks of the signal thread (not a signal number).
+pub const EXIT: u8 = 0xff;
+
+/// How [`finish_and_wait`] went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Finished {
+    /// The signal thread finished (or the wait ran out).
+    Waited,
+    /// No signal thread runs in this process: nothing was asked.
+    NoThread,
+    /// Another finish is under way (a second crash, `_exit` in a crash): nothing was asked.
+    Busy,
+}
+
+/// Has the signal thread finish the trace and the session, and waits for it, at most
+/// [`CRASH_WAIT_MS`]; only `write` and `poll`, so it is safe in a signal handler — a crash's,
+/// or a program's own handler that calls `_exit`. If the finish needs a lock the interrupted
+/// code holds, the wait runs out and the caller goes on.
+pub fn finish_and_wait(code: u8) -> Finished {
     let (w, done) = (PIPE_W.load(Ordering::Relaxed), DONE_R.load(Ordering::Relaxed));
-    if w >= 0 && done >= 0 && !CRASHING.swap(true, Ordering::AcqRel) {
-        let b = sig as u8;
-        let mut p = libc::pollfd { fd: done, events: libc::POLLIN, revents: 0 };
-        // SAFETY: write(2) and poll(2) are async-signal-safe; a local byte and pollfd.
-        unsafe {
-            libc::write(w, (&b as *const u8).cast(), 1);
-            libc::poll(&mut p, 1, CRASH_WAIT_MS);
-        }
+    if w < 0 || done < 0 {
+        return Finished::NoThread;
     }
+    if CRASHING.swap(true, Ordering::AcqRel) {
+        return Finished::Busy;
+    }
+    let mut p = libc::pollfd { fd: done, events: libc::POLLIN, revents: 0 };
+    // SAFETY: write(2) and poll(2) are async-signal-safe; a local byte and pollfd.
+    unsafe {
+        libc::write(w, (&code as *const u8).cast(), 1);
+        libc::poll(&mut p, 1, CRASH_WAIT_MS);
+    }
+    Finished::Waited
+}
+
+extern "C" fn on_crash(sig: libc::c_int) {
+    finish_and_wait(sig as u8);
     // SAFETY: signal(2) and raise(3) are async-signal-safe. The signal is blocked while this
     // handler runs: raised now, it ends the process when the handler returns (a fault would
     // also recur at the faulting instruction).
@@ -78,8 +104,8 @@ fn install_once() {
             let sig = libc::c_int::from(b);
             crate::state::finish_now();
             crate::remote::finish_at_signal();
-            if CRASHES.contains(&sig) {
-                // The crashing thread ends the process once told.
+            if CRASHES.contains(&sig) || b == EXIT {
+                // The crashing (or exiting) thread ends the process once told.
                 // SAFETY: one byte from a local into our pipe.
                 unsafe { libc::write(done_w, (&b as *const u8).cast(), 1) };
                 continue;

@@ -503,14 +503,15 @@ fn a_crash_finishes_the_trace_with_every_call_before_it() {
 }
 
 /// A program that leaves through `_exit` (atexit skipped: Python's `os._exit`) still leaves a
-/// finished trace with every call, and its exit status; a `vfork` child that calls `_exit`
-/// (a failed exec) leaves its parent's recording alone.
+/// finished trace with every call, and its exit status — also when it calls `_exit` inside its
+/// own signal handler; a `vfork` child that calls `_exit` (a failed exec) leaves its parent's
+/// recording alone.
 #[test]
 fn underscore_exit_finishes_the_trace_and_a_vfork_child_does_not() {
     let lib = recorder_lib();
     let dir = tempfile::tempdir().unwrap();
     let prog = build(dir.path());
-    for (mode, code) in [("-17", 5), ("-18", 0)] {
+    for (mode, code) in [("-17", 5), ("-18", 0), ("-19", 6)] {
         let trace = dir.path().join(format!("exit{mode}.gl"));
         let out = Command::new(&prog)
             .arg(mode)

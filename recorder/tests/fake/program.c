@@ -10,7 +10,10 @@
 #include "driver.h"
 #include <dirent.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
+
+static void exit_from_handler(int sig) { (void)sig; _exit(6); }
 
 int main(int argc, char **argv) {
   int iters = argc > 1 ? atoi(argv[1]) : 0;
@@ -229,6 +232,12 @@ int main(int argc, char **argv) {
   if (iters == -17) { /* 7 launches, nothing synchronized, then _exit (atexit handlers skipped) */
     for (int i = 0; i < 7; i++) if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0)) return 21;
     _exit(5);
+  }
+  if (iters == -19) { /* 7 launches, then _exit(6) from the program's own signal handler */
+    signal(SIGUSR1, exit_from_handler);
+    for (int i = 0; i < 7; i++) if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0)) return 21;
+    raise(SIGUSR1);
+    return 24;
   }
   if (iters == -18) { /* a vfork child whose exec fails calls _exit (it shares our memory), then
                        * 7 launches here */
