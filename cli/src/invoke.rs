@@ -137,12 +137,27 @@ fn write_outputs(inv: &Invoker, path: &Path) -> anyhow::Result<u64> {
     Ok(n)
 }
 
+/// The driver's number of hardware work queues for this process, unless the user chose one:
+/// a local invocation runs its body as one graph on one stream, and the driver creates a
+/// context with one queue in half the time (H200, driver 580: 58 ms against 120 ms;
+/// `scripts/probe-driver-start.py`), which is most of what a cold invocation waits for. A
+/// function whose graph has parallel branches may run them one after another this way:
+/// `CUDA_DEVICE_MAX_CONNECTIONS=8` (the driver's default) restores concurrency.
+fn one_connection() {
+    const VAR: &str = "CUDA_DEVICE_MAX_CONNECTIONS";
+    if std::env::var_os(VAR).is_none() {
+        // No thread has started and the driver is not loaded yet: cuInit reads the variable.
+        std::env::set_var(VAR, "1");
+    }
+}
+
 /// `gpuless invoke FUNCTION`: exit 0, or 3 when an output differs from the recording.
 pub fn run(a: &InvokeArgs) -> anyhow::Result<ExitCode> {
     if let Some(t) = &a.remote {
         return crate::invoke_remote::run(a, t);
     }
     let t0 = Instant::now();
+    one_connection();
     let device = std::thread::spawn(move || (init_device(), t0.elapsed().as_secs_f64()));
     let f = function::open(&a.function)?;
     let read_s = t0.elapsed().as_secs_f64();
