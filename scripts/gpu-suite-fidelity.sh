@@ -10,6 +10,9 @@
 # verified, nothing unverifiable). And programs that end abnormally: one that crashes (crash)
 # and one that leaves through _exit, also after a vfork child's _exit (quick_exit): each
 # recording must end as natively with a finished trace of every launch before the end.
+# And replay determinism (solver: an adaptive ODE solver in myocyte's shape, 7,800 synchronous
+# copies around 3,900 launches): run natively twice, recorded, replayed five times and hot once;
+# every replay must verify every result with no mismatch.
 #
 #   scripts/gpu-suite-fidelity.sh BIN_DIR SUITE_BIN OUT_DIR
 #
@@ -123,3 +126,47 @@ PY
   )
   row "fidelity: $p replayed, every result verified" "${detail%%|*}" "${detail#*|} $( [[ $rc != 0 ]] && tail -n 2 "$out/$p.replay.err" | tr '\n' ' ')"
 done
+
+# Replay determinism (issue 21's myocyte): the same trace replayed again and again must give the
+# recorded results every time.
+if [[ -x $suite_bin/solver ]]; then
+  p=solver
+  "${lim[@]}" "$suite_bin/$p" >"$out/$p.native.out" 2>"$out/$p.native.err"; rc_n=$?
+  "${lim[@]}" "$suite_bin/$p" >"$out/$p.native2.out" 2>/dev/null
+  "${lim[@]}" "$gl" record -o "$out/$p.gl" -- "$suite_bin/$p" >"$out/$p.rec.out" 2>"$out/$p.rec.err"; rc_r=$?
+  if [[ $rc_n == 0 && $rc_r == 0 ]] && cmp -s "$out/$p.native.out" "$out/$p.native2.out" && cmp -s "$out/$p.native.out" "$out/$p.rec.out"; then
+    row "fidelity: solver deterministic natively, recorded output identical" PASS "$(tail -n 1 "$out/$p.rec.out")"
+  else
+    row "fidelity: solver deterministic natively, recorded output identical" FAIL \
+      "rc native=$rc_n recorded=$rc_r; $(cat "$out/$p.native.out" "$out/$p.native2.out" "$out/$p.rec.out" | tr '\n' ' ') $(tail -n 1 "$out/$p.rec.err")"
+  fi
+  for i in 1 2 3 4 5; do
+    "${lim[@]}" "$gl" replay --json "$out/$p.gl" >"$out/$p.replay$i.json" 2>"$out/$p.replay$i.err"
+    echo $? >"$out/$p.replay$i.rc"
+  done
+  "${lim[@]}" "$gl" replay --json --iterations 3 "$out/$p.gl" >"$out/$p.hot.json" 2>"$out/$p.hot.err"
+  echo $? >"$out/$p.hot.rc"
+  detail=$(python3 - "$out" <<'PY' 2>&1 | tail -n 1
+import json, sys
+out = sys.argv[1]
+ok, parts = True, []
+for name in [f"replay{i}" for i in range(1, 6)] + ["hot"]:
+    rc = open(f"{out}/solver.{name}.rc").read().strip()
+    try:
+        r = json.load(open(f"{out}/solver.{name}.json"))
+    except Exception as e:
+        ok = False
+        parts.append(f"{name}: rc={rc}, no report ({e})")
+        continue
+    g = (r.get("hot") or {}).get("graph") or {}
+    bad = len(r["mismatches"]) + (r.get("hot") or {}).get("mismatches", 0) + g.get("mismatches", 0)
+    good = rc == "0" and bad == 0 and r["results_unverified"] == 0 and r["results_verified"] >= 3900
+    ok = ok and good
+    parts.append(f"{name}: rc={rc} {r['results_verified']} verified, {bad} mismatches {r['mismatches'][:2]}")
+print(("PASS" if ok else "FAIL") + "|" + "; ".join(parts))
+PY
+  )
+  row "fidelity: solver replayed 5 times and hot, every result verified each time" "${detail%%|*}" "${detail#*|}"
+else
+  row "fidelity: solver" FAIL "not built (see the build log)"
+fi

@@ -1,9 +1,10 @@
 //! `--iterations N`: the trace split into set-up (context, code, allocations, uploads before
-//! the first launch, every handle creation) and body (the rest: launches, copies, sets,
+//! the first launch that the body does not upload over, every handle creation) and body (the rest: launches, copies, sets,
 //! synchronizations), the body replayed N times after one verified warm-up pass, each
 //! iteration timed with CUDA events and the wall clock.
 
 use gpuless_analyzer::api::SyncClass;
+use gpuless_traces::resident::plain_upload;
 use gpuless_traces::CallRecord;
 use serde::Serialize;
 
@@ -48,10 +49,19 @@ fn body_bound(name: &str) -> bool {
 /// (their addresses and handles stay valid for every iteration) and frees and destroys to the
 /// teardown — except for addresses the body frees and allocates again, whose allocations and
 /// frees stay in the body so each iteration balances; graph construction and stream capture
-/// stay in the body in order.
+/// stay in the body in order. An upload before the first launch whose bytes the body uploads
+/// over (an iterative program's first state, a solver's) is the body's first call: every
+/// iteration starts from the bytes the recording's first launch read.
 pub fn split(calls: &[CallRecord]) -> Split {
     let first_launch = calls.iter().position(|r| r.function.api().is_some_and(|f| is_launch(f.name)));
     let start = first_launch.unwrap_or(calls.len());
+    let upload = |r: &CallRecord| {
+        let f = r.function.api()?;
+        plain_upload(f, r).map(|(dst, b)| (dst, dst.saturating_add(b.len)))
+    };
+    let body_uploads: Vec<(u64, u64)> = calls[start..].iter().filter_map(upload).collect();
+    let uploaded_over =
+        |r: &CallRecord| upload(r).is_some_and(|(a, b)| body_uploads.iter().any(|&(c, d)| a < d && c < b));
     // Addresses the body frees and then allocates again.
     let mut freed = std::collections::HashSet::new();
     let mut cycled = std::collections::HashSet::new();
@@ -71,7 +81,11 @@ pub fn split(calls: &[CallRecord]) -> Split {
     for (i, r) in calls.iter().enumerate() {
         let Some(f) = r.function.api() else { continue };
         if i < start {
-            s.setup.push(i);
+            if uploaded_over(r) {
+                s.body.push(i);
+            } else {
+                s.setup.push(i);
+            }
             continue;
         }
         let addr = address(r, f.sync);
@@ -194,5 +208,32 @@ mod tests {
         assert_eq!(s.setup, [0, 1, 2, 10]);
         assert_eq!(s.body, [3, 4, 5, 6, 7, 8, 9]);
         assert_eq!(s.teardown, [11]);
+    }
+
+    fn upload(seq: u64, dst: u64, len: u64) -> CallRecord {
+        let mut r = rec(seq, "cuMemcpyHtoD");
+        let blob = gpuless_traces::BlobRef { hash: Default::default(), len };
+        r.args = vec![Value::DevPtr(dst), Value::Blob(blob), Value::U64(len)];
+        r
+    }
+
+    /// A solver's first state, uploaded before the first launch into the buffer the body
+    /// uploads every later state into, starts every iteration; an upload the body leaves alone
+    /// (weights) stays in the set-up.
+    #[test]
+    fn uploads_the_body_uploads_over_start_the_body() {
+        let calls = vec![
+            with_ptr(rec(0, "cuMemAlloc"), 0x1000),
+            upload(1, 0x1000, 256),
+            upload(2, 0x2000, 64),
+            upload(3, 0x3000, 64),
+            rec(4, "cuLaunchKernel"),
+            upload(5, 0x1080, 16),
+            rec(6, "cuLaunchKernel"),
+            upload(7, 0x3000 - 8, 16),
+        ];
+        let s = split(&calls);
+        assert_eq!(s.setup, [0, 2]);
+        assert_eq!(s.body, [1, 3, 4, 5, 6, 7]);
     }
 }

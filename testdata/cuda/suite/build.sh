@@ -9,7 +9,7 @@
 # (-lcublas), streams (shared cudart) and streams_static (static cudart), globals, ptr_struct,
 # texture, graph, alloc_bench, segment, upload, fault (shared cudart; the last three for the
 # server section), ptr_attrs (shared cudart and -lcuda), oob, event_d2h, graph_query (issue 21's
-# fidelity section), managed, and libblock_arena.so (C, built with $CC or cc:
+# fidelity section), managed, solver (issue 21's replay determinism), and libblock_arena.so (C, built with $CC or cc:
 # a preload library that takes the arena's address range, for the suite's bad-input checks).
 # $EXTRA_NVCCFLAGS is added to every nvcc command and $EXTRA_LDFLAGS to every link (both
 # word-split).
@@ -72,7 +72,7 @@ build cublas_batched "${common[@]}" -cudart shared "$here/cublas_batched.cu" -lc
 build streams "${common[@]}" -cudart shared "$here/streams.cu"
 build streams_static "${common[@]}" -cudart static "$here/streams.cu"
 build ptr_attrs "${common[@]}" -cudart shared "$here/ptr_attrs.cu" -lcuda
-for p in globals ptr_struct texture graph alloc_bench segment upload fault oob event_d2h graph_query managed memcpy_default pitched crash quick_exit; do
+for p in globals ptr_struct texture graph alloc_bench segment upload fault oob event_d2h graph_query managed memcpy_default pitched crash quick_exit solver; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
 if "${CC:-cc}" -O2 -shared -fPIC -o "$out/libblock_arena.so" "$here/block_arena.c"; then
