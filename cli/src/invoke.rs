@@ -75,6 +75,13 @@ fn plan_inputs(m: &Manifest, files: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, 
         .map(|f| std::fs::metadata(f).map(|m| m.len()).with_context(|| format!("input {}", f.display())))
         .collect::<anyhow::Result<Vec<u64>>>()?;
     let total: u64 = want.iter().sum();
+    if want.is_empty() {
+        anyhow::bail!(
+            "{}: the function takes no input (its recording uploaded nothing the program computed per call; \
+             record it with two different inputs to make them inputs); nothing was run",
+            files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
     let list =
         || m.inputs.iter().enumerate().map(|(n, p)| format!("input {n}: {} B", p.bytes)).collect::<Vec<_>>().join(", ");
     if let ([f], [size]) = (files, sizes.as_slice()) {
@@ -159,10 +166,16 @@ pub fn run(a: &InvokeArgs) -> anyhow::Result<ExitCode> {
     let t0 = Instant::now();
     one_connection();
     let device = std::thread::spawn(move || (init_device(), t0.elapsed().as_secs_f64()));
-    let f = function::open(&a.function)?;
-    let read_s = t0.elapsed().as_secs_f64();
-    let plan = if a.inputs.is_empty() { None } else { Some(plan_inputs(&f.manifest, &a.inputs)?) };
+    let opened = (|| -> anyhow::Result<_> {
+        let f = function::open(&a.function)?;
+        let read_s = t0.elapsed().as_secs_f64();
+        let plan = if a.inputs.is_empty() { None } else { Some(plan_inputs(&f.manifest, &a.inputs)?) };
+        Ok((f, read_s, plan))
+    })();
+    // Joined before any error returns: a process that exits while another thread is inside
+    // cuInit can crash in the driver's teardown (a refused input exited 139 on the H200).
     let (device, init_s) = device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))?;
+    let (f, read_s, plan) = opened?;
     let device = device?;
     let mut inv = Invoker::prepare(device, f).with_context(|| a.function.display().to_string())?;
     let recorded = plan.is_none();

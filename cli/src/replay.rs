@@ -41,9 +41,12 @@ pub fn run(path: &Path, opts: &RunOptions, part: &PartitionArgs) -> anyhow::Resu
     let prepared = partition::prepare(part)?;
     // Driver initialization and trace reading are independent: do them at the same time.
     let device = std::thread::spawn(move || partition::init(&prepared));
-    let trace = read(path, partial)?;
-    let (device, label, memory_limit) =
-        device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))??;
+    let trace = read(path, partial);
+    // Joined before a refused trace returns: exiting while another thread is inside cuInit can
+    // crash in the driver's teardown.
+    let started = device.join().map_err(|_| anyhow::anyhow!("driver initialization panicked"))?;
+    let trace = trace?;
+    let (device, label, memory_limit) = started?;
     let r = replay_on(device, &trace, Options { no_verify, memory_limit, iterations, profile, ..Options::default() })
         .with_context(|| format!("replaying {} ({})", path.display(), label.describe()))?;
     if json {

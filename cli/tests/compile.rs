@@ -104,6 +104,20 @@ fn damaged_function_files_are_refused_with_what_and_where() {
     assert!(e.contains("manifest"), "{e}");
 }
 
+/// A function without inputs (graph.gl's: it uploads nothing per call) refuses `--input` with
+/// that said, not as "0 bytes of input".
+#[test]
+fn invoke_of_a_function_without_inputs_refuses_an_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let (f, (rc, _, stderr)) = compile(dir.path(), &["graph.gl"]);
+    assert_eq!(rc, 0, "{stderr}");
+    let x = dir.path().join("x.bin");
+    std::fs::write(&x, [0u8; 10]).unwrap();
+    let (rc, _, stderr) = gl(&["invoke".as_ref(), f.as_os_str(), "--input".as_ref(), x.as_os_str()]);
+    assert_eq!(rc, 2, "{stderr}");
+    assert!(stderr.contains("x.bin: the function takes no input") && stderr.contains("nothing was run"), "{stderr}");
+}
+
 /// `gpuless invoke` checks inputs against the signature before anything runs (no GPU needed):
 /// globals.gl's function takes an 8-byte and a 4-byte input.
 #[test]
