@@ -594,7 +594,9 @@ impl Session<'_> {
                     let run = p.resolve(&r).map_err(|e| (code::BAD_MESSAGE, e)).and_then(|recs| {
                         self.stats.records += recs.len() as u64;
                         self.at_gate();
-                        self.exec_pieces(&mut p, stream, &recs, false)
+                        // One whole piece, as the client cut it: held (it is all here) and
+                        // closed at its end, as the executor's own cut would close it.
+                        self.exec_pieces(&mut p, stream, &recs, true)
                     });
                     self.pieces = Some(p);
                     if let Err((c, e)) = run {
@@ -679,8 +681,13 @@ impl Session<'_> {
         end: bool,
     ) -> Result<(), (u16, String)> {
         let mut cuts = Vec::new();
-        for rec in records {
-            p.push(stream, rec.clone(), &mut cuts);
+        // Every cut of the segment is made before anything of it runs, so holding a piece that
+        // ends within the segment delays nothing: a segment that waits for an answer closes
+        // its last piece; otherwise a piece that starts at least a piece's length before the
+        // segment's end ends in it.
+        for (i, rec) in records.iter().enumerate() {
+            let in_hand = end || records.len() - i >= gpuless_traces::protocol::piece::MAX_RECORDS;
+            p.push(stream, rec.clone(), in_hand, &mut cuts);
         }
         if end {
             p.finish(&mut cuts);

@@ -65,11 +65,13 @@ impl Pieces {
 
     /// Takes the next record; returns, in order, what is ready to run: records to run at once
     /// ([`Cut::Single`]) and held pieces that are complete ([`Cut::Piece`], for [`Self::run`]).
-    /// With [`Hold::Busy`] a piece is held only while its stream has work on the GPU.
-    pub fn push(&mut self, stream: &mut Stream, rec: CallRecord, out: &mut Vec<Cut>) {
+    /// With [`Hold::Busy`] a piece is held only where holding keeps no idle GPU waiting: while
+    /// its stream has work on the GPU, or when `in_hand` (every record that can complete it
+    /// has arrived: nothing of the segment runs before all of it is cut).
+    pub fn push(&mut self, stream: &mut Stream, rec: CallRecord, in_hand: bool, out: &mut Vec<Cut>) {
         match self.hold {
             Hold::Always => self.policy.push(rec, out),
-            Hold::Busy => self.policy.push_gated(rec, out, |r| stream.piece_stream_busy(r)),
+            Hold::Busy => self.policy.push_gated(rec, out, |r| in_hand || stream.piece_stream_busy(r)),
         }
     }
 
