@@ -51,33 +51,12 @@ PY
     "${detail%%|*}" "${detail#*|} $(tail -n 1 "$out/oob_kept.rec.err") $( [[ $rc != 0 ]] && tail -n 2 "$out/oob_kept.replay.err" | tr '\n' ' ')"
 fi
 
-# A crash: the program faults in its own host code after 25 completed and 7 queued launches.
-# Recorded, it must still die of SIGSEGV (gpuless record exits 128 + 11) and leave a finished
-# trace holding all 32 launches.
-if [[ -x $suite_bin/crash ]]; then
-  "${lim[@]}" "$gl" record -o "$out/crash.gl" -- "$suite_bin/crash" >"$out/crash.rec.out" 2>"$out/crash.rec.err"; rc_r=$?
-  detail=$("$gl" analyze --json --no-progress "$out/crash.gl" 2>/dev/null | python3 -c '
-import json, sys
-rc = int(sys.argv[1])
-try:
-    d = json.load(sys.stdin)
-except Exception as e:
-    print(f"FAIL|record rc={rc}, no analysis ({e})")
-    sys.exit()
-fin, n = d["integrity"]["finished"], d["stats"]["kernel_launches"]
-ok = fin and n == 32 and rc == 139
-print(("PASS" if ok else "FAIL") + f"|record rc={rc} (139: SIGSEGV, as natively), trace finished: {fin}, {n} launches (want 32)")' "$rc_r")
-  row "fidelity: a crashing program (SIGSEGV after 32 launches, 7 unsynchronized) leaves a finished trace with all of them" \
-    "${detail%%|*}" "${detail#*|} $(tail -n 1 "$out/crash.rec.out")"
-fi
-
-# Ends that skip atexit: _exit after 32 launches (7 unsynchronized; the program's status 5), and a
-# vfork child whose failed exec calls _exit before the program's last 7 launches (status 0).
-if [[ -x $suite_bin/quick_exit ]]; then
-  for arg in "" vfork; do
-    "${lim[@]}" "$gl" record -o "$out/quick_exit$arg.gl" -- "$suite_bin/quick_exit" $arg >"$out/quick_exit$arg.rec.out" 2>"$out/quick_exit$arg.rec.err"; rc_r=$?
-    want=$([[ -z $arg ]] && echo 5 || echo 0)
-    detail=$("$gl" analyze --json --no-progress "$out/quick_exit$arg.gl" 2>/dev/null | python3 -c '
+# A program that ends abnormally, recorded: PROGRAM [ARG] must exit WANT_RC as natively and leave
+# a finished trace holding all 32 of its launches. Prints `PASS|...` or `FAIL|...`.
+abnormal_end() { # name (of the trace), program, arg ("" for none), want_rc
+  local name=$1 prog=$2 arg=$3 want=$4 rc_r
+  "${lim[@]}" "$gl" record -o "$out/$name.gl" -- "$prog" $arg >"$out/$name.rec.out" 2>"$out/$name.rec.err"; rc_r=$?
+  "$gl" analyze --json --no-progress "$out/$name.gl" 2>/dev/null | python3 -c '
 import json, sys
 rc, want = int(sys.argv[1]), int(sys.argv[2])
 try:
@@ -87,7 +66,23 @@ except Exception as e:
     sys.exit()
 fin, n = d["integrity"]["finished"], d["stats"]["kernel_launches"]
 ok = fin and n == 32 and rc == want
-print(("PASS" if ok else "FAIL") + f"|record rc={rc} (want {want}), trace finished: {fin}, {n} launches (want 32)")' "$rc_r" "$want")
+print(("PASS" if ok else "FAIL") + f"|record rc={rc} (want {want}), trace finished: {fin}, {n} launches (want 32)")' "$rc_r" "$want"
+}
+
+# A crash: the program faults in its own host code after 25 completed and 7 queued launches;
+# recorded, it must still die of SIGSEGV (gpuless record exits 128 + 11).
+if [[ -x $suite_bin/crash ]]; then
+  detail=$(abnormal_end crash "$suite_bin/crash" "" 139)
+  row "fidelity: a crashing program (SIGSEGV after 32 launches, 7 unsynchronized) leaves a finished trace with all of them" \
+    "${detail%%|*}" "${detail#*|} $(tail -n 1 "$out/crash.rec.out")"
+fi
+
+# Ends that skip atexit: _exit after 32 launches (7 unsynchronized; the program's status 5), and a
+# vfork child whose failed exec calls _exit before the program's last 7 launches (status 0).
+if [[ -x $suite_bin/quick_exit ]]; then
+  for arg in "" vfork; do
+    want=$([[ -z $arg ]] && echo 5 || echo 0)
+    detail=$(abnormal_end "quick_exit$arg" "$suite_bin/quick_exit" "$arg" "$want")
     what=$([[ -z $arg ]] && echo "ends through _exit" || echo "outlives a vfork child that ends through _exit")
     row "fidelity: a program that $what leaves a finished trace of all 32 launches" \
       "${detail%%|*}" "${detail#*|}"

@@ -475,6 +475,26 @@ fn sigterm_finishes_the_trace() {
     assert!(f.index().calls >= 10, "{:?}", f.index().calls);
 }
 
+/// Runs the stand-in program `prog` with argument `mode` under the recorder (the stand-in
+/// driver in `dir`), tracing to `dir/NAMEMODE.gl`: its output and the trace's path.
+fn traced(
+    prog: &std::path::Path,
+    dir: &std::path::Path,
+    lib: &std::path::Path,
+    mode: &str,
+    name: &str,
+) -> (std::process::Output, std::path::PathBuf) {
+    let trace = dir.join(format!("{name}{mode}.gl"));
+    let out = Command::new(prog)
+        .arg(mode)
+        .env("LD_LIBRARY_PATH", dir)
+        .env("LD_PRELOAD", lib)
+        .env("GPULESS_TRACE", &trace)
+        .output()
+        .unwrap();
+    (out, trace)
+}
+
 /// A crash (a fault, or `abort()`) ends the program as it would have, and the trace is
 /// finished first, with every call made before the crash: the launches after the last
 /// synchronization were still in the thread's batch, which a crash used to lose.
@@ -485,14 +505,7 @@ fn a_crash_finishes_the_trace_with_every_call_before_it() {
     let dir = tempfile::tempdir().unwrap();
     let prog = build(dir.path());
     for (mode, sig) in [("-15", libc::SIGSEGV), ("-16", libc::SIGABRT)] {
-        let trace = dir.path().join(format!("crash{mode}.gl"));
-        let out = Command::new(&prog)
-            .arg(mode)
-            .env("LD_LIBRARY_PATH", dir.path())
-            .env("LD_PRELOAD", &lib)
-            .env("GPULESS_TRACE", &trace)
-            .output()
-            .unwrap();
+        let (out, trace) = traced(&prog, dir.path(), &lib, mode, "crash");
         assert_eq!(out.status.signal(), Some(sig), "the program still dies of its signal: {out:?}");
         let f = gpuless_traces::TraceFile::open(&trace).expect("a finished trace (index written)");
         assert!(f.index().calls > 10, "{:?}", f.index().calls);
@@ -512,14 +525,7 @@ fn underscore_exit_finishes_the_trace_and_a_vfork_child_does_not() {
     let dir = tempfile::tempdir().unwrap();
     let prog = build(dir.path());
     for (mode, code) in [("-17", 5), ("-18", 0), ("-19", 6)] {
-        let trace = dir.path().join(format!("exit{mode}.gl"));
-        let out = Command::new(&prog)
-            .arg(mode)
-            .env("LD_LIBRARY_PATH", dir.path())
-            .env("LD_PRELOAD", &lib)
-            .env("GPULESS_TRACE", &trace)
-            .output()
-            .unwrap();
+        let (out, trace) = traced(&prog, dir.path(), &lib, mode, "exit");
         assert_eq!(out.status.code(), Some(code), "{out:?}");
         let f = gpuless_traces::TraceFile::open(&trace).expect("a finished trace (index written)");
         assert!(f.index().calls > 10, "{:?}", f.index().calls);

@@ -5,14 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-CUresult cuInit(unsigned flags);
-CUresult cuDeviceGet(int *dev, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev);
-CUresult cuCtxSetCurrent(void *ctx);
-CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
-CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n);
+#include "linked.h"
 
 int main(int argc, char **argv) {
   int dev = 0;

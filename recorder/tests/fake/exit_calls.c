@@ -5,19 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-CUresult cuInit(unsigned flags);
-CUresult cuDeviceGet(int *dev, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev);
-CUresult cuCtxSetCurrent(void *ctx);
-CUresult cuCtxGetCurrent(void **ctx);
-CUresult cuCtxSynchronize(void);
-CUresult cuModuleLoadData(void **module, const void *image);
-CUresult cuModuleGetFunction(void **f, void *module, const char *name);
-CUresult cuModuleUnload(void *module);
-CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
-CUresult cuMemFree_v2(CUdeviceptr p);
+#include "linked.h"
 
 static void *ctx, *module;
 static CUdeviceptr mem;

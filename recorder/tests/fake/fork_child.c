@@ -7,15 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-CUresult cuInit(unsigned flags);
-CUresult cuDeviceGet(int *dev, int ordinal);
-CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev);
-CUresult cuCtxSetCurrent(void *ctx);
-CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
-CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
+#include "linked.h"
 
 int main(void) {
   int dev = 0;
