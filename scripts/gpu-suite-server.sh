@@ -118,6 +118,7 @@ if [[ -f $traces/resnet50_once.gl ]]; then
   locl 4
   lhot() { "${lim[@]}" "$gl" replay --json --iterations "${SERVER_HOT_ITERS:-200}" "$traces/resnet50_once.gl" \
              >"$out/local-resnet-hot-$1.json" 2>>"$out/local-resnet.err"; }
+  # The server's default cached execution (`auto`) runs a replay's repeated pieces as graphs.
   # SERVER_HOT_ROUNDS rounds (default 5) of SERVER_HOT_ITERS iterations (default 200), each
   # remote run between two local ones; the figure is the median of the rounds' ratios. The
   # eager body is close to launch-bound (234 records in about 1.06 ms on the H200), and the
@@ -170,7 +171,8 @@ print(f"SUITE-ROW server: ResNet-50 hot per iteration (<= 1.05x local hot replay
       f"median of {rounds} rounds x{ratio:.3f} (rounds {', '.join('x%.3f' % r for r in ratios)}); remote "
       f"{', '.join('%.3f' % x['hot']['wall_ms_median'] for x in hots)} ms, local eager replay "
       f"{', '.join('%.3f' % l for l in lhots)} ms; {h['round_trips_per_iteration']:.1f} round trips and "
-      f"{h['bytes_up_per_iteration']:.0f} B up per iteration; {sum(x['results_verified'] for x in hots)} results verified, "
+      f"{h['bytes_up_per_iteration']:.0f} B up per iteration; pieces {hot.get('pieces')}; "
+      f"{sum(x['results_verified'] for x in hots)} results verified, "
       f"{sum(len(x['mismatches']) for x in hots)} mismatches")
 lhot = {"wall_ms_median": statistics.median(lhots)}
 with open(f"{out}/server.jsonl", "a") as f:
@@ -181,7 +183,10 @@ PY
 fi
 
 # ---- a small segment: what the network adds ------------------------------------------------
-start_server "$out/cache" serve-seg.log --pool whole=2
+# Cached execution off: the executor then runs the segment as local replay does, so the
+# difference is the transport's (with the default, `auto`, a replay's repeated segment runs as
+# graphs: 122-163 us against local eager 276-329 us on the H200).
+start_server "$out/cache" serve-seg.log --pool whole=2 --cached-execution off
 if [[ -x $suite_bin/segment ]]; then
   "$gl" record -o "$out/segment.gl" -- "$suite_bin/segment" 1 >"$out/segment.rec.out" 2>&1
   # Three rounds of local, TCP, Unix, then local once more: each remote run is compared with

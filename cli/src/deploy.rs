@@ -55,6 +55,7 @@ pub fn run(a: &DeployArgs) -> anyhow::Result<ExitCode> {
         token: a.token.as_deref(),
         tls_ca: a.tls_ca.as_deref(),
         program: format!("deploy {}", a.name),
+        whole_segments: false,
         ..session::SessionSpec::default()
     })?;
     let what = || format!("deploying {} as `{}` on {endpoint}", a.function.display(), a.name);

@@ -91,6 +91,7 @@ pub fn run(a: &InvokeArgs, t: &Target) -> anyhow::Result<ExitCode> {
         // `function:NAME` announces the one function the session invokes: the server may hand
         // it an executor that kept NAME set up after an earlier session (a warm function).
         program: format!("{}{name}", gpuless_replayer::server::warm::PROGRAM_PREFIX),
+        whole_segments: false,
         ..session::SessionSpec::default()
     })?;
     let session_s = t_open.elapsed().as_secs_f64();

@@ -420,6 +420,8 @@ pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
         arena: (trace.meta.arena_base, trace.meta.arena_size),
         recorded_sm: trace.meta.sm,
         program: format!("replay {}", path.display()),
+        // Each synchronization's records go in one segment (`Client::plan`).
+        whole_segments: true,
     })?;
     if w.device.sm() != 0 && trace.meta.sm != 0 && w.device.sm() != trace.meta.sm {
         eprintln!(

@@ -80,9 +80,11 @@ pub struct ServeArgs {
     /// constants) may hold, as a fraction (default 0.5); beyond it the least recently used goes.
     #[arg(long, value_name = "FRACTION")]
     pub warm_memory_fraction: Option<f64>,
-    /// Cached-trace execution (`on`/`off`; default off): runs of a session's launches, copies
-    /// and sets that repeat are captured as CUDA graphs and launched instead (docs/FUNCTIONS.md).
-    #[arg(long, value_name = "on|off", value_parser = ["on", "off"])]
+    /// Cached-trace execution: runs of a session's launches, copies and sets that repeat are
+    /// captured as CUDA graphs and launched instead (docs/FUNCTIONS.md). `auto` (default): for
+    /// clients that send whole segments (`replay --remote`), not live programs; `on`: every
+    /// session; `off`: none.
+    #[arg(long, value_name = "auto|on|off", value_parser = ["auto", "on", "off"])]
     pub cached_execution: Option<String>,
     /// When cached execution holds a piece for a graph: `busy` (default; only while the GPU
     /// still has earlier work of its stream, so an idle GPU never waits) or `always`.
@@ -142,8 +144,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(f) = args.warm_memory_fraction {
         cfg.warm_memory_fraction = f;
     }
-    if let Some(c) = &args.cached_execution {
-        cfg.cached_execution = c == "on";
+    if let Some(c) = args.cached_execution.as_deref().and_then(gpuless_replayer::server::config::CachedExecution::parse)
+    {
+        cfg.cached_execution = c;
     }
     if let Some(h) = args.cached_hold.as_deref().and_then(gpuless_traces::protocol::piece::policy::Hold::parse) {
         cfg.cached_hold = h;

@@ -33,6 +33,8 @@ pub struct SessionSpec<'a> {
     pub recorded_sm: u32,
     /// What the client runs, for the server's log.
     pub program: String,
+    /// The client sends each synchronization's records in one segment (`Hello::whole_segments`).
+    pub whole_segments: bool,
 }
 
 /// Connects to the server and opens a session: the connection (reads time out after 600 s),
@@ -58,6 +60,7 @@ pub fn open(spec: &SessionSpec<'_>) -> anyhow::Result<(Connection, Welcome, Endp
         arena_size: spec.arena.1,
         recorded_sm: spec.recorded_sm,
         program: spec.program.clone(),
+        whole_segments: spec.whole_segments,
     };
     let w = conn.handshake(&hello).with_context(|| format!("opening a session on {endpoint}"))?;
     Ok((conn, w, endpoint))

@@ -226,6 +226,34 @@ fn a_recording_replayed_remotely_with_cached_execution_verifies_every_result() {
     }
 }
 
+/// A server's default (`cached_execution = "auto"`) runs the repeated pieces of a client that
+/// sends whole segments (`replay --remote`) as graphs, and a live program's record by record, as
+/// without cached execution; `off` runs none.
+#[test]
+fn by_default_a_replay_runs_repeated_pieces_as_graphs_and_a_live_program_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, trace, _) = recorded(dir.path());
+    let prog = dir.path().join("pieces");
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let (code, v, err) = serve_harness::remote_replay(&srv.tcp, &trace, &[]);
+    assert_eq!(code, 0, "{v}\n{err}");
+    assert_eq!((v["results_verified"].as_u64(), v["mismatches"].as_array().map(Vec::len)), (Some(31), Some(0)), "{v}");
+    assert!(v["pieces"]["graph"].as_u64() > Some(20), "{v}");
+    let live = run_client(&srv, &prog);
+    assert!(live.ok, "stderr:\n{}", live.stderr);
+    let s = live.stats();
+    for k in ["pieces_graph", "pieces_captured", "pieces_eager", "pieces_by_reference"] {
+        assert_eq!(count(&s, k), 0, "{k}: {s}");
+    }
+    drop(srv);
+    let off = tempfile::tempdir().unwrap();
+    let srv = Server::start(off.path(), &libdir, &["--cached-execution", "off"], &[]);
+    let (code, v, err) = serve_harness::remote_replay(&srv.tcp, &trace, &[]);
+    assert_eq!(code, 0, "{v}\n{err}");
+    assert_eq!(v["pieces"]["graph"].as_u64(), Some(0), "{v}");
+    assert_eq!(v["results_verified"].as_u64(), Some(31), "{v}");
+}
+
 #[test]
 fn analyze_pieces_of_a_recording_predicts_what_the_server_runs_as_graphs() {
     let dir = tempfile::tempdir().unwrap();

@@ -36,6 +36,7 @@ fn main() {
             arena_size: 0,
             recorded_sm: 0,
             program: String::new(),
+            whole_segments: false,
         };
         c.handshake(&hello).expect("session");
         let t0 = Instant::now();

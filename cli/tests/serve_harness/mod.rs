@@ -124,6 +124,7 @@ pub fn hello(token: &str) -> Hello {
         arena_size: 1 << 40,
         recorded_sm: 90,
         program: "test".into(),
+        whole_segments: false,
     }
 }
 

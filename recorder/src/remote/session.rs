@@ -218,6 +218,8 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         arena_size: size,
         recorded_sm: 0,
         program,
+        // A live program's records go as it makes them.
+        whole_segments: false,
     };
     let welcome = conn.handshake(&hello).map_err(|e| e.to_string())?;
     state::set_device_sm(welcome.device.sm());

@@ -6,6 +6,57 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// Which sessions run cached-trace execution ([`Config::cached_execution`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachedExecution {
+    /// None.
+    Off,
+    /// Every session.
+    On,
+    /// Sessions whose client sends whole segments (`Hello::whole_segments`).
+    #[default]
+    Auto,
+}
+
+impl CachedExecution {
+    /// The mode named `s`: `auto`, `on`/`true`, `off`/`false`.
+    pub fn parse(s: &str) -> Option<CachedExecution> {
+        match s {
+            "auto" => Some(CachedExecution::Auto),
+            "on" | "true" => Some(CachedExecution::On),
+            "off" | "false" => Some(CachedExecution::Off),
+            _ => None,
+        }
+    }
+
+    /// Whether a session whose client says `whole_segments` runs it.
+    pub fn for_session(self, whole_segments: bool) -> bool {
+        match self {
+            CachedExecution::Off => false,
+            CachedExecution::On => true,
+            CachedExecution::Auto => whole_segments,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CachedExecution {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Bool(bool),
+            Name(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Bool(true) => Ok(CachedExecution::On),
+            Raw::Bool(false) => Ok(CachedExecution::Off),
+            Raw::Name(s) => CachedExecution::parse(&s).ok_or_else(|| {
+                serde::de::Error::custom(format!("cached_execution = \"{s}\": expected \"auto\", \"on\" or \"off\""))
+            }),
+        }
+    }
+}
+
 /// The server's settings. Every field has a default; `gpuless.toml` overrides them and the
 /// command line overrides the file.
 #[derive(Debug, Clone, Deserialize)]
@@ -78,11 +129,13 @@ pub struct Config {
     /// warm constants together) may hold, as a fraction of its total; beyond it the least
     /// recently used is let go (memory pressure). 1: no bound but the caps.
     pub warm_memory_fraction: f64,
-    /// Cached-trace execution for sessions that stream records (live clients, `replay
-    /// --remote`): runs of launches, copies and sets that repeat run as CUDA graphs
-    /// (`server::pieces`). Off by default: on an H100 it runs most of a PyTorch program's
-    /// repeated work as graphs, correctly, but made no live client faster (docs/BENCHMARKS.md).
-    pub cached_execution: bool,
+    /// Cached-trace execution: runs of launches, copies and sets that repeat run as CUDA graphs
+    /// (`server::pieces`). `auto` (the default): for sessions whose client sends each
+    /// synchronization's records whole (`replay --remote`: its repeated work runs as graphs,
+    /// faster than local eager replay), not for live programs (on an H100 it ran most of a
+    /// PyTorch program's repeated work as graphs, correctly, but made no live client faster:
+    /// docs/BENCHMARKS.md); `on` (or `true`): every session; `off` (or `false`): none.
+    pub cached_execution: CachedExecution,
     /// When cached execution holds a piece for a graph: `busy` (only while the GPU still has
     /// earlier work of the piece's stream, so an idle GPU never waits for a piece's last
     /// record) or `always`.
@@ -145,7 +198,7 @@ impl Default for Config {
             program_keep_alive_s: 0.0,
             warm_programs_max: 2,
             warm_memory_fraction: 0.5,
-            cached_execution: false,
+            cached_execution: CachedExecution::Auto,
             cached_hold: Default::default(),
             cache: CacheConfig::default(),
             executor: String::new(),
@@ -353,12 +406,19 @@ mod tests {
     }
 
     #[test]
-    fn cached_execution_is_off_and_holds_only_while_busy_by_default() {
+    fn cached_execution_is_auto_and_holds_only_where_no_gpu_waits_by_default() {
         use gpuless_traces::protocol::piece::policy::Hold;
         let d = Config::default();
-        assert_eq!((d.cached_execution, d.cached_hold), (false, Hold::Busy));
+        assert_eq!((d.cached_execution, d.cached_hold), (CachedExecution::Auto, Hold::Busy));
+        assert!(d.cached_execution.for_session(true) && !d.cached_execution.for_session(false));
         let c: Config = toml::from_str("cached_execution = true\ncached_hold = \"always\"\n").unwrap();
-        assert_eq!((c.cached_execution, c.cached_hold), (true, Hold::Always));
+        assert_eq!((c.cached_execution, c.cached_hold), (CachedExecution::On, Hold::Always));
+        let off: Config = toml::from_str("cached_execution = \"off\"\n").unwrap();
+        assert!(!off.cached_execution.for_session(true));
+        let on: Config = toml::from_str("cached_execution = \"on\"\n").unwrap();
+        assert!(on.cached_execution.for_session(false));
+        let e = toml::from_str::<Config>("cached_execution = \"sometimes\"\n").unwrap_err().to_string();
+        assert!(e.contains("expected \"auto\", \"on\" or \"off\""), "{e}");
         assert!(toml::from_str::<Config>("cached_hold = \"sometimes\"\n").is_err());
     }
 

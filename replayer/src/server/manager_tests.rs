@@ -75,6 +75,7 @@ fn hello(program: &str, live: bool) -> Hello {
         arena_size,
         recorded_sm: 90,
         program: program.into(),
+        whole_segments: false,
     }
 }
 

@@ -306,7 +306,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         session: grant.session,
         idle_ms: (m.cfg.idle_timeout_s * 1e3) as u64,
         keep_alive_ms: m.keep_alive_ms(&h),
-        cached: m.cfg.cached_execution.then_some(m.cfg.cached_hold),
+        cached: m.cfg.cached_execution.for_session(h.whole_segments).then_some(m.cfg.cached_hold),
         hello: payload,
         tenant,
         scoped: !m.cfg.tenants.is_empty(),

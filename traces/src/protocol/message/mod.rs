@@ -84,6 +84,12 @@ pub struct Hello {
     /// function session, and with warm constants on a server keeps a session's uploads for
     /// the next session of the same program).
     pub program: String,
+    /// The client sends each synchronization's records in one segment, not as a program makes
+    /// them (a trace replayer, `replay --remote`): a piece held within a segment keeps no GPU
+    /// waiting, so a server whose cached execution is `auto` (the default) runs this session's
+    /// repeated pieces as graphs. A trailing byte of the payload, absent from older clients
+    /// (false).
+    pub whole_segments: bool,
 }
 
 /// The server's answer to [`Hello`]: the session.
@@ -452,6 +458,7 @@ impl Message {
                     Priority::BestEffort => 1,
                 });
                 p.u64(h.arena_base).u64(h.arena_size).u32(h.recorded_sm).str(&h.program);
+                p.u8(u8::from(h.whole_segments));
             }
             Message::Welcome(w) => {
                 p.u64(w.session).u32(w.executor_pid).str(&w.server);
@@ -565,6 +572,7 @@ impl Message {
                 };
                 let (arena_base, arena_size, recorded_sm) = (g.u64()?, g.u64()?, g.u32()?);
                 let program = g.str()?;
+                let whole_segments = if g.remaining() > 0 { flag(&mut g, "whole_segments")? } else { false };
                 Message::Hello(Hello {
                     protocol,
                     tool,
@@ -575,6 +583,7 @@ impl Message {
                     arena_size,
                     recorded_sm,
                     program,
+                    whole_segments,
                 })
             }
             kind::WELCOME => {

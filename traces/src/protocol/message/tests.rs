@@ -14,6 +14,7 @@ fn samples() -> Vec<Message> {
             arena_size: 1 << 40,
             recorded_sm: 90,
             program: "resnet50".into(),
+            whole_segments: true,
         }),
         Message::Welcome(Box::new(Welcome {
             session: 7,
@@ -165,4 +166,16 @@ fn function_messages_keep_their_fields_and_refuse_bad_flags_and_cut_payloads() {
     q.u64(1).u64(2).u8(0).u64(0).u32(1000);
     let e = Message::decode(kind::OUTPUTS, 0, &q.0).unwrap_err().to_string();
     assert!(e.contains("elements announced"), "{e}");
+}
+
+/// A Hello from a client before `whole_segments` (no trailing byte) still decodes, as false.
+#[test]
+fn an_older_hello_without_its_last_byte_says_no_whole_segments() {
+    let Message::Hello(h) = &samples()[0] else { panic!("the first sample is a Hello") };
+    let mut bytes = Message::Hello(h.clone()).encode();
+    assert_eq!(bytes.pop(), Some(1));
+    match Message::decode(kind::HELLO, 0, &bytes) {
+        Ok(Message::Hello(old)) => assert_eq!(old, Hello { whole_segments: false, ..h.clone() }),
+        other => panic!("{other:?}"),
+    }
 }
