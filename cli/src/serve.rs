@@ -87,7 +87,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "auto|on|off", value_parser = ["auto", "on", "off"])]
     pub cached_execution: Option<String>,
     /// When cached execution holds a piece for a graph: `busy` (default; only while the GPU
-    /// still has earlier work of its stream, so an idle GPU never waits) or `always`.
+    /// still has earlier work of its stream or the piece's records have all arrived, so an
+    /// idle GPU never waits) or `always`.
     #[arg(long, value_name = "busy|always", value_parser = ["busy", "always"])]
     pub cached_hold: Option<String>,
 }

@@ -137,8 +137,8 @@ pub struct Config {
     /// docs/BENCHMARKS.md); `on` (or `true`): every session; `off` (or `false`): none.
     pub cached_execution: CachedExecution,
     /// When cached execution holds a piece for a graph: `busy` (only while the GPU still has
-    /// earlier work of the piece's stream, so an idle GPU never waits for a piece's last
-    /// record) or `always`.
+    /// earlier work of the piece's stream, or the records that complete the piece have all
+    /// arrived, so an idle GPU never waits for a piece's last record) or `always`.
     pub cached_hold: gpuless_traces::protocol::piece::policy::Hold,
     /// The blob cache.
     pub cache: CacheConfig,

@@ -52,9 +52,10 @@ struct Entry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Hold {
-    /// Only while the piece's stream still has earlier work on the GPU (the piece's wait for
-    /// its last record then costs the GPU nothing): an idle GPU is never kept waiting, so a
-    /// program bound by its own CPU runs as without cached execution.
+    /// Only where the piece's wait for its last record costs the GPU nothing: while the
+    /// piece's stream still has earlier work on the GPU, or when its records have all arrived
+    /// (the executor's `in_hand`). An idle GPU is never kept waiting, so a program bound by
+    /// its own CPU runs as without cached execution.
     #[default]
     Busy,
     /// Always: most graphs, but the GPU may wait for a piece's last record.
