@@ -9,6 +9,138 @@ use std::fmt::Write as _;
 
 const FILES: &[&str] = &["src/api/driver.api"];
 
+/// Every driver symbol cuda.h declares (`scripts/api-signatures.py`): each gets an entry.
+const LISTING: &str = "src/api/cuda-13.0-driver.txt";
+
+const LOCAL_RULES: &[(&str, &str)] = &[
+    ("errors", "Errors"),
+    ("entry", "Entry"),
+    ("device", "Device"),
+    ("context", "Context"),
+    ("kernel", "Kernel"),
+    ("host", "Host"),
+    ("address", "Address"),
+    ("capture", "Capture"),
+    ("handle", "Handle"),
+    ("runtime", "Runtime"),
+];
+
+const REFUSALS: &[(&str, &str)] = &[
+    ("legacy32", "Legacy32"),
+    ("texref", "TexRef"),
+    ("graphics", "Graphics"),
+    ("external", "External"),
+    ("ipc", "Ipc"),
+    ("multicast", "Multicast"),
+    ("checkpoint", "Checkpoint"),
+    ("logs", "Logs"),
+    ("managed", "Managed"),
+    ("vmm", "Vmm"),
+    ("hostfn", "HostFn"),
+    ("pool", "Pool"),
+    ("multigpu", "MultiGpu"),
+    ("green", "Green"),
+    ("graphnode", "GraphNode"),
+    ("notyet", "NotYet"),
+];
+
+/// The argument kind of a by-value parameter of a function known only from the listing; the
+/// build fails on a type not named here, so a new cuda.h cannot slip in a wrong width.
+const VALUE_KINDS: &[(&str, &str)] = &[
+    ("CUarray", "Handle(HandleKind::Array)"),
+    ("CUcontext", "Handle(HandleKind::Context)"),
+    ("CUevent", "Handle(HandleKind::Event)"),
+    ("CUfunction", "Handle(HandleKind::Function)"),
+    ("CUgraph", "Handle(HandleKind::Graph)"),
+    ("CUgraphExec", "Handle(HandleKind::GraphExec)"),
+    ("CUgraphNode", "Handle(HandleKind::GraphNode)"),
+    ("CUgreenCtx", "Handle(HandleKind::GreenCtx)"),
+    ("CUmemoryPool", "Handle(HandleKind::MemPool)"),
+    ("CUmipmappedArray", "Handle(HandleKind::MipmappedArray)"),
+    ("CUmodule", "Handle(HandleKind::Module)"),
+    ("CUstream", "Handle(HandleKind::Stream)"),
+    ("CUmemGenericAllocationHandle", "Handle(HandleKind::MemHandle)"),
+    ("CUdevice", "Handle(HandleKind::Device)"),
+    ("CUasyncCallbackHandle", "Handle(HandleKind::Other)"),
+    ("CUexternalMemory", "Handle(HandleKind::Other)"),
+    ("CUexternalSemaphore", "Handle(HandleKind::Other)"),
+    ("CUgraphicsResource", "Handle(HandleKind::Other)"),
+    ("CUlogsCallbackHandle", "Handle(HandleKind::Other)"),
+    ("CUsurfref", "Handle(HandleKind::Other)"),
+    ("CUtexref", "Handle(HandleKind::Other)"),
+    ("CUuserObject", "Handle(HandleKind::Other)"),
+    ("CUasyncCallback", "FnPtr"),
+    ("CUhostFn", "FnPtr"),
+    ("CUlogsCallback", "FnPtr"),
+    ("CUoccupancyB2DSize", "FnPtr"),
+    ("CUdeviceptr", "DevPtr"),
+    ("CUdeviceptr_v1", "Scalar"),
+    ("CUipcEventHandle", "Struct(\"CUipcEventHandle\")"),
+    ("CUipcMemHandle", "Struct(\"CUipcMemHandle\")"),
+    ("size_t", "Size"),
+    ("int", "Scalar"),
+    ("unsigned int", "Scalar"),
+    ("unsigned char", "Scalar"),
+    ("unsigned short", "Scalar"),
+    ("unsigned long long", "Scalar"),
+    ("cuuint32_t", "Scalar"),
+    ("float", "Scalar"),
+    ("CUaddress_mode", "Enum"),
+    ("CUarray_format", "Enum"),
+    ("CUcoredumpSettings", "Enum"),
+    ("CUdevResourceType", "Enum"),
+    ("CUfilter_mode", "Enum"),
+    ("CUflushGPUDirectRDMAWritesScope", "Enum"),
+    ("CUflushGPUDirectRDMAWritesTarget", "Enum"),
+    ("CUgraphMem_attribute", "Enum"),
+    ("CUkernelNodeAttrID", "Enum"),
+    ("CUmemAllocationHandleType", "Enum"),
+    ("CUmemAllocationType", "Enum"),
+    ("CUmemRangeHandleType", "Enum"),
+    ("CUmulticastGranularity_flags", "Enum"),
+    ("CUsharedconfig", "Enum"),
+    ("CUtensorMapDataType", "Enum"),
+    ("CUtensorMapFloatOOBfill", "Enum"),
+    ("CUtensorMapIm2ColWideMode", "Enum"),
+    ("CUtensorMapInterleave", "Enum"),
+    ("CUtensorMapL2promotion", "Enum"),
+    ("CUtensorMapSwizzle", "Enum"),
+];
+
+/// The group of a function known only from the listing, by name.
+fn listing_group(base: &str) -> &'static str {
+    const PREFIXES: &[(&str, &str)] = &[
+        ("cuGraph", "Graph"),
+        ("cuUserObject", "Graph"),
+        ("cuMemcpy", "Copy"),
+        ("cuMemset", "Set"),
+        ("cuMem", "Memory"),
+        ("cuArray", "Memory"),
+        ("cuMipmapped", "Memory"),
+        ("cuTexRef", "Texture"),
+        ("cuSurfRef", "Texture"),
+        ("cuCtx", "Context"),
+        ("cuDevice", "Device"),
+        ("cuStream", "Stream"),
+        ("cuGreen", "Green"),
+        ("cuLaunch", "Launch"),
+        ("cuParam", "Launch"),
+        ("cuFunc", "Function"),
+        ("cuOccupancy", "Function"),
+        ("cuModule", "Module"),
+    ];
+    PREFIXES.iter().find(|(p, _)| base.starts_with(p)).map_or("Other", |(_, g)| g)
+}
+
+/// The Rust expression of a parsed disposition.
+fn disposition(d: &(String, String), file: &str, line: usize) -> String {
+    match d.0.as_str() {
+        "server" => "Disposition::Server".into(),
+        "local" => format!("Disposition::Local(LocalRule::{})", lookup(LOCAL_RULES, &d.1, "local rule", file, line)),
+        _ => format!("Disposition::Refused(Refusal::{})", lookup(REFUSALS, &d.1, "refusal", file, line)),
+    }
+}
+
 const LEVELS: &[(&str, &str)] = &[
     ("driver", "Driver"),
     ("runtime", "Runtime"),
@@ -39,6 +171,7 @@ const GROUPS: &[(&str, &str)] = &[
     ("texture", "Texture"),
     ("green", "Green"),
     ("registration", "Registration"),
+    ("other", "Other"),
 ];
 
 const SYNC: &[&str] = &[
@@ -97,6 +230,94 @@ const RETURN_KINDS: &[(&str, &str)] = &[
     ("fnptr", "FnPtr"),
 ];
 
+/// Entries for the cuda.h symbols no table line models: one per base name and signature, each
+/// refused for the reason of the `@refuse` line that names it (the build fails for a symbol no
+/// line names, and for a pattern that names nothing).
+fn synthesize(
+    listing: &[parse::HeaderSymbol],
+    refusals: &[parse::Refusals],
+    symbols: &mut BTreeMap<String, (usize, u8, bool)>,
+    functions: &mut String,
+    id: &mut usize,
+) {
+    let mut used = vec![false; refusals.iter().map(|r| r.patterns.len()).sum()];
+    // (base, signature) -> (reason, [(symbol, version, per_thread, since)], params)
+    type Group<'a> = (String, Vec<(&'a str, u8, bool, u32)>, &'a [(String, String)]);
+    let mut groups: BTreeMap<(String, String), Group<'_>> = BTreeMap::new();
+    let mut missing = Vec::new();
+    for h in listing.iter().filter(|h| !symbols.contains_key(&h.name)) {
+        let mut k = 0;
+        let mut reason = None;
+        for r in refusals {
+            for p in &r.patterns {
+                let m = match p.strip_suffix('*') {
+                    Some(prefix) => h.name.starts_with(prefix),
+                    None => *p == h.name,
+                };
+                if m {
+                    used[k] = true;
+                    reason = reason.or(Some((r.reason.clone(), r.line)));
+                }
+                k += 1;
+            }
+        }
+        let Some((reason, line)) = reason else {
+            missing.push(h.name.as_str());
+            continue;
+        };
+        let reason = lookup(REFUSALS, &reason, "refusal", FILES[0], line).to_string();
+        let (base, version, per_thread) = parse::split_symbol(&h.name);
+        let sig: Vec<&str> = h.params.iter().map(|(t, _)| t.as_str()).collect();
+        let g = groups.entry((base.to_string(), sig.join(","))).or_insert_with(|| (reason, Vec::new(), &h.params));
+        g.1.push((&h.name, version, per_thread, h.since));
+    }
+    if !missing.is_empty() {
+        panic!(
+            "{LISTING}: {} symbols have no disposition: model each in {} or refuse it with an `@refuse REASON SYMBOL` \
+             line: {}",
+            missing.len(),
+            FILES[0],
+            missing.join(" ")
+        );
+    }
+    let mut k = 0;
+    for r in refusals {
+        for p in &r.patterns {
+            if !used[k] {
+                panic!("{}:{}: `@refuse {} {p}` names no symbol the table lacks", FILES[0], r.line, r.reason);
+            }
+            k += 1;
+        }
+    }
+    for ((base, _), (reason, syms, params)) in groups {
+        let mut sym_list = String::new();
+        for (name, version, per_thread, since) in &syms {
+            symbols.insert(name.to_string(), (*id, *version, *per_thread));
+            let _ = write!(
+                sym_list,
+                "Symbol {{ name: {name:?}, variant: Variant {{ version: {version}, per_thread: {per_thread} }}, since: {since} }}, "
+            );
+        }
+        let mut args = String::new();
+        for (t, n) in params {
+            let kind = if t.contains('*') || t.contains('[') {
+                "HostPtr".to_string()
+            } else {
+                lookup(VALUE_KINDS, t.trim_start_matches("const "), "by-value type", LISTING, 0).to_string()
+            };
+            let _ =
+                write!(args, "ApiArg {{ name: {n:?}, c_type: {t:?}, dir: Direction::In, kind: ArgKind::{kind} }}, ");
+        }
+        let sync = if base.contains("Get") { "DeviceQuery" } else { "Async" };
+        let _ = writeln!(
+            functions,
+            "    ApiFunction {{ id: ApiId({id}), name: {base:?}, level: ApiLevel::Driver, group: Group::{}, sync: SyncClass::{sync}, stable: false, gpu_answers: false, capturable: false, symbols: &[{sym_list}], args: &[{args}], ret: Return::Status, disposition: Disposition::Refused(Refusal::{reason}), modeled: false }},",
+            listing_group(&base)
+        );
+        *id += 1;
+    }
+}
+
 fn lookup<'a>(table: &'a [(&str, &str)], key: &str, what: &str, file: &str, line: usize) -> &'a str {
     match table.iter().find(|(k, _)| *k == key) {
         Some((_, v)) => v,
@@ -109,10 +330,16 @@ fn main() {
     let mut functions = String::new();
     let mut symbols: BTreeMap<String, (usize, u8, bool)> = BTreeMap::new();
     let mut id = 0usize;
+    println!("cargo:rerun-if-changed={LISTING}");
+    let listing_src = std::fs::read_to_string(LISTING).unwrap_or_else(|e| panic!("{LISTING}: {e}"));
+    let listing = parse::parse_listing(&listing_src).unwrap_or_else(|e| panic!("{LISTING}: {e}"));
+    let since: BTreeMap<&str, u32> = listing.iter().map(|h| (h.name.as_str(), h.since)).collect();
+    let mut refusals = Vec::new();
     for file in FILES {
         println!("cargo:rerun-if-changed={file}");
         let src = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{file}: {e}"));
         let parsed = parse::parse_api(&src).unwrap_or_else(|e| panic!("{file}: {e}"));
+        refusals.extend(parse::parse_refusals(&src).unwrap_or_else(|e| panic!("{file}: {e}")));
         for f in parsed {
             let line = f.line;
             let level = lookup(LEVELS, &f.level, "level", file, line);
@@ -128,9 +355,10 @@ fn main() {
                 if symbols.insert(full.clone(), (id, version, per_thread)).is_some() {
                     panic!("{file}:{line}: symbol {full} listed twice");
                 }
+                let since = since.get(full.as_str()).copied().unwrap_or(0);
                 let _ = write!(
                     syms,
-                    "Symbol {{ name: {full:?}, variant: Variant {{ version: {version}, per_thread: {per_thread} }} }}, "
+                    "Symbol {{ name: {full:?}, variant: Variant {{ version: {version}, per_thread: {per_thread} }}, since: {since} }}, "
                 );
             }
             let mut args = String::new();
@@ -203,14 +431,16 @@ fn main() {
                     format!("Return::Value {{ kind: ArgKind::{kind}, c_type: {c_type:?} }}")
                 }
             };
+            let disp = disposition(&f.disposition, file, line);
             let _ = writeln!(
                 functions,
-                "    ApiFunction {{ id: ApiId({id}), name: {:?}, level: ApiLevel::{level}, group: Group::{group}, sync: SyncClass::{}, stable: {}, gpu_answers: {}, capturable: {}, symbols: &[{syms}], args: &[{args}], ret: {ret} }},",
+                "    ApiFunction {{ id: ApiId({id}), name: {:?}, level: ApiLevel::{level}, group: Group::{group}, sync: SyncClass::{}, stable: {}, gpu_answers: {}, capturable: {}, symbols: &[{syms}], args: &[{args}], ret: {ret}, disposition: {disp}, modeled: true }},",
                 f.name, f.sync, f.stable, f.gpu, f.graph
             );
             id += 1;
         }
     }
+    synthesize(&listing, &refusals, &mut symbols, &mut functions, &mut id);
     assert!(id < u16::MAX as usize, "too many API entries");
     let _ = writeln!(out, "/// Every entry of the API table, in file order; `FUNCTIONS[i].id == ApiId(i)`.");
     let _ = writeln!(out, "pub static FUNCTIONS: [ApiFunction; {id}] = [\n{functions}];");

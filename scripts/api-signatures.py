@@ -1,16 +1,28 @@
 #!/usr/bin/env python3
-"""Lists every driver API symbol that a CUDA toolkit's cuda.h declares, with its parameter types:
-the reference that analyzer/tests/header_coverage.rs checks analyzer/src/api/driver.api against.
+"""Lists every driver API symbol that a CUDA toolkit's cuda.h declares: the one list of the driver
+API that analyzer/build.rs turns into the API table (every symbol gets an entry: the lines of
+analyzer/src/api/driver.api model a function; the rest get one from this listing) and that
+analyzer/tests/header_coverage.rs checks driver.api against.
 
-    scripts/api-signatures.py CUDA_INCLUDE_DIR > testdata/api/cuda-VERSION-driver.txt
+    scripts/api-signatures.py CUDA_INCLUDE_DIR > analyzer/src/api/cuda-13.0-driver.txt
+
+(cuda.h and cudaTypedefs.h of CUDA 13.0 are in PyPI's `nvidia-cuda-runtime==13.0.96` wheel, under
+nvidia/cu13/include.)
 
 cuda.h declares most functions under macro names (`cuStreamBeginCapture` is
 `cuStreamBeginCapture_v2`, or `_v2_ptsz` with per-thread default streams) and the older exported
 symbols only for the driver's own build (`__CUDA_API_VERSION_INTERNAL`), so the header is
 preprocessed three ways (gcc -E) and the union of the prototypes is listed, one per line:
-`SYMBOL<TAB>TYPE, TYPE, ...` (parameter names dropped, spaces normalised), sorted.
+
+    SYMBOL<TAB>SINCE<TAB>TYPE|NAME, TYPE|NAME, ...
+
+sorted by symbol. TYPE has its spaces normalised (`const CUdeviceptr*`); SINCE is the CUDA version
+from which `cuGetProcAddress` hands out this symbol for its base name (cudaTypedefs.h: the
+`PFN_cuX_vNNNNN[_ptds|_ptsz]` typedefs of a base name, in ascending version, are its exported
+variants in ascending `_vN` order).
 """
 import re, subprocess, sys
+from collections import defaultdict
 
 if len(sys.argv) != 2:
     sys.exit(__doc__)
@@ -22,21 +34,47 @@ for flags in modes.values():
     text = subprocess.run(["gcc", "-E", "-P", *flags, "-I", inc, "-x", "c", f"{inc}/cuda.h"],
                           capture_output=True, text=True, check=True).stdout
     for name, params in proto.findall(text):
-        types = []
-        for p in params.split(","):
+        out = []
+        for i, p in enumerate(params.split(",")):
             p = " ".join(p.replace("*", " * ").split())
             if p in ("", "void"):
                 continue
             words = p.split()
-            # Drop the parameter's name (the last word, when more than a type remains).
+            pname = f"a{i}"
+            # The parameter's name: the last word, when more than a type remains.
             if len(words) > 1 and re.fullmatch(r"\w+", words[-1]) and words[-1] not in ("int", "long", "char", "short", "unsigned"):
-                words = words[:-1]
-            types.append(" ".join(words).replace(" *", "*"))
-        sig = ", ".join(types)
-        if found.get(name, sig) != sig:
-            sys.exit(f"{name}: two signatures: ({found[name]}) and ({sig})")
-        found[name] = sig
+                pname, words = words[-1], words[:-1]
+            out.append((" ".join(words).replace(" *", "*"), pname))
+        types = [t for t, _ in out]
+        if name in found and [t for t, _ in found[name]] != types:
+            sys.exit(f"{name}: two signatures: ({found[name]}) and ({out})")
+        found.setdefault(name, out)
+
+# Variants of a base name: (base, per-thread) -> symbols sorted by _vN.
+variant = re.compile(r"^(cu\w+?)(?:_v(\d+))?(_ptsz|_ptds)?$")
+def split(sym):
+    m = variant.match(sym)
+    return m.group(1), int(m.group(2) or 1), bool(m.group(3))
+symbols = defaultdict(list)
+for s in found:
+    base, v, pt = split(s)
+    symbols[(base, pt)].append((v, s))
+# PFN typedefs: (base, per-thread) -> versions.
+pfn = defaultdict(list)
+typedefs = open(f"{inc}/cudaTypedefs.h").read()
+for base, ver, pt in re.findall(r"\bPFN_(cu\w+?)_v(\d+)(_ptds|_ptsz)?\)", typedefs):
+    pfn[(base, bool(pt))].append(int(ver))
+since = {}
+for key, syms in symbols.items():
+    vers = sorted(set(pfn.get(key, [])))
+    syms.sort()
+    if len(vers) != len(syms):
+        sys.exit(f"{key}: {len(syms)} symbols {syms} but typedef versions {vers}")
+    for (_, s), v in zip(syms, vers):
+        since[s] = v
+
 m = re.search(r"#define CUDA_VERSION (\d+)", open(f"{inc}/cuda.h").read())
 print(f"# cuda.h of CUDA_VERSION {m.group(1) if m else '?'}: {len(found)} driver API symbols (scripts/api-signatures.py)")
 for name in sorted(found):
-    print(f"{name}\t{found[name]}")
+    params = ", ".join(f"{t}|{n}" for t, n in found[name])
+    print(f"{name}\t{since[name]}\t{params}")

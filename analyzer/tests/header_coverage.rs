@@ -1,17 +1,18 @@
-//! The API table against the CUDA toolkit's own declarations: every driver symbol the table
-//! models has the parameter types `cuda.h` gives it, and every version of a modeled function that
-//! `cuda.h` declares is modeled. `testdata/api/cuda-13.0-driver.txt` lists the header's
-//! prototypes (regenerate with `scripts/api-signatures.py CUDA_INCLUDE_DIR`).
+//! The API table against the CUDA toolkit's own declarations: every driver symbol `cuda.h`
+//! declares is in the table with exactly one disposition, every symbol the table models has the
+//! parameter types `cuda.h` gives it, and no function the client answers itself changes device
+//! state. `analyzer/src/api/cuda-13.0-driver.txt` lists the header's prototypes (regenerate with
+//! `scripts/api-signatures.py CUDA_INCLUDE_DIR`).
 //!
 //! Why: CUDA 13's `cuGetProcAddress("cuCtxGetDevice")` hands out `cuCtxGetDevice_v2`, a second
 //! signature the table lacked; its calls were counted under the wrong function, and every one of
 //! them (1,600 per ResNet-50 inference) ended the recorder's stable answers
 //! (docs/benchmarks/recorder-overhead-history.md, session 7). This test finds such gaps from the header alone.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use gpuless_analyzer::api::{self, ApiLevel};
+use gpuless_analyzer::api::{self, ApiLevel, Disposition, LocalRule, Refusal, SyncClass};
 
 /// The legacy (before CUDA 3.2) bare symbols with a 32-bit ABI (`unsigned int` sizes,
 /// `CUdeviceptr_v1`, the `_v1` descriptor structs): deliberately not modeled. Their calls are
@@ -66,13 +67,11 @@ const ACCEPTED: &[(&str, &str)] = &[
 
 /// `SYMBOL -> [TYPE, ...]` from the reference listing.
 fn header() -> BTreeMap<String, Vec<String>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../testdata/api/cuda-13.0-driver.txt");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/api/cuda-13.0-driver.txt");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut out = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
-        let (name, types) = line.split_once('\t').unwrap_or((line, ""));
-        let types = types.split(", ").filter(|t| !t.is_empty()).map(normal).collect();
-        out.insert(name.to_string(), types);
+    for h in api::parse::parse_listing(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())) {
+        out.insert(h.name, h.params.iter().map(|(t, _)| normal(t)).collect());
     }
     assert!(out.len() > 500, "{}: only {} symbols", path.display(), out.len());
     out
@@ -112,28 +111,73 @@ fn modeled_driver_symbols_have_the_headers_parameter_types() {
 }
 
 #[test]
-fn every_declared_version_of_a_modeled_function_is_modeled() {
+fn every_symbol_of_cuda_h_is_in_the_table() {
     let header = header();
-    let modeled: BTreeSet<&str> =
-        api::functions().iter().filter(|f| f.level == ApiLevel::Driver).map(|f| f.name).collect();
-    let missing: Vec<&String> = header
-        .keys()
-        .filter(|s| modeled.contains(base(s)) && api::lookup_symbol(s).is_none() && !accepted(s))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{} versions of modeled functions are declared in cuda.h but not in driver.api (add a line with their \
-         signature): {missing:?}",
-        missing.len()
-    );
+    let missing: Vec<&String> = header.keys().filter(|s| api::lookup_symbol(s).is_none()).collect();
+    assert!(missing.is_empty(), "{} cuda.h symbols are not in the table: {missing:?}", missing.len());
+    assert_eq!(header.len(), 634);
 }
 
 #[test]
-fn legacy_32_bit_symbols_are_not_modeled() {
+fn every_function_has_one_disposition_and_local_answers_change_no_device_state() {
+    for f in api::functions() {
+        if let Disposition::Local(rule) = f.disposition {
+            // A local answer of success for a call that changes device state would be a silent
+            // success: only queries, host memory the client owns, and the client's view of the
+            // session's one context may be answered locally.
+            let harmless = f.is_query()
+                || f.sync == SyncClass::HostMemory
+                || rule == LocalRule::Context
+                || rule == LocalRule::Runtime;
+            assert!(harmless, "{} ({:?}) is answered locally by {rule:?} but changes device state", f.name, f.sync);
+        }
+        if f.level == ApiLevel::Driver {
+            assert_eq!(f.sent_by_client(), f.disposition == Disposition::Server, "{}", f.name);
+        }
+    }
+    // The behaviours a third party's programs found silently wrong are no longer silent.
+    let d = |n: &str| api::by_name(n).unwrap_or_else(|| panic!("{n}")).disposition;
+    for n in ["cuLaunchHostFunc", "cuStreamAddCallback", "cuGraphAddHostNode", "cuMemAllocManaged", "cuMemCreate"] {
+        assert!(matches!(d(n), Disposition::Refused(_)), "{n}");
+    }
+    for n in
+        ["cuStreamWaitValue32", "cuStreamWriteValue64", "cuStreamBatchMemOp", "cuStreamSetAttribute", "cuMemcpyPeer"]
+    {
+        assert_eq!(d(n), Disposition::Server, "{n}");
+    }
+}
+
+#[test]
+fn legacy_32_bit_symbols_are_refused() {
     let header = header();
     for s in LEGACY_V1 {
         assert!(header.contains_key(*s), "{s} is not in the listing");
-        assert!(api::lookup_symbol(s).is_none(), "{s} has the 32-bit ABI and must not get a _v2 line");
+        let (f, _) = api::lookup_symbol(s).unwrap_or_else(|| panic!("{s} is not in the table"));
+        assert_eq!(f.disposition, Disposition::Refused(Refusal::Legacy32), "{s}");
+        assert!(
+            f.args.iter().all(|a| !a.is_pointer() || a.kind == api::ArgKind::HostPtr),
+            "{s}: pointers as addresses"
+        );
+    }
+}
+
+#[test]
+fn symbols_carry_the_version_cu_get_proc_address_hands_them_out_from() {
+    let since = |s: &str| {
+        let (f, v) = api::lookup_symbol(s).unwrap_or_else(|| panic!("{s}"));
+        f.symbols.iter().find(|x| x.variant == v).map(|x| x.since).unwrap_or_default()
+    };
+    assert_eq!(since("cuCtxCreate"), 2000);
+    assert_eq!(since("cuCtxCreate_v2"), 3020);
+    assert_eq!(since("cuCtxCreate_v4"), 12050);
+    assert_eq!(since("cuMemAlloc_v2"), 3020);
+    assert_eq!(since("cuMemcpyHtoD_v2_ptds"), 7000);
+    assert_eq!(since("cuStreamGetCaptureInfo_v3"), 12030);
+    assert_eq!(since("cuEventElapsedTime_v2"), 12080);
+    for f in api::functions().iter().filter(|f| f.level == ApiLevel::Driver) {
+        for s in f.symbols {
+            assert!(s.since >= 2000, "{}: no version", s.name);
+        }
     }
 }
 

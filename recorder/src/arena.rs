@@ -65,6 +65,8 @@ pub fn op(id: api::ApiId) -> Option<Op> {
         api::functions()
             .iter()
             .map(|f| match f.name {
+                // The legacy 32-bit entries share the names: never theirs.
+                _ if !f.modeled => None,
                 "cuMemAlloc" => Some(Op::Alloc),
                 "cuMemAllocPitch" => Some(Op::AllocPitch),
                 "cuMemAllocAsync" => Some(Op::AllocAsync),

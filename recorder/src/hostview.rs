@@ -43,7 +43,9 @@ pub enum Op {
 
 /// The operation of API function `id`, if any.
 pub fn op(id: api::ApiId) -> Option<Op> {
-    match api::get(id)?.name {
+    let f = api::get(id)?;
+    match f.name {
+        _ if !f.modeled => None,
         "cuMemAllocManaged" => Some(Op::AllocManaged),
         "cuMemHostAlloc" => Some(Op::HostAlloc),
         "cuMemHostRegister" => Some(Op::HostRegister),

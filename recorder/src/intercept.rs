@@ -269,7 +269,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
 ) -> u32 {
     if crate::remote::active() {
         // SAFETY: the caller's arguments.
-        return unsafe { crate::remote::proc_address(symbol, pfn, flags, status) };
+        return unsafe { crate::remote::proc_address(symbol, pfn, version, flags, status) };
     }
     let real = load_real(&REAL_GPA_V2, "cuGetProcAddress_v2\0");
     if real == 0 {
@@ -296,7 +296,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
 ) -> u32 {
     if crate::remote::active() {
         // SAFETY: the caller's arguments (no status pointer in v1).
-        return unsafe { crate::remote::proc_address(symbol, pfn, flags, std::ptr::null_mut()) };
+        return unsafe { crate::remote::proc_address(symbol, pfn, version, flags, std::ptr::null_mut()) };
     }
     let real = load_real(&REAL_GPA_V1, "cuGetProcAddress\0");
     if real == 0 {

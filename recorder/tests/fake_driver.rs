@@ -349,27 +349,32 @@ fn four_byte_values_are_recorded_at_their_width() {
 
 /// A legacy (before CUDA 3.2) bare symbol has a 32-bit ABI (`cuMemAlloc(unsigned int *, unsigned
 /// int)`): the recorder does not treat it as `cuMemAlloc_v2` (whose arena answer writes 64 bits)
-/// but passes it through and counts it as unmodeled. The CUDA 10.0 `cuStreamBeginCapture(CUstream)`
-/// is recorded with its one argument.
+/// but passes it through and records it under its own entry (known from cuda.h only, its
+/// pointer recorded as an address). The CUDA 10.0 `cuStreamBeginCapture(CUstream)` is recorded
+/// with its one argument.
 #[test]
 fn legacy_32_bit_symbols_pass_through_and_are_counted() {
     let (dir, out) = record_ok("-7");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("legacy=0x1000 canary=0xdeadbeef"), "the driver's 32-bit answer, untouched: {stdout}");
     let calls = calls_of(&dir.path().join("t.gl"));
-    let legacy = calls.iter().find(|c| matches!(&c.function, Function::Other(n) if n == "cuMemAlloc"));
+    let legacy: Vec<_> =
+        calls.iter().filter(|c| c.function.api().is_some_and(|f| f.name == "cuMemAlloc" && !f.modeled)).collect();
     // Asked for by name (dlsym) and through cuGetProcAddress with a pre-3.2 version: both
-    // counted under the legacy symbol's own name, not as an unexported version.
-    assert_eq!(legacy.map(|c| c.args.clone()), Some(vec![Value::U64(2)]), "counted as unmodeled, twice: {calls:?}");
+    // recorded under the legacy symbol's own entry, not as the _v2.
+    assert_eq!(legacy.len(), 2, "{calls:?}");
+    for c in &legacy {
+        assert_eq!((c.variant.version, c.args.len(), c.status), (1, 2, 0), "{c:?}");
+        assert!(matches!(c.args[0], Value::HostPtr(_) | Value::U64(_)), "the out-pointer as an address: {c:?}");
+        assert_eq!(c.args[1], Value::U64(256), "the 32-bit size: {c:?}");
+    }
     // The CUDA 10.0 cuStreamBeginCapture has one argument; its line says so.
     let capture: Vec<_> = calls.iter().filter(|c| c.function.name() == "cuStreamBeginCapture").collect();
     assert_eq!(capture.len(), 1, "{capture:?}");
     assert_eq!((capture[0].variant.version, capture[0].args.len(), capture[0].status), (1, 1, 0), "{capture:?}");
     // The program's own allocation, asked for through cuGetProcAddress, is the modeled _v2.
-    let modeled: Vec<_> = calls
-        .iter()
-        .filter(|c| matches!(c.function, Function::Known(_)) && c.function.name() == "cuMemAlloc")
-        .collect();
+    let modeled: Vec<_> =
+        calls.iter().filter(|c| c.function.api().is_some_and(|f| f.name == "cuMemAlloc" && f.modeled)).collect();
     assert!(!modeled.is_empty() && modeled.iter().all(|c| c.variant.version == 2 && c.args.len() == 2), "{modeled:?}");
 }
 

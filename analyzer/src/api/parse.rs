@@ -38,6 +38,81 @@ pub struct ParsedFunction {
     /// What the function returns: `None` for a status code (`CUresult`, `cudaError_t`), else
     /// the `-> ...` clause after the arguments.
     pub ret: Option<ParsedReturn>,
+    /// `=local(RULE)`, `=server` or `=refused(REASON)` after the class: (`local`, `RULE`),
+    /// (`server`, ``), (`refused`, `REASON`).
+    pub disposition: (String, String),
+}
+
+/// An `@refuse REASON PATTERN...` line: cuda.h symbols the table does not model that client
+/// mode refuses for `REASON`; a pattern is a symbol name, or a prefix ending in `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusals {
+    /// Line number in the source file (1-based).
+    pub line: usize,
+    /// The reason's keyword (`legacy32`, `graphics`, ...).
+    pub reason: String,
+    /// Symbol names and `prefix*` patterns.
+    pub patterns: Vec<String>,
+}
+
+impl Refusals {
+    /// Whether `symbol` is one of this line's.
+    pub fn matches(&self, symbol: &str) -> bool {
+        self.patterns.iter().any(|p| match p.strip_suffix('*') {
+            Some(prefix) => symbol.starts_with(prefix),
+            None => p == symbol,
+        })
+    }
+}
+
+/// One symbol of the cuda.h listing (`cuda-13.0-driver.txt`, `scripts/api-signatures.py`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderSymbol {
+    /// The exported symbol, for example `cuCtxCreate_v4`.
+    pub name: String,
+    /// The CUDA version from which `cuGetProcAddress` hands it out for its base name.
+    pub since: u32,
+    /// Its parameters: (C type, name), in order.
+    pub params: Vec<(String, String)>,
+}
+
+/// Parses the cuda.h listing: `SYMBOL<TAB>SINCE<TAB>TYPE|NAME, TYPE|NAME, ...` per line.
+pub fn parse_listing(src: &str) -> Result<Vec<HeaderSymbol>, ParseError> {
+    let mut out = Vec::new();
+    for (i, raw) in src.lines().enumerate() {
+        let line = i + 1;
+        if raw.starts_with('#') || raw.trim().is_empty() {
+            continue;
+        }
+        let mut cols = raw.split('\t');
+        let (Some(name), Some(since), params) = (cols.next(), cols.next(), cols.next().unwrap_or("")) else {
+            return Err(err(line, "expected SYMBOL<TAB>SINCE<TAB>PARAMS"));
+        };
+        let since = since.parse().map_err(|_| err(line, format!("bad version {since:?}")))?;
+        let mut ps = Vec::new();
+        for p in params.split(", ").filter(|p| !p.is_empty()) {
+            let (t, n) = p.rsplit_once('|').ok_or_else(|| err(line, format!("parameter {p:?} lacks '|NAME'")))?;
+            ps.push((t.to_string(), n.to_string()));
+        }
+        out.push(HeaderSymbol { name: name.to_string(), since, params: ps });
+    }
+    Ok(out)
+}
+
+/// The `@refuse` lines of a table file.
+pub fn parse_refusals(src: &str) -> Result<Vec<Refusals>, ParseError> {
+    let mut out = Vec::new();
+    for (i, raw) in src.lines().enumerate() {
+        let Some(rest) = raw.trim().strip_prefix("@refuse") else { continue };
+        let mut words = rest.split_whitespace();
+        let reason = words.next().ok_or_else(|| err(i + 1, "@refuse needs a reason and patterns"))?;
+        let patterns: Vec<String> = words.map(str::to_string).collect();
+        if patterns.is_empty() {
+            return Err(err(i + 1, "@refuse needs at least one symbol pattern"));
+        }
+        out.push(Refusals { line: i + 1, reason: reason.to_string(), patterns });
+    }
+    Ok(out)
 }
 
 /// A `-> void` or `-> KIND: C_TYPE` clause: a function that returns no status code.
@@ -135,6 +210,9 @@ pub fn parse_api(src: &str) -> Result<Vec<ParsedFunction>, ParseError> {
             group = rest.trim().to_string();
             continue;
         }
+        if text.starts_with("@refuse") {
+            continue;
+        }
         out.push(parse_function(line, text, &level, &group)?);
     }
     Ok(out)
@@ -145,7 +223,12 @@ fn err(line: usize, message: impl Into<String>) -> ParseError {
 }
 
 fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<ParsedFunction, ParseError> {
-    let open = text.find('(').ok_or_else(|| err(line, "missing '('"))?;
+    // The argument list's '(' follows a space (a disposition's parameter, `=local(RULE)`, does not).
+    let open = text
+        .char_indices()
+        .find(|&(i, c)| c == '(' && text[..i].ends_with(char::is_whitespace))
+        .map(|(i, _)| i)
+        .ok_or_else(|| err(line, "missing ' (' before the arguments"))?;
     let close = matching_paren(text, open).ok_or_else(|| err(line, "unbalanced '(' in the argument list"))?;
     let tail = text.get(close + 1..).unwrap_or("").trim();
     let ret = if tail.is_empty() {
@@ -161,21 +244,26 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
     let spec = head_words.next().ok_or_else(|| err(line, "missing function name"))?;
     let sync = head_words.next().ok_or_else(|| err(line, "missing sync class"))?.to_string();
     let (mut stable, mut gpu, mut graph) = (false, false, false);
+    let mut disposition = None;
     for w in head_words {
         match w {
-            "stable" if !stable => stable = true,
-            "gpu" if !gpu => gpu = true,
-            "graph" if !graph => graph = true,
+            "stable" if !stable && disposition.is_none() => stable = true,
+            "gpu" if !gpu && disposition.is_none() => gpu = true,
+            "graph" if !graph && disposition.is_none() => graph = true,
+            w if w.starts_with('=') && disposition.is_none() => disposition = Some(parse_disposition(line, w)?),
             w => {
                 return Err(err(
                     line,
                     format!(
-                        "unexpected word {w:?} before '(' (only `stable`, `gpu` and `graph` may follow the class, once each)"
+                        "unexpected word {w:?} before '(' (`stable`, `gpu` and `graph` may follow the class, once \
+                         each, then one disposition: `=local(RULE)`, `=server` or `=refused(REASON)`)"
                     ),
                 ))
             }
         }
     }
+    let disposition = disposition
+        .ok_or_else(|| err(line, "missing disposition before '(' (`=local(RULE)`, `=server` or `=refused(REASON)`)"))?;
     let (name, suffixes) = match spec.find('{') {
         Some(b) => {
             let list =
@@ -224,7 +312,25 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
         graph,
         args,
         ret,
+        disposition,
     })
+}
+
+/// `=local(RULE)`, `=server`, `=refused(REASON)`.
+fn parse_disposition(line: usize, w: &str) -> Result<(String, String), ParseError> {
+    let w = &w[1..];
+    if w == "server" {
+        return Ok(("server".into(), String::new()));
+    }
+    for kind in ["local", "refused"] {
+        if let Some(p) = w.strip_prefix(kind).and_then(|r| r.strip_prefix('(')).and_then(|r| r.strip_suffix(')')) {
+            if p.is_empty() || !p.chars().all(|c| c.is_ascii_alphanumeric()) {
+                return Err(err(line, format!("bad {kind} parameter {p:?}")));
+            }
+            return Ok((kind.into(), p.to_string()));
+        }
+    }
+    Err(err(line, format!("bad disposition {w:?} (`=local(RULE)`, `=server` or `=refused(REASON)`)")))
 }
 
 /// Index of the ')' that closes the '(' at `open`.

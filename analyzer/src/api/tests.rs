@@ -60,8 +60,13 @@ fn symbol_lookup() {
     assert_eq!(split_symbol("cuGraphAddNode_v2"), ("cuGraphAddNode", 2, false));
     assert_eq!(split_symbol("cudnnGetVersion"), ("cudnnGetVersion", 1, false));
     assert_eq!(newest("cuMemAlloc").map(|(v, f)| (v, f.args.len())), Some((2, 2)));
-    // The bare cuMemAlloc is the legacy 32-bit one: another signature, not modeled.
-    assert!(resolve("cuMemAlloc", Variant::BASE).is_none());
+    // The bare cuMemAlloc is the legacy 32-bit one: another signature, an entry of its own,
+    // refused where no GPU is attached (recorded as it is).
+    assert_eq!(
+        resolve("cuMemAlloc", Variant::BASE).map(|f| f.disposition),
+        Some(Disposition::Refused(Refusal::Legacy32))
+    );
+    assert_eq!(by_name("cuMemAlloc").map(|f| f.disposition), Some(Disposition::Server));
     assert_eq!(resolve("cuMemAlloc", Variant { version: 2, per_thread: false }).map(|f| f.args.len()), Some(2));
     // Variants whose C signatures differ have lines of their own (the hooks' ABI follows them).
     let args = |name: &str, version: u8| -> Vec<&str> {
@@ -152,32 +157,32 @@ fn covers_the_recorder_issue() {
 
 #[test]
 fn parse_errors_are_reported_with_lines() {
-    let e = parse::parse_api("\n\ncuFoo Async (in bogus x: int)").expect_err("bad kind");
+    let e = parse::parse_api("\n\ncuFoo Async =server (in bogus x: int)").expect_err("bad kind");
     assert_eq!(e.line, 3);
-    let e = parse::parse_api("cuFoo Async (in hostbuf(n) x: void *)").expect_err("bad ref");
+    let e = parse::parse_api("cuFoo Async =server (in hostbuf(n) x: void *)").expect_err("bad ref");
     assert!(e.message.contains("unknown argument"));
     assert!(parse::parse_api(DRIVER_API_SOURCE).is_ok());
 }
 
 #[test]
 fn return_clauses_are_parsed_and_checked() {
-    let f =
-        parse::parse_api("cuFoo Async (in hostbuf(n) x: void *, in size n: size_t) -> hostptr: void **").expect("ok");
+    let f = parse::parse_api("cuFoo Async =server (in hostbuf(n) x: void *, in size n: size_t) -> hostptr: void **")
+        .expect("ok");
     assert_eq!(
         f[0].ret,
         Some(parse::ParsedReturn::Value { kind: "hostptr".into(), kind_params: vec![], c_type: "void **".into() })
     );
     assert_eq!(f[0].args.len(), 2);
-    let f = parse::parse_api("cuFoo Async () -> void\ncuBar Async (in scalar x: int)").expect("ok");
+    let f = parse::parse_api("cuFoo Async =server () -> void\ncuBar Async =server (in scalar x: int)").expect("ok");
     assert_eq!(f[0].ret, Some(parse::ParsedReturn::Void));
     assert_eq!(f[1].ret, None);
-    let e = parse::parse_api("cuFoo Async (in scalar x: int) junk").expect_err("tail");
+    let e = parse::parse_api("cuFoo Async =server (in scalar x: int) junk").expect_err("tail");
     assert!(e.message.contains("-> RETURN"), "{e}");
-    let e = parse::parse_api("cuFoo Async (in scalar x: int) -> cstr: const char *").expect_err("kind");
+    let e = parse::parse_api("cuFoo Async =server (in scalar x: int) -> cstr: const char *").expect_err("kind");
     assert!(e.message.contains("cannot be returned"), "{e}");
-    let e = parse::parse_api("cuFoo Async (in scalar x: int) -> int").expect_err("no type");
+    let e = parse::parse_api("cuFoo Async =server (in scalar x: int) -> int").expect_err("no type");
     assert!(e.message.contains("KIND: C_TYPE"), "{e}");
-    let e = parse::parse_api("cuFoo Async (in hostbuf(n x: int").expect_err("unbalanced");
+    let e = parse::parse_api("cuFoo Async =server (in hostbuf(n x: int").expect_err("unbalanced");
     assert!(e.message.contains("unbalanced"), "{e}");
 }
 
@@ -198,10 +203,10 @@ fn registration_returns_no_status() {
 /// kept valid by every call that may change their answers and by no launch, copy or query.
 #[test]
 fn stable_queries_and_the_calls_that_may_change_their_answers() {
-    let p = parse::parse_api("cuFoo DeviceQuery stable (out scalar v: int *)").unwrap();
+    let p = parse::parse_api("cuFoo DeviceQuery stable =server (out scalar v: int *)").unwrap();
     assert!(p[0].stable);
-    assert!(!parse::parse_api("cuFoo DeviceQuery (out scalar v: int *)").unwrap()[0].stable);
-    let e = parse::parse_api("cuFoo DeviceQuery steady (out scalar v: int *)").expect_err("unknown word");
+    assert!(!parse::parse_api("cuFoo DeviceQuery =server (out scalar v: int *)").unwrap()[0].stable);
+    let e = parse::parse_api("cuFoo DeviceQuery steady =server (out scalar v: int *)").expect_err("unknown word");
     assert!(e.message.contains("steady"), "{e}");
     let f = |n: &str| by_name(n).unwrap_or_else(|| panic!("{n}"));
     for n in ["cuDevicePrimaryCtxGetState", "cuKernelGetAttribute", "cuFuncGetAttribute", "cuDeviceGetAttribute"] {

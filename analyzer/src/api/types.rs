@@ -88,6 +88,8 @@ pub enum Group {
     Green,
     /// Runtime registration of fat binaries, kernels and variables.
     Registration,
+    /// Functions the table knows only from cuda.h (refused ones: legacy, interop, ...).
+    Other,
 }
 
 /// What reaches the host when a call returns: the input of the synchronization analysis.
@@ -360,6 +362,9 @@ pub struct Symbol {
     pub name: &'static str,
     /// Its variant.
     pub variant: Variant,
+    /// The CUDA version (1000 × major + 10 × minor) from which `cuGetProcAddress` hands out
+    /// this symbol for its base name (`cudaTypedefs.h`); 0 for symbols outside cuda.h.
+    pub since: u32,
 }
 
 /// Index of an entry in the API table. Not stable across table versions: traces store names.
@@ -398,6 +403,118 @@ pub struct ApiFunction {
     pub args: &'static [ApiArg],
     /// What it returns.
     pub ret: Return,
+    /// What becomes of a call where no GPU is attached: answered by the client, executed by
+    /// the server, or refused (`=...` in the table).
+    pub disposition: Disposition,
+    /// A line of `driver.api` describes it; `false`: known only from cuda.h's listing (its
+    /// pointer arguments are recorded as addresses, nothing behind them). Code that acts on a
+    /// function by name (`f.name == "cuMemAlloc"`) must not act on an entry that is not
+    /// modeled: the legacy 32-bit `cuMemAlloc` shares the name.
+    pub modeled: bool,
+}
+
+/// What becomes of a call of a function in client mode and in replay: exactly one of three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Disposition {
+    /// The client answers it itself, by this rule; nothing reaches the server (a query only
+    /// the GPU can answer in some cases waits for the server's answer, as the rule says).
+    /// Replay has nothing to re-execute for it unless it changed host-visible memory.
+    Local(LocalRule),
+    /// The server executes it in call order (a query: the server answers it); replay executes
+    /// it. An executor without a handler for it ends the session naming the record.
+    Server,
+    /// Not supported where no GPU is attached: the client returns `CUDA_ERROR_NOT_SUPPORTED`
+    /// and says so once on stderr, naming the function and the reason. Recording passes it to
+    /// the driver and records it; replay ends at its record unless it is a query.
+    Refused(Refusal),
+}
+
+/// How the client answers a [`Disposition::Local`] function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum LocalRule {
+    /// Error names and strings of every `CUresult` (the driver's own, `error_names.rs`).
+    Errors,
+    /// Entry points and the driver's private export tables.
+    Entry,
+    /// The session's device description (attributes, name, UUID, PCI, memory, versions).
+    Device,
+    /// The context stack, the primary context and contexts made with `cuCtxCreate`: a session
+    /// has one context on the server; these are the program's view of it.
+    Context,
+    /// Facts of the kernels the program loaded, from their cubins (attributes, parameters,
+    /// occupancy); what a cubin cannot say is asked of the server.
+    Kernel,
+    /// Pinned host memory the client allocates or registers itself.
+    Host,
+    /// Addresses the client chooses or knows: the arena, module globals, pointer attributes.
+    Address,
+    /// Stream capture as the client tracks it (status, id, the thread's capture mode).
+    Capture,
+    /// Facts the client keeps about handles it made (array descriptors).
+    Handle,
+    /// Runtime registration (`__cudaRegister*`): the program's libcudart, on the client.
+    Runtime,
+}
+
+/// Why a [`Disposition::Refused`] function is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Refusal {
+    /// A 32-bit entry point from before CUDA 3.2.
+    Legacy32,
+    /// Texture and surface references, `cuParamSet*`, `cuLaunch[Grid]`: removed APIs.
+    TexRef,
+    /// Graphics interoperability (OpenGL, Vulkan, EGL resources).
+    Graphics,
+    /// External memory and semaphores (Vulkan, DirectX, NvSci handles).
+    External,
+    /// Inter-process handles.
+    Ipc,
+    /// Multicast objects (NVLink, several GPUs).
+    Multicast,
+    /// Process checkpoints.
+    Checkpoint,
+    /// Driver logs and GPU core dumps.
+    Logs,
+    /// Managed memory.
+    Managed,
+    /// The program's own virtual memory management and sparse arrays.
+    Vmm,
+    /// Host functions and callbacks.
+    HostFn,
+    /// Memory pools other than the device's default pool.
+    Pool,
+    /// Several devices (peer access, multi-device launches).
+    MultiGpu,
+    /// Green contexts and device resources.
+    Green,
+    /// Graph node kinds and graph operations beyond kernel, copy, set and empty nodes.
+    GraphNode,
+    /// Not implemented in client mode yet.
+    NotYet,
+}
+
+impl Refusal {
+    /// The reason, as said on stderr.
+    pub fn why(self) -> &'static str {
+        match self {
+            Self::Legacy32 => "a 32-bit entry point from before CUDA 3.2; cuda.h 3.2 and later programs call its _v2",
+            Self::TexRef => "texture and surface references were removed in CUDA 12; use texture and surface objects",
+            Self::Graphics => "graphics interoperability needs the graphics API's resources on the GPU's machine",
+            Self::External => "external memory and semaphores are handles of other APIs on the client's machine",
+            Self::Ipc => "inter-process handles name another process's memory; sessions share none",
+            Self::Multicast => "multicast objects need several GPUs of one session",
+            Self::Checkpoint => "the session's device state is on the server, not in this process",
+            Self::Logs => "driver logs and core dumps are the server's",
+            Self::Managed => "managed memory is not mirrored between client and server yet",
+            Self::Vmm => "the program's own virtual memory management is not served yet",
+            Self::HostFn => "host functions do not run on the client yet",
+            Self::Pool => "only the device's default memory pool is served",
+            Self::MultiGpu => "a session has one device",
+            Self::Green => "green contexts are not served to clients",
+            Self::GraphNode => "this graph node kind or graph operation is not served yet",
+            Self::NotYet => "not implemented in client mode yet",
+        }
+    }
 }
 
 impl ApiFunction {
@@ -412,9 +529,16 @@ impl ApiFunction {
     /// unless the server must answer them). A stable query answered before is not sent again
     /// (the client remembers answers).
     pub fn sent_by_client(&self) -> bool {
-        self.level == ApiLevel::Driver
-            && (!matches!(self.sync, SyncClass::Local | SyncClass::DeviceQuery | SyncClass::HostMemory)
-                || self.server_answers())
+        self.level == ApiLevel::Driver && self.disposition == Disposition::Server
+    }
+
+    /// Whether the function only reads state (a query of any kind, an address look-up, a
+    /// name): a call of it changes nothing that replay would have to re-create.
+    pub fn is_query(&self) -> bool {
+        matches!(
+            self.sync,
+            SyncClass::Local | SyncClass::DeviceQuery | SyncClass::StateQuery | SyncClass::AddressLookup
+        )
     }
 
     /// Indices of the output (`out` and `inout`) arguments, in order; results in a trace record

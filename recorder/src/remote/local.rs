@@ -151,6 +151,15 @@ pub(crate) fn refused(f: &ApiFunction, why: &str) -> u32 {
 /// `raw` are the program's arguments, in the API table's order.
 pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
     let f = s.func;
+    // A session has one device, ordinal 0: any other is the driver's `CUDA_ERROR_INVALID_DEVICE`.
+    let bad_device = f.args.iter().enumerate().any(|(i, a)| {
+        a.dir == Direction::In
+            && a.kind == ArgKind::Handle(HandleKind::Device)
+            && raw.get(i).is_some_and(|&d| d as i32 != 0)
+    });
+    if bad_device {
+        return Step::Done(INVALID_DEVICE);
+    }
     if let Some(op) = s.arena {
         // SAFETY: forwarded from the caller.
         if let Some(st) = unsafe { arena::before(op, raw, s.per_thread) } {
@@ -379,9 +388,24 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 put(f, raw, 0, super::driver::pool());
                 0
             }
-            "cuDeviceCanAccessPeer" | "cuDeviceGetP2PAttribute" => {
+            // One device: no peer. The driver answers a device with itself "cannot access".
+            "cuDeviceCanAccessPeer" => {
                 put(f, raw, 0, 0);
                 0
+            }
+            // ... and refuses a P2P attribute between a device and itself.
+            "cuDeviceGetP2PAttribute" => INVALID_DEVICE,
+            "cuDeviceGetByPCIBusId" => {
+                // SAFETY: the program's NUL-terminated bus id (null: invalid).
+                let asked = if w(1) == 0 { String::new() } else { cstr(w(1)) };
+                if w(1) == 0 || w(0) == 0 {
+                    INVALID_VALUE
+                } else if super::nvml::parse_bus_id(&asked) == Some(super::nvml::pci_location(d)) {
+                    put(f, raw, 0, 0);
+                    0
+                } else {
+                    INVALID_DEVICE
+                }
             }
             "cuDevicePrimaryCtxGetState" => {
                 put(f, raw, 1, contexts(|c| c.flags));
@@ -706,6 +730,15 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
             }
         }
         "cuDevicePrimaryCtxRelease" => contexts(|c| c.retained = c.retained.saturating_sub(1)),
+        // The session's context stays on the server; the program's handle leaves its stack.
+        "cuCtxDestroy" => {
+            if w(0) == 0 {
+                return Step::Done(INVALID_CONTEXT);
+            }
+            if current_context() == w(0) {
+                pop_current();
+            }
+        }
         "cuStreamBeginCapture" | "cuStreamBeginCaptureToGraph" => {
             contexts(|c| {
                 c.capturing.insert(w(0));

@@ -74,7 +74,7 @@ fn bus_id_legacy(domain: u32, bus: u32, device: u32) -> String {
 
 /// (domain, bus, device) of a bus id `[domain:]bus:device[.function]` in hex, any case and
 /// width; `None` when it is not one.
-fn parse_bus_id(s: &str) -> Option<(u32, u32, u32)> {
+pub(crate) fn parse_bus_id(s: &str) -> Option<(u32, u32, u32)> {
     let s = s.trim();
     let s = s.rsplit_once('.').map_or(s, |(head, f)| if f.chars().all(|c| c.is_ascii_hexdigit()) { head } else { s });
     let parts: Vec<&str> = s.split(':').collect();

@@ -334,6 +334,9 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
             code => return code,
         }
     }
+    if let gpuless_analyzer::api::Disposition::Refused(r) = f.disposition {
+        return local::refused(f, r.why());
+    }
     let mut send = f.sent_by_client();
     // `gpuless record --remote`: every call is recorded too, as a local recording would.
     let tracing = state::enabled();
@@ -658,6 +661,16 @@ unsafe fn write_query(f: &ApiFunction, raw: &[u64], status: u32, values: &[u64])
     unsafe {
         if f.name.starts_with("cuPointerGetAttribute") {
             super::host::write_pointer_answer(f, raw, values);
+        } else if f.name == "cuMemPoolGetAttribute" {
+            // The reuse policies (attributes 0-2) are ints, the rest 64-bit.
+            let (attr, out) = (raw.get(1).copied().unwrap_or(0), raw.get(2).copied().unwrap_or(0));
+            if let (Some(&v), true) = (values.first(), out != 0) {
+                if attr <= 2 {
+                    std::ptr::write_unaligned(out as *mut u32, v as u32);
+                } else {
+                    std::ptr::write_unaligned(out as *mut u64, v);
+                }
+            }
         } else if f.gpu_answers {
             return local::write_answer(f, raw, values);
         } else {
@@ -780,43 +793,64 @@ fn write_stats(sess: &Session, closed: Option<&protocol::SessionStats>) {
     let _ = std::fs::write(path, format!("{j}\n"));
 }
 
-/// `cuGetProcAddress[_v2]` in client mode: the hook of the table's newest variant of the name
-/// (the per-thread-default-stream one when `flags` asks for it), else not found.
+/// `cuGetProcAddress[_v2]` in client mode: the variant of the name the driver hands out for
+/// `version` — the newest whose `since` (cudaTypedefs.h's version) is at most `version`, the
+/// per-thread-default-stream one when `flags` asks for it and the name has one — else not found
+/// (`CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT` when the name exists only in newer versions).
 ///
 /// # Safety
 /// As the driver's `cuGetProcAddress_v2`; `status` may be null.
-pub(crate) unsafe fn proc_address(symbol: *const c_char, pfn: *mut *mut c_void, flags: u64, status: *mut c_int) -> u32 {
+pub(crate) unsafe fn proc_address(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> u32 {
     const PER_THREAD: u64 = 2; // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+    const SYMBOL_NOT_FOUND: c_int = 1;
+    const VERSION_NOT_SUFFICIENT: c_int = 2;
     if symbol.is_null() || pfn.is_null() {
         return 1; // CUDA_ERROR_INVALID_VALUE
     }
     // SAFETY: the caller's NUL-terminated name.
     let name = unsafe { CStr::from_ptr(symbol) }.to_str().unwrap_or("");
-    let found: Option<*mut c_void> = match name {
-        "cuGetProcAddress" => Some(crate::intercept::cuGetProcAddress_v2 as *const () as *mut c_void),
-        _ => {
-            let slots = hooks::slots_of_base(name);
-            let per_thread = flags & PER_THREAD != 0;
-            let pick = |pt: bool| {
-                slots
-                    .iter()
-                    .copied()
-                    .filter(|&i| HOOKS[i].variant.per_thread == pt)
-                    .max_by_key(|&i| HOOKS[i].variant.version)
-            };
-            pick(per_thread).or_else(|| pick(false)).map(|i| HOOKS[i].hook.ptr())
-        }
+    let found: Result<*mut c_void, c_int> = match name {
+        "cuGetProcAddress" => Ok(crate::intercept::cuGetProcAddress_v2 as *const () as *mut c_void),
+        _ => pick_variant(name, version.max(0) as u32, flags & PER_THREAD != 0)
+            .map(|i| HOOKS[i].hook.ptr())
+            .ok_or(if hooks::slots_of_base(name).is_empty() { SYMBOL_NOT_FOUND } else { VERSION_NOT_SUFFICIENT }),
     };
     // SAFETY: valid out-pointers (checked above; status may be null).
     unsafe {
-        *pfn = found.unwrap_or(std::ptr::null_mut());
+        *pfn = *found.as_ref().unwrap_or(&std::ptr::null_mut());
         if !status.is_null() {
-            *status = if found.is_some() { 0 } else { 1 }; // CU_GET_PROC_ADDRESS_SUCCESS / _SYMBOL_NOT_FOUND
+            *status = found.err().unwrap_or(0); // CU_GET_PROC_ADDRESS_SUCCESS
         }
     }
-    if found.is_some() {
+    if found.is_ok() {
         0
     } else {
         hooks::NOT_FOUND
     }
+}
+
+/// The hook slot `cuGetProcAddress(name, version, flags)` hands out: among the name's
+/// variants available at `version`, the newest; a per-thread one if asked for and there is one.
+pub(crate) fn pick_variant(name: &str, version: u32, per_thread: bool) -> Option<usize> {
+    let slots = hooks::slots_of_base(name);
+    let since = |i: usize| {
+        let h = &HOOKS[i];
+        gpuless_analyzer::api::get(h.func)
+            .and_then(|f| f.symbols.iter().find(|s| s.name == h.symbol))
+            .map_or(0, |s| s.since)
+    };
+    let pick = |pt: bool| {
+        slots
+            .iter()
+            .copied()
+            .filter(|&i| HOOKS[i].variant.per_thread == pt && since(i) <= version)
+            .max_by_key(|&i| (since(i), HOOKS[i].variant.version))
+    };
+    (if per_thread { pick(true) } else { None }).or_else(|| pick(false))
 }

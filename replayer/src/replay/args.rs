@@ -43,6 +43,11 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// The record cannot be executed here (ends the replay or session, naming it).
+    pub fn unsupported(&self, problem: &str) -> ReplayError {
+        ReplayError::Unsupported { seq: self.rec.seq, what: self.f.name.to_string(), problem: problem.to_string() }
+    }
+
     pub fn inconsistent(&self, problem: String) -> ReplayError {
         ReplayError::Inconsistent { seq: self.rec.seq, what: self.f.name.to_string(), problem }
     }

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use gpuless_analyzer::api::{ArgKind, HandleKind};
+use gpuless_analyzer::api::{ApiFunction, ArgKind, Disposition, HandleKind};
 use gpuless_traces::{Hash128, Value};
 use serde::Serialize;
 
@@ -136,7 +136,8 @@ pub fn dry_run(trace: &LoadedTrace) -> DryRunReport {
             continue;
         }
         let c = Call { f, rec };
-        match check(&mut m, trace, &c) {
+        let checked = if f.modeled { check(&mut m, trace, &c) } else { Ok(false) };
+        match checked.and_then(|done| if done { Ok(true) } else { unreplayable(f).map_or(Ok(false), Err) }) {
             Ok(true) => r.checked += 1,
             Ok(false) => {}
             Err(problem) => {
@@ -149,6 +150,24 @@ pub fn dry_run(trace: &LoadedTrace) -> DryRunReport {
         }
     }
     r
+}
+
+/// Why a replay would end at a record of `f` that the model does not check: a function refused
+/// where no GPU is attached (not a query), or one the server should execute that this replayer
+/// has no handler for.
+fn unreplayable(f: &ApiFunction) -> Option<String> {
+    if f.is_query() {
+        return None;
+    }
+    match f.disposition {
+        Disposition::Refused(r) if !f.modeled || !super::handled::executes(f.name) => {
+            Some(format!("not replayed: {}", r.why()))
+        }
+        Disposition::Server if !super::handled::executes(f.name) => {
+            Some("the server executes this function, but this replayer has no handler for it".into())
+        }
+        _ => None,
+    }
 }
 
 fn w(c: &Call<'_>, name: &str) -> Result<u64, String> {

@@ -4,25 +4,30 @@
 use std::ffi::{c_void, CString};
 
 use cudarc::driver::sys;
-use gpuless_analyzer::api::ArgKind;
+use gpuless_analyzer::api::{ArgKind, Disposition, Refusal};
 use gpuless_traces::{CallRecord, Hash128, Value};
 
 use super::args::{word, Call};
 use super::objects::{capturing, Pending, SyncPoint};
-use super::{check, exec_array, exec_graph, LoadedTrace, ReplayError, Report, State};
+use super::{check, exec_array, exec_graph, exec_ops, LoadedTrace, ReplayError, Report, State};
 
 /// Kernels remembered for mismatch reports.
 const RECENT_KERNELS: usize = 4;
 
 impl State {
-    pub(crate) fn stream(&self, recorded: u64) -> sys::CUstream {
+    /// The live stream of a recorded one. A handle the session never created is the driver's
+    /// `CUDA_ERROR_INVALID_HANDLE` for the call (never the legacy stream in its place).
+    pub(crate) fn stream(&self, recorded: u64) -> Result<sys::CUstream, ReplayError> {
         if let Some(s) = self.stream_override {
-            return s;
+            return Ok(s);
         }
         // 0, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) mean the same at replay.
         match recorded {
-            0..=2 => recorded as sys::CUstream,
-            s => self.streams.get(&s).copied().unwrap_or(std::ptr::null_mut()),
+            0..=2 => Ok(recorded as sys::CUstream),
+            s => self.streams.get(&s).copied().ok_or_else(|| {
+                let (seq, what) = self.last_call.unwrap_or((0, "a stream's call"));
+                ReplayError::Driver { seq, what: what.to_string(), code: sys::CUresult::CUDA_ERROR_INVALID_HANDLE }
+            }),
         }
     }
 
@@ -80,6 +85,16 @@ fn count_skipped(report: &mut Report, name: &str, calls: u64) {
     }
 }
 
+/// A record of a function refused where no GPU is attached: a query changed nothing (skipped,
+/// counted); anything else cannot be re-created and ends the replay naming it.
+fn not_executed(c: &Call<'_>, r: Refusal, report: &mut Report) -> Result<(), ReplayError> {
+    if c.f.is_query() {
+        count_skipped(report, c.f.name, c.rec.calls_represented());
+        return Ok(());
+    }
+    Err(c.unsupported(&format!("not replayed: {}", r.why())))
+}
+
 /// Executes one record.
 pub(crate) fn call(
     st: &mut State,
@@ -99,8 +114,11 @@ pub(crate) fn call(
         if rec.function.name() == gpuless_traces::model::FUNCTION_FOUND {
             return super::hostview::function_found(st, rec);
         }
-        count_skipped(report, rec.function.name(), rec.calls_represented());
-        return Ok(());
+        return Err(ReplayError::Unsupported {
+            seq: rec.seq,
+            what: rec.function.name().to_string(),
+            problem: "not a function of this replayer's API table".into(),
+        });
     };
     if rec.status != 0 {
         // The call failed when recorded: it changed nothing then, so nothing is replayed.
@@ -110,6 +128,15 @@ pub(crate) fn call(
     let c = Call { f, rec };
     let seq = rec.seq;
     st.last_call = Some((seq, f.name));
+    match f.disposition {
+        // Known only from cuda.h (the legacy 32-bit entries share modeled names): nothing here
+        // may act on it by name.
+        Disposition::Refused(r) if !f.modeled => return not_executed(&c, r, report),
+        Disposition::Server if !f.is_query() && !super::handled::executes(f.name) => {
+            return Err(c.unsupported("the server executes this function, but this executor has no handler for it"))
+        }
+        _ => {}
+    }
     if st.resident.is_on() {
         let capturing = st.stream_override.is_some();
         let mem = &st.mem;
@@ -175,7 +202,7 @@ pub(crate) fn call(
             "cuMemcpyHtoDAsync" => {
                 let data = blob(trace, &c, c.arg("srcHost"))?;
                 let dst = st.mem.translate(c.word("dstDevice")?);
-                let stream = st.stream(c.word("hStream")?);
+                let stream = st.stream(c.word("hStream")?)?;
                 let src = if capturing(stream) { st.objects.stage(data, seq)? } else { data.as_ptr() };
                 check(sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), data.len(), stream), seq, f.name)?;
             }
@@ -196,7 +223,7 @@ pub(crate) fn call(
             "cuMemcpyDtoDAsync" => {
                 let dst = st.mem.translate(c.word("dstDevice")?);
                 let src = st.mem.translate(c.word("srcDevice")?);
-                let (n, stream) = (c.word("ByteCount")? as usize, st.stream(c.word("hStream")?));
+                let (n, stream) = (c.word("ByteCount")? as usize, st.stream(c.word("hStream")?)?);
                 check(sys::cuMemcpyDtoDAsync_v2(dst, src, n, stream), seq, f.name)?;
             }
             "cuMemcpy" | "cuMemcpyAsync" => super::unified::copy(st, &c, trace, report)?,
@@ -204,7 +231,7 @@ pub(crate) fn call(
             | "cuMemsetD32Async" => {
                 let dst = st.mem.translate(c.word("dstDevice")?);
                 let n = c.word("N")? as usize;
-                let r = match (f.name, c.arg("hStream").and_then(word).map(|s| st.stream(s))) {
+                let r = match (f.name, c.arg("hStream").and_then(word).map(|s| st.stream(s)).transpose()?) {
                     ("cuMemsetD8", _) => sys::cuMemsetD8_v2(dst, c.word("uc")? as u8, n),
                     ("cuMemsetD16", _) => sys::cuMemsetD16_v2(dst, c.word("us")? as u16, n),
                     ("cuMemsetD32", _) => sys::cuMemsetD32_v2(dst, c.word("ui")? as u32, n),
@@ -371,7 +398,7 @@ pub(crate) fn call(
             }
             "cuStreamSynchronize" => {
                 let s = c.word("hStream")?;
-                check(sys::cuStreamSynchronize(st.stream(s)), seq, f.name)?;
+                check(sys::cuStreamSynchronize(st.stream(s)?), seq, f.name)?;
                 complete(st, SyncPoint::Stream(s), trace, report)?;
             }
             "cuCtxSynchronize" => {
@@ -392,8 +419,8 @@ pub(crate) fn call(
                 let e = *st.events.get(&rec_e).ok_or_else(|| c.inconsistent("unknown event".into()))?;
                 let rec_s = c.word("hStream")?;
                 let r = match c.arg("flags").and_then(word).unwrap_or(0) as u32 {
-                    0 => sys::cuEventRecord(e, st.stream(rec_s)),
-                    flags => sys::cuEventRecordWithFlags(e, st.stream(rec_s), flags),
+                    0 => sys::cuEventRecord(e, st.stream(rec_s)?),
+                    flags => sys::cuEventRecordWithFlags(e, st.stream(rec_s)?, flags),
                 };
                 check(r, seq, f.name)?;
                 st.objects.pending.record_event(rec_e, rec_s);
@@ -407,7 +434,7 @@ pub(crate) fn call(
             "cuStreamWaitEvent" => {
                 let rec_e = c.word("hEvent")?;
                 let e = *st.events.get(&rec_e).ok_or_else(|| c.inconsistent("unknown event".into()))?;
-                check(sys::cuStreamWaitEvent(st.stream(c.word("hStream")?), e, c.word("Flags")? as u32), seq, f.name)?;
+                check(sys::cuStreamWaitEvent(st.stream(c.word("hStream")?)?, e, c.word("Flags")? as u32), seq, f.name)?;
                 st.objects.pending.wait_event(c.word("hStream")?, rec_e);
             }
             "cuEventDestroy" => {
@@ -415,10 +442,25 @@ pub(crate) fn call(
                     sys::cuEventDestroy_v2(e);
                 }
             }
+            // Already running: the executor's driver was started with its context.
+            "cuInit" => {}
             _ => {
-                if !exec_graph::call(st, trace, &c, report)? && !exec_array::call(st, trace, &c, report)? {
-                    count_skipped(report, f.name, rec.calls_represented());
-                    return Ok(());
+                if !exec_graph::call(st, trace, &c, report)?
+                    && !exec_array::call(st, trace, &c, report)?
+                    && !exec_ops::call(st, trace, &c)?
+                {
+                    return match f.disposition {
+                        Disposition::Refused(r) => not_executed(&c, r, report),
+                        Disposition::Server if !f.is_query() => Err(
+                            c.unsupported("the server executes this function, but this executor has no handler for it")
+                        ),
+                        // A query, or the client's own answer (its context stack, its host
+                        // memory): nothing to re-execute.
+                        _ => {
+                            count_skipped(report, f.name, rec.calls_represented());
+                            Ok(())
+                        }
+                    };
                 }
             }
         }
@@ -500,7 +542,7 @@ pub(crate) unsafe fn dtoh_async_at(
     report: &mut Report,
 ) -> Result<(), ReplayError> {
     let (seq, name) = (c.rec.seq, c.f.name);
-    let stream = st.stream(rec_s);
+    let stream = st.stream(rec_s)?;
     // SAFETY (block): copies into buffers that outlive them, on a live stream.
     unsafe {
         if capturing(stream) {
@@ -634,7 +676,11 @@ pub(crate) fn relocate_words(bytes: &mut [u8], moves: &[(super::blockhash::Span,
 
 /// The live `CUlaunchConfig` of a recorded one; its attributes are built in `attrs` (as raw
 /// bytes: ids newer than cudarc's enum stay intact), which must outlive the config's use.
-pub(crate) fn live_config(st: &State, cfg: &gpuless_traces::LaunchConfig, attrs: &mut Vec<u64>) -> sys::CUlaunchConfig {
+pub(crate) fn live_config(
+    st: &State,
+    cfg: &gpuless_traces::LaunchConfig,
+    attrs: &mut Vec<u64>,
+) -> Result<sys::CUlaunchConfig, ReplayError> {
     let size = std::mem::size_of::<sys::CUlaunchAttribute>();
     let value_at = std::mem::offset_of!(sys::CUlaunchAttribute, value);
     *attrs = vec![0u64; (cfg.attrs.len() * size).div_ceil(8).max(1)];
@@ -648,7 +694,7 @@ pub(crate) fn live_config(st: &State, cfg: &gpuless_traces::LaunchConfig, attrs:
             std::ptr::copy_nonoverlapping(a.value.as_ptr(), at.add(value_at), n);
         }
     }
-    sys::CUlaunchConfig {
+    Ok(sys::CUlaunchConfig {
         gridDimX: cfg.grid.x,
         gridDimY: cfg.grid.y,
         gridDimZ: cfg.grid.z,
@@ -656,10 +702,10 @@ pub(crate) fn live_config(st: &State, cfg: &gpuless_traces::LaunchConfig, attrs:
         blockDimY: cfg.block.y,
         blockDimZ: cfg.block.z,
         sharedMemBytes: cfg.shared_mem,
-        hStream: st.stream(cfg.stream),
+        hStream: st.stream(cfg.stream)?,
         attrs: base.cast(),
         numAttrs: cfg.attrs.len() as u32,
-    }
+    })
 }
 
 /// A launch's parameters as the driver takes them: the `kernelParams` bytes (translated or
@@ -734,14 +780,14 @@ unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<()
     let r = if c.f.name == "cuLaunchKernelEx" {
         let Some(Value::LaunchConfig(cfg)) = c.arg("config") else { return Err(c.missing("config")) };
         let mut attrs = Vec::new();
-        let config = live_config(st, cfg, &mut attrs);
+        let config = live_config(st, cfg, &mut attrs)?;
         sys::cuLaunchKernelEx(&config, func, params, extra)
     } else {
         let g = |n: &str| c.word(n).map(|v| v as u32);
         let (gx, gy, gz) = (g("gridDimX")?, g("gridDimY")?, g("gridDimZ")?);
         let (bx, by, bz) = (g("blockDimX")?, g("blockDimY")?, g("blockDimZ")?);
         let smem = g("sharedMemBytes")?;
-        let stream = st.stream(c.word("hStream")?);
+        let stream = st.stream(c.word("hStream")?)?;
         if c.f.name == "cuLaunchCooperativeKernel" {
             sys::cuLaunchCooperativeKernel(func, gx, gy, gz, bx, by, bz, smem, stream, params)
         } else {

@@ -173,7 +173,7 @@ pub(crate) fn call(
     report: &mut Report,
 ) -> Result<bool, ReplayError> {
     let (seq, name) = (c.rec.seq, c.f.name);
-    let stream = c.arg("hStream").and_then(word).map(|s| st.stream(s));
+    let stream = c.arg("hStream").and_then(word).map(|s| st.stream(s)).transpose()?;
     // SAFETY (whole match): driver calls with live handles and structs built here.
     unsafe {
         match name {

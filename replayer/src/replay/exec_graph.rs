@@ -286,7 +286,7 @@ pub(crate) fn call(
                         |i: usize| b.get(i..i + 8).map_or(0, |w| u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
                     let mut p: sys::CUDA_GRAPH_INSTANTIATE_PARAMS = std::mem::zeroed();
                     p.flags = word_at(0);
-                    p.hUploadStream = st.stream(word_at(8));
+                    p.hUploadStream = st.stream(word_at(8))?;
                     sys::cuGraphInstantiateWithParams(&mut e, g, &mut p)
                 } else {
                     let flags = c.arg("flags").and_then(word).unwrap_or(0);
@@ -301,10 +301,10 @@ pub(crate) fn call(
                     sys::cuGraphExecDestroy(e);
                 }
             }
-            "cuGraphUpload" => check(sys::cuGraphUpload(st.exec(c)?, st.stream(c.word("hStream")?)), seq, name)?,
+            "cuGraphUpload" => check(sys::cuGraphUpload(st.exec(c)?, st.stream(c.word("hStream")?)?), seq, name)?,
             "cuGraphLaunch" => {
                 let rec_s = c.word("hStream")?;
-                let live_stream = st.stream(rec_s);
+                let live_stream = st.stream(rec_s)?;
                 check(sys::cuGraphLaunch(st.exec(c)?, live_stream), seq, name)?;
                 launched(st, c.word("hGraphExec")?, report);
                 // A client's captured device-to-host copies: their bytes go back at the
@@ -337,18 +337,18 @@ pub(crate) fn call(
             "cuStreamBeginCapture" => {
                 // The CUDA 10.0 form has no mode: it captured globally.
                 let mode = if c.arg("mode").is_some() { capture_mode(c.word("mode")?) } else { capture_mode(0) };
-                check(sys::cuStreamBeginCapture_v2(st.stream(c.word("hStream")?), mode), seq, name)?;
+                check(sys::cuStreamBeginCapture_v2(st.stream(c.word("hStream")?)?, mode), seq, name)?;
             }
             "cuStreamBeginCaptureToGraph" => {
                 let (g, deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
                 let edges = edge_data(c, deps.len())?;
                 let mode = capture_mode(c.word("mode")?);
-                let s = st.stream(c.word("hStream")?);
+                let s = st.stream(c.word("hStream")?)?;
                 check(sys::cuStreamBeginCaptureToGraph(s, g, deps.as_ptr(), edges, deps.len(), mode), seq, name)?;
             }
             "cuStreamEndCapture" => {
                 let mut g = std::ptr::null_mut();
-                check(sys::cuStreamEndCapture(st.stream(c.word("hStream")?), &mut g), seq, name)?;
+                check(sys::cuStreamEndCapture(st.stream(c.word("hStream")?)?, &mut g), seq, name)?;
                 st.objects.graphs.insert(c.out_word("phGraph")?, g);
                 st.objects.graph_outputs.captured(c.word("hStream")?, c.out_word("phGraph")?);
             }
@@ -360,7 +360,7 @@ pub(crate) fn call(
                     let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
                     let (mut id, mut g, mut n) = (0u64, std::ptr::null_mut(), 0usize);
                     let (mut deps, mut edges) = (std::ptr::null(), std::ptr::null());
-                    let s = st.stream(c.word("hStream")?);
+                    let s = st.stream(c.word("hStream")?)?;
                     let r =
                         sys::cuStreamGetCaptureInfo_v3(s, &mut status, &mut id, &mut g, &mut deps, &mut edges, &mut n);
                     check(r, seq, name)?;

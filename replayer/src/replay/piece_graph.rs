@@ -247,7 +247,7 @@ impl Stream {
     pub fn piece_stream_capturing(&mut self, recs: &[CallRecord]) -> bool {
         let Some(first) = recs.first() else { return false };
         let (st, _, _) = self.parts();
-        super::objects::capturing(st.stream(recorded_stream(first)))
+        st.stream(recorded_stream(first)).is_ok_and(super::objects::capturing)
     }
 
     /// Whether the live stream of the piece that starts with `rec` still has work on the GPU
@@ -255,7 +255,7 @@ impl Stream {
     /// GPU waiting.
     pub fn piece_stream_busy(&mut self, rec: &CallRecord) -> bool {
         let (st, _, _) = self.parts();
-        let live = st.stream(recorded_stream(rec));
+        let Ok(live) = st.stream(recorded_stream(rec)) else { return false };
         // SAFETY: a live stream of the session.
         unsafe { sys::cuStreamQuery(live) == sys::CUresult::CUDA_ERROR_NOT_READY }
     }
@@ -277,7 +277,7 @@ impl Stream {
         let last = recs.last().unwrap_or(first);
         let rec_stream = recorded_stream(first);
         let (st, _, report) = self.parts();
-        let live = st.stream(rec_stream);
+        let live = st.stream(rec_stream)?;
         // SAFETY: an executable graph and event owned by `g`, on a live stream of the session.
         unsafe {
             check(sys::cuGraphLaunch(g.exe, live), last.seq, "cuGraphLaunch (a cached piece)")?;

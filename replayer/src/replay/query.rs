@@ -71,7 +71,10 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 None => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, Vec::new()),
             },
             "cuStreamQuery" => match c.word("hStream") {
-                Ok(s) => (sys::cuStreamQuery(st.stream(s)) as i32, Vec::new()),
+                Ok(s) => match st.stream(s) {
+                    Ok(s) => (sys::cuStreamQuery(s) as i32, Vec::new()),
+                    Err(_) => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, Vec::new()),
+                },
                 Err(_) => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, Vec::new()),
             },
             "cuMemGetInfo" => {
@@ -113,6 +116,30 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 }
                 None => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]),
             },
+            // Every pool handle of a session is the device's default pool (exec_ops.rs). Its
+            // usage (attributes 5-8) would leave out the arena's stream-ordered allocations:
+            // not answered.
+            "cuMemPoolGetAttribute" => match c.word("attr").unwrap_or(u64::MAX) {
+                5..=8 => (NOT_SUPPORTED, vec![0]),
+                attr => {
+                    let mut pool = std::ptr::null_mut();
+                    let r = sys::cuDeviceGetDefaultMemPool(&mut pool, 0);
+                    if r != sys::CUresult::CUDA_SUCCESS {
+                        (r as i32, vec![0])
+                    } else {
+                        type Get = unsafe extern "C" fn(sys::CUmemoryPool, u32, *mut std::ffi::c_void) -> sys::CUresult;
+                        match super::exec::raw_fn::<Get>(b"cuMemPoolGetAttribute\0", rec.seq) {
+                            Ok(get) => {
+                                let mut v = 0u64;
+                                let r = get(pool, attr as u32, (&mut v as *mut u64).cast());
+                                // Attributes 0-2 are ints: only the low word was written.
+                                (r as i32, vec![if attr <= 2 { v as u32 as u64 } else { v }])
+                            }
+                            Err(_) => (NOT_SUPPORTED, vec![0]),
+                        }
+                    }
+                }
+            },
             "cuCtxGetStreamPriorityRange" => {
                 let (mut least, mut greatest) = (0i32, 0i32);
                 let r = sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest);
@@ -151,10 +178,14 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 match (func, c.arg("config")) {
                     (Some(func), Some(gpuless_traces::Value::LaunchConfig(cfg))) => {
                         let mut attrs = Vec::new();
-                        let config = super::exec::live_config(st, cfg, &mut attrs);
-                        let mut n = 0i32;
-                        let r = sys::cuOccupancyMaxActiveClusters(&mut n, func, &config);
-                        (r as i32, vec![n as u32 as u64])
+                        match super::exec::live_config(st, cfg, &mut attrs) {
+                            Ok(config) => {
+                                let mut n = 0i32;
+                                let r = sys::cuOccupancyMaxActiveClusters(&mut n, func, &config);
+                                (r as i32, vec![n as u32 as u64])
+                            }
+                            Err(_) => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]),
+                        }
                     }
                     _ => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]),
                 }

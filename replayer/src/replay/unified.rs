@@ -29,7 +29,7 @@ pub(super) unsafe fn copy(
     // replay's capture substitutes, if any.
     let rec_stream = c.arg("hStream").map(|v| word(v).ok_or_else(|| c.missing("hStream"))).transpose()?;
     let stream = match rec_stream {
-        Some(s) => Some(st.stream(s)),
+        Some(s) => Some(st.stream(s)?),
         None => st.stream_override.filter(|&s| capturing(s)),
     };
     let dst = c.arg("dst").ok_or_else(|| c.missing("dst"))?;

@@ -1,0 +1,183 @@
+//! Executing the stream memory operations, stream attributes, peer copies, context and module
+//! settings and the default memory pool's settings: calls a program makes around its launches
+//! that an executor used to count without running them.
+//!
+//! A session has one device and one context on the server: a peer copy between the session's
+//! contexts is a device-to-device copy, and every memory-pool handle a client sends is the
+//! device's default pool (client mode serves no other pool: `cuMemPoolCreate` is refused).
+
+use std::ffi::c_void;
+
+use cudarc::driver::sys;
+use gpuless_traces::Value;
+
+use super::args::Call;
+use super::{check, exec::blob, LoadedTrace, ReplayError, State};
+
+/// `cuStreamWaitValue32`-style entry points with the value and flags as plain integers.
+type WaitValue32 = unsafe extern "C" fn(sys::CUstream, u64, u32, u32) -> sys::CUresult;
+type WaitValue64 = unsafe extern "C" fn(sys::CUstream, u64, u64, u32) -> sys::CUresult;
+type BatchMemOp = unsafe extern "C" fn(sys::CUstream, u32, *mut c_void, u32) -> sys::CUresult;
+type StreamSetAttr = unsafe extern "C" fn(sys::CUstream, u32, *const c_void) -> sys::CUresult;
+type PoolSetAttr = unsafe extern "C" fn(sys::CUmemoryPool, u32, *mut c_void) -> sys::CUresult;
+type PointerSetAttr = unsafe extern "C" fn(*const c_void, u32, u64) -> sys::CUresult;
+type SetFlags = unsafe extern "C" fn(u32) -> sys::CUresult;
+
+/// `CUstreamBatchMemOpParams` is a 48-byte union.
+const BATCH_OP_BYTES: usize = 48;
+
+/// Bytes recorded for a struct argument.
+fn bytes<'a>(c: &Call<'a>, name: &str) -> Result<&'a [u8], ReplayError> {
+    match c.arg(name) {
+        Some(Value::Bytes(b)) => Ok(b),
+        _ => Err(c.missing(name)),
+    }
+}
+
+/// The device's default memory pool (every pool handle of a session).
+unsafe fn default_pool(seq: u64, what: &str) -> Result<sys::CUmemoryPool, ReplayError> {
+    let mut pool = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; device 0 is the session's device.
+    check(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, 0) }, seq, what)?;
+    Ok(pool)
+}
+
+/// Executes `c` if it is one of this module's; `Ok(false)` if not.
+pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<bool, ReplayError> {
+    let (seq, name) = (c.rec.seq, c.f.name);
+    // SAFETY (whole match): driver calls with live handles, recorded device addresses (the
+    // session's own: the arena keeps them) and buffers built here of the sizes the driver reads.
+    unsafe {
+        match name {
+            "cuStreamWaitValue32" | "cuStreamWriteValue32" => {
+                let sym: &[u8] = if name == "cuStreamWaitValue32" {
+                    b"cuStreamWaitValue32_v2\0"
+                } else {
+                    b"cuStreamWriteValue32_v2\0"
+                };
+                let f: WaitValue32 = super::exec::raw_fn(sym, seq)?;
+                let (s, addr) = (st.stream(c.word("stream")?)?, st.mem.translate(c.word("addr")?));
+                check(f(s, addr, c.word("value")? as u32, c.word("flags")? as u32), seq, name)?;
+            }
+            "cuStreamWaitValue64" | "cuStreamWriteValue64" => {
+                let sym: &[u8] = if name == "cuStreamWaitValue64" {
+                    b"cuStreamWaitValue64_v2\0"
+                } else {
+                    b"cuStreamWriteValue64_v2\0"
+                };
+                let f: WaitValue64 = super::exec::raw_fn(sym, seq)?;
+                let (s, addr) = (st.stream(c.word("stream")?)?, st.mem.translate(c.word("addr")?));
+                check(f(s, addr, c.word("value")?, c.word("flags")? as u32), seq, name)?;
+            }
+            "cuStreamBatchMemOp" => {
+                let n = c.word("count")? as usize;
+                let ops = bytes(c, "paramArray")?;
+                if ops.len() < n * BATCH_OP_BYTES {
+                    return Err(c.inconsistent(format!("{} bytes recorded for {n} operations", ops.len())));
+                }
+                let mut buf = ops[..n * BATCH_OP_BYTES].to_vec();
+                let f: BatchMemOp = super::exec::raw_fn(b"cuStreamBatchMemOp_v2\0", seq)?;
+                let s = st.stream(c.word("stream")?)?;
+                check(f(s, n as u32, buf.as_mut_ptr().cast(), c.word("flags")? as u32), seq, name)?;
+            }
+            "cuStreamSetAttribute" => {
+                let v = bytes(c, "value")?.to_vec();
+                let f: StreamSetAttr = super::exec::raw_fn(b"cuStreamSetAttribute\0", seq)?;
+                check(f(st.stream(c.word("hStream")?)?, c.word("attr")? as u32, v.as_ptr().cast()), seq, name)?;
+            }
+            "cuStreamCopyAttributes" => {
+                let (dst, src) = (st.stream(c.word("dst")?)?, st.stream(c.word("src")?)?);
+                check(sys::cuStreamCopyAttributes(dst, src), seq, name)?;
+            }
+            // The session's contexts are one context on one device.
+            "cuMemcpyPeer" => {
+                let (dst, src) = (st.mem.translate(c.word("dstDevice")?), st.mem.translate(c.word("srcDevice")?));
+                check(sys::cuMemcpyDtoD_v2(dst, src, c.word("ByteCount")? as usize), seq, name)?;
+            }
+            "cuMemcpyPeerAsync" => {
+                let (dst, src) = (st.mem.translate(c.word("dstDevice")?), st.mem.translate(c.word("srcDevice")?));
+                let s = st.stream(c.word("hStream")?)?;
+                check(sys::cuMemcpyDtoDAsync_v2(dst, src, c.word("ByteCount")? as usize, s), seq, name)?;
+            }
+            "cuPointerSetAttribute" => {
+                let v = blob(trace, c, c.arg("value"))?;
+                let mut w = [0u8; 8];
+                w[..v.len().min(8)].copy_from_slice(&v[..v.len().min(8)]);
+                let f: PointerSetAttr = super::exec::raw_fn(b"cuPointerSetAttribute\0", seq)?;
+                // The driver reads the value through a pointer: hand it one.
+                let ptr = st.mem.translate(c.word("ptr")?);
+                check(f(w.as_ptr().cast(), c.word("attribute")? as u32, ptr), seq, name)?;
+            }
+            "cuMemPoolSetAttribute" => {
+                let v = blob(trace, c, c.arg("value"))?;
+                let mut w = [0u8; 8];
+                w[..v.len().min(8)].copy_from_slice(&v[..v.len().min(8)]);
+                let f: PoolSetAttr = super::exec::raw_fn(b"cuMemPoolSetAttribute\0", seq)?;
+                check(f(default_pool(seq, name)?, c.word("attr")? as u32, w.as_mut_ptr().cast()), seq, name)?;
+            }
+            "cuMemPoolTrimTo" => {
+                check(sys::cuMemPoolTrimTo(default_pool(seq, name)?, c.word("minBytesToKeep")? as usize), seq, name)?;
+            }
+            "cuCtxSetFlags" | "cuDevicePrimaryCtxSetFlags" => {
+                // The executor's context is the primary one, active: its scheduling flags
+                // change in place (`cuCtxSetFlags`), as the driver does for an active primary.
+                let f: SetFlags = super::exec::raw_fn(b"cuCtxSetFlags\0", seq)?;
+                check(f(c.word("flags")? as u32), seq, name)?;
+            }
+            "cuDevicePrimaryCtxReset" => {
+                // The program's reset: its work is finished (and device printf flushed), as the
+                // driver does before destroying the context. The session's allocations stay
+                // until the session ends (docs/FIDELITY.md).
+                check(sys::cuCtxSynchronize(), seq, name)?;
+            }
+            "cuCtxResetPersistingL2Cache" => check(sys::cuCtxResetPersistingL2Cache(), seq, name)?,
+            "cuFuncLoad" => {
+                let f = st.function(c.word("function")?).ok_or_else(|| c.inconsistent("unknown function".into()))?;
+                check(sys::cuFuncLoad(f), seq, name)?;
+            }
+            "cuModuleUnload" => {
+                let m = st.modules.remove(&c.word("hmod")?).ok_or_else(|| c.inconsistent("unknown module".into()))?;
+                check(sys::cuModuleUnload(m), seq, name)?;
+            }
+            "cuLibraryUnload" => {
+                let l =
+                    st.libraries.remove(&c.word("library")?).ok_or_else(|| c.inconsistent("unknown library".into()))?;
+                check(sys::cuLibraryUnload(l), seq, name)?;
+            }
+            // Managed memory in a local replay of a recording (client mode refuses it): the
+            // recorded hints, at the recorded addresses.
+            "cuMemPrefetchAsync" | "cuMemAdvise" => {
+                let (p, n) = (st.mem.translate(c.word("devPtr")?), c.word("count")? as usize);
+                // A `CUmemLocation` (type, id) passed by value: one 8-byte register.
+                let location = match c.arg("location") {
+                    Some(Value::Bytes(b)) if b.len() >= 8 => u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])),
+                    Some(_) => return Err(c.missing("location")),
+                    None => 0,
+                };
+                let v2 = c.rec.variant.version >= 2;
+                if name == "cuMemPrefetchAsync" {
+                    let s = st.stream(c.word("hStream")?)?;
+                    if v2 {
+                        type F = unsafe extern "C" fn(u64, usize, u64, u32, sys::CUstream) -> sys::CUresult;
+                        let f: F = super::exec::raw_fn(b"cuMemPrefetchAsync_v2\0", seq)?;
+                        check(f(p, n, location, c.word("flags")? as u32, s), seq, name)?;
+                    } else {
+                        type F = unsafe extern "C" fn(u64, usize, i32, sys::CUstream) -> sys::CUresult;
+                        let f: F = super::exec::raw_fn(b"cuMemPrefetchAsync\0", seq)?;
+                        check(f(p, n, c.word("dstDevice")? as i32, s), seq, name)?;
+                    }
+                } else if v2 {
+                    type F = unsafe extern "C" fn(u64, usize, u32, u64) -> sys::CUresult;
+                    let f: F = super::exec::raw_fn(b"cuMemAdvise_v2\0", seq)?;
+                    check(f(p, n, c.word("advice")? as u32, location), seq, name)?;
+                } else {
+                    type F = unsafe extern "C" fn(u64, usize, u32, i32) -> sys::CUresult;
+                    let f: F = super::exec::raw_fn(b"cuMemAdvise\0", seq)?;
+                    check(f(p, n, c.word("advice")? as u32, c.word("device")? as i32), seq, name)?;
+                }
+            }
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}
