@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lists every driver API symbol that a CUDA toolkit's cuda.h declares: the one list of the driver
+"""Lists every driver API symbol that a CUDA toolkit's cuda.h (and cudaProfiler.h) declares: the one list of the driver
 API that analyzer/build.rs turns into the API table (every symbol gets an entry: the lines of
 analyzer/src/api/driver.api model a function; the rest get one from this listing) and that
 analyzer/tests/header_coverage.rs checks driver.api against.
@@ -50,6 +50,18 @@ for flags in modes.values():
             sys.exit(f"{name}: two signatures: ({found[name]}) and ({out})")
         found.setdefault(name, out)
 
+# libcuda exports the profiler's entry points too (cudaProfiler.h, which includes headers of
+# other toolkits): their prototypes come from cudaProfilerTypedefs.h.
+for name, ver, params in re.findall(r"\bPFN_(cu\w+?)_v(\d+)\)\(([^()]*)\);", open(f"{inc}/cudaProfilerTypedefs.h").read()):
+    out = []
+    for i, p in enumerate(params.split(",")):
+        words = " ".join(p.replace("*", " * ").split()).split()
+        if not words or words == ["void"]:
+            continue
+        pname = words[-1] if len(words) > 1 and re.fullmatch(r"\w+", words[-1]) else f"a{i}"
+        out.append((" ".join(words[:-1] if pname == words[-1] else words).replace(" *", "*"), pname))
+    found.setdefault(name, out)
+
 # Variants of a base name: (base, per-thread) -> symbols sorted by _vN.
 variant = re.compile(r"^(cu\w+?)(?:_v(\d+))?(_ptsz|_ptds)?$")
 def split(sym):
@@ -61,7 +73,7 @@ for s in found:
     symbols[(base, pt)].append((v, s))
 # PFN typedefs: (base, per-thread) -> versions.
 pfn = defaultdict(list)
-typedefs = open(f"{inc}/cudaTypedefs.h").read()
+typedefs = open(f"{inc}/cudaTypedefs.h").read() + open(f"{inc}/cudaProfilerTypedefs.h").read()
 for base, ver, pt in re.findall(r"\bPFN_(cu\w+?)_v(\d+)(_ptds|_ptsz)?\)", typedefs):
     pfn[(base, bool(pt))].append(int(ver))
 since = {}
@@ -74,7 +86,7 @@ for key, syms in symbols.items():
         since[s] = v
 
 m = re.search(r"#define CUDA_VERSION (\d+)", open(f"{inc}/cuda.h").read())
-print(f"# cuda.h of CUDA_VERSION {m.group(1) if m else '?'}: {len(found)} driver API symbols (scripts/api-signatures.py)")
+print(f"# cuda.h (and cudaProfiler.h) of CUDA_VERSION {m.group(1) if m else '?'}: {len(found)} driver API symbols (scripts/api-signatures.py)")
 for name in sorted(found):
     params = ", ".join(f"{t}|{n}" for t, n in found[name])
     print(f"{name}\t{since[name]}\t{params}")

@@ -27,14 +27,15 @@ elapsed 1.25 ms\ndone\n";
 /// The client's round trips with `ITERS` iterations: the Welcome, then one per point where the
 /// program waits for the server (what remote.c does; the client library decides which calls
 /// wait, so this is the one number to adjust if its policy changes):
+/// - `cuModuleLoadData`: 1 — the driver checks a code image when it loads it
 /// - `cuMemcpyDtoH_v2`, synchronous: 1
 /// - `cuStreamSynchronize`, one per iteration: ITERS
 /// - `cuEventSynchronize`: 1
 /// - `cuEventElapsedTime_v2`, a state query the server answers: 1
-/// - `cuCtxSynchronize`: 0 — nothing was sent since the elapsed-time answer, so everything has
-///   completed and the client answers it locally
+/// - `cuCtxSynchronize`: 1 — nothing was sent since the elapsed-time answer, but an answer
+///   says the work was submitted, not that the context's work completed
 /// - the final wait at exit (the `cuMemFree` sent after it, the last answer, the close): 1
-const EXPECTED_ROUND_TRIPS: u64 = 1 + (1 + ITERS + 1 + 1 + 1);
+const EXPECTED_ROUND_TRIPS: u64 = 1 + (1 + 1 + ITERS + 1 + 1 + 1 + 1);
 
 /// Builds the stand-in libcuda (`support::build_stand_in`) and remote.c linked against it in
 /// `dir`; returns (the stand-in's directory, the program).

@@ -129,6 +129,14 @@ pub fn contains(ptr: u64) -> bool {
     in_arena(ptr)
 }
 
+/// The live arena allocation holding `ptr`: (base, size); `None` outside every one.
+pub fn allocation(ptr: u64) -> Option<(u64, u64)> {
+    if !in_arena(ptr) {
+        return None;
+    }
+    lookup(ptr)?.map(|f| (f.base, f.size))
+}
+
 /// Reserves the arena (after `cuInit`; no context is needed). Returns the base and size, or
 /// `None` when disabled or no base could be had (allocations then pass through).
 pub fn reserve() -> Option<(u64, u64)> {

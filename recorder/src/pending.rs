@@ -41,6 +41,12 @@ fn acts_on(f: &ApiFunction, kind: HandleKind) -> bool {
     f.args.first().is_some_and(|a| a.kind == ArgKind::Handle(kind))
 }
 
+/// Whether `f` acts on the stream of its first argument (`cuStreamSynchronize`,
+/// `cuStreamQuery`).
+pub(crate) fn acts_on_stream(f: &ApiFunction) -> bool {
+    acts_on(f, HandleKind::Stream)
+}
+
 /// Whether `f` records an event on a stream (`cuEventRecord`, `cuEventRecordWithFlags`): it
 /// enqueues work, acts on an event and names a stream.
 fn records_event(f: &ApiFunction) -> bool {

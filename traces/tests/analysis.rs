@@ -48,7 +48,8 @@ fn resnet_like_policies_are_ordered_and_plots_are_written() {
     assert_eq!(g.function_list[5].name, "synthetic_kernel_1_1");
     assert_eq!(g.function_list[5].fatbin, 0x6001);
     assert_eq!(a.stats.module_loads, 18, "registrations are not module loads");
-    assert_eq!(a.stats.unmodeled_calls, 2);
+    // Its two profiler calls (cuProfilerStart/Stop) are in the API table since it covers cudaProfiler.h.
+    assert_eq!(a.stats.unmodeled_calls, 0);
     let syncs: Vec<u64> = a.sync.iter().map(|r| r.syncs).collect();
     assert!(syncs[0] > syncs[1] && syncs[1] > syncs[2], "{syncs:?}");
     for r in &a.sync {

@@ -9,6 +9,7 @@
 //! [`lookup`] (base name and [`Variant`]), [`by_name`] (base name, any variant) and [`get`].
 
 mod ctype;
+pub mod errors;
 pub mod node_answer;
 pub mod parse;
 pub mod structs;

@@ -44,6 +44,12 @@ pub struct CallEvent {
     /// The call may change answers (not only by creating handles): a client forgets the
     /// answers it remembered.
     pub forgets: bool,
+    /// The client answers the call itself (its disposition is local, or refused): nothing is
+    /// sent, whatever its class.
+    pub local: bool,
+    /// The client waits for the server's status of this call (a code image's load: the driver
+    /// checks the image when it loads it).
+    pub checked: bool,
 }
 
 /// Runs every policy over a stream of calls with bounded memory.

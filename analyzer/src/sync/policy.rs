@@ -88,8 +88,13 @@ pub(crate) struct PolicyState {
     up_max: u64,
     down_max: u64,
     pending_down: HashMap<Option<u64>, u64>,
-    /// `gpuless`: calls were sent since the last round trip (work the server may be doing).
+    /// `gpuless`: calls were queued since the last round trip (not yet sent).
+    queued: bool,
+    /// `gpuless`: calls went out since the last context-wide synchronization (work the GPU
+    /// may still be doing: an answer means they were submitted, not that they completed).
     outstanding: bool,
+    /// `gpuless`: streams a synchronization completed since calls last went out.
+    complete: std::collections::HashSet<Option<u64>>,
     /// `gpuless`: the stable questions the server answered since the last call that forgets.
     remembered: std::collections::HashSet<u64>,
     segments: BTreeMap<u64, u64>,
@@ -125,7 +130,9 @@ impl PolicyState {
             up_max: 0,
             down_max: 0,
             pending_down: HashMap::new(),
+            queued: false,
             outstanding: false,
+            complete: std::collections::HashSet::new(),
             remembered: std::collections::HashSet::new(),
             segments: BTreeMap::new(),
             reasons: BTreeMap::new(),
@@ -167,31 +174,53 @@ impl PolicyState {
                 return (false, 0, String::new());
             }
         }
-        let sent = !matches!(class, SyncClass::Local | SyncClass::DeviceQuery | SyncClass::HostMemory);
+        let sent = !ev.local && !matches!(class, SyncClass::Local | SyncClass::DeviceQuery | SyncClass::HostMemory);
         let completion = matches!(class, SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync)
             || (class == SyncClass::StateQuery && !ev.answers);
+        // The stream a stream's synchronization or query completes (`None`: an event, the context).
+        let stream = if matches!(class, SyncClass::StreamSync | SyncClass::StateQuery) { ev.stream } else { None };
         if completion {
-            // Waits only when something was sent since the last answer; the answer brings
-            // every finished asynchronous download with it.
-            if !self.outstanding && self.pending_down.is_empty() {
+            // Waits unless nothing is queued and what went out has completed: everything (a
+            // context-wide synchronization since), or this stream's work (its own since). The
+            // answer brings every finished asynchronous download with it.
+            let done = !self.outstanding || stream.is_some_and(|s| self.complete.contains(&Some(s)));
+            if !self.queued && done && self.pending_down.is_empty() {
                 return (false, 0, String::new());
             }
-            self.outstanding = false;
+            self.round_trip();
+            match (class, stream) {
+                (SyncClass::CtxSync, _) => self.outstanding = false,
+                (_, Some(s)) => {
+                    self.complete.insert(Some(s));
+                }
+                _ => {}
+            }
             let d = self.take_all_pending();
             let why = if d > 0 { "deferred-download".into() } else { class_name(class) };
             return (true, d, why);
         }
-        if class == SyncClass::DeviceToHost || class == SyncClass::StateQuery {
-            self.outstanding = false;
+        if class == SyncClass::DeviceToHost || class == SyncClass::StateQuery || ev.checked {
+            self.queued |= sent;
+            self.round_trip();
             let d = self.take_all_pending().saturating_add(ev.bytes_down);
-            return (true, d, class_name(class));
+            let why = if ev.checked { "code-load".into() } else { class_name(class) };
+            return (true, d, why);
         }
         if class == SyncClass::DeviceToHostAsync {
             let slot = self.pending_down.entry(ev.stream).or_insert(0);
             *slot = slot.saturating_add(ev.bytes_down);
         }
-        self.outstanding |= sent;
+        self.queued |= sent;
         (false, 0, String::new())
+    }
+
+    /// What a round trip sends: the queued calls go out (work the GPU may now be doing).
+    fn round_trip(&mut self) {
+        if self.queued {
+            self.queued = false;
+            self.outstanding = true;
+            self.complete.clear();
+        }
     }
 
     fn take_all_pending(&mut self) -> u64 {
@@ -212,7 +241,7 @@ impl PolicyState {
     pub(crate) fn finish(mut self) -> SyncReport {
         // Downloads still pending at the end, and (`gpuless`) work sent since the last round
         // trip, are delivered by a final one: the client's wait at exit.
-        if !self.pending_down.is_empty() || self.outstanding {
+        if !self.pending_down.is_empty() || self.queued {
             let d = self.take_all_pending();
             let index = self.calls.saturating_sub(1);
             self.seg_calls = self.seg_calls.max(1);

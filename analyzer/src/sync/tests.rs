@@ -91,18 +91,24 @@ fn gpuless_waits_only_with_work_outstanding_or_for_an_answer() {
         ev(DeviceQuery, 0, 0, None),   // local
         ev(AddressLookup, 0, 0, None), // local answer, sent
         ev(EventSync, 0, 0, None),     // waits: the lookup is outstanding
-        ev(StateQuery, 0, 0, Some(3)), // a stream query with nothing outstanding: local
+        ev(StateQuery, 0, 0, Some(3)), // an event's completion says nothing of stream 3: waits
+        ev(StateQuery, 0, 0, Some(3)), // stream 3 found done, nothing sent since: local
         timing,                        // an event timing: the server fills it
-        ev(StreamSync, 0, 0, Some(1)), // nothing since: local
+        ev(StreamSync, 0, 0, Some(1)), // stream 1 is not known done: waits
+        ev(StreamSync, 0, 0, Some(1)), // ... now it is: local
+        ev(CtxSync, 0, 0, None),       // the context is not: waits
+        ev(StreamSync, 0, 0, Some(4)), // every stream is done: local
         ev(DeviceToHost, 0, 64, None), // waits
     ];
     for c in &calls {
         a.push(c);
     }
     let r = a.finish();
-    assert_eq!(r[0].syncs, 3, "{:?}", r[0].reasons);
+    assert_eq!(r[0].syncs, 6, "{:?}", r[0].reasons);
     assert_eq!(r[0].reasons.get("EventSync"), Some(&1));
-    assert_eq!(r[0].reasons.get("StateQuery"), Some(&1));
+    assert_eq!(r[0].reasons.get("StateQuery"), Some(&2));
+    assert_eq!(r[0].reasons.get("StreamSync"), Some(&1));
+    assert_eq!(r[0].reasons.get("CtxSync"), Some(&1));
     assert_eq!(r[0].reasons.get("DeviceToHost"), Some(&1));
 }
 

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use gpuless_analyzer::api::{structs, ApiFunction, ArgKind, Direction, HandleKind, SyncClass};
+use gpuless_analyzer::api::{errors, structs, ApiFunction, ArgKind, Direction, HandleKind, SyncClass};
 
 use gpuless_analyzer::occupancy;
 
@@ -41,6 +41,11 @@ static NEXT_HANDLE: AtomicU64 = AtomicU64::new(0x5000_0000);
 /// A new client handle.
 pub(crate) fn new_handle() -> u64 {
     NEXT_HANDLE.fetch_add(0x10, Ordering::Relaxed)
+}
+
+/// Whether `h` is a handle this client handed out (anything else is not one of the session's).
+pub(crate) fn is_client_handle(h: u64) -> bool {
+    (0x5000_0000..NEXT_HANDLE.load(Ordering::Relaxed)).contains(&h) && h % 0x10 == 0
 }
 
 #[derive(Default)]
@@ -158,7 +163,12 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
             && raw.get(i).is_some_and(|&d| d as i32 != 0)
     });
     if bad_device {
-        return Step::Done(INVALID_DEVICE);
+        // The driver's own answer: cuDeviceGetMemPool checks the device as a plain value.
+        return Step::Done(if f.name == "cuDeviceGetMemPool" { INVALID_VALUE } else { INVALID_DEVICE });
+    }
+    // SAFETY: forwarded from the caller.
+    if let Some(st) = unsafe { super::checks::check(f, raw) } {
+        return Step::Done(st);
     }
     if let Some(op) = s.arena {
         // SAFETY: forwarded from the caller.
@@ -290,14 +300,13 @@ unsafe fn put_str(raw: &[u64], i: usize, len: u64, s: &str) {
 unsafe fn local_fn(f: &ApiFunction, raw: &[u64]) -> Step {
     match f.name {
         "cuGetErrorString" | "cuGetErrorName" => {
-            let code = raw.first().copied().unwrap_or(0) as i32;
-            let name = gpuless_traces::dump::status_name(gpuless_analyzer::api::ApiLevel::Driver, code);
-            if name.starts_with("CUresult ") {
-                return Step::Done(INVALID_VALUE);
-            }
+            // The driver's own words (analyzer/src/api/cuda-13.0-errors.tsv); a code it does not
+            // name gets a null string and CUDA_ERROR_INVALID_VALUE, as from the driver.
+            let code = raw.first().copied().unwrap_or(0) as u32;
+            let text = if f.name == "cuGetErrorName" { errors::error_name(code) } else { errors::error_string(code) };
             // SAFETY: the out-pointer for a `const char*`; the string lives for the process.
-            unsafe { put(f, raw, 1, static_cstr(&name) as u64) };
-            Step::Done(0)
+            unsafe { put(f, raw, 1, text.map_or(0, |t| static_cstr(t) as u64)) };
+            Step::Done(if text.is_some() { 0 } else { INVALID_VALUE })
         }
         "cuGetExportTable" => {
             let st = super::tables::get(raw.first().copied().unwrap_or(0), raw.get(1).copied().unwrap_or(0));

@@ -19,6 +19,7 @@
 //! What the recorder asks of "the driver" for itself (the arena's VMM calls, parameter layouts,
 //! pointer types) resolves to [`driver`], the client's implementations of those entry points.
 
+mod checks;
 mod copies;
 mod driver;
 mod host;

@@ -273,6 +273,11 @@ pub(crate) fn global(module: u64, name: &str) -> Option<(u64, u64)> {
     })
 }
 
+/// Whether `ptr` lies among the module globals' client addresses.
+pub(crate) fn in_globals(ptr: u64) -> bool {
+    known(|k| k.globals_end != 0 && ptr >= k.globals_end.saturating_sub(64 << 30) && ptr < k.next_global)
+}
+
 /// A range of this process's address space for module globals (never host memory the
 /// program could own; 64 GiB, reserved, never touched).
 fn reserve_globals() -> Option<(u64, u64)> {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use gpuless_analyzer::api::{ApiFunction, Direction, SyncClass};
+use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, SyncClass};
 use gpuless_traces::protocol::{
     self, Answer, CallError, DeviceDescription, Endpoint, Hello, PartitionRequest, Priority, Welcome,
 };
@@ -47,6 +47,8 @@ fn batch() -> usize {
 pub(crate) const NOT_INITIALIZED: u32 = 3;
 /// `CUDA_ERROR_NO_DEVICE`: the server could not be reached at `cuInit`.
 pub(crate) const NO_DEVICE: u32 = 100;
+/// `CUDA_ERROR_INVALID_IMAGE`.
+const INVALID_IMAGE: u32 = 200;
 /// `CUDA_ERROR_UNKNOWN`: what every call returns once the connection is lost.
 pub(crate) const LOST: u32 = 999;
 
@@ -82,8 +84,14 @@ struct Session {
     /// Asynchronous device-to-host copies captured into graphs: their bytes come back after
     /// every launch of the graph, so their targets stay.
     graph_d2h: HashSet<u64>,
-    /// Whether records went out since the last answer (work the server may still be doing).
+    /// Whether records went out since the last context-wide synchronization: work the GPU may
+    /// still be doing (an answer means the records were submitted, not that they completed).
     outstanding: bool,
+    /// Streams a synchronization (or a query that found them done) completed since records
+    /// last went out: a stream's synchronization is answered here only for these.
+    complete: HashSet<u64>,
+    /// Records went out since the last answer (the exit's last round trip reports their errors).
+    unanswered: bool,
     /// Why the session ended early; every later call fails with `LOST`.
     failed: Option<String>,
     /// Closed at exit: later calls (destructors after `atexit`) are answered locally.
@@ -235,6 +243,8 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         d2h: HashMap::new(),
         graph_d2h: HashSet::new(),
         outstanding: false,
+        complete: HashSet::new(),
+        unanswered: false,
         failed: None,
         closed: false,
         sent: 0,
@@ -344,6 +354,10 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     // SAFETY (all captures): the program's arguments; outputs only after success.
     let mut args = if send || tracing { unsafe { capture::inputs(f, raw) } } else { Vec::new() };
     let kept = if tracing { args.clone() } else { Vec::new() };
+    if send && f.args.iter().zip(&args).any(|(a, v)| a.kind == ArgKind::Image && !matches!(v, Value::Blob(_))) {
+        // No code image the driver could read (fatbin, cubin, PTX) at the address given.
+        return INVALID_IMAGE;
+    }
     if send {
         super::copies::normalize(f, &mut args);
         if s.runs_kernels && super::host::args_reach_mapped(&args) {
@@ -393,7 +407,13 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
             } else {
                 None
             };
-            push(slot, f, args, results, target)
+            let (st, seq) = push(slot, f, args, results, target);
+            match seq {
+                // The driver checks a code image when it loads it (a PTX syntax error, code for
+                // another GPU): the load waits for the server's status.
+                Some(seq) if st == 0 && loads_code(f) => (settle(seq, f, raw), Some(seq)),
+                _ => (st, seq),
+            }
         }
         Step::Wait => {
             if args.is_empty() && !f.args.is_empty() {
@@ -496,6 +516,35 @@ fn push(
     (0, Some(seq))
 }
 
+/// Whether `f` loads a code image (a module or library from bytes or a file).
+fn loads_code(f: &ApiFunction) -> bool {
+    f.args.iter().any(|a| matches!(a.kind, ArgKind::Image | ArgKind::ImageFile))
+}
+
+/// Sends everything queued, up to the call `seq` just queued, and waits for the answer: the
+/// call's status as the server's driver gave it (or an earlier asynchronous error).
+///
+/// # Safety
+/// As [`call`].
+unsafe fn settle(seq: u64, f: &ApiFunction, raw: &[u64]) -> u32 {
+    let mut g = lock();
+    let sess = match open_session(&mut g) {
+        Ok(sess) => sess,
+        Err(st) => return st,
+    };
+    sess.waits += 1;
+    *sess.waited_for.entry(f.name).or_insert(0) += 1;
+    match sess.send(true) {
+        // SAFETY: forwarded from the caller.
+        Ok(Some(a)) => unsafe { sess.apply(seq, f, raw, a) },
+        Ok(None) => LOST,
+        Err(e) => {
+            sess.fail(&e);
+            LOST
+        }
+    }
+}
+
 /// A call that needs the server's result: sends everything queued with it and waits. The
 /// sequence number is `None` when nothing was sent (no session, or answered here).
 ///
@@ -509,8 +558,16 @@ pub(super) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<V
     };
     let completion = matches!(f.sync, SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync)
         || (f.sync == SyncClass::StateQuery && f.args.iter().all(|a| a.dir != Direction::Out));
-    if completion && !sess.outstanding && sess.pending.is_empty() && sess.refs.is_empty() {
-        // Nothing was sent since the last answer: all of it has completed.
+    // The stream a stream synchronization or query waits for (`None`: an event, the context).
+    let stream = (f.sync != SyncClass::CtxSync && crate::pending::acts_on_stream(f))
+        .then(|| f.args.iter().position(|a| a.kind == STREAM).and_then(|i| raw.get(i).copied()))
+        .flatten();
+    // Nothing queued, and no download whose bytes have yet to come back.
+    let nothing_new =
+        sess.pending.is_empty() && sess.refs.is_empty() && sess.d2h.keys().all(|seq| sess.graph_d2h.contains(seq));
+    if completion && nothing_new && (!sess.outstanding || stream.is_some_and(|s| sess.complete.contains(&s))) {
+        // Everything sent has completed (a context-wide synchronization answered since), or
+        // this stream's work has (its own synchronization answered since).
         LOCAL.fetch_add(1, Ordering::Relaxed);
         return (0, None);
     }
@@ -536,8 +593,22 @@ pub(super) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<V
         }
     };
     // SAFETY: forwarded from the caller (the program's buffers and out-pointers).
-    (unsafe { sess.apply(seq, f, raw, answer) }, Some(seq))
+    let st = unsafe { sess.apply(seq, f, raw, answer) };
+    if st == 0 {
+        match (f.sync, stream) {
+            (SyncClass::CtxSync, _) => sess.outstanding = false,
+            (_, Some(s)) if completion => {
+                sess.complete.insert(s);
+            }
+            _ => {}
+        }
+    }
+    (st, Some(seq))
 }
+
+/// A stream handle argument.
+const STREAM: gpuless_analyzer::api::ArgKind =
+    gpuless_analyzer::api::ArgKind::Handle(gpuless_analyzer::api::HandleKind::Stream);
 
 impl Session {
     /// Records and references that may leave now (a piece that may still go by reference
@@ -563,7 +634,12 @@ impl Session {
         let by_ref: u64 = refs.iter().map(|(_, r)| u64::from(r.records)).sum();
         self.sent += records.len() as u64 + by_ref;
         self.sent_since += records.len() as u64 + by_ref;
-        self.outstanding |= !records.is_empty() || !refs.is_empty();
+        if !records.is_empty() || !refs.is_empty() {
+            // Work leaves: the GPU may be doing it from now on, on any of its streams.
+            self.outstanding = true;
+            self.unanswered = true;
+            self.complete.clear();
+        }
         Outgoing { records, blobs, refs }
     }
 
@@ -573,7 +649,7 @@ impl Session {
         let out = self.take(want);
         let a = link::transmit(&mut link::lock(&link), &out, want)?;
         if let Some(a) = &a {
-            self.outstanding = false;
+            self.unanswered = false;
             self.server_exec_us += a.exec_us;
             self.pieces.announced(&a.pieces);
         }
@@ -723,7 +799,7 @@ pub(super) fn finish() {
         }
         return;
     };
-    if sess.failed.is_none() && (sess.outstanding || !sess.pending.is_empty() || !sess.refs.is_empty()) {
+    if sess.failed.is_none() && (sess.unanswered || !sess.pending.is_empty() || !sess.refs.is_empty()) {
         sess.waits += 1;
         match sess.send(true) {
             Ok(Some(a)) => {
@@ -828,7 +904,9 @@ pub(crate) unsafe fn proc_address(
             *status = found.err().unwrap_or(0); // CU_GET_PROC_ADDRESS_SUCCESS
         }
     }
-    if found.is_ok() {
+    // Driver 580 answers success with a null pointer where a status says why; without one,
+    // not found.
+    if found.is_ok() || !status.is_null() {
         0
     } else {
         hooks::NOT_FOUND

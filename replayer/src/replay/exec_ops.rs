@@ -176,6 +176,12 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
                     check(f(p, n, c.word("advice")? as u32, c.word("device")? as i32), seq, name)?;
                 }
             }
+            "cuProfilerStart" | "cuProfilerStop" => {
+                type F = unsafe extern "C" fn() -> sys::CUresult;
+                let sym: &[u8] = if name == "cuProfilerStart" { b"cuProfilerStart\0" } else { b"cuProfilerStop\0" };
+                let f: F = super::exec::raw_fn(sym, seq)?;
+                check(f(), seq, name)?;
+            }
             _ => return Ok(false),
         }
     }

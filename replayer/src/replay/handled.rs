@@ -133,6 +133,9 @@ pub const EXECUTED: &[&str] = &[
     "cuGraphExecDestroy",
     "cuGraphLaunch",
     "cuGraphUpload",
+    // the profiler
+    "cuProfilerStart",
+    "cuProfilerStop",
 ];
 
 /// Queries the server answers after the calls before them ran (`query.rs`, `graph_answer.rs`);

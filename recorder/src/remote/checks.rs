@@ -1,0 +1,103 @@
+//! The checks the driver makes of a call's arguments before it accepts the call, made by the
+//! client from what it knows (the device's limits, the kernels it loaded, the session's
+//! allocations): a program's bad launch configuration, a copy or set outside device memory, a
+//! free of something never allocated, or a function handle the session never made gets the
+//! driver's error when it is called — not a success followed by an error at the next
+//! synchronization, or the end of the session.
+
+use gpuless_analyzer::api::ApiFunction;
+
+use super::{host, local, modules};
+use crate::arena;
+
+const INVALID_VALUE: u32 = 1;
+const INVALID_HANDLE: u32 = 400;
+
+/// Device attributes: max threads per block, max block dimensions, max grid dimensions.
+const MAX_THREADS_PER_BLOCK: u32 = 1;
+const MAX_BLOCK_DIM: [u32; 3] = [2, 3, 4];
+const MAX_GRID_DIM: [u32; 3] = [5, 6, 7];
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
+const MAX_DYNAMIC_SHARED: u32 = 8;
+
+/// The status the driver returns for `f`'s arguments when it refuses them; `None`: accepted.
+///
+/// # Safety
+/// `raw` are the program's arguments to `f` (a launch configuration's pointer is read).
+pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
+    let arg = |name: &str| f.args.iter().position(|a| a.name == name).and_then(|i| raw.get(i).copied());
+    match f.name {
+        "cuLaunchKernel" | "cuLaunchCooperativeKernel" => {
+            let v = |n: &str| arg(n).unwrap_or(0) as u32;
+            let grid = [v("gridDimX"), v("gridDimY"), v("gridDimZ")];
+            let block = [v("blockDimX"), v("blockDimY"), v("blockDimZ")];
+            launch(arg("f").unwrap_or(0), grid, block, v("sharedMemBytes"))
+        }
+        "cuLaunchKernelEx" => {
+            let config = arg("config").unwrap_or(0);
+            if config == 0 {
+                return Some(INVALID_VALUE);
+            }
+            // SAFETY: the program's CUlaunchConfig: seven 32-bit fields first.
+            let w = |i: usize| unsafe { std::ptr::read_unaligned((config as *const u32).add(i)) };
+            launch(arg("f").unwrap_or(0), [w(0), w(1), w(2)], [w(3), w(4), w(5)], w(6))
+        }
+        "cuMemcpyHtoD" | "cuMemcpyHtoDAsync" => device(arg("dstDevice")?, arg("ByteCount")?),
+        "cuMemcpyDtoH" | "cuMemcpyDtoHAsync" => device(arg("srcDevice")?, arg("ByteCount")?),
+        "cuMemcpyDtoD" | "cuMemcpyDtoDAsync" => {
+            let n = arg("ByteCount")?;
+            device(arg("dstDevice")?, n).or_else(|| device(arg("srcDevice")?, n))
+        }
+        "cuMemsetD8" | "cuMemsetD8Async" => device(arg("dstDevice")?, arg("N")?),
+        "cuMemsetD16" | "cuMemsetD16Async" => device(arg("dstDevice")?, arg("N")?.saturating_mul(2)),
+        "cuMemsetD32" | "cuMemsetD32Async" => device(arg("dstDevice")?, arg("N")?.saturating_mul(4)),
+        // The arena answers frees of its own allocations; anything else was never allocated.
+        // (Client mode serves every allocation from the arena.)
+        "cuMemFree" | "cuMemFreeAsync" => match arg("dptr")? {
+            0 => Some(0),
+            p => (!arena::contains(p)).then_some(INVALID_VALUE),
+        },
+        _ => None,
+    }
+}
+
+/// A launch of function `h` with this grid, block and dynamic shared memory.
+fn launch(h: u64, grid: [u32; 3], block: [u32; 3], shared: u32) -> Option<u32> {
+    if !local::is_client_handle(h) {
+        return Some(INVALID_HANDLE);
+    }
+    let limit = |id: u32| local::attr(id).map(|v| v as u32);
+    let threads = block.iter().map(|&b| u64::from(b)).product::<u64>();
+    if threads == 0 || limit(MAX_THREADS_PER_BLOCK).is_some_and(|m| threads > u64::from(m)) {
+        return Some(INVALID_VALUE);
+    }
+    for i in 0..3 {
+        if block[i] == 0 || limit(MAX_BLOCK_DIM[i]).is_some_and(|m| block[i] > m) {
+            return Some(INVALID_VALUE);
+        }
+        if grid[i] == 0 || limit(MAX_GRID_DIM[i]).is_some_and(|m| grid[i] > m) {
+            return Some(INVALID_VALUE);
+        }
+    }
+    // More dynamic shared memory than the kernel is allowed (48 KiB less its static shared
+    // memory, unless the program raised the limit with cuFuncSetAttribute).
+    let allowed = modules::kernel(h).and_then(|k| modules::attribute(&k, MAX_DYNAMIC_SHARED));
+    if allowed.is_some_and(|a| i64::from(shared) > i64::from(a)) {
+        return Some(INVALID_VALUE);
+    }
+    None
+}
+
+/// `len` bytes at device address `p`: inside one of the session's allocations, a module
+/// global, or pinned host memory (a device address through unified addressing).
+fn device(p: u64, len: u64) -> Option<u32> {
+    if len == 0 {
+        return None;
+    }
+    let end = p.checked_add(len)?;
+    let inside = match arena::allocation(p) {
+        Some((base, size)) => end <= base + size,
+        None => modules::in_globals(p) || host::is_pinned(p),
+    };
+    (!inside || p == 0).then_some(INVALID_VALUE)
+}
