@@ -24,12 +24,19 @@
 #      invoked remotely (`invoke --remote` cold, hot against local, output as local's).
 #   Client mode (issue 19, scripts/gpu-suite-client.sh): driver-API programs through `gpuless run
 #   --remote` with the driver hidden in a mount namespace.
+#   Compatibility (issue 34, scripts/gpu-suite-compat.sh): the suite's driver_answers,
+#   stream_sync, printf, big_copy, callbacks and bad_inputs natively, through `gpuless run
+#   --remote` with the driver hidden, and recorded + replayed, outputs compared line by line; the
+#   driver's exports against the client library's; driver-errors.tsv (in details.tgz, compat/).
 #   Server (issue 18, scripts/gpu-suite-server.sh, after section 4's replays; leave it out with
 #   GPULESS_SUITE_SKIP_SERVER=1): remote replay beside local replay, cache cold and warm, hot,
 #   segment latency, upload speed, soft partitions at once, a fault, killed clients, the drain.
 # GPULESS_SUITE_SKIP_SPEED=1 leaves out section 2; GPULESS_SUITE_SKIP_CLIENT=1 the client section
 # (run it on its own: scripts/gpu-suite-client.sh); GPULESS_SUITE_SKIP_OVERHEAD=1 the overhead
 # measurements of section 3 (side-by-side pairs and the informational rows);
+# GPULESS_SUITE_SKIP_COMPAT=1 the compatibility section (run it on its own:
+# scripts/gpu-suite-compat.sh BIN_DIR SUITE_BIN OUT_DIR; the section as a whole is limited to
+# $GPULESS_COMPAT_TIMEOUT seconds, default 900);
 # GPULESS_SUITE_SKIP_FUNCTION=1 the functions section (run it on its own:
 # scripts/gpu-suite-function.sh BIN_DIR testdata/workloads OUT_DIR; the section as a whole is
 # limited to $GPULESS_FUNCTION_TIMEOUT seconds, default 600).
@@ -500,6 +507,20 @@ if [[ -f scripts/gpu-suite-client.sh && -f $rec_lib && -z ${GPULESS_SUITE_SKIP_C
   crc=$?
   while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/client.txt")
   grep -q '^row|' "$out/client.txt" || row "client mode" FAIL "rc=$crc $(tail -n 2 "$out/client.txt" | tr '\n' ' ')"
+fi
+# Issue 34: compatibility programs of our own — driver answers to bad calls, synchronization
+# that waits only for what it covers, device printf, copies of any size, host callbacks, bad
+# launch and copy arguments — natively, through the client with the driver hidden, recorded and
+# replayed; outputs compared line by line. GPULESS_SUITE_SKIP_COMPAT=1 leaves it out.
+if [[ -n ${GPULESS_SUITE_SKIP_COMPAT:-} ]]; then
+  row "compat: skipped (GPULESS_SUITE_SKIP_COMPAT=1)" INFO "run it on its own: scripts/gpu-suite-compat.sh BIN_DIR SUITE_BIN OUT_DIR"
+elif [[ -f scripts/gpu-suite-compat.sh && -f $rec_lib ]]; then
+  cp_limit=()
+  command -v timeout >/dev/null && cp_limit=(timeout -k 10 "${GPULESS_COMPAT_TIMEOUT:-900}")
+  ${cp_limit[@]+"${cp_limit[@]}"} bash scripts/gpu-suite-compat.sh "$bin" "$suite_bin" "$out/compat" >"$out/compat.txt" 2>&1
+  cprc=$?
+  while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/compat.txt")
+  grep -q '^row|' "$out/compat.txt" || row "compat" FAIL "rc=$cprc $(tail -n 2 "$out/compat.txt" | tr '\n' ' ')"
 fi
 if [[ -f scripts/gpu-suite-partitions.sh && -f $out/resnet50_once.gl ]]; then
   ${limit[@]+"${limit[@]}"} bash scripts/gpu-suite-partitions.sh "$bin" "$out/resnet50_once.gl" "$out/partitions" >"$out/partitions.txt" 2>&1

@@ -9,7 +9,10 @@
 # (-lcublas), streams (shared cudart) and streams_static (static cudart), globals, ptr_struct,
 # texture, graph, alloc_bench, segment, upload, fault (shared cudart; the last three for the
 # server section), ptr_attrs (shared cudart and -lcuda), oob, event_d2h, graph_query (issue 21's
-# fidelity section), managed, solver (issue 21's replay determinism), and libblock_arena.so (C, built with $CC or cc:
+# fidelity section), managed, solver (issue 21's replay determinism), the compatibility programs
+# of issue 34 (scripts/gpu-suite-compat.sh): driver_answers (C, driver API only: -cudart none
+# -lcuda), stream_sync and printf (shared cudart and -lcuda), big_copy, callbacks, bad_inputs
+# (shared cudart), and libblock_arena.so (C, built with $CC or cc:
 # a preload library that takes the arena's address range, for the suite's bad-input checks).
 # $EXTRA_NVCCFLAGS is added to every nvcc command and $EXTRA_LDFLAGS to every link (both
 # word-split).
@@ -73,6 +76,14 @@ build streams "${common[@]}" -cudart shared "$here/streams.cu"
 build streams_static "${common[@]}" -cudart static "$here/streams.cu"
 build ptr_attrs "${common[@]}" -cudart shared "$here/ptr_attrs.cu" -lcuda
 for p in globals ptr_struct texture graph alloc_bench segment upload fault oob event_d2h graph_query managed memcpy_default pitched crash quick_exit solver; do
+  build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
+done
+# Issue 34's compatibility programs: each run natively and through the client, outputs compared.
+build driver_answers -O2 -x c -cudart none "$here/driver_answers.c" -lcuda
+for p in stream_sync printf; do
+  build "$p" "${common[@]}" -cudart shared "$here/$p.cu" -lcuda
+done
+for p in big_copy callbacks bad_inputs; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
 if "${CC:-cc}" -O2 -shared -fPIC -o "$out/libblock_arena.so" "$here/block_arena.c"; then
