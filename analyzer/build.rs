@@ -311,7 +311,7 @@ fn synthesize(
         let sync = if base.contains("Get") { "DeviceQuery" } else { "Async" };
         let _ = writeln!(
             functions,
-            "    ApiFunction {{ id: ApiId({id}), name: {base:?}, level: ApiLevel::Driver, group: Group::{}, sync: SyncClass::{sync}, stable: false, gpu_answers: false, capturable: false, symbols: &[{sym_list}], args: &[{args}], ret: Return::Status, disposition: Disposition::Refused(Refusal::{reason}), modeled: false }},",
+            "    ApiFunction {{ id: ApiId({id}), name: {base:?}, level: ApiLevel::Driver, group: Group::{}, sync: SyncClass::{sync}, stable: false, gpu_answers: false, capturable: false, checked: false, symbols: &[{sym_list}], args: &[{args}], ret: Return::Status, disposition: Disposition::Refused(Refusal::{reason}), modeled: false }},",
             listing_group(&base)
         );
         *id += 1;
@@ -434,8 +434,8 @@ fn main() {
             let disp = disposition(&f.disposition, file, line);
             let _ = writeln!(
                 functions,
-                "    ApiFunction {{ id: ApiId({id}), name: {:?}, level: ApiLevel::{level}, group: Group::{group}, sync: SyncClass::{}, stable: {}, gpu_answers: {}, capturable: {}, symbols: &[{syms}], args: &[{args}], ret: {ret}, disposition: {disp}, modeled: true }},",
-                f.name, f.sync, f.stable, f.gpu, f.graph
+                "    ApiFunction {{ id: ApiId({id}), name: {:?}, level: ApiLevel::{level}, group: Group::{group}, sync: SyncClass::{}, stable: {}, gpu_answers: {}, capturable: {}, checked: {}, symbols: &[{syms}], args: &[{args}], ret: {ret}, disposition: {disp}, modeled: true }},",
+                f.name, f.sync, f.stable, f.gpu, f.graph, f.checked
             );
             id += 1;
         }

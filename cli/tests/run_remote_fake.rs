@@ -458,3 +458,30 @@ fn a_forked_child_never_touches_the_parents_session() {
     assert_eq!(ran.stderr.matches("was forked from a client-mode process without exec").count(), 1, "{}", ran.stderr);
     assert!(ran.stderr.contains("(first: cuMemsetD8"), "{}", ran.stderr);
 }
+
+/// What kernels print (device `printf`, here the stand-in's: a line per launch, written to stdout
+/// at every synchronization) reaches the program's stdout through the client, at the same
+/// synchronizations, in order with what the program printed itself.
+#[test]
+fn device_printf_reaches_the_programs_stdout_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = build(dir.path());
+    let native = Command::new(&prog)
+        .arg(ITERS.to_string())
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("FAKE_CUDA_PRINTF", "1")
+        .output()
+        .unwrap();
+    assert!(native.status.success(), "natively: {native:?}");
+    let a = String::from_utf8_lossy(&native.stdout).into_owned();
+    assert!(a.matches("device printf: launch").count() >= 2, "the stand-in prints: {a}");
+    assert_ne!(a, EXPECTED_OUTPUT);
+    let s = Server::start(dir.path(), &libdir, &[], &[("FAKE_CUDA_PRINTF", "1")]);
+    let ran = run_within(
+        gpuless_run(&["--remote", &s.tcp, "--", prog.to_str().unwrap(), &ITERS.to_string()]),
+        dir.path(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(ran.code, Some(0), "stderr:\n{}", ran.stderr);
+    assert_eq!(ran.stdout, a, "stderr:\n{}", ran.stderr);
+}

@@ -33,6 +33,10 @@ pub struct ParsedFunction {
     /// cached-trace execution puts repeated runs of them into graphs
     /// ([`ApiFunction::capturable`] in the library).
     pub graph: bool,
+    /// `checked` after the class: the driver checks the call's arguments (or synchronizes)
+    /// when it is made, so a client waits for the server's status
+    /// ([`ApiFunction::checked`] in the library).
+    pub checked: bool,
     /// Arguments in C order.
     pub args: Vec<ParsedArg>,
     /// What the function returns: `None` for a status code (`CUresult`, `cudaError_t`), else
@@ -243,21 +247,22 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
     let mut head_words = head.split_whitespace();
     let spec = head_words.next().ok_or_else(|| err(line, "missing function name"))?;
     let sync = head_words.next().ok_or_else(|| err(line, "missing sync class"))?.to_string();
-    let (mut stable, mut gpu, mut graph) = (false, false, false);
+    let (mut stable, mut gpu, mut graph, mut checked) = (false, false, false, false);
     let mut disposition = None;
     for w in head_words {
         match w {
             "stable" if !stable && disposition.is_none() => stable = true,
             "gpu" if !gpu && disposition.is_none() => gpu = true,
             "graph" if !graph && disposition.is_none() => graph = true,
+            "checked" if !checked && disposition.is_none() => checked = true,
             w if w.starts_with('=') && disposition.is_none() => disposition = Some(parse_disposition(line, w)?),
             w => {
                 return Err(err(
                     line,
                     format!(
-                        "unexpected word {w:?} before '(' (`stable`, `gpu` and `graph` may follow the class, once \
-                         each, then one disposition: `=local(RULE)`, `=server` or `=refused(REASON)`)"
-                    ),
+                    "unexpected word {w:?} before '(' (`stable`, `gpu`, `graph` and `checked` may follow the class, \
+                         once each, then one disposition: `=local(RULE)`, `=server` or `=refused(REASON)`)"
+                ),
                 ))
             }
         }
@@ -310,6 +315,7 @@ fn parse_function(line: usize, text: &str, level: &str, group: &str) -> Result<P
         stable,
         gpu,
         graph,
+        checked,
         args,
         ret,
         disposition,

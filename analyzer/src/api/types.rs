@@ -397,6 +397,10 @@ pub struct ApiFunction {
     /// cached-trace execution captures repeated runs of such calls on one stream into graphs
     /// (`gpuless_traces::protocol::piece`); every other call ends a run.
     pub capturable: bool,
+    /// The driver checks the call's arguments, or synchronizes, when it is made (`checked` in
+    /// the table: code loads and unloads, a context's reset and limits): a client of `gpuless
+    /// serve` waits for the server's status of the call instead of queueing it.
+    pub checked: bool,
     /// Exported symbols with this signature.
     pub symbols: &'static [Symbol],
     /// Arguments in C order.

@@ -409,9 +409,9 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
             };
             let (st, seq) = push(slot, f, args, results, target);
             match seq {
-                // The driver checks a code image when it loads it (a PTX syntax error, code for
-                // another GPU): the load waits for the server's status.
-                Some(seq) if st == 0 && loads_code(f) => (settle(seq, f, raw), Some(seq)),
+                // The driver checks the call when it is made (a code image's PTX, code for
+                // another GPU, a limit) or synchronizes there: it waits for the server's status.
+                Some(seq) if st == 0 && f.checked => (settle(seq, f, raw), Some(seq)),
                 _ => (st, seq),
             }
         }
@@ -516,9 +516,25 @@ fn push(
     (0, Some(seq))
 }
 
-/// Whether `f` loads a code image (a module or library from bytes or a file).
-fn loads_code(f: &ApiFunction) -> bool {
-    f.args.iter().any(|a| matches!(a.kind, ArgKind::Image | ArgKind::ImageFile))
+unsafe extern "C" {
+    /// The program's C stdout (glibc's `stdout`).
+    static mut stdout: *mut libc::FILE;
+}
+
+/// Writes what the session's kernels printed to the program's stdout, through its C stream as
+/// the driver does, so that it lands in order with what the program printed itself.
+fn print_device_output(bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    // SAFETY: glibc's stdout stream, written and flushed as the driver writes device printf.
+    unsafe {
+        let out = stdout;
+        if !out.is_null() {
+            libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), out);
+            libc::fflush(out);
+        }
+    }
 }
 
 /// Sends everything queued, up to the call `seq` just queued, and waits for the answer: the
@@ -650,6 +666,7 @@ impl Session {
         let a = link::transmit(&mut link::lock(&link), &out, want)?;
         if let Some(a) = &a {
             self.unanswered = false;
+            print_device_output(&a.printed);
             self.server_exec_us += a.exec_us;
             self.pieces.announced(&a.pieces);
         }

@@ -42,7 +42,19 @@ CUresult cuMemAlloc(unsigned int *p, unsigned int n) { (void)n; *p = 0x1000u; re
 /* The CUDA 10.0 form, without a capture mode. */
 CUresult cuStreamBeginCapture(void *stream) { return stream == (void *)0x5 ? 0 : 1; }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { memcpy(host(dst), src, n); return 0; }
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, host(src), n); return 0; }
+/* FAKE_CUDA_PRINTF=1: every launch "prints" a line, which reaches stdout when a synchronization
+ * (context, stream, event, blocking copy) flushes the device's printf buffer, as the driver's. */
+static char printed[1 << 16];
+static size_t printed_len;
+static unsigned launches_printed;
+static void device_printf(void) {
+  if (!getenv("FAKE_CUDA_PRINTF") || printed_len > sizeof printed - 64) return;
+  printed_len += (size_t)snprintf(printed + printed_len, sizeof printed - printed_len, "device printf: launch %u\n",
+                                  ++launches_printed); }
+static void flush_printf(void) {
+  if (!printed_len) return;
+  fwrite(printed, 1, printed_len, stdout); fflush(stdout); printed_len = 0; }
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, host(src), n); flush_printf(); return 0; }
 static CUresult capture_copy(int type, void *dst, const void *src, CUdeviceptr dev, size_t n);
 static void *capturing; /* the stream being captured (all streams are one here) */
 /* Async copies on a capturing stream become copy nodes (cuGraphLaunch runs them in order). */
@@ -73,7 +85,7 @@ CUresult cuMemAllocHost_v2(void **p, size_t n) { *p = malloc(n); return *p ? 0 :
 CUresult cuMemFreeHost(void *p) { free(p); return 0; }
 CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
 CUresult cuStreamDestroy_v2(void *s) { (void)s; return 0; }
-CUresult cuStreamSynchronize(void *stream) { (void)stream; return 0; }
+CUresult cuStreamSynchronize(void *stream) { (void)stream; flush_printf(); return 0; }
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = &module_token; return 0; }
 CUresult cuModuleUnload(void *m) { (void)m; return 0; }
 CUresult cuLibraryUnload(void *l) { (void)l; return 0; }
@@ -108,10 +120,11 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     return capture_launch(f, grid, block, smem, params); }
   run_scale(params);
+  device_printf();
   return 0; }
 /* FAKE_CUDA_SYNC_FAULT=1 makes every context synchronization report an illegal address, as a
  * kernel's fault surfaces at the next synchronization (for replay error reports). */
-CUresult cuCtxSynchronize(void) { return getenv("FAKE_CUDA_SYNC_FAULT") ? 700 : 0; }
+CUresult cuCtxSynchronize(void) { flush_printf(); return getenv("FAKE_CUDA_SYNC_FAULT") ? 700 : 0; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
 /* CUDA 13 hands out versions with new signatures for old names: cuGetProcAddress("cuCtxGetDevice")
  * gives cuCtxGetDevice_v2. cuCtxGetFlags_v2 stands for a version newer than the recorder's table. */
@@ -153,7 +166,7 @@ CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
 CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *d, size_t c) { (void)p; (void)n; (void)d; (void)c; return 0; }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = &ctx_token; return 0; }
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
-CUresult cuEventSynchronize(void *e) { (void)e; return 0; }
+CUresult cuEventSynchronize(void *e) { (void)e; flush_printf(); return 0; }
 CUresult cuEventRecordWithFlags(void *e, void *s, unsigned f) { (void)e; (void)s; (void)f; return 0; }
 /* Enum answers (CUstreamCaptureStatus, CUmoduleLoadingMode, CUstreamCaptureMode) are 4 bytes,
  * written as such: the bytes after them are the caller's. Stream 0x5 is capturing. */

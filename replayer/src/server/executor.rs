@@ -39,9 +39,11 @@ use crate::replay::{Device, Options, ReplayError};
 use decoded::Decoded;
 use gpuless_traces::protocol::piece::Cut;
 
+mod answer;
 mod blobs;
 mod decoded;
 mod kept;
+mod printed;
 
 use kept::Kept;
 
@@ -393,6 +395,14 @@ impl Session<'_> {
         let send = |w: &mut BufWriter<Conn>, m: &Message| -> Result<(), String> {
             write_frame(w, m.kind(), m.flags(), &m.encode()).and_then(|_| Ok(w.flush()?)).map_err(|e| e.to_string())
         };
+        // What the session's kernels print goes to the client with each answer.
+        let mut printed = match printed::Printed::capture() {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("gpuless executor: device printf output stays in the server's log ({e})");
+                None
+            }
+        };
         send(&mut w, &Message::Welcome(Box::new(welcome)))?;
         let mut payload = Vec::new();
         let fail = |w: &mut BufWriter<Conn>, code: u16, message: String| -> End {
@@ -482,9 +492,10 @@ impl Session<'_> {
                             exec_us: std::mem::take(&mut self.exec_us),
                             queries: stream.take_queries(),
                             pieces: self.pieces.as_mut().map(Pieces::take_announced).unwrap_or_default(),
+                            printed: printed.as_mut().map(printed::Printed::take).unwrap_or_default(),
                         };
                         self.stats.executed += a.executed;
-                        send(&mut w, &Message::Answer(a))?;
+                        answer::send(&mut w, a).map_err(|e| e.to_string())?;
                         // Everything the session sent so far is done: best-effort work may go.
                         if let (Some(g), false) = (self.gate.as_mut(), self.best_effort) {
                             g.leave();

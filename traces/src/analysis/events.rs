@@ -101,9 +101,7 @@ pub fn call_event(r: &CallRecord) -> CallEvent {
         memo: f.filter(|f| f.stable && f.gpu_answers).map(|f| question(f, r)),
         forgets: f.is_some_and(|f| f.may_change_answers() && f.sync != gpuless_analyzer::api::SyncClass::CreatesHandle),
         local: f.is_some_and(|f| f.level == gpuless_analyzer::api::ApiLevel::Driver && !f.sent_by_client()),
-        checked: f.is_some_and(|f| {
-            f.sent_by_client() && f.args.iter().any(|a| matches!(a.kind, ArgKind::Image | ArgKind::ImageFile))
-        }),
+        checked: f.is_some_and(|f| f.sent_by_client() && f.checked),
     }
 }
 

@@ -503,12 +503,32 @@ impl Connection {
         if let ReadHalf::Plain(p) = self.reader.get_mut() {
             p.spin = (took + took / 2 + Duration::from_micros(50)).min(self.spin_max);
         }
-        match m? {
-            Message::Answer(a) => Ok(a),
-            Message::Error { code, message } => {
-                Err(ProtocolError::Server(format!("ended the session (code {code}): {message}")))
+        // Results too large for the answer's frame come first, in parts.
+        let mut parts: Vec<(u64, u64, Vec<u8>)> = Vec::new();
+        let mut m = m?;
+        loop {
+            match m {
+                Message::OutputPart { seq, total, offset, bytes } => {
+                    add_part(&mut parts, seq, total, offset, &bytes)?;
+                    m = self.recv()?;
+                }
+                Message::Answer(mut a) => {
+                    for (seq, total, bytes) in parts {
+                        if bytes.len() as u64 != total {
+                            return Err(ProtocolError::Frame(format!(
+                                "the result of call #{seq} came in parts of {} bytes, not {total}",
+                                bytes.len()
+                            )));
+                        }
+                        a.outputs.push((seq, bytes));
+                    }
+                    return Ok(a);
+                }
+                Message::Error { code, message } => {
+                    return Err(ProtocolError::Server(format!("ended the session (code {code}): {message}")))
+                }
+                m => return Err(ProtocolError::Unexpected { expected: "Answer", got: m.name() }),
             }
-            m => Err(ProtocolError::Unexpected { expected: "Answer", got: m.name() }),
         }
     }
 
@@ -565,5 +585,52 @@ impl Connection {
             }
             m => Err(ProtocolError::Unexpected { expected: "Closed", got: m.name() }),
         }
+    }
+}
+
+/// The largest result that may come in parts (a device-to-host copy of a whole GPU's memory).
+const MAX_PARTED: u64 = 1 << 40;
+
+/// Adds a part of call `seq`'s result (`total` bytes) at `offset`.
+fn add_part(
+    parts: &mut Vec<(u64, u64, Vec<u8>)>,
+    seq: u64,
+    total: u64,
+    offset: u64,
+    bytes: &[u8],
+) -> Result<(), ProtocolError> {
+    if total > MAX_PARTED {
+        return Err(ProtocolError::Frame(format!("a result of {total} bytes announced for call #{seq}")));
+    }
+    let i = match parts.iter().position(|p| p.0 == seq) {
+        Some(i) => i,
+        None => {
+            parts.push((seq, total, Vec::new()));
+            parts.len() - 1
+        }
+    };
+    let (_, want, buf) = &mut parts[i];
+    let end = offset + bytes.len() as u64; // checked against `total` by the decoder
+    if *want != total || offset != buf.len() as u64 || end > total {
+        return Err(ProtocolError::Frame(format!("part at {offset} of call #{seq}'s result out of order")));
+    }
+    buf.extend_from_slice(bytes);
+    Ok(())
+}
+
+#[cfg(test)]
+mod part_tests {
+    /// Parts are put back in order; a part out of order, past the end or of a changed length
+    /// is an error, never a panic.
+    #[test]
+    fn parts_join_in_order_and_bad_ones_are_errors() {
+        let mut parts = Vec::new();
+        super::add_part(&mut parts, 7, 6, 0, &[1, 2, 3]).unwrap();
+        super::add_part(&mut parts, 8, 1, 0, &[9]).unwrap();
+        super::add_part(&mut parts, 7, 6, 3, &[4, 5, 6]).unwrap();
+        assert_eq!(parts, vec![(7, 6, vec![1, 2, 3, 4, 5, 6]), (8, 1, vec![9])]);
+        assert!(super::add_part(&mut parts, 9, 4, 2, &[1]).is_err(), "a gap");
+        assert!(super::add_part(&mut parts, 7, 7, 6, &[1]).is_err(), "another length");
+        assert!(super::add_part(&mut parts, 10, 1 << 50, 0, &[1]).is_err(), "an absurd length");
     }
 }

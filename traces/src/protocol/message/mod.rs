@@ -144,6 +144,10 @@ pub struct Answer {
     /// execution, [`super::piece`]): the client may send such a piece as a
     /// [`Message::Piece`] from now on.
     pub pieces: Vec<Hash128>,
+    /// What the session's kernels printed (device `printf`) since the last answer, flushed by
+    /// the synchronizations it answers: the client writes it to the program's stdout. A
+    /// trailing field: an answer without it decodes with none.
+    pub printed: Vec<u8>,
 }
 
 /// What the driver said to a state query: its status (`CUresult`) and its out values in the
@@ -360,6 +364,18 @@ pub enum Message {
     /// Client → server: a piece of records the executor holds as a graph
     /// ([`Answer::pieces`]), by key, in place of its records.
     Piece(super::piece::PieceRef),
+    /// Server → client, before the [`Message::Answer`] it belongs to: part of a device-to-host
+    /// result too large to travel inside the answer's frame (the answer lists the rest).
+    OutputPart {
+        /// Sequence number of the copy.
+        seq: u64,
+        /// The result's whole length.
+        total: u64,
+        /// Where this part starts.
+        offset: u64,
+        /// The part.
+        bytes: Vec<u8>,
+    },
 }
 
 /// Frame kinds.
@@ -398,6 +414,8 @@ pub mod kind {
     pub const OUTPUTS: u16 = 16;
     /// [`super::Message::Piece`].
     pub const PIECE: u16 = 17;
+    /// [`super::Message::OutputPart`].
+    pub const OUTPUT_PART: u16 = 18;
 }
 
 /// Flag of a segment frame: answer after it.
@@ -429,6 +447,7 @@ impl Message {
             Message::Invoke { .. } => kind::INVOKE,
             Message::Outputs(_) => kind::OUTPUTS,
             Message::Piece(_) => kind::PIECE,
+            Message::OutputPart { .. } => kind::OUTPUT_PART,
         }
     }
 
@@ -490,6 +509,11 @@ impl Message {
                 for k in &a.pieces {
                     p.u128(k.0);
                 }
+                p.bytes(&a.printed);
+            }
+            Message::OutputPart { seq, total, offset, bytes } => {
+                p.u64(*seq).u64(*total).u64(*offset);
+                p.0.extend_from_slice(bytes);
             }
             Message::BlobQuery(hs) => {
                 p.u32(hs.len() as u32);
@@ -644,7 +668,19 @@ impl Message {
                 for _ in 0..n {
                     pieces.push(Hash128(g.u128()?));
                 }
-                Message::Answer(Answer { through_seq, executed, outputs, errors, exec_us, queries, pieces })
+                let printed = if g.remaining() > 0 { g.bytes()?.to_vec() } else { Vec::new() };
+                Message::Answer(Answer { through_seq, executed, outputs, errors, exec_us, queries, pieces, printed })
+            }
+            kind::OUTPUT_PART => {
+                let (seq, total, offset) = (g.u64()?, g.u64()?, g.u64()?);
+                let bytes = g.take(g.remaining())?.to_vec();
+                if offset.checked_add(bytes.len() as u64).is_none_or(|end| end > total) {
+                    return Err(g.error(format!(
+                        "part at {offset} of {} bytes lies outside the output's {total} bytes",
+                        bytes.len()
+                    )));
+                }
+                Message::OutputPart { seq, total, offset, bytes }
             }
             kind::BLOB_QUERY => {
                 let n = g.count(16)?;
@@ -778,6 +814,7 @@ pub fn kind_name(k: u16) -> &'static str {
         kind::INVOKE => "Invoke",
         kind::OUTPUTS => "Outputs",
         kind::PIECE => "Piece",
+        kind::OUTPUT_PART => "OutputPart",
         _ => "unknown",
     }
 }
