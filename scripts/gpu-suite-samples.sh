@@ -285,8 +285,10 @@ echo "$summary" >"$out/summary.txt"
 
 # Only the text outputs stay (the suite's details.tgz takes OUT_DIR as it is).
 if [ "${SAMPLES_KEEP:-0}" != 1 ]; then
-  rm -rf "$out/src" "$out/cache"
-  find "$out/build" "$out/run" -type f ! -name '*.txt' ! -name '*.log' ! -name '*.err' ! -name '*.json' ! -name 'build.status' -delete 2>/dev/null
+  rm -rf "$out/src" "$out/cache" "$out/traces"
+  find "$out/build" "$out/run" -type f ! \( -name stdout.txt -o -name stderr.txt -o -name rc.txt -o -name norm.txt \
+    -o -name stats.json -o -name 'replay.*' -o -name 'build.*' \) -delete 2>/dev/null
+  find "$out/build" "$out/run" -type f -empty -delete 2>/dev/null
   find "$out/build" "$out/run" -depth -type d -empty -delete 2>/dev/null
 fi
 exit 0
