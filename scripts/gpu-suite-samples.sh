@@ -288,7 +288,6 @@ if [ "${SAMPLES_KEEP:-0}" != 1 ]; then
   rm -rf "$out/src" "$out/cache" "$out/traces"
   find "$out/build" "$out/run" -type f ! \( -name stdout.txt -o -name stderr.txt -o -name rc.txt -o -name norm.txt \
     -o -name stats.json -o -name 'replay.*' -o -name 'build.*' \) -delete 2>/dev/null
-  find "$out/build" "$out/run" -type f -empty -delete 2>/dev/null
   find "$out/build" "$out/run" -depth -type d -empty -delete 2>/dev/null
 fi
 exit 0
