@@ -63,10 +63,11 @@ SAMPLE = {
     "streamOrderedAllocationIPC": [(r"(lshmName = \D*)\d+", r"\1<pid>")],
     "memMapIPCDrv": [(r"(lshmName = \D*)\d+", r"\1<pid>")],
     # Tables of measurements without units on each number.
-    "p2pBandwidthLatencyTest": [(r"(?<![\w.])\d+\.\d+(?![\w.])", "<n>")],
+    "p2pBandwidthLatencyTest": [(r"(?<![\w.])-?\d+\.\d+(?![\w.])", "<n>")],
     "simpleStreams": [(rf"^((?:memcopy|kernel|non-streamed|\d+ streams):\s+){NUM}", r"\1<t>")],
-    "UnifiedMemoryPerf": [(rf"(?<![\w.])\d+\.\d+(?![\w.])", "<n>")],
-    "cudaGraphsPerfScaling": [(rf"(?<![\w.])\d+\.\d+(?:[eE][-+]?\d+)?(?![\w.])", "<n>")],
+    "UnifiedMemoryPerf": [(r"(?<![\w.])-?\d+\.\d+(?![\w.])", "<n>")],
+    # Its columns include differences of timings, which can be negative.
+    "cudaGraphsPerfScaling": [(r"(?<![\w.])-?\d+\.\d+(?:[eE][-+]?\d+)?(?![\w.])", "<n>")],
     # Which child grid gets which block number depends on the order the parents' threads run.
     "cdpSimplePrint": [(r"BLOCK \d+ launched by thread \d+ of block \d+", "BLOCK <n> launched by thread <n> of block <n>")],
     # How much physical memory the graph memory pool holds depends on when the driver frees
@@ -156,6 +157,7 @@ TESTS = [
     ("fp16ScalarProduct", "&&&& fp16ScalarProduct PASSED", "&&&& fp16ScalarProduct PASSED"),
     ("simpleIPC", "PP: lshmName = simpleIPCshm123456", "PP: lshmName = simpleIPCshm<pid>"),
     ("UnifiedMemoryStreams", "Task [3], thread [1] executing on device (512)", "Task executing"),
+    ("cudaGraphsPerfScaling", "20, 1, 0, 1.25, -0.03, 2.5e-05,", "20, 1, 0, <n>, <n>, <n>,"),
     ("cdpSimplePrint", "|  BLOCK 6 launched by thread 1 of block 0", "|  BLOCK <n> launched by thread <n> of block <n>"),
     ("graphMemoryFootprint", "03:     FOOTPRINT: 201326592 bytes", "03:     FOOTPRINT: <n> bytes"),
 ]
