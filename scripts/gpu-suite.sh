@@ -28,6 +28,9 @@
 #   stream_sync, printf, big_copy, callbacks and bad_inputs natively, through `gpuless run
 #   --remote` with the driver hidden, and recorded + replayed, outputs compared line by line; the
 #   driver's exports against the client library's; driver-errors.tsv (in details.tgz, compat/).
+#   CUDA samples (issue 34, scripts/gpu-suite-samples.sh, only with GPULESS_SUITE_SAMPLES=DIR, the
+#   folder scripts/samples/prepare.sh exports): every selected sample of NVIDIA/cuda-samples built
+#   here, native, recorded + replayed, and through the client, outputs compared normalized.
 #   Server (issue 18, scripts/gpu-suite-server.sh, after section 4's replays; leave it out with
 #   GPULESS_SUITE_SKIP_SERVER=1): remote replay beside local replay, cache cold and warm, hot,
 #   segment latency, upload speed, soft partitions at once, a fault, killed clients, the drain.
@@ -521,6 +524,18 @@ elif [[ -f scripts/gpu-suite-compat.sh && -f $rec_lib ]]; then
   cprc=$?
   while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/compat.txt")
   grep -q '^row|' "$out/compat.txt" || row "compat" FAIL "rc=$cprc $(tail -n 2 "$out/compat.txt" | tr '\n' ' ')"
+fi
+# Issue 34: NVIDIA's CUDA samples, when GPULESS_SUITE_SAMPLES names the folder
+# scripts/samples/prepare.sh exported (carried from the development machine): each selected
+# sample built here, run natively, recorded and replayed, and run through the client with the
+# driver hidden (scripts/gpu-suite-samples.sh; limited to $GPULESS_SAMPLES_TIMEOUT s, default 540).
+if [[ -n ${GPULESS_SUITE_SAMPLES:-} && -f scripts/gpu-suite-samples.sh ]]; then
+  smp_limit=()
+  command -v timeout >/dev/null && smp_limit=(timeout -k 10 "${GPULESS_SAMPLES_TIMEOUT:-540}")
+  ${smp_limit[@]+"${smp_limit[@]}"} bash scripts/gpu-suite-samples.sh "$bin" "$GPULESS_SUITE_SAMPLES" "$out/samples" >"$out/samples.txt" 2>&1
+  smprc=$?
+  while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/samples.txt")
+  grep -q '^row|' "$out/samples.txt" || row "samples" FAIL "rc=$smprc $(tail -n 2 "$out/samples.txt" | tr '\n' ' ')"
 fi
 if [[ -f scripts/gpu-suite-partitions.sh && -f $out/resnet50_once.gl ]]; then
   ${limit[@]+"${limit[@]}"} bash scripts/gpu-suite-partitions.sh "$bin" "$out/resnet50_once.gl" "$out/partitions" >"$out/partitions.txt" 2>&1
