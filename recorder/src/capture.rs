@@ -193,6 +193,16 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
             if v == 0 {
                 return Value::Null;
             }
+            // A device address where host memory belongs (a copy's direction given wrong): the
+            // driver refuses the call without reading it; so does the recording.
+            if crate::arena::contains(v) {
+                return Value::HostPtr(v);
+            }
+            if let BufLen::Fixed(n) = len {
+                // A value behind a pointer (an attribute's: 4 or 8 bytes, the function decides):
+                // read as far as it is readable.
+                return state::blob(BlobKind::HostToDevice, &read_small(v, n as usize));
+            }
             // SAFETY: the driver reads `n` bytes from here for this call.
             let bytes = unsafe { std::slice::from_raw_parts(v as *const u8, n as usize) };
             state::blob(BlobKind::HostToDevice, bytes)
@@ -212,6 +222,22 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
         ArgKind::Extra => unsafe { extra(v) },
         _ => Value::U64(v),
     }
+}
+
+/// Up to `n` bytes at `p`, fewer (the first 4, then none) where they are not all readable:
+/// `process_vm_readv` of this process reports a fault instead of taking it.
+fn read_small(p: u64, n: usize) -> Vec<u8> {
+    for want in [n, n.min(4)] {
+        let mut buf = vec![0u8; want];
+        let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: want };
+        let remote = libc::iovec { iov_base: p as *mut libc::c_void, iov_len: want };
+        // SAFETY: `local` is this buffer; the kernel checks `remote` and fails with EFAULT.
+        let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        if got == want as isize {
+            return buf;
+        }
+    }
+    Vec::new()
 }
 
 unsafe fn output(f: &ApiFunction, a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -> Value {

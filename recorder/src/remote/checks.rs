@@ -11,7 +11,9 @@ use super::{host, local, modules};
 use crate::arena;
 
 const INVALID_VALUE: u32 = 1;
+const INVALID_CONTEXT: u32 = 201;
 const INVALID_HANDLE: u32 = 400;
+const INVALID_CLUSTER_SIZE: u32 = 912;
 
 /// Device attributes: max threads per block, max block dimensions, max grid dimensions.
 const MAX_THREADS_PER_BLOCK: u32 = 1;
@@ -26,6 +28,12 @@ const MAX_DYNAMIC_SHARED: u32 = 8;
 /// `raw` are the program's arguments to `f` (a launch configuration's pointer is read).
 pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
     let arg = |name: &str| f.args.iter().position(|a| a.name == name).and_then(|i| raw.get(i).copied());
+    // Nowhere to write the answer: every output pointer null (one the driver treats as
+    // optional is `cuCtxPopCurrent`'s).
+    let mut outs = f.out_args().map(|(i, _)| raw.get(i).copied().unwrap_or(0)).peekable();
+    if outs.peek().is_some() && outs.all(|p| p == 0) && f.name != "cuCtxPopCurrent" {
+        return Some(INVALID_VALUE);
+    }
     match f.name {
         "cuLaunchKernel" | "cuLaunchCooperativeKernel" => {
             let v = |n: &str| arg(n).unwrap_or(0) as u32;
@@ -40,8 +48,12 @@ pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
             }
             // SAFETY: the program's CUlaunchConfig: seven 32-bit fields first.
             let w = |i: usize| unsafe { std::ptr::read_unaligned((config as *const u32).add(i)) };
-            launch(arg("f").unwrap_or(0), [w(0), w(1), w(2)], [w(3), w(4), w(5)], w(6))
+            let grid = [w(0), w(1), w(2)];
+            // SAFETY: the same configuration's attribute array.
+            let cluster = unsafe { cluster_dims(config) };
+            launch(arg("f").unwrap_or(0), grid, [w(3), w(4), w(5)], w(6)).or_else(|| clusters(grid, cluster?))
         }
+        "cuCtxSynchronize" if local::current_context() == 0 => Some(INVALID_CONTEXT),
         "cuMemcpyHtoD" | "cuMemcpyHtoDAsync" => device(arg("dstDevice")?, arg("ByteCount")?),
         "cuMemcpyDtoH" | "cuMemcpyDtoHAsync" => device(arg("srcDevice")?, arg("ByteCount")?),
         "cuMemcpyDtoD" | "cuMemcpyDtoDAsync" => {
@@ -87,6 +99,42 @@ fn launch(h: u64, grid: [u32; 3], block: [u32; 3], shared: u32) -> Option<u32> {
     }
     None
 }
+
+/// A `CUlaunchConfig`'s cluster dimension (`CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`), if set.
+///
+/// # Safety
+/// `config` is the program's `CUlaunchConfig`.
+unsafe fn cluster_dims(config: u64) -> Option<[u32; 3]> {
+    const CLUSTER_DIMENSION: u32 = 4;
+    // SAFETY: the caller's configuration; its attributes as cuda.h lays them out.
+    unsafe {
+        let c = &*(config as *const cudarc::driver::sys::CUlaunchConfig);
+        if c.attrs.is_null() {
+            return None;
+        }
+        let attrs = std::slice::from_raw_parts(c.attrs, c.numAttrs as usize);
+        let a = attrs.iter().find(|a| a.id as u32 == CLUSTER_DIMENSION)?;
+        let d = a.value.clusterDim;
+        Some([d.x, d.y, d.z])
+    }
+}
+
+/// A grid in clusters of `cluster` blocks: each dimension a multiple of the cluster's, and
+/// clusters of at most 8 blocks (the portable size; a kernel that allows more says so with
+/// an attribute the client does not follow, so larger clusters are the server's to judge).
+fn clusters(grid: [u32; 3], cluster: [u32; 3]) -> Option<u32> {
+    const PORTABLE: u32 = 8;
+    let size: u64 = cluster.iter().map(|&c| u64::from(c)).product();
+    if cluster.contains(&0) || grid.iter().zip(cluster).any(|(g, c)| g % c != 0) {
+        return Some(INVALID_CLUSTER_SIZE);
+    }
+    (size > u64::from(PORTABLE) && !NON_PORTABLE_SEEN.load(std::sync::atomic::Ordering::Relaxed))
+        .then_some(INVALID_CLUSTER_SIZE)
+}
+
+/// Whether the program has allowed a kernel non-portable cluster sizes
+/// (`CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`): then no size limit is checked here.
+pub(crate) static NON_PORTABLE_SEEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `len` bytes at device address `p`: inside one of the session's allocations, a module
 /// global, or pinned host memory (a device address through unified addressing).

@@ -150,21 +150,27 @@ pub(crate) fn refused(f: &ApiFunction, why: &str) -> u32 {
     NOT_SUPPORTED
 }
 
+/// A session has one device, ordinal 0: a call naming any other gets the driver's
+/// `CUDA_ERROR_INVALID_DEVICE` (before anything else, refusals included, as the driver checks
+/// the device first).
+pub(crate) fn bad_device(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
+    let bad = f.args.iter().enumerate().any(|(i, a)| {
+        a.dir == Direction::In
+            && a.kind == ArgKind::Handle(HandleKind::Device)
+            && raw.get(i).is_some_and(|&d| d as i32 != 0)
+    });
+    // The driver's own answer: cuDeviceGetMemPool checks the device as a plain value.
+    bad.then_some(if f.name == "cuDeviceGetMemPool" { INVALID_VALUE } else { INVALID_DEVICE })
+}
+
 /// The client's part of one call.
 ///
 /// # Safety
 /// `raw` are the program's arguments, in the API table's order.
 pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
     let f = s.func;
-    // A session has one device, ordinal 0: any other is the driver's `CUDA_ERROR_INVALID_DEVICE`.
-    let bad_device = f.args.iter().enumerate().any(|(i, a)| {
-        a.dir == Direction::In
-            && a.kind == ArgKind::Handle(HandleKind::Device)
-            && raw.get(i).is_some_and(|&d| d as i32 != 0)
-    });
-    if bad_device {
-        // The driver's own answer: cuDeviceGetMemPool checks the device as a plain value.
-        return Step::Done(if f.name == "cuDeviceGetMemPool" { INVALID_VALUE } else { INVALID_DEVICE });
+    if let Some(st) = bad_device(f, raw) {
+        return Step::Done(st);
     }
     // SAFETY: forwarded from the caller.
     if let Some(st) = unsafe { super::checks::check(f, raw) } {
@@ -407,9 +413,10 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
             "cuDeviceGetByPCIBusId" => {
                 // SAFETY: the program's NUL-terminated bus id (null: invalid).
                 let asked = if w(1) == 0 { String::new() } else { cstr(w(1)) };
-                if w(1) == 0 || w(0) == 0 {
+                let parsed = super::nvml::parse_bus_id(&asked);
+                if w(1) == 0 || w(0) == 0 || parsed.is_none() {
                     INVALID_VALUE
-                } else if super::nvml::parse_bus_id(&asked) == Some(super::nvml::pci_location(d)) {
+                } else if parsed == Some(super::nvml::pci_location(d)) {
                     put(f, raw, 0, 0);
                     0
                 } else {
@@ -739,6 +746,9 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
             }
         }
         "cuDevicePrimaryCtxRelease" => contexts(|c| c.retained = c.retained.saturating_sub(1)),
+        // Arena memory's attributes are the arena's (`arena::before` answered them); any
+        // other address is no allocation of the session.
+        "cuPointerSetAttribute" => return Step::Done(INVALID_VALUE),
         // The session's context stays on the server; the program's handle leaves its stack.
         "cuCtxDestroy" => {
             if w(0) == 0 {
@@ -766,6 +776,10 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
         // Kept so that attribute queries stay local; the call goes to the server too.
         "cuFuncSetAttribute" | "cuKernelSetAttribute" => {
             let (h, attr, value) = if f.name == "cuFuncSetAttribute" { (w(0), w(1), w(2)) } else { (w(2), w(0), w(1)) };
+            // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: cluster sizes are the server's.
+            if attr == 14 && value != 0 {
+                super::checks::NON_PORTABLE_SEEN.store(true, Ordering::Relaxed);
+            }
             if let Some(k) = modules::kernel(h) {
                 if !modules::set_attribute(&k, attr as u32, value as u32 as i32) {
                     return Step::Done(INVALID_VALUE);

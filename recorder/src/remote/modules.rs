@@ -129,6 +129,7 @@ fn add_ptx(m: &mut Module, text: &[u8]) {
     for e in ptx::entries(&text) {
         m.add(Kernel::new(e.name, e.params, FunctionFacts::default()));
     }
+    m.globals.extend(ptx::globals(&text));
 }
 
 impl Module {

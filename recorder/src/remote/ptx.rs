@@ -44,6 +44,61 @@ pub(crate) fn entries(text: &str) -> Vec<Entry> {
     out
 }
 
+/// Module-scope variables declared in `text` (`.global` and `.const` state spaces, declared
+/// outside any function): name and size in bytes (`.global .align 4 .u32 g;`, `.const .f32
+/// c[16];`). Declarations that do not parse are left out.
+pub(crate) fn globals(text: &str) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut depth = 0i32;
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("").trim();
+        if depth == 0 {
+            let mut toks = code.trim_end_matches(';').split_whitespace().peekable();
+            // Linkage first: `.visible`, `.extern` (no storage here), `.weak`.
+            let mut extern_ = false;
+            while let Some(&t) = toks.peek() {
+                match t {
+                    ".visible" | ".weak" => {
+                        toks.next();
+                    }
+                    ".extern" => {
+                        extern_ = true;
+                        toks.next();
+                    }
+                    _ => break,
+                }
+            }
+            if !extern_ && matches!(toks.peek(), Some(&".global") | Some(&".const")) {
+                toks.next();
+                let (mut elem, mut name) = (None, None);
+                for t in toks {
+                    if t.starts_with(".align") || t.chars().all(|c| c.is_ascii_digit()) {
+                        continue;
+                    }
+                    match t.strip_prefix('.') {
+                        Some(ty) => elem = elem.or(width(ty)),
+                        None => {
+                            name = Some(t.split('=').next().unwrap_or(t).trim());
+                            break;
+                        }
+                    }
+                }
+                if let (Some(w), Some(n)) = (elem, name) {
+                    let (base, count) = match (n.find('['), n.find(']')) {
+                        (Some(l), Some(r)) => (&n[..l], n.get(l + 1..r).and_then(|c| c.parse::<u64>().ok())),
+                        _ => (n, Some(1)),
+                    };
+                    if let Some(count) = count.filter(|_| !base.is_empty()) {
+                        out.push((base.to_string(), u64::from(w) * count));
+                    }
+                }
+            }
+        }
+        depth += code.matches('{').count() as i32 - code.matches('}').count() as i32;
+    }
+    out
+}
+
 /// Offsets and sizes of a comma-separated parameter list.
 fn layout(decls: &str) -> Option<Vec<(u32, u32)>> {
     let mut out = Vec::new();
@@ -105,6 +160,17 @@ fn width(ty: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn module_globals_and_constants() {
+        let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n\
+                   .visible .global .align 4 .u32 g_val;\n\
+                   .global .align 8 .b8 g_arr[24];\n\
+                   .const .align 4 .f32 c_tab[16] = {0f00000000};\n\
+                   .extern .global .align 4 .u32 elsewhere;\n\
+                   .visible .entry fill(\n.param .u64 p\n)\n{\n.local .align 4 .u32 l;\n.reg .b32 r;\nret;\n}\n";
+        assert_eq!(globals(ptx), vec![("g_val".to_string(), 4), ("g_arr".to_string(), 24), ("c_tab".to_string(), 64)]);
+    }
 
     #[test]
     fn scalars_pointers_and_aligned_arrays() {

@@ -345,7 +345,7 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         }
     }
     if let gpuless_analyzer::api::Disposition::Refused(r) = f.disposition {
-        return local::refused(f, r.why());
+        return local::bad_device(f, raw).unwrap_or_else(|| local::refused(f, r.why()));
     }
     let mut send = f.sent_by_client();
     // `gpuless record --remote`: every call is recorded too, as a local recording would.

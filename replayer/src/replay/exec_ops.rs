@@ -20,7 +20,6 @@ type WaitValue64 = unsafe extern "C" fn(sys::CUstream, u64, u64, u32) -> sys::CU
 type BatchMemOp = unsafe extern "C" fn(sys::CUstream, u32, *mut c_void, u32) -> sys::CUresult;
 type StreamSetAttr = unsafe extern "C" fn(sys::CUstream, u32, *const c_void) -> sys::CUresult;
 type PoolSetAttr = unsafe extern "C" fn(sys::CUmemoryPool, u32, *mut c_void) -> sys::CUresult;
-type PointerSetAttr = unsafe extern "C" fn(*const c_void, u32, u64) -> sys::CUresult;
 type SetFlags = unsafe extern "C" fn(u32) -> sys::CUresult;
 
 /// `CUstreamBatchMemOpParams` is a 48-byte union.
@@ -99,15 +98,6 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
                 let s = st.stream(c.word("hStream")?)?;
                 check(sys::cuMemcpyDtoDAsync_v2(dst, src, c.word("ByteCount")? as usize, s), seq, name)?;
             }
-            "cuPointerSetAttribute" => {
-                let v = blob(trace, c, c.arg("value"))?;
-                let mut w = [0u8; 8];
-                w[..v.len().min(8)].copy_from_slice(&v[..v.len().min(8)]);
-                let f: PointerSetAttr = super::exec::raw_fn(b"cuPointerSetAttribute\0", seq)?;
-                // The driver reads the value through a pointer: hand it one.
-                let ptr = st.mem.translate(c.word("ptr")?);
-                check(f(w.as_ptr().cast(), c.word("attribute")? as u32, ptr), seq, name)?;
-            }
             "cuMemPoolSetAttribute" => {
                 let v = blob(trace, c, c.arg("value"))?;
                 let mut w = [0u8; 8];
@@ -145,37 +135,20 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
                 check(sys::cuLibraryUnload(l), seq, name)?;
             }
             // Managed memory in a local replay of a recording (client mode refuses it): the
-            // recorded hints, at the recorded addresses.
-            "cuMemPrefetchAsync" | "cuMemAdvise" => {
-                let (p, n) = (st.mem.translate(c.word("devPtr")?), c.word("count")? as usize);
-                // A `CUmemLocation` (type, id) passed by value: one 8-byte register.
-                let location = match c.arg("location") {
-                    Some(Value::Bytes(b)) if b.len() >= 8 => u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8])),
-                    Some(_) => return Err(c.missing("location")),
-                    None => 0,
-                };
-                let v2 = c.rec.variant.version >= 2;
-                if name == "cuMemPrefetchAsync" {
-                    let s = st.stream(c.word("hStream")?)?;
-                    if v2 {
-                        type F = unsafe extern "C" fn(u64, usize, u64, u32, sys::CUstream) -> sys::CUresult;
-                        let f: F = super::exec::raw_fn(b"cuMemPrefetchAsync_v2\0", seq)?;
-                        check(f(p, n, location, c.word("flags")? as u32, s), seq, name)?;
-                    } else {
-                        type F = unsafe extern "C" fn(u64, usize, i32, sys::CUstream) -> sys::CUresult;
-                        let f: F = super::exec::raw_fn(b"cuMemPrefetchAsync\0", seq)?;
-                        check(f(p, n, c.word("dstDevice")? as i32, s), seq, name)?;
-                    }
-                } else if v2 {
-                    type F = unsafe extern "C" fn(u64, usize, u32, u64) -> sys::CUresult;
-                    let f: F = super::exec::raw_fn(b"cuMemAdvise_v2\0", seq)?;
-                    check(f(p, n, c.word("advice")? as u32, location), seq, name)?;
-                } else {
-                    type F = unsafe extern "C" fn(u64, usize, u32, i32) -> sys::CUresult;
-                    let f: F = super::exec::raw_fn(b"cuMemAdvise\0", seq)?;
-                    check(f(p, n, c.word("advice")? as u32, c.word("device")? as i32), seq, name)?;
-                }
+            // replay backs it with device memory (`Memory::alloc_shared`), where the data
+            // already is; where-to-keep-it hints have nothing to act on, and the stream order
+            // they would take part in holds without them.
+            "cuMemPrefetchAsync" | "cuMemAdvise" | "cuStreamAttachMemAsync" => {}
+            // Host functions in a replay: what they did to host memory reaches the device only
+            // through later copies, whose bytes the recording holds; a host function that does
+            // nothing keeps the stream's order (work after it waits for what came before).
+            "cuLaunchHostFunc" | "cuStreamAddCallback" => {
+                let s = st.stream(c.word("hStream")?)?;
+                check(sys::cuLaunchHostFunc(s, Some(host_noop), std::ptr::null_mut()), seq, name)?;
             }
+            // The JIT linker runs on the host; its product reaches the device through the
+            // recorded load of the linked image (cuModuleLoadData), which holds its bytes.
+            "cuLinkCreate" | "cuLinkAddData" | "cuLinkAddFile" | "cuLinkComplete" | "cuLinkDestroy" => {}
             "cuProfilerStart" | "cuProfilerStop" => {
                 type F = unsafe extern "C" fn() -> sys::CUresult;
                 let sym: &[u8] = if name == "cuProfilerStart" { b"cuProfilerStart\0" } else { b"cuProfilerStop\0" };
@@ -187,3 +160,6 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
     }
     Ok(true)
 }
+
+/// The host function a replay runs where the program ran its own.
+unsafe extern "C" fn host_noop(_: *mut c_void) {}

@@ -105,6 +105,8 @@ int main() {
                 unsigned long long want = hsum(src, n);
                 // Host to device.
                 CK(cudaMemset(d0, guard, n + 1));
+                // `s` does not wait for the legacy stream's memset: wait for it here.
+                CK(cudaDeviceSynchronize());
                 cudaError_t e = async ? cudaMemcpyAsync(d0, src, n, cudaMemcpyHostToDevice, s)
                                       : cudaMemcpy(d0, src, n, cudaMemcpyHostToDevice);
                 if (async && e == cudaSuccess) e = cudaStreamSynchronize(s);
@@ -147,6 +149,7 @@ int main() {
             unsigned long long want = hsum(h.data(), n);
             CK(cudaMemcpy(d0, h.data(), n, cudaMemcpyHostToDevice));
             CK(cudaMemset(d1, guard, n + 1));
+            CK(cudaDeviceSynchronize());  // as above: `s` is non-blocking
             cudaError_t e = async ? cudaMemcpyAsync(d1, d0, n, cudaMemcpyDeviceToDevice, s)
                                   : cudaMemcpy(d1, d0, n, cudaMemcpyDeviceToDevice);
             if (async && e == cudaSuccess) e = cudaStreamSynchronize(s);
