@@ -28,13 +28,15 @@ const MAX_DYNAMIC_SHARED: u32 = 8;
 /// `raw` are the program's arguments to `f` (a launch configuration's pointer is read).
 pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
     let arg = |name: &str| f.args.iter().position(|a| a.name == name).and_then(|i| raw.get(i).copied());
-    // Nowhere to write the answer: every output pointer null (one the driver treats as
-    // optional is `cuCtxPopCurrent`'s).
+    // Nowhere to write the answer: every output pointer null (those the driver treats as
+    // optional, measured on driver 580: `cuCtxPopCurrent`'s and `cuMemGetInfo`'s).
     let mut outs = f.out_args().map(|(i, _)| raw.get(i).copied().unwrap_or(0)).peekable();
-    if outs.peek().is_some() && outs.all(|p| p == 0) && f.name != "cuCtxPopCurrent" {
+    if outs.peek().is_some() && outs.all(|p| p == 0) && !matches!(f.name, "cuCtxPopCurrent" | "cuMemGetInfo") {
         return Some(INVALID_VALUE);
     }
     match f.name {
+        // Measured on driver 580: a zero-byte cuMemAlloc is invalid.
+        "cuMemAlloc" if arg("bytesize") == Some(0) => Some(INVALID_VALUE),
         "cuLaunchKernel" | "cuLaunchCooperativeKernel" => {
             let v = |n: &str| arg(n).unwrap_or(0) as u32;
             let grid = [v("gridDimX"), v("gridDimY"), v("gridDimZ")];

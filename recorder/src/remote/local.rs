@@ -716,6 +716,8 @@ unsafe fn address_lookup(f: &ApiFunction, raw: &[u64]) -> Step {
                     }
                     Step::Done(0)
                 }
+                // A kernel's name is no variable's: the driver says the value is invalid.
+                None if modules::is_module(w(2)) && modules::has_kernel(w(2), &name) => Step::Done(INVALID_VALUE),
                 None if modules::is_module(w(2)) => Step::Done(NOT_FOUND),
                 None => unsupported(f, "the module's code image could not be analyzed"),
             }

@@ -274,6 +274,11 @@ pub(crate) fn global(module: u64, name: &str) -> Option<(u64, u64)> {
     })
 }
 
+/// Whether module `module` has a kernel named `name`.
+pub(crate) fn has_kernel(module: u64, name: &str) -> bool {
+    known(|k| k.modules.get(&module).is_some_and(|m| m.kernels.contains_key(name)))
+}
+
 /// Whether `ptr` lies among the module globals' client addresses.
 pub(crate) fn in_globals(ptr: u64) -> bool {
     known(|k| k.globals_end != 0 && ptr >= k.globals_end.saturating_sub(64 << 30) && ptr < k.next_global)
