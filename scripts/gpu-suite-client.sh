@@ -28,15 +28,9 @@ for _ in $(seq 100); do grep -q "tcp=" "$out/serve.out" 2>/dev/null && break; sl
 addr=$(grep -o "tcp=[^ ]*" "$out/serve.out" | cut -d= -f2)
 if [ -z "$addr" ]; then echo "row|client: server start|FAIL|$(tail -3 "$out/serve.log")"; exit 0; fi
 
-# What the namespace hides: every libcuda / libnvidia-ml the loader knows, and the device nodes.
-hide=$(ldconfig -p | awk '/libcuda\.so|libnvidia-ml\.so/ {print $NF}' | xargs -r readlink -f | sort -u)
-hidden() { # runs "$@" in a mount namespace without the driver
-  unshare -m bash -c '
-    for f in '"$(echo $hide)"' /dev/nvidia*; do
-      if [ -d "$f" ]; then mount -t tmpfs none "$f"; elif [ -e "$f" ]; then mount --bind /dev/null "$f"; fi
-    done
-    exec "$@"' hidden "$@"
-}
+# `hidden CMD...`: CMD in a mount namespace without the driver.
+# shellcheck source=scripts/hidden.sh
+. "$(dirname "$0")/hidden.sh"
 
 serve_start() { # NAME ARGS...: a server with ARGS, its output in $out/serve-NAME.{out,log} and its
   # cache in $out/cache-NAME; sets srv_pid and srv_addr (empty when it did not start)

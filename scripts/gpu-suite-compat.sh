@@ -57,15 +57,9 @@ for _ in $(seq 100); do grep -q "tcp=" "$out/serve.out" 2>/dev/null && break; sl
 addr=$(grep -o "tcp=[^ ]*" "$out/serve.out" | cut -d= -f2)
 [ -n "$addr" ] || echo "row|compat: server start|FAIL|$(tail -3 "$out/serve.log" | tr '\n' ' ')"
 
-hide=$(ldconfig -p | awk '/libcuda\.so|libnvidia-ml\.so/ {print $NF}' | xargs -r readlink -f | sort -u)
-# shellcheck disable=SC2016,SC2086,SC2116  # $hide is spliced in as words, on purpose
-hidden() { # runs "$@" in a mount namespace without the driver
-  unshare -m bash -c '
-    for f in '"$(echo $hide)"' /dev/nvidia*; do
-      if [ -d "$f" ]; then mount -t tmpfs none "$f"; elif [ -e "$f" ]; then mount --bind /dev/null "$f"; fi
-    done
-    exec "$@"' hidden "$@"
-}
+# `hidden CMD...`: CMD in a mount namespace without the driver.
+# shellcheck source=scripts/hidden.sh
+. "$(dirname "$0")/hidden.sh"
 can_hide=yes
 unshare -m true 2>/dev/null || can_hide=no
 

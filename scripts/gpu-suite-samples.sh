@@ -64,16 +64,9 @@ worker_build() { # NAME: builds into $S_OUT/build/NAME; writes build.status (ok|
   if [ $rc -eq 0 ] && [ -x "$name" ]; then echo "ok $((SECONDS - t0))" >build.status; else echo "fail $((SECONDS - t0))" >build.status; fi
 }
 
-# The namespace that hides the driver (as scripts/gpu-suite-client.sh): every libcuda /
-# libnvidia-ml the loader knows, and the device nodes.
-hidden_run() { # CMD...
-  # shellcheck disable=SC2016 # the inner script expands its own "$f" and "$@"
-  unshare -m bash -c '
-    for f in '"$S_HIDE"' /dev/nvidia*; do
-      if [ -d "$f" ]; then mount -t tmpfs none "$f"; elif [ -e "$f" ]; then mount --bind /dev/null "$f"; fi
-    done
-    exec "$@"' hidden "$@"
-}
+# The namespace that hides the driver: `hidden CMD...` (scripts/hidden.sh).
+# shellcheck source=scripts/hidden.sh
+. "$(dirname "$0")/hidden.sh"
 
 worker_run() { # MODE NAME: one run in $S_OUT/run/NAME/MODE; record also replays
   local mode=$1 name=$2 path decision sources flags extra needs args note
@@ -138,7 +131,7 @@ worker_run() { # MODE NAME: one run in $S_OUT/run/NAME/MODE; record also replays
 case ${1:-} in
   __build) shift; worker_build "$@"; exit 0 ;;
   __run) shift; worker_run "$@"; exit 0 ;;
-  __hidden) shift; hidden_run "$@"; exit $? ;;
+  __hidden) shift; hidden "$@"; exit $? ;;
 esac
 
 # ---- main ----------------------------------------------------------------------------------
@@ -202,14 +195,13 @@ done
 echo "samples: native runs done at $((SECONDS - t_start)) s, ${#ok[@]} ok" >&2
 
 # gpuless: record + replay (6 at a time) beside remote runs (4 at a time, one server).
-export S_ADDR='' S_HIDE=''
+export S_ADDR=''
 srv=
 if [[ $modes == *" remote "* ]]; then
   "$S_GL" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$out/cache" >"$out/serve.out" 2>"$out/serve.log" &
   srv=$!
   for _ in $(seq 100); do grep -q "tcp=" "$out/serve.out" 2>/dev/null && break; sleep 0.1; done
   S_ADDR=$(grep -o "tcp=[^ ]*" "$out/serve.out" | cut -d= -f2)
-  S_HIDE=$(ldconfig -p | awk '/libcuda\.so|libnvidia-ml\.so/ {print $NF}' | xargs -r readlink -f | sort -u | tr '\n' ' ')
   if [ -z "$S_ADDR" ]; then
     echo "row|samples: server start|FAIL|$(tail -n 3 "$out/serve.log" | tr '\n' ' ')"
   elif ! unshare -m true 2>/dev/null; then

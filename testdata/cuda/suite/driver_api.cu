@@ -9,17 +9,7 @@
 #include <vector>
 #include <cuda.h>
 
-#define CU(call)                                                                      \
-    do {                                                                              \
-        CUresult r_ = (call);                                                         \
-        if (r_ != CUDA_SUCCESS) {                                                     \
-            const char* n_ = nullptr;                                                 \
-            cuGetErrorName(r_, &n_);                                                  \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,      \
-                    n_ ? n_ : "?");                                                   \
-            exit(1);                                                                  \
-        }                                                                             \
-    } while (0)
+#include "cu_check.h"
 
 static uint64_t fnv1a(const void* p, size_t n, uint64_t h) {
     const unsigned char* b = (const unsigned char*)p;

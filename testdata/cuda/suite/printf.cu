@@ -81,17 +81,7 @@ static const char* say_ptx =
     "  ret;\n"
     "}\n";
 
-#define CU(call)                                                                         \
-    do {                                                                                 \
-        CUresult r_ = (call);                                                            \
-        if (r_ != CUDA_SUCCESS) {                                                        \
-            const char* n_ = nullptr;                                                    \
-            cuGetErrorName(r_, &n_);                                                     \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,         \
-                    n_ ? n_ : "?");                                                      \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#include "cu_check.h"
 
 int main() {
     host("start");

@@ -13,17 +13,7 @@
 
 #include "check.h"
 
-#define CU(call)                                                                         \
-    do {                                                                                 \
-        CUresult r_ = (call);                                                            \
-        if (r_ != CUDA_SUCCESS) {                                                        \
-            const char* n_ = nullptr;                                                    \
-            cuGetErrorName(r_, &n_);                                                     \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,         \
-                    n_ ? n_ : "?");                                                      \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
+#include "cu_check.h"
 
 // Spins for `ns` nanoseconds of the GPU's global timer, read every ~1000 SM clock cycles
 // (clock64), then sets *done = 1. Nothing timing-dependent reaches the host: a replay of the
