@@ -193,7 +193,7 @@ mod tests {
     fn readers_are_pointed_at_the_new_place() {
         let new = 0x7000_0000_0000u64;
         let mut params: Vec<u8> = [WS, WS + 4096, ACT, 7, WS + 100].iter().flat_map(|w| w.to_le_bytes()).collect();
-        let n = super::super::exec::relocate_words(&mut params, &[((WS, WS + 4096), new)]);
+        let n = super::super::launch::relocate_words(&mut params, &[((WS, WS + 4096), new)]);
         let words: Vec<u64> = params.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap())).collect();
         assert_eq!(n, 2);
         assert_eq!(words, [new, WS + 4096, ACT, 7, new + 100]);

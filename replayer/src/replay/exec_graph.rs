@@ -14,8 +14,8 @@ use gpuless_traces::Value;
 
 use super::args::{word, Call};
 use super::dryrun::Model;
-use super::exec::{launched, translated};
 use super::exec_array;
+use super::launch::{launched, translated};
 use super::{check, LoadedTrace, ReplayError, Report, State};
 
 /// `CUDA_MEMSET_NODE_PARAMS`: offset of `dst` and size.

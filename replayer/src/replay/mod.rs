@@ -18,6 +18,7 @@ pub mod green;
 pub mod handled;
 mod hostview;
 pub mod hot;
+pub(crate) mod launch;
 mod load;
 pub mod lower;
 mod memory;

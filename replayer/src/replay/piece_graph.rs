@@ -184,7 +184,7 @@ impl Stream {
                 match f.group {
                     Group::Launch => {
                         let c = super::args::Call { f, rec };
-                        let mut args = exec::KernelArgs::new(st, &c, report).map_err(|e| e.to_string())?;
+                        let mut args = super::launch::KernelArgs::new(st, &c, report).map_err(|e| e.to_string())?;
                         let mut p: sys::CUDA_KERNEL_NODE_PARAMS = std::mem::zeroed();
                         let r = sys::cuGraphKernelNodeGetParams_v2(node, &mut p);
                         if r != sys::CUresult::CUDA_SUCCESS {

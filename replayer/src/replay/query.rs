@@ -178,7 +178,7 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 match (func, c.arg("config")) {
                     (Some(func), Some(gpuless_traces::Value::LaunchConfig(cfg))) => {
                         let mut attrs = Vec::new();
-                        match super::exec::live_config(st, cfg, &mut attrs) {
+                        match super::launch::live_config(st, cfg, &mut attrs) {
                             Ok(config) => {
                                 let mut n = 0i32;
                                 let r = sys::cuOccupancyMaxActiveClusters(&mut n, func, &config);

@@ -378,45 +378,8 @@ pub enum Message {
     },
 }
 
-/// Frame kinds.
-pub mod kind {
-    /// [`super::Message::Hello`].
-    pub const HELLO: u16 = 1;
-    /// [`super::Message::Welcome`].
-    pub const WELCOME: u16 = 2;
-    /// [`super::Message::Refused`].
-    pub const REFUSED: u16 = 3;
-    /// [`super::Message::Segment`].
-    pub const SEGMENT: u16 = 4;
-    /// [`super::Message::Answer`].
-    pub const ANSWER: u16 = 5;
-    /// [`super::Message::BlobQuery`].
-    pub const BLOB_QUERY: u16 = 6;
-    /// [`super::Message::BlobHave`].
-    pub const BLOB_HAVE: u16 = 7;
-    /// [`super::Message::BlobData`].
-    pub const BLOB_DATA: u16 = 8;
-    /// [`super::Message::Close`].
-    pub const CLOSE: u16 = 9;
-    /// [`super::Message::Closed`].
-    pub const CLOSED: u16 = 10;
-    /// [`super::Message::Error`].
-    pub const ERROR: u16 = 11;
-    /// [`super::Message::BlobShm`].
-    pub const BLOB_SHM: u16 = 12;
-    /// [`super::Message::Deploy`].
-    pub const DEPLOY: u16 = 13;
-    /// [`super::Message::Deployed`].
-    pub const DEPLOYED: u16 = 14;
-    /// [`super::Message::Invoke`].
-    pub const INVOKE: u16 = 15;
-    /// [`super::Message::Outputs`].
-    pub const OUTPUTS: u16 = 16;
-    /// [`super::Message::Piece`].
-    pub const PIECE: u16 = 17;
-    /// [`super::Message::OutputPart`].
-    pub const OUTPUT_PART: u16 = 18;
-}
+pub mod kind;
+pub use kind::kind_name;
 
 /// Flag of a segment frame: answer after it.
 pub const WANT_ANSWER: u16 = 1;
@@ -792,31 +755,6 @@ pub fn invoke_request(payload: &[u8]) -> Result<(String, bool, &[u8]), ProtocolE
     let name = g.str()?;
     let verify = flag(&mut g, "verify")?;
     Ok((name, verify, g.take(g.remaining())?))
-}
-
-/// The name of frame kind `k`.
-pub fn kind_name(k: u16) -> &'static str {
-    match k {
-        kind::HELLO => "Hello",
-        kind::WELCOME => "Welcome",
-        kind::REFUSED => "Refused",
-        kind::SEGMENT => "Segment",
-        kind::ANSWER => "Answer",
-        kind::BLOB_QUERY => "BlobQuery",
-        kind::BLOB_HAVE => "BlobHave",
-        kind::BLOB_DATA => "BlobData",
-        kind::CLOSE => "Close",
-        kind::CLOSED => "Closed",
-        kind::ERROR => "Error",
-        kind::BLOB_SHM => "BlobShm",
-        kind::DEPLOY => "Deploy",
-        kind::DEPLOYED => "Deployed",
-        kind::INVOKE => "Invoke",
-        kind::OUTPUTS => "Outputs",
-        kind::PIECE => "Piece",
-        kind::OUTPUT_PART => "OutputPart",
-        _ => "unknown",
-    }
 }
 
 #[cfg(test)]

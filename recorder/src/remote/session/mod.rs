@@ -8,23 +8,27 @@
 //! flusher finds it waiting).
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, SyncClass};
-use gpuless_traces::protocol::{
-    self, Answer, CallError, DeviceDescription, Endpoint, Hello, PartitionRequest, Priority, Welcome,
-};
+use gpuless_analyzer::api::{ApiFunction, ArgKind, SyncClass};
+use gpuless_traces::protocol::{self, Answer, DeviceDescription, Endpoint, Hello, PartitionRequest, Priority, Welcome};
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, Hash128, Value};
 
 use super::copies::Target;
 use super::link::{self, Link, Outgoing};
 use super::local::{self, Step};
-use crate::hooks::{self, HOOKS};
+use crate::hooks::HOOKS;
 use crate::slots::Slot;
 use crate::{arena, capture, state};
+
+mod answers;
+mod entry;
+
+pub(crate) use answers::wait;
+use answers::{print_device_output, settle, write_query};
+pub(crate) use entry::proc_address;
 
 /// A segment goes out (without waiting) when it holds this many records.
 const SEGMENT_RECORDS: usize = 4096;
@@ -411,7 +415,14 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
             match seq {
                 // The driver checks the call when it is made (a code image's PTX, code for
                 // another GPU, a limit) or synchronizes there: it waits for the server's status.
-                Some(seq) if st == 0 && f.checked => (settle(seq, f, raw), Some(seq)),
+                Some(seq) if st == 0 && f.checked => {
+                    let st = settle(seq, f, raw);
+                    if st != 0 && f.name == "cuGraphExecUpdate" {
+                        // SAFETY: the program's out-pointers for the update's result.
+                        unsafe { local::graph_update_failed(f, raw) };
+                    }
+                    (st, Some(seq))
+                }
                 _ => (st, seq),
             }
         }
@@ -516,116 +527,6 @@ fn push(
     (0, Some(seq))
 }
 
-unsafe extern "C" {
-    /// The program's C stdout (glibc's `stdout`).
-    static mut stdout: *mut libc::FILE;
-}
-
-/// Writes what the session's kernels printed to the program's stdout, through its C stream as
-/// the driver does, so that it lands in order with what the program printed itself.
-fn print_device_output(bytes: &[u8]) {
-    if bytes.is_empty() {
-        return;
-    }
-    // SAFETY: glibc's stdout stream, written and flushed as the driver writes device printf.
-    unsafe {
-        let out = stdout;
-        if !out.is_null() {
-            libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), out);
-            libc::fflush(out);
-        }
-    }
-}
-
-/// Sends everything queued, up to the call `seq` just queued, and waits for the answer: the
-/// call's status as the server's driver gave it (or an earlier asynchronous error).
-///
-/// # Safety
-/// As [`call`].
-unsafe fn settle(seq: u64, f: &ApiFunction, raw: &[u64]) -> u32 {
-    let mut g = lock();
-    let sess = match open_session(&mut g) {
-        Ok(sess) => sess,
-        Err(st) => return st,
-    };
-    sess.waits += 1;
-    *sess.waited_for.entry(f.name).or_insert(0) += 1;
-    match sess.send(true) {
-        // SAFETY: forwarded from the caller.
-        Ok(Some(a)) => unsafe { sess.apply(seq, f, raw, a) },
-        Ok(None) => LOST,
-        Err(e) => {
-            sess.fail(&e);
-            LOST
-        }
-    }
-}
-
-/// A call that needs the server's result: sends everything queued with it and waits. The
-/// sequence number is `None` when nothing was sent (no session, or answered here).
-///
-/// # Safety
-/// As [`call`].
-pub(super) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> (u32, Option<u64>) {
-    let mut g = lock();
-    let sess = match open_session(&mut g) {
-        Ok(sess) => sess,
-        Err(st) => return (st, None),
-    };
-    let completion = matches!(f.sync, SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync)
-        || (f.sync == SyncClass::StateQuery && f.args.iter().all(|a| a.dir != Direction::Out));
-    // The stream a stream synchronization or query waits for (`None`: an event, the context).
-    let stream = (f.sync != SyncClass::CtxSync && crate::pending::acts_on_stream(f))
-        .then(|| f.args.iter().position(|a| a.kind == STREAM).and_then(|i| raw.get(i).copied()))
-        .flatten();
-    // Nothing queued, and no download whose bytes have yet to come back.
-    let nothing_new =
-        sess.pending.is_empty() && sess.refs.is_empty() && sess.d2h.keys().all(|seq| sess.graph_d2h.contains(seq));
-    if completion && nothing_new && (!sess.outstanding || stream.is_some_and(|s| sess.complete.contains(&s))) {
-        // Everything sent has completed (a context-wide synchronization answered since), or
-        // this stream's work has (its own synchronization answered since).
-        LOCAL.fetch_add(1, Ordering::Relaxed);
-        return (0, None);
-    }
-    let seq = state::next_seq();
-    sess.pending.push(record(slot, f, seq, args, Vec::new()));
-    sess.pieces.pushed(&mut sess.pending, &mut sess.refs);
-    sess.waits += 1;
-    *sess.waited_for.entry(f.name).or_insert(0) += 1;
-    let (began, records) = (std::time::Instant::now(), sess.pending.len() as u64);
-    let answer = match sess.send(true) {
-        Ok(Some(a)) => {
-            let since = std::mem::take(&mut sess.sent_since);
-            if super::waits::on() {
-                let up = sess.conn.as_ref().map_or(0, |c| link::lock(c).traffic.bytes_up);
-                super::waits::note(f.name, records, since, began, a.exec_us, up);
-            }
-            a
-        }
-        Ok(None) => return (LOST, Some(seq)),
-        Err(e) => {
-            sess.fail(&e);
-            return (LOST, Some(seq));
-        }
-    };
-    // SAFETY: forwarded from the caller (the program's buffers and out-pointers).
-    let st = unsafe { sess.apply(seq, f, raw, answer) };
-    if st == 0 {
-        match (f.sync, stream) {
-            (SyncClass::CtxSync, _) => sess.outstanding = false,
-            (_, Some(s)) if completion => {
-                sess.complete.insert(s);
-            }
-            _ => {}
-        }
-    }
-    (st, Some(seq))
-}
-
-/// A stream handle argument.
-const STREAM: gpuless_analyzer::api::ArgKind =
-    gpuless_analyzer::api::ArgKind::Handle(gpuless_analyzer::api::HandleKind::Stream);
-
 impl Session {
     /// Records and references that may leave now (a piece that may still go by reference
     /// waits).
@@ -684,93 +585,6 @@ impl Session {
         READY.store(2, Ordering::Release);
         self.conn = None;
     }
-
-    /// Takes an answer: bytes of asynchronous copies go to their host buffers; the result of
-    /// the call `seq` that waited is returned (its bytes, query values or the first error).
-    ///
-    /// # Safety
-    /// `raw` are the waiting call's arguments; the recorded host buffers are the program's.
-    unsafe fn apply(&mut self, seq: u64, f: &ApiFunction, raw: &[u64], a: Answer) -> u32 {
-        let mut own: Option<Vec<u8>> = None;
-        for (s, bytes) in a.outputs {
-            if s == seq {
-                own = Some(bytes);
-            } else if let Some(target) =
-                if self.graph_d2h.contains(&s) { self.d2h.get(&s).copied() } else { self.d2h.remove(&s) }
-            {
-                // SAFETY (both): the program's buffer or rows of an asynchronous copy; it reads
-                // them only after the synchronization that is waiting now.
-                match target {
-                    Target::Buffer(host, len) => unsafe {
-                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len))
-                    },
-                    Target::Rows(c) => unsafe { super::copies::scatter_rows(&c, &bytes) },
-                }
-            }
-        }
-        let first_error = |errors: &[CallError]| errors.first().map(|e| e.code as u32);
-        match f.sync {
-            SyncClass::DeviceToHost | SyncClass::CopyAnyDirection => {
-                if let Some(bytes) = own {
-                    // SAFETY: the program's destination rows (a 2D/3D copy) or buffer of `len`
-                    // bytes.
-                    unsafe {
-                        if !super::copies::scatter(f, raw, &bytes) {
-                            if let Some((host, len)) = super::copies::host_buffer(f, raw) {
-                                std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len));
-                            }
-                        }
-                    }
-                }
-                first_error(&a.errors).unwrap_or(0)
-            }
-            _ if f.server_answers() || f.sync == SyncClass::DeviceQuery => {
-                match a.queries.iter().find(|q| q.seq == seq) {
-                    Some(q) => {
-                        if f.stable {
-                            super::memo::keep(f, raw, q.status as u32, &q.values);
-                            super::memo::remember_all_attributes(f, raw, &q.values);
-                        }
-                        // SAFETY: the program's out-pointers.
-                        unsafe { write_query(f, raw, q.status as u32, &q.values) }
-                    }
-                    None => first_error(&a.errors).unwrap_or(LOST),
-                }
-            }
-            _ => first_error(&a.errors).unwrap_or(0),
-        }
-    }
-}
-
-/// Writes a query's answer (from the server or the memo) to the program's out-pointers.
-///
-/// # Safety
-/// `raw` are the program's arguments to `f`.
-unsafe fn write_query(f: &ApiFunction, raw: &[u64], status: u32, values: &[u64]) -> u32 {
-    if status != 0 {
-        return status;
-    }
-    // SAFETY (all): the program's out-pointers.
-    unsafe {
-        if f.name.starts_with("cuPointerGetAttribute") {
-            super::host::write_pointer_answer(f, raw, values);
-        } else if f.name == "cuMemPoolGetAttribute" {
-            // The reuse policies (attributes 0-2) are ints, the rest 64-bit.
-            let (attr, out) = (raw.get(1).copied().unwrap_or(0), raw.get(2).copied().unwrap_or(0));
-            if let (Some(&v), true) = (values.first(), out != 0) {
-                if attr <= 2 {
-                    std::ptr::write_unaligned(out as *mut u32, v as u32);
-                } else {
-                    std::ptr::write_unaligned(out as *mut u64, v);
-                }
-            }
-        } else if f.gpu_answers {
-            return local::write_answer(f, raw, values);
-        } else {
-            local::write_outs(f, raw, values);
-        }
-    }
-    0
 }
 
 /// A captured blob, kept until the segment that refers to it goes out.
@@ -884,68 +698,4 @@ fn write_stats(sess: &Session, closed: Option<&protocol::SessionStats>) {
         "failure_said": sess.failed.is_some(),
     });
     let _ = std::fs::write(path, format!("{j}\n"));
-}
-
-/// `cuGetProcAddress[_v2]` in client mode: the variant of the name the driver hands out for
-/// `version` — the newest whose `since` (cudaTypedefs.h's version) is at most `version`, the
-/// per-thread-default-stream one when `flags` asks for it and the name has one — else not found
-/// (`CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT` when the name exists only in newer versions).
-///
-/// # Safety
-/// As the driver's `cuGetProcAddress_v2`; `status` may be null.
-pub(crate) unsafe fn proc_address(
-    symbol: *const c_char,
-    pfn: *mut *mut c_void,
-    version: c_int,
-    flags: u64,
-    status: *mut c_int,
-) -> u32 {
-    const PER_THREAD: u64 = 2; // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
-    const SYMBOL_NOT_FOUND: c_int = 1;
-    const VERSION_NOT_SUFFICIENT: c_int = 2;
-    if symbol.is_null() || pfn.is_null() {
-        return 1; // CUDA_ERROR_INVALID_VALUE
-    }
-    // SAFETY: the caller's NUL-terminated name.
-    let name = unsafe { CStr::from_ptr(symbol) }.to_str().unwrap_or("");
-    let found: Result<*mut c_void, c_int> = match name {
-        "cuGetProcAddress" => Ok(crate::intercept::cuGetProcAddress_v2 as *const () as *mut c_void),
-        _ => pick_variant(name, version.max(0) as u32, flags & PER_THREAD != 0)
-            .map(|i| HOOKS[i].hook.ptr())
-            .ok_or(if hooks::slots_of_base(name).is_empty() { SYMBOL_NOT_FOUND } else { VERSION_NOT_SUFFICIENT }),
-    };
-    // SAFETY: valid out-pointers (checked above; status may be null).
-    unsafe {
-        *pfn = *found.as_ref().unwrap_or(&std::ptr::null_mut());
-        if !status.is_null() {
-            *status = found.err().unwrap_or(0); // CU_GET_PROC_ADDRESS_SUCCESS
-        }
-    }
-    // Driver 580 answers success with a null pointer where a status says why; without one,
-    // not found.
-    if found.is_ok() || !status.is_null() {
-        0
-    } else {
-        hooks::NOT_FOUND
-    }
-}
-
-/// The hook slot `cuGetProcAddress(name, version, flags)` hands out: among the name's
-/// variants available at `version`, the newest; a per-thread one if asked for and there is one.
-pub(crate) fn pick_variant(name: &str, version: u32, per_thread: bool) -> Option<usize> {
-    let slots = hooks::slots_of_base(name);
-    let since = |i: usize| {
-        let h = &HOOKS[i];
-        gpuless_analyzer::api::get(h.func)
-            .and_then(|f| f.symbols.iter().find(|s| s.name == h.symbol))
-            .map_or(0, |s| s.since)
-    };
-    let pick = |pt: bool| {
-        slots
-            .iter()
-            .copied()
-            .filter(|&i| HOOKS[i].variant.per_thread == pt && since(i) <= version)
-            .max_by_key(|&i| (since(i), HOOKS[i].variant.version))
-    };
-    (if per_thread { pick(true) } else { None }).or_else(|| pick(false))
 }

@@ -20,6 +20,12 @@ use crate::arena;
 use crate::capture::{self, Prim};
 use crate::slots::Slot;
 
+mod arrays;
+mod graphs;
+
+use arrays::{array_descriptor, remember_array};
+pub(crate) use graphs::graph_update_failed;
+
 /// What a call needs after the client's part.
 pub(crate) enum Step {
     /// Answered (this status); the server runs it later if the table says it must.
@@ -567,64 +573,6 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
     }
 }
 
-/// An array's extent and format as created: width, height, depth, format, channels, flags.
-type ArrayShape = [u64; 6];
-static ARRAYS: Mutex<Option<HashMap<u64, ArrayShape>>> = Mutex::new(None);
-
-/// Keeps what `cuArray(3D)GetDescriptor` answers for array `h`.
-///
-/// # Safety
-/// `desc` is null or the program's `CUDA_ARRAY_DESCRIPTOR` (`3d`: `CUDA_ARRAY3D_DESCRIPTOR`).
-unsafe fn remember_array(h: u64, desc: u64, three_d: bool) {
-    if desc == 0 {
-        return;
-    }
-    let p = desc as *const u8;
-    // SAFETY: the caller's contract; fields read unaligned at their C offsets.
-    let shape = unsafe {
-        let u64_at = |o: usize| std::ptr::read_unaligned(p.add(o) as *const u64);
-        let u32_at = |o: usize| u64::from(std::ptr::read_unaligned(p.add(o) as *const u32));
-        if three_d {
-            [u64_at(0), u64_at(8), u64_at(16), u32_at(24), u32_at(28), u32_at(32)]
-        } else {
-            [u64_at(0), u64_at(8), 0, u32_at(16), u32_at(20), 0]
-        }
-    };
-    ARRAYS.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new).insert(h, shape);
-}
-
-/// `cuArrayGetDescriptor` / `cuArray3DGetDescriptor` of a client array.
-///
-/// # Safety
-/// `out` is null or the program's descriptor of the function's kind.
-unsafe fn array_descriptor(out: u64, h: u64, three_d: bool) -> u32 {
-    let shape = ARRAYS.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|m| m.get(&h).copied());
-    let Some([w, ht, d, fmt, ch, flags]) = shape else { return INVALID_HANDLE };
-    if out == 0 {
-        return INVALID_VALUE;
-    }
-    let p = out as *mut u8;
-    // SAFETY: the caller's contract; fields written unaligned at their C offsets.
-    unsafe {
-        let put64 = |o: usize, v: u64| std::ptr::write_unaligned(p.add(o) as *mut u64, v);
-        let put32 = |o: usize, v: u64| std::ptr::write_unaligned(p.add(o) as *mut u32, v as u32);
-        if three_d {
-            put64(0, w);
-            put64(8, ht);
-            put64(16, d);
-            put32(24, fmt);
-            put32(28, ch);
-            put32(32, flags);
-        } else {
-            put64(0, w);
-            put64(8, ht);
-            put32(16, fmt);
-            put32(20, ch);
-        }
-    }
-    0
-}
-
 /// Calls that return new handles: client numbers, with what later answers need about them.
 unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
@@ -788,9 +736,10 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
                 }
             }
         }
-        // The update runs on the server; its outcome here is success (an update the server's
-        // driver refuses fails the next synchronization, as an asynchronous error). The runtime
-        // reads the result it passes down, so it is written as the driver writes it.
+        // The update runs on the server and the call waits for its status (`checked`): the
+        // result written here is success, and the session writes the failure's result if the
+        // server's driver refuses it (`session::settle`). The runtime reads the result it passes
+        // down, so it is written as the driver writes it.
         "cuGraphExecUpdate" => {
             let v2 = f.args.iter().any(|a| a.name == "resultInfo");
             // SAFETY: the program's out-pointers (null skipped): v2 a

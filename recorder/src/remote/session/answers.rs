@@ -1,0 +1,212 @@
+//! Waiting for the server: a call that needs its answer ([`wait`]), a checked call's status
+//! ([`settle`]), and what an answer brings ([`Session::apply`]: downloads, query values, what
+//! the session's kernels printed).
+
+use gpuless_analyzer::api::{ApiFunction, Direction, SyncClass};
+use gpuless_traces::protocol::{Answer, CallError};
+use gpuless_traces::Value;
+
+use super::{lock, open_session, record, Session, LOCAL, LOST};
+use crate::remote::copies::Target;
+use crate::remote::{copies, link, local, memo, waits};
+use crate::state;
+use std::sync::atomic::Ordering;
+
+unsafe extern "C" {
+    /// The program's C stdout (glibc's `stdout`).
+    static mut stdout: *mut libc::FILE;
+}
+
+/// Writes what the session's kernels printed to the program's stdout, through its C stream as
+/// the driver does, so that it lands in order with what the program printed itself.
+pub(super) fn print_device_output(bytes: &[u8]) {
+    if bytes.is_empty() {
+        return;
+    }
+    // SAFETY: glibc's stdout stream, written and flushed as the driver writes device printf.
+    unsafe {
+        let out = stdout;
+        if !out.is_null() {
+            libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), out);
+            libc::fflush(out);
+        }
+    }
+}
+
+/// Sends everything queued, up to the call `seq` just queued, and waits for the answer: the
+/// call's status as the server's driver gave it (or an earlier asynchronous error).
+///
+/// # Safety
+/// As [`call`].
+pub(super) unsafe fn settle(seq: u64, f: &ApiFunction, raw: &[u64]) -> u32 {
+    let mut g = lock();
+    let sess = match open_session(&mut g) {
+        Ok(sess) => sess,
+        Err(st) => return st,
+    };
+    sess.waits += 1;
+    *sess.waited_for.entry(f.name).or_insert(0) += 1;
+    match sess.send(true) {
+        // SAFETY: forwarded from the caller.
+        Ok(Some(a)) => unsafe { sess.apply(seq, f, raw, a) },
+        Ok(None) => LOST,
+        Err(e) => {
+            sess.fail(&e);
+            LOST
+        }
+    }
+}
+
+/// A call that needs the server's result: sends everything queued with it and waits. The
+/// sequence number is `None` when nothing was sent (no session, or answered here).
+///
+/// # Safety
+/// As [`call`].
+pub(crate) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> (u32, Option<u64>) {
+    let mut g = lock();
+    let sess = match open_session(&mut g) {
+        Ok(sess) => sess,
+        Err(st) => return (st, None),
+    };
+    let completion = matches!(f.sync, SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync)
+        || (f.sync == SyncClass::StateQuery && f.args.iter().all(|a| a.dir != Direction::Out));
+    // The stream a stream synchronization or query waits for (`None`: an event, the context).
+    let stream = (f.sync != SyncClass::CtxSync && crate::pending::acts_on_stream(f))
+        .then(|| f.args.iter().position(|a| a.kind == STREAM).and_then(|i| raw.get(i).copied()))
+        .flatten();
+    // Nothing queued, and no download whose bytes have yet to come back.
+    let nothing_new =
+        sess.pending.is_empty() && sess.refs.is_empty() && sess.d2h.keys().all(|seq| sess.graph_d2h.contains(seq));
+    if completion && nothing_new && (!sess.outstanding || stream.is_some_and(|s| sess.complete.contains(&s))) {
+        // Everything sent has completed (a context-wide synchronization answered since), or
+        // this stream's work has (its own synchronization answered since).
+        LOCAL.fetch_add(1, Ordering::Relaxed);
+        return (0, None);
+    }
+    let seq = state::next_seq();
+    sess.pending.push(record(slot, f, seq, args, Vec::new()));
+    sess.pieces.pushed(&mut sess.pending, &mut sess.refs);
+    sess.waits += 1;
+    *sess.waited_for.entry(f.name).or_insert(0) += 1;
+    let (began, records) = (std::time::Instant::now(), sess.pending.len() as u64);
+    let answer = match sess.send(true) {
+        Ok(Some(a)) => {
+            let since = std::mem::take(&mut sess.sent_since);
+            if waits::on() {
+                let up = sess.conn.as_ref().map_or(0, |c| link::lock(c).traffic.bytes_up);
+                waits::note(f.name, records, since, began, a.exec_us, up);
+            }
+            a
+        }
+        Ok(None) => return (LOST, Some(seq)),
+        Err(e) => {
+            sess.fail(&e);
+            return (LOST, Some(seq));
+        }
+    };
+    // SAFETY: forwarded from the caller (the program's buffers and out-pointers).
+    let st = unsafe { sess.apply(seq, f, raw, answer) };
+    if st == 0 {
+        match (f.sync, stream) {
+            (SyncClass::CtxSync, _) => sess.outstanding = false,
+            (_, Some(s)) if completion => {
+                sess.complete.insert(s);
+            }
+            _ => {}
+        }
+    }
+    (st, Some(seq))
+}
+
+/// A stream handle argument.
+const STREAM: gpuless_analyzer::api::ArgKind =
+    gpuless_analyzer::api::ArgKind::Handle(gpuless_analyzer::api::HandleKind::Stream);
+
+impl Session {
+    /// Takes an answer: bytes of asynchronous copies go to their host buffers; the result of
+    /// the call `seq` that waited is returned (its bytes, query values or the first error).
+    ///
+    /// # Safety
+    /// `raw` are the waiting call's arguments; the recorded host buffers are the program's.
+    unsafe fn apply(&mut self, seq: u64, f: &ApiFunction, raw: &[u64], a: Answer) -> u32 {
+        let mut own: Option<Vec<u8>> = None;
+        for (s, bytes) in a.outputs {
+            if s == seq {
+                own = Some(bytes);
+            } else if let Some(target) =
+                if self.graph_d2h.contains(&s) { self.d2h.get(&s).copied() } else { self.d2h.remove(&s) }
+            {
+                // SAFETY (both): the program's buffer or rows of an asynchronous copy; it reads
+                // them only after the synchronization that is waiting now.
+                match target {
+                    Target::Buffer(host, len) => unsafe {
+                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len))
+                    },
+                    Target::Rows(c) => unsafe { copies::scatter_rows(&c, &bytes) },
+                }
+            }
+        }
+        let first_error = |errors: &[CallError]| errors.first().map(|e| e.code as u32);
+        match f.sync {
+            SyncClass::DeviceToHost | SyncClass::CopyAnyDirection => {
+                if let Some(bytes) = own {
+                    // SAFETY: the program's destination rows (a 2D/3D copy) or buffer of `len`
+                    // bytes.
+                    unsafe {
+                        if !copies::scatter(f, raw, &bytes) {
+                            if let Some((host, len)) = copies::host_buffer(f, raw) {
+                                std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len));
+                            }
+                        }
+                    }
+                }
+                first_error(&a.errors).unwrap_or(0)
+            }
+            _ if f.server_answers() || f.sync == SyncClass::DeviceQuery => {
+                match a.queries.iter().find(|q| q.seq == seq) {
+                    Some(q) => {
+                        if f.stable {
+                            memo::keep(f, raw, q.status as u32, &q.values);
+                            memo::remember_all_attributes(f, raw, &q.values);
+                        }
+                        // SAFETY: the program's out-pointers.
+                        unsafe { write_query(f, raw, q.status as u32, &q.values) }
+                    }
+                    None => first_error(&a.errors).unwrap_or(LOST),
+                }
+            }
+            _ => first_error(&a.errors).unwrap_or(0),
+        }
+    }
+}
+
+/// Writes a query's answer (from the server or the memo) to the program's out-pointers.
+///
+/// # Safety
+/// `raw` are the program's arguments to `f`.
+pub(super) unsafe fn write_query(f: &ApiFunction, raw: &[u64], status: u32, values: &[u64]) -> u32 {
+    if status != 0 {
+        return status;
+    }
+    // SAFETY (all): the program's out-pointers.
+    unsafe {
+        if f.name.starts_with("cuPointerGetAttribute") {
+            crate::remote::host::write_pointer_answer(f, raw, values);
+        } else if f.name == "cuMemPoolGetAttribute" {
+            // The reuse policies (attributes 0-2) are ints, the rest 64-bit.
+            let (attr, out) = (raw.get(1).copied().unwrap_or(0), raw.get(2).copied().unwrap_or(0));
+            if let (Some(&v), true) = (values.first(), out != 0) {
+                if attr <= 2 {
+                    std::ptr::write_unaligned(out as *mut u32, v as u32);
+                } else {
+                    std::ptr::write_unaligned(out as *mut u64, v);
+                }
+            }
+        } else if f.gpu_answers {
+            return local::write_answer(f, raw, values);
+        } else {
+            local::write_outs(f, raw, values);
+        }
+    }
+    0
+}
