@@ -48,25 +48,19 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
     // session's own: the arena keeps them) and buffers built here of the sizes the driver reads.
     unsafe {
         match name {
-            "cuStreamWaitValue32" | "cuStreamWriteValue32" => {
-                let sym: &[u8] = if name == "cuStreamWaitValue32" {
-                    b"cuStreamWaitValue32_v2\0"
-                } else {
-                    b"cuStreamWriteValue32_v2\0"
-                };
-                let f: WaitValue32 = super::exec::raw_fn(sym, seq)?;
+            "cuStreamWaitValue32" | "cuStreamWriteValue32" | "cuStreamWaitValue64" | "cuStreamWriteValue64" => {
+                // The `_v2` entry points (cuda.h's names for these since CUDA 11.7).
+                let sym = format!("{name}_v2\0");
                 let (s, addr) = (st.stream(c.word("stream")?)?, st.mem.translate(c.word("addr")?));
-                check(f(s, addr, c.word("value")? as u32, c.word("flags")? as u32), seq, name)?;
-            }
-            "cuStreamWaitValue64" | "cuStreamWriteValue64" => {
-                let sym: &[u8] = if name == "cuStreamWaitValue64" {
-                    b"cuStreamWaitValue64_v2\0"
+                let (value, flags) = (c.word("value")?, c.word("flags")? as u32);
+                let r = if name.ends_with("32") {
+                    let f: WaitValue32 = super::exec::raw_fn(sym.as_bytes(), seq)?;
+                    f(s, addr, value as u32, flags)
                 } else {
-                    b"cuStreamWriteValue64_v2\0"
+                    let f: WaitValue64 = super::exec::raw_fn(sym.as_bytes(), seq)?;
+                    f(s, addr, value, flags)
                 };
-                let f: WaitValue64 = super::exec::raw_fn(sym, seq)?;
-                let (s, addr) = (st.stream(c.word("stream")?)?, st.mem.translate(c.word("addr")?));
-                check(f(s, addr, c.word("value")?, c.word("flags")? as u32), seq, name)?;
+                check(r, seq, name)?;
             }
             "cuStreamBatchMemOp" => {
                 let n = c.word("count")? as usize;

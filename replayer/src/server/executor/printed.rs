@@ -2,7 +2,10 @@
 //! stdout when a synchronization flushes the device's printf buffer. The executor's stdout is a
 //! pipe drained by a thread; at each answer the executor flushes C's streams, writes a mark into
 //! the pipe, and takes everything before the mark — all that was printed up to the answer, in
-//! order — for the client, which writes it to the program's stdout.
+//! order — for the client, which writes it to the program's stdout. An answer with nothing
+//! printed since the last one (the usual case) costs a flush and one `FIONREAD`: the drain
+//! thread takes bytes out of the pipe only while it holds the lock, so an empty pipe and an empty
+//! buffer under the lock mean nothing is on its way.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
@@ -29,6 +32,8 @@ struct Drained {
 pub(crate) struct Printed {
     shared: Arc<(Mutex<Drained>, Condvar)>,
     marks: u64,
+    /// The pipe's read end (the drain thread's), for `FIONREAD`.
+    read: std::os::fd::RawFd,
 }
 
 impl Printed {
@@ -52,18 +57,30 @@ impl Printed {
         drop(write);
         let shared = Arc::new((Mutex::new(Drained::default()), Condvar::new()));
         let s = Arc::clone(&shared);
+        let raw = read.as_raw_fd();
         std::thread::Builder::new().name("gpuless-printed".into()).spawn(move || drain(read, &s))?;
-        Ok(Printed { shared, marks: 0 })
+        Ok(Printed { shared, marks: 0, read: raw })
+    }
+
+    /// Whether anything was printed that no answer took yet (after the flush).
+    fn pending(&self) -> bool {
+        let (lock, _) = &*self.shared;
+        let d = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD of the pipe's read end (open as long as the drain thread runs) into `n`.
+        let queued = unsafe { libc::ioctl(self.read, libc::FIONREAD, &mut n) } != 0 || n > 0;
+        !d.done && (queued || !d.pending.is_empty() || !d.ready.is_empty())
     }
 
     /// Everything printed since the last call, up to now.
     pub(crate) fn take(&mut self) -> Vec<u8> {
-        // SAFETY: flushing every C stream (the driver's printf output among them), then a write
-        // of the mark's bytes to descriptor 1.
-        let wrote = unsafe {
-            libc::fflush(std::ptr::null_mut());
-            libc::write(1, MARK.as_ptr().cast(), MARK.len())
-        };
+        // SAFETY: flushes every C stream (the driver's printf output among them).
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        if !self.pending() {
+            return Vec::new();
+        }
+        // SAFETY: a write of the mark's bytes to descriptor 1.
+        let wrote = unsafe { libc::write(1, MARK.as_ptr().cast(), MARK.len()) };
         if wrote != MARK.len() as isize {
             return Vec::new();
         }
@@ -77,14 +94,28 @@ impl Printed {
     }
 }
 
-/// The drain thread: reads the pipe, moves what precedes each mark to `ready`.
+/// The drain thread: waits until the pipe is readable, then reads it under the lock (bytes
+/// leave the pipe only while the lock is held) and moves what precedes each mark to `ready`.
 fn drain(read: OwnedFd, shared: &(Mutex<Drained>, Condvar)) {
     let mut buf = vec![0u8; 1 << 16];
     loop {
-        // SAFETY: a read into `buf` from the pipe's read end, owned here.
-        let n = unsafe { libc::read(read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        let mut pfd = libc::pollfd { fd: read.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd of the pipe's read end, owned here.
+        let polled = unsafe { libc::poll(&mut pfd, 1, -1) };
         let (lock, cv) = shared;
+        if polled < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            // No way to wait for the pipe: nothing more is taken from it.
+            lock.lock().unwrap_or_else(|e| e.into_inner()).done = true;
+            cv.notify_all();
+            return;
+        }
         let mut d = lock.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: a read into `buf` from the pipe's read end, which poll found readable (data,
+        // or its end): it does not block.
+        let n = unsafe { libc::read(read.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n <= 0 {
             if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
                 continue;
