@@ -20,7 +20,12 @@ pub const HOST_MEMORY: &str = "gpulessHostMemory";
 /// Contents of managed or mapped memory the host may read after a synchronization.
 pub const HOST_VIEW: &str = "gpulessHostView";
 
+/// Client mode's managed memory: at the end of a wait, what the device changed in managed
+/// memory since the client last saw it. No arguments; the executor answers with an output for
+/// the record's sequence number: `[u64 address, u32 length, bytes]…` of every changed block.
+pub const HOST_PULL: &str = "gpulessHostPull";
+
 /// Whether `name` is one of the recorder's own records of this module.
 pub fn is_hostview(name: &str) -> bool {
-    name == HOST_MEMORY || name == HOST_VIEW
+    name == HOST_MEMORY || name == HOST_VIEW || name == HOST_PULL
 }

@@ -509,7 +509,7 @@ impl Refusal {
             Self::Multicast => "multicast objects need several GPUs of one session",
             Self::Checkpoint => "the session's device state is on the server, not in this process",
             Self::Logs => "driver logs and core dumps are the server's",
-            Self::Managed => "managed memory is not mirrored between client and server yet",
+            Self::Managed => "this managed-memory function is not served yet",
             Self::Vmm => "the program's own virtual memory management is not served yet",
             Self::HostFn => "host functions do not run on the client yet",
             Self::Pool => "only the device's default memory pool is served",

@@ -141,6 +141,38 @@ pub(crate) unsafe fn scatter_rows(c: &Copy, bytes: &[u8]) {
     }
 }
 
+/// A graph's memcpy node (`cuGraphAddMemcpyNode`) as captured for the server (after
+/// [`normalize`]: host sides are `MEMORYTYPE_HOST`).
+pub(crate) fn memcpy_node(f: &ApiFunction, args: &[Value]) -> Option<Copy> {
+    if f.name != "cuGraphAddMemcpyNode" {
+        return None;
+    }
+    let (i, dims) = copy_struct(f)?;
+    let bytes = match args.get(i)? {
+        Value::List(l) => match l.first()? {
+            Value::Bytes(b) => b,
+            _ => return None,
+        },
+        Value::Bytes(b) => b,
+        _ => return None,
+    };
+    Copy::parse(dims, bytes)
+}
+
+/// Reads a copy's source rows, packed (what the device reads from host memory).
+///
+/// # Safety
+/// The copy's source rows are readable host memory.
+pub(crate) unsafe fn gather_rows(c: &Copy) -> Vec<u8> {
+    let w = c.width as usize;
+    let mut out = Vec::with_capacity(c.packed_len().unwrap_or(0) as usize);
+    for row in c.rows(&c.src) {
+        // SAFETY: the caller's contract.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(row as *const u8, w) });
+    }
+    out
+}
+
 /// Where the bytes of an asynchronous copy into host memory go when they come back.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Target {

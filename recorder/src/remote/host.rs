@@ -174,8 +174,11 @@ fn attribute(attr: u64, p: u64) -> Option<Result<u64, u32>> {
         return match attr {
             2 => Some(Ok(u64::from(gpuless_analyzer::api::structs::MEMORYTYPE_DEVICE))),
             3 => Some(Ok(p)),
+            // Managed memory: the host address is the device address.
+            4 if super::shared::contains(p) => Some(Ok(p)),
             4 => Some(Err(INVALID_VALUE)),
-            8 | 9 => Some(Ok(0)),
+            8 => Some(Ok(u64::from(super::shared::contains(p)))),
+            9 => Some(Ok(0)),
             13 => Some(Ok(1)),
             _ => None,
         };
@@ -256,7 +259,18 @@ pub(crate) unsafe fn write_pointer_answer(f: &ApiFunction, raw: &[u64], values: 
         // SAFETY: the program's `n` value pointers.
         unsafe { std::slice::from_raw_parts(w(2) as *const u64, n) }.to_vec()
     };
-    for (out, v) in outs.into_iter().zip(values.chunks_exact(3)) {
+    // The attribute asked for each value, and the pointer.
+    let (ids, p): (Vec<u64>, u64) = if f.name == "cuPointerGetAttribute" {
+        (vec![w(1)], w(2))
+    } else if w(1) != 0 {
+        // SAFETY: the program's `n` attribute ids.
+        let ids = unsafe { std::slice::from_raw_parts(w(1) as *const u32, outs.len()) };
+        (ids.iter().map(|&a| u64::from(a)).collect(), w(3))
+    } else {
+        (Vec::new(), 0)
+    };
+    let managed = super::shared::contains(p);
+    for (k, (out, v)) in outs.into_iter().zip(values.chunks_exact(3)).enumerate() {
         let n = (v[0] as usize).min(16);
         if out == 0 || n == 0 {
             continue;
@@ -264,6 +278,12 @@ pub(crate) unsafe fn write_pointer_answer(f: &ApiFunction, raw: &[u64], values: 
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&v[1].to_le_bytes());
         b[8..].copy_from_slice(&v[2].to_le_bytes());
+        // Managed memory is device memory on the server: what makes it managed is the client's.
+        match ids.get(k) {
+            Some(8) if managed => b[..8].copy_from_slice(&1u64.to_le_bytes()),
+            Some(4) if managed => b[..8].copy_from_slice(&p.to_le_bytes()),
+            _ => {}
+        }
         // SAFETY: the program's value of the size the server's driver wrote.
         unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), out as *mut u8, n) };
     }

@@ -23,6 +23,7 @@ mod checks;
 mod copies;
 mod driver;
 mod host;
+mod hostfn;
 mod link;
 mod local;
 mod memo;
@@ -32,6 +33,7 @@ mod nvml;
 mod pieces;
 mod ptx;
 mod session;
+mod shared;
 mod tables;
 mod waits;
 

@@ -226,9 +226,11 @@ CUresult cuMemcpy3DAsync_v2(const copy3d *c, void *stream) { (void)stream; retur
  * nodes of an instantiated copy in order. */
 typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; void *kern, *ctx; } knode;
 typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; } knode_v1;
-/* type 0: a kernel node; 1: a host-to-device copy (host → dev); 2: device-to-host (dev → dst). */
+/* type 0: a kernel node; 1: a host-to-device copy (host → dev); 2: device-to-host (dev → dst);
+ * 3: a host function (hfn(hud)). */
+typedef void (*hostfn)(void *);
 struct gnode { void *func, *kern; unsigned grid[3], block[3], smem; unsigned char args[16]; void *ptrs[3];
-               int type; void *dst; const void *src; CUdeviceptr dev; size_t n; };
+               int type; void *dst; const void *src; CUdeviceptr dev; size_t n; hostfn hfn; void *hud; };
 struct graph { int used, n; struct gnode nodes[8]; };
 static struct graph graphs[8], execs[8], *captured;
 static const size_t arg_off[] = {0, 8, 12}, arg_size[] = {8, 4, 4}; /* scale's layout */
@@ -278,6 +280,29 @@ static CUresult capture_copy(int type, void *dst, const void *src, CUdeviceptr d
   struct gnode *g = &captured->nodes[captured->n++];
   memset(g, 0, sizeof *g);
   g->type = type; g->dst = dst; g->src = src; g->dev = dev; g->n = n;
+  return 0; }
+/* Host functions run when reached: at once on a stream (all work before them is done here), at
+ * their place in a graph (a captured one, or a host node). */
+CUresult cuLaunchHostFunc(void *stream, hostfn fn, void *ud) {
+  if (!fn) return 1;
+  if (capturing && stream == capturing) {
+    if (!captured || captured->n == 8) return 1;
+    struct gnode *g = &captured->nodes[captured->n++];
+    memset(g, 0, sizeof *g);
+    g->type = 3; g->hfn = fn; g->hud = ud;
+    return 0;
+  }
+  fn(ud);
+  return 0; }
+typedef struct { hostfn fn; void *ud; } hnode;
+CUresult cuGraphAddHostNode(void **n, void *g, void *const *deps, size_t nd, const hnode *p) {
+  (void)deps; (void)nd;
+  struct graph *gr = g;
+  if (!gr || gr->n == 8 || !p || !p->fn) return 1;
+  struct gnode *x = &gr->nodes[gr->n];
+  memset(x, 0, sizeof *x);
+  x->type = 3; x->hfn = p->fn; x->hud = p->ud;
+  *n = &gr->nodes[gr->n++];
   return 0; }
 CUresult cuGraphCreate(void **g, unsigned f) { (void)f; *g = new_graph(graphs); return *g ? 0 : 2; }
 CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd, const knode *p) {
@@ -374,6 +399,7 @@ CUresult cuGraphLaunch(void *e, void *s) {
     struct gnode *n = &x->nodes[i];
     if (n->type == 1) memcpy(host(n->dev), n->src, n->n);
     else if (n->type == 2) memcpy(n->dst, host(n->dev), n->n);
+    else if (n->type == 3) n->hfn(n->hud);
     else run_scale(n->ptrs); }
   return 0; }
 CUresult cuGraphExecDestroy(void *e) { ((struct graph *)e)->used = 0; return 0; }
@@ -464,6 +490,7 @@ static const struct entry table[] = {
   {"cuThreadExchangeStreamCaptureMode", cuThreadExchangeStreamCaptureMode},
   {"cuGetExportTable", cuGetExportTable}, {"cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2},
   {"cuMemcpy", cuMemcpy}, {"cuMemcpyAsync", cuMemcpyAsync}, {"cuPointerGetAttribute", cuPointerGetAttribute},
+  {"cuLaunchHostFunc", cuLaunchHostFunc}, {"cuGraphAddHostNode", cuGraphAddHostNode},
   {"cuCtxSetCurrent", cuCtxSetCurrent}, {"cuMemcpy2DAsync", cuMemcpy2DAsync_v2}, {"cuMemcpy3DAsync", cuMemcpy3DAsync_v2}, {"cuFuncGetModule", cuFuncGetModule}, {"cuFuncGetName", cuFuncGetName},
 };
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status) {

@@ -156,12 +156,21 @@ pub(crate) fn call(
                 let size = c.out_word("pPitch")? * c.word("Height")?;
                 alloc(st, recorded, size, seq)?;
             }
-            "cuMemFree" | "cuMemFreeAsync" => st.mem.free(c.word("dptr")?),
+            "cuMemFree" | "cuMemFreeAsync" => {
+                st.managed.remove(c.word("dptr")?);
+                st.mem.free(c.word("dptr")?)
+            }
             // Memory the host and the device share: device memory at the recorded address here
             // (nothing on the host side touches it at replay; the recorder's host-memory
             // records carry what the program wrote: `hostview.rs`).
             "cuMemAllocManaged" => {
-                st.mem.alloc_shared(c.out_word("dptr")?, c.word("bytesize")?, seq)?;
+                let (addr, len) = (c.out_word("dptr")?, c.word("bytesize")?);
+                let live = st.mem.alloc_shared(addr, len, seq)?;
+                if report.outputs.is_some() {
+                    // A client's: zeroed, as its host pages are; what it sees is tracked.
+                    check(sys::cuMemsetD8_v2(live, 0, len as usize), seq, f.name)?;
+                    st.managed.add(addr, len);
+                }
             }
             "cuMemHostAlloc" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {
                 st.mem.alloc_shared(c.out_word("pp")?, c.word("bytesize")?, seq)?;
@@ -196,6 +205,26 @@ pub(crate) fn call(
             // Stream-ordered copies and sets run on their recorded stream, ordered with the
             // kernels and events there. Host sources are blob bytes, alive for the whole replay
             // (staged in pinned memory when a graph captures them).
+            // A late read (client mode): pinned memory behind a host function, read by the
+            // client when the stream reaches the copy (`host_calls`).
+            "cuMemcpyHtoDAsync" if matches!(c.arg("srcHost"), Some(Value::HostPtr(_))) => {
+                let Some(calls) = st.host_calls.clone() else { return Err(c.missing("srcHost")) };
+                let n = c.word("ByteCount")? as usize;
+                let dst = st.mem.translate(c.word("dstDevice")?);
+                let stream = st.stream(c.word("hStream")?)?;
+                let staging = st.objects.pinned(n, seq)?;
+                let rec_s = c.word("hStream")?;
+                match st.captured_host_fn.get(&rec_s).filter(|_| capturing(stream)) {
+                    // Captured after a host function: read when that function returned (no
+                    // node of its own, so the graph has the program's nodes only).
+                    Some(&t) => calls.attach(t as *mut std::ffi::c_void, seq, staging, n),
+                    None => {
+                        let (hf, ud) = calls.late_read(seq, staging, n);
+                        check(sys::cuLaunchHostFunc(stream, Some(hf), ud), seq, f.name)?;
+                    }
+                }
+                check(sys::cuMemcpyHtoDAsync_v2(dst, staging.cast(), n, stream), seq, f.name)?;
+            }
             "cuMemcpyHtoDAsync" => {
                 let data = blob(trace, &c, c.arg("srcHost"))?;
                 let dst = st.mem.translate(c.word("dstDevice")?);
@@ -443,6 +472,20 @@ pub(crate) fn call(
             }
             // Already running: the executor's driver was started with its context.
             "cuInit" => {}
+            // Host functions: a client's run on the client (`host_calls`); a local replay's
+            // are no-ops that keep the stream's order (`exec_ops`).
+            "cuLaunchHostFunc" | "cuStreamAddCallback" if st.host_calls.is_some() => {
+                let rec_s = c.word("hStream")?;
+                let s = st.stream(rec_s)?;
+                let outputs = report.outputs.as_mut().map(std::mem::take).unwrap_or_default();
+                // Captured: the copies captured before it on the stream go with every call.
+                let live = if capturing(s) { st.objects.graph_outputs.live(Some(rec_s), None) } else { Vec::new() };
+                let (hf, ud) = super::host_calls::host_function(st, seq, outputs, &live);
+                check(sys::cuLaunchHostFunc(s, Some(hf), ud), seq, f.name)?;
+                if capturing(s) {
+                    st.captured_host_fn.insert(rec_s, ud as usize);
+                }
+            }
             _ => {
                 if !exec_graph::call(st, trace, &c, report)?
                     && !exec_array::call(st, trace, &c, report)?

@@ -44,6 +44,9 @@ enum HostDst {
 pub(crate) struct Prepared {
     buf: Vec<u64>,
     dst: Option<HostDst>,
+    /// A host source the client reads late (client mode: a graph's memcpy node reads host
+    /// memory at every launch): the pinned staging buffer the copy reads, and its length.
+    pub late: Option<(*mut u8, usize)>,
 }
 
 impl Prepared {
@@ -53,6 +56,14 @@ impl Prepared {
 
     pub fn host_destination(&self) -> bool {
         self.dst.is_some()
+    }
+
+    /// The pinned buffer a graph node writes the host side into, and its length.
+    pub fn pinned_destination(&self) -> Option<(*const u8, usize)> {
+        match self.dst {
+            Some(HostDst::Pinned(p, n)) => Some((p, n)),
+            _ => None,
+        }
     }
 
     fn dst_bytes(&self) -> &[u8] {
@@ -127,7 +138,14 @@ pub(crate) fn prepare_value(
     let seq = c.rec.seq;
     let mut buf = aligned_struct(bytes, dims.size());
     let copy = Copy::parse(dims, as_bytes(&mut buf)).ok_or_else(|| c.inconsistent("copy struct too short".into()))?;
+    let mut late = None;
     let src = match src_blob {
+        Some(Value::HostPtr(_)) if keep => {
+            let n = copy.packed_len().ok_or_else(|| c.inconsistent("copy extent too large".into()))? as usize;
+            let p = st.objects.pinned(n, seq)?;
+            late = Some((p, n));
+            copy.packed_side(p as u64)
+        }
         Some(v) => {
             let data = blob(trace, c, Some(v))?;
             let p = if keep {
@@ -160,7 +178,7 @@ pub(crate) fn prepare_value(
     let b = as_bytes(&mut buf);
     Copy::write_side(dims, b, false, &src);
     Copy::write_side(dims, b, true, &dst);
-    Ok(Prepared { buf, dst: dst_buf })
+    Ok(Prepared { buf, dst: dst_buf, late })
 }
 
 type ArrayCreateV1 = unsafe extern "C" fn(*mut sys::CUarray, *const c_void) -> sys::CUresult;

@@ -222,14 +222,29 @@ pub(crate) fn call(
                 check(r, seq, name)?;
             }
             "cuGraphAddMemcpyNode" => {
-                let (g, deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
+                let (g, mut deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
                 let copy = exec_array::prepare(st, trace, c, "copyParams", Dims::Three, true)?;
                 let mut ctx = std::ptr::null_mut();
                 check(sys::cuCtxGetCurrent(&mut ctx), seq, "cuCtxGetCurrent")?;
+                if let (Some((staging, len)), Some(calls)) = (copy.late, st.host_calls.clone()) {
+                    // Host memory read at every launch: a host node before the copy has the
+                    // client read it into the staging buffer the copy reads.
+                    let (f, ud) = calls.late_read(seq, staging, len);
+                    let p = sys::CUDA_HOST_NODE_PARAMS { fn_: Some(f), userData: ud };
+                    let mut h = std::ptr::null_mut();
+                    check(sys::cuGraphAddHostNode(&mut h, g, deps.as_ptr(), deps.len(), &p), seq, name)?;
+                    deps = vec![h];
+                }
                 let mut n = std::ptr::null_mut();
                 let r = sys::cuGraphAddMemcpyNode(&mut n, g, deps.as_ptr(), deps.len(), copy.ptr().cast(), ctx);
                 check(r, seq, name)?;
                 report.results_unverified += u64::from(copy.host_destination());
+                if let (Some((host, len)), true) = (copy.pinned_destination(), report.outputs.is_some()) {
+                    // A client's session: the bytes go back after every launch, and with the
+                    // host calls after the node.
+                    let out = super::objects::GraphOutput { seq, what: name, host, len };
+                    st.objects.graph_outputs.graphs.entry(c.word("hGraph")?).or_default().push(out);
+                }
                 st.objects.nodes.insert(c.out_word("phGraphNode")?, n);
             }
             "cuGraphAddMemsetNode" => {
@@ -245,6 +260,17 @@ pub(crate) fn call(
                 let mut n = std::ptr::null_mut();
                 let r = sys::cuGraphAddMemsetNode(&mut n, g, deps.as_ptr(), deps.len(), params.as_ptr().cast(), ctx);
                 check(r, seq, name)?;
+                st.objects.nodes.insert(c.out_word("phGraphNode")?, n);
+            }
+            // A host node runs the client's host function in a client's session, a no-op in a
+            // local replay (`host_calls`), at every launch of the graph.
+            "cuGraphAddHostNode" => {
+                let (g, deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
+                let live = st.objects.graph_outputs.live(None, Some(c.word("hGraph")?));
+                let (f, ud) = super::host_calls::host_function(st, seq, Vec::new(), &live);
+                let p = sys::CUDA_HOST_NODE_PARAMS { fn_: Some(f), userData: ud };
+                let mut n = std::ptr::null_mut();
+                check(sys::cuGraphAddHostNode(&mut n, g, deps.as_ptr(), deps.len(), &p), seq, name)?;
                 st.objects.nodes.insert(c.out_word("phGraphNode")?, n);
             }
             "cuGraphAddEmptyNode" => {
@@ -334,6 +360,12 @@ pub(crate) fn call(
                     return Err(ReplayError::Driver { seq, what, code: r });
                 }
             }
+            "cuStreamBeginCapture" | "cuStreamBeginCaptureToGraph"
+                if st.captured_host_fn.contains_key(&c.word("hStream")?) =>
+            {
+                st.captured_host_fn.remove(&c.word("hStream")?);
+                return call(st, trace, c, report);
+            }
             "cuStreamBeginCapture" => {
                 // The CUDA 10.0 form has no mode: it captured globally.
                 let mode = if c.arg("mode").is_some() { capture_mode(c.word("mode")?) } else { capture_mode(0) };
@@ -413,7 +445,7 @@ pub(crate) fn check_dry(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Opt
                 .and_then(|_| exec_array::copy_ok(m, trace, c, "copyParams", Dims::Three))
                 .and_then(|_| ow("phGraphNode"))
                 .map(|n| m.add(GraphNode, n)),
-            "cuGraphAddMemsetNode" | "cuGraphAddEmptyNode" => need(m, Graph, "hGraph", "graph")
+            "cuGraphAddMemsetNode" | "cuGraphAddEmptyNode" | "cuGraphAddHostNode" => need(m, Graph, "hGraph", "graph")
                 .and_then(|_| deps(m))
                 .and_then(|_| ow("phGraphNode"))
                 .map(|n| m.add(GraphNode, n)),

@@ -44,8 +44,8 @@ fn refusal(ty: NodeType) -> Option<String> {
         | NodeType::Memset
         | NodeType::Empty
         | NodeType::EventRecord
-        | NodeType::WaitEvent => None,
-        NodeType::Host => Some("a host node calls a function of the recorded process, which a replay cannot".into()),
+        | NodeType::WaitEvent
+        | NodeType::Host => None,
         other => Some(format!(
             "adds a {} node; gpuless replays kernel, memcpy, memset, empty and event nodes only",
             other.name()
@@ -132,6 +132,16 @@ pub(super) fn add(st: &mut State, trace: &LoadedTrace, c: &Call<'_>, report: &mu
                 put_u64(b, NODE_EVENT_AT, e as u64);
                 add(buf.as_mut_ptr())
             }
+            NodeType::Host => {
+                // The program's function and data: the client's, run through the session's
+                // trampoline (a no-op in a local replay).
+                let live = st.objects.graph_outputs.live(None, Some(c.word("hGraph")?));
+                let (f, ud) = super::host_calls::host_function(st, seq, Vec::new(), &live);
+                let b = as_bytes(&mut buf);
+                put_u64(b, NODE_MEMBER_AT, f as usize as u64);
+                put_u64(b, NODE_MEMBER_AT + 8, ud as u64);
+                add(buf.as_mut_ptr())
+            }
             _ => add(buf.as_mut_ptr()),
         };
         if r != sys::CUresult::CUDA_SUCCESS {
@@ -216,7 +226,7 @@ mod tests {
     #[test]
     fn refusals_name_the_node_type() {
         assert!(refusal(NodeType::Kernel).is_none());
-        assert!(refusal(NodeType::Host).is_some_and(|r| r.contains("host")));
+        assert!(refusal(NodeType::Host).is_none());
         assert!(refusal(NodeType::MemAlloc).is_some_and(|r| r.contains("memory allocation node")));
         assert!(refusal(NodeType::Other(77)).is_some_and(|r| r.contains("unknown type 77")));
     }

@@ -138,7 +138,7 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
             // nothing keeps the stream's order (work after it waits for what came before).
             "cuLaunchHostFunc" | "cuStreamAddCallback" => {
                 let s = st.stream(c.word("hStream")?)?;
-                check(sys::cuLaunchHostFunc(s, Some(host_noop), std::ptr::null_mut()), seq, name)?;
+                check(sys::cuLaunchHostFunc(s, Some(super::host_calls::noop), std::ptr::null_mut()), seq, name)?;
             }
             // The JIT linker runs on the host; its product reaches the device through the
             // recorded load of the linked image (cuModuleLoadData), which holds its bytes.
@@ -154,6 +154,3 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
     }
     Ok(true)
 }
-
-/// The host function a replay runs where the program ran its own.
-unsafe extern "C" fn host_noop(_: *mut c_void) {}

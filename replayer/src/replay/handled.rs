@@ -124,6 +124,17 @@ pub const EXECUTED: &[&str] = &[
     "cuGraphAddMemcpyNode",
     "cuGraphAddMemsetNode",
     "cuGraphAddEmptyNode",
+    // host functions: run on the client in a session (host_calls.rs); a local replay keeps
+    // their place in the stream with no-ops
+    "cuLaunchHostFunc",
+    "cuStreamAddCallback",
+    "cuGraphAddHostNode",
+    // managed memory: device memory at the client's address, coherent with the client's host
+    // pages at submissions and waits (hostview.rs); the hints have nothing to act on
+    "cuMemAllocManaged",
+    "cuMemAdvise",
+    "cuMemPrefetchAsync",
+    "cuStreamAttachMemAsync",
     "cuGraphAddNode",
     "cuGraphKernelNodeSetParams",
     "cuGraphExecKernelNodeSetParams",
@@ -163,15 +174,8 @@ pub const ANSWERED: &[&str] = &[
 ];
 
 /// Functions client mode refuses whose records a local replay of a recording executes
-/// (managed memory, recorded by `gpuless record`: docs/FIDELITY.md).
+/// (docs/FIDELITY.md).
 pub const RECORDED: &[&str] = &[
-    "cuMemAllocManaged",
-    "cuMemAdvise",
-    "cuMemPrefetchAsync",
-    "cuStreamAttachMemAsync",
-    // host functions: a replay keeps their place in the stream (exec_ops.rs)
-    "cuLaunchHostFunc",
-    "cuStreamAddCallback",
     // the JIT linker: its product is loaded by a recorded cuModuleLoadData
     "cuLinkCreate",
     "cuLinkAddData",

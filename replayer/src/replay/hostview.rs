@@ -4,7 +4,7 @@
 //! and verified like a device-to-host result.
 
 use cudarc::driver::sys;
-use gpuless_traces::hostview::{HOST_MEMORY, HOST_VIEW};
+use gpuless_traces::hostview::{HOST_MEMORY, HOST_PULL, HOST_VIEW};
 use gpuless_traces::{CallRecord, Value};
 
 use super::exec::{first_result, verify_value};
@@ -25,6 +25,15 @@ pub(crate) fn call(
     report: &mut Report,
 ) -> Result<(), ReplayError> {
     let name = rec.function.name();
+    if name == HOST_PULL {
+        st.last_call = Some((rec.seq, HOST_PULL));
+        let changed = pull(st, rec)?;
+        if let Some(o) = report.outputs.as_mut() {
+            o.push((rec.seq, changed));
+        }
+        report.executed += 1;
+        return Ok(());
+    }
     let Some(&Value::DevPtr(addr)) = rec.args.first() else { return Err(bad(rec, "no address recorded")) };
     let live = st.mem.translate(addr);
     st.last_call = Some((rec.seq, if name == HOST_MEMORY { HOST_MEMORY } else { HOST_VIEW }));
@@ -33,6 +42,7 @@ pub(crate) fn call(
         let data = trace.blobs.get(&b.hash).ok_or_else(|| bad(rec, "its contents are not in the trace"))?;
         // SAFETY: a copy into device memory this replay created for the range, from blob bytes.
         check(unsafe { sys::cuMemcpyHtoD_v2(live, data.as_ptr().cast(), data.len()) }, rec.seq, name)?;
+        st.managed.wrote(addr, data);
     } else {
         let Some(&Value::Size(len)) = rec.args.get(1) else { return Err(bad(rec, "no length recorded")) };
         let mut host = vec![0u8; usize::try_from(len).map_err(|_| bad(rec, "length out of range"))?];
@@ -43,6 +53,76 @@ pub(crate) fn call(
     }
     report.executed += 1;
     Ok(())
+}
+
+/// Bytes compared at a time when looking for what the device changed in managed memory.
+const PULL_BLOCK: usize = 4096;
+
+/// A client's managed memory (client mode): what the client last saw of each allocation, to
+/// answer a `gpulessHostPull` with only what the device changed since.
+#[derive(Default)]
+pub(crate) struct Managed {
+    /// Allocation address → the bytes the client holds.
+    seen: std::collections::BTreeMap<u64, Vec<u8>>,
+}
+
+impl Managed {
+    /// A new allocation (zeroed on the device, as the client's pages are).
+    pub fn add(&mut self, addr: u64, len: u64) {
+        self.seen.insert(addr, vec![0; len as usize]);
+    }
+
+    /// The allocation at `addr` was freed.
+    pub fn remove(&mut self, addr: u64) {
+        self.seen.remove(&addr);
+    }
+
+    /// The client wrote `data` at `addr` (it holds those bytes now).
+    pub fn wrote(&mut self, addr: u64, data: &[u8]) {
+        let Some((&a, v)) = self.seen.range_mut(..=addr).next_back() else { return };
+        let off = (addr - a) as usize;
+        if let Some(dst) = v.get_mut(off..off + data.len()) {
+            dst.copy_from_slice(data);
+        }
+    }
+}
+
+/// What the device changed in the client's managed memory since the client last saw it:
+/// `[u64 address, u32 length, bytes]…`, by blocks of [`PULL_BLOCK`] bytes (runs joined).
+fn pull(st: &mut State, rec: &CallRecord) -> Result<Vec<u8>, ReplayError> {
+    let mut out = Vec::new();
+    let addrs: Vec<u64> = st.managed.seen.keys().copied().collect();
+    for a in addrs {
+        let live = st.mem.translate(a);
+        let Some(seen) = st.managed.seen.get_mut(&a) else { continue };
+        let mut now = vec![0u8; seen.len()];
+        // SAFETY: a copy out of device memory this session created for the allocation.
+        check(unsafe { sys::cuMemcpyDtoH_v2(now.as_mut_ptr().cast(), live, now.len()) }, rec.seq, HOST_PULL)?;
+        let mut run: Option<(usize, usize)> = None;
+        let flush = |out: &mut Vec<u8>, (lo, hi): (usize, usize), now: &[u8]| {
+            out.extend_from_slice(&(a + lo as u64).to_le_bytes());
+            out.extend_from_slice(&((hi - lo) as u32).to_le_bytes());
+            out.extend_from_slice(&now[lo..hi]);
+        };
+        for lo in (0..now.len()).step_by(PULL_BLOCK) {
+            let hi = (lo + PULL_BLOCK).min(now.len());
+            if now[lo..hi] != seen[lo..hi] {
+                run = match run {
+                    Some((s, e)) if e == lo && hi - s <= u32::MAX as usize / 2 => Some((s, hi)),
+                    Some(r) => {
+                        flush(&mut out, r, &now);
+                        Some((lo, hi))
+                    }
+                    None => Some((lo, hi)),
+                };
+            }
+        }
+        if let Some(r) = run {
+            flush(&mut out, r, &now);
+        }
+        *seen = now;
+    }
+    Ok(out)
 }
 
 /// Executes a `gpulessFunctionFound` record: the function (or kernel) `h` of a module (or

@@ -16,6 +16,7 @@ mod graph_answer;
 mod graph_query;
 pub mod green;
 pub mod handled;
+pub(crate) mod host_calls;
 mod hostview;
 pub mod hot;
 pub(crate) mod launch;
@@ -292,6 +293,14 @@ pub(crate) struct State {
     pub resident: resident::Resident,
     /// Code images this replay loaded itself (unloaded when a kept executor ends its session).
     pub loaded: Vec<preload::Preloaded>,
+    /// A client's session: where its host functions run ([`host_calls`]); `None` in a local
+    /// replay (they run as no-ops).
+    pub host_calls: Option<std::sync::Arc<host_calls::HostCalls>>,
+    /// A client's managed memory, as the client last saw it (`hostview::Managed`).
+    pub managed: hostview::Managed,
+    /// Per recorded stream, the user data of the host function captured last in the capture
+    /// in progress: late reads captured after it are attached to it (`host_calls`).
+    pub captured_host_fn: HashMap<u64, usize>,
 }
 
 impl State {
@@ -316,6 +325,9 @@ impl State {
             warm_images: warm_images::WarmImages::default(),
             resident: resident::Resident::default(),
             loaded: Vec::new(),
+            host_calls: None,
+            managed: Default::default(),
+            captured_host_fn: HashMap::new(),
         }
     }
 

@@ -57,6 +57,17 @@ pub(crate) struct GraphOutputs {
 }
 
 impl GraphOutputs {
+    /// The copies whose bytes a host function reached now goes with: those captured so far on
+    /// recorded stream `stream`, or added so far to recorded graph `graph`.
+    pub fn live(&self, stream: Option<u64>, graph: Option<u64>) -> Vec<super::host_calls::LiveOutput> {
+        let v = match (stream, graph) {
+            (Some(s), _) => self.capturing.get(&s),
+            (_, Some(g)) => self.graphs.get(&g),
+            _ => None,
+        };
+        v.map(|v| v.iter().map(|o| (o.seq, o.host, o.len)).collect()).unwrap_or_default()
+    }
+
     /// The capture on recorded stream `stream` ended in recorded graph `graph`.
     pub fn captured(&mut self, stream: u64, graph: u64) {
         if let Some(v) = self.capturing.remove(&stream) {

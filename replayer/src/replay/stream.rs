@@ -198,6 +198,11 @@ impl Stream {
         Ok(())
     }
 
+    /// Where the session's host functions run (`None`: no-ops, as in a local replay).
+    pub fn set_host_calls(&mut self, calls: Option<std::sync::Arc<super::host_calls::HostCalls>>) {
+        self.st.host_calls = calls;
+    }
+
     /// Answers to the state queries executed since the last call ([`query`]).
     pub fn take_queries(&mut self) -> Vec<QueryResult> {
         std::mem::take(&mut self.queries)

@@ -14,8 +14,9 @@
 //! session of the same program ([`kept`]).
 
 use std::collections::HashMap;
-use std::io::{BufReader, BufWriter, ErrorKind, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::{BufReader, BufWriter, ErrorKind, Read};
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gpuless_traces::protocol::client::{Polled, Stream as Conn};
@@ -33,6 +34,7 @@ use super::functions::Functions;
 use super::gate::{Gate, GRACE, MAX_HOLD};
 use super::pieces::{Pieces, Ran};
 use super::timeline::Timeline;
+use crate::replay::host_calls::{self, HostCalls};
 use crate::replay::stream::{describe_device, Carried, Stream};
 use crate::replay::warm_images::WarmImages;
 use crate::replay::{Device, Options, ReplayError};
@@ -44,6 +46,10 @@ mod blobs;
 mod decoded;
 mod kept;
 mod printed;
+mod pump;
+mod wire;
+
+use wire::{conn_of, write_message, Ended, Writer};
 
 use kept::Kept;
 
@@ -299,29 +305,6 @@ fn serve_one(
     (done, s.only_invoked.then_some(s.functions), ended)
 }
 
-/// The client's socket, TCP or Unix, in blocking mode.
-fn conn_of(fd: OwnedFd) -> std::io::Result<Conn> {
-    let mut domain: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: a valid socket descriptor and an out-buffer of the option's size.
-    let r = unsafe {
-        libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_DOMAIN, (&raw mut domain).cast(), &mut len)
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(if domain == libc::AF_UNIX {
-        let s = std::os::unix::net::UnixStream::from(fd);
-        s.set_nonblocking(false)?;
-        Conn::Unix(s)
-    } else {
-        let s = std::net::TcpStream::from(fd);
-        s.set_nonblocking(false)?;
-        s.set_nodelay(true)?;
-        Conn::Tcp(s)
-    })
-}
-
 struct Session<'a> {
     stats: SessionStats,
     /// Blobs being received: (announced length, bytes so far).
@@ -390,11 +373,19 @@ impl Session<'_> {
         let spin = Duration::from_micros(
             std::env::var("GPULESS_EXECUTOR_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(300),
         );
-        let mut reader = BufReader::with_capacity(1 << 16, Polled::new(read_half, spin));
-        let mut w = BufWriter::with_capacity(1 << 16, conn);
-        let send = |w: &mut BufWriter<Conn>, m: &Message| -> Result<(), String> {
-            write_frame(w, m.kind(), m.flags(), &m.encode()).and_then(|_| Ok(w.flush()?)).map_err(|e| e.to_string())
+        let reader: pump::Reader =
+            Arc::new(Mutex::new(BufReader::with_capacity(1 << 16, Polled::new(read_half, spin))));
+        // Frames read by a pump while the session's host functions were running.
+        let kept: pump::Kept = Default::default();
+        let w: Writer = Arc::new(Mutex::new(BufWriter::with_capacity(1 << 16, conn)));
+        let send = |w: &Writer, m: &Message| -> Result<(), String> { write_message(w, m).map_err(|e| e.to_string()) };
+        // The session's host functions report to the client on the same connection.
+        let calls = {
+            let w = w.clone();
+            Arc::new(HostCalls::new(Box::new(move |c| write_message(&w, &Message::HostCall(c)))))
         };
+        let _ended = Ended(calls.clone());
+        stream.set_host_calls(Some(calls.clone()));
         // What the session's kernels print goes to the client with each answer.
         let mut printed = match printed::Printed::capture() {
             Ok(p) => Some(p),
@@ -403,42 +394,62 @@ impl Session<'_> {
                 None
             }
         };
-        send(&mut w, &Message::Welcome(Box::new(welcome)))?;
+        send(&w, &Message::Welcome(Box::new(welcome)))?;
         let mut payload = Vec::new();
-        let fail = |w: &mut BufWriter<Conn>, code: u16, message: String| -> End {
+        let fail = |w: &Writer, code: u16, message: String| -> End {
             let _ = send(w, &Message::Error { code, message: message.clone() });
             Err(message)
         };
         loop {
-            let h = match read_header(&mut reader).and_then(|h| {
-                // Blob bytes go straight into their blob's buffer, not through `payload`.
-                if h.kind != kind::BLOB_DATA {
-                    read_payload(&mut reader, h.len as usize, &mut payload)?;
+            // A frame a pump read (whole), else the next from the connection.
+            let pumped = pump::lock(&kept).pop_front();
+            let from_pump = pumped.is_some();
+            let next = match pumped {
+                Some((h, p)) => {
+                    payload = p;
+                    Ok(h)
                 }
-                Ok(h)
-            }) {
+                None => {
+                    let mut reader = pump::lock(&reader);
+                    read_header(&mut *reader).and_then(|h| {
+                        // Blob bytes go straight into their blob's buffer, not through `payload`.
+                        if h.kind != kind::BLOB_DATA {
+                            read_payload(&mut *reader, h.len as usize, &mut payload)?;
+                        }
+                        Ok(h)
+                    })
+                }
+            };
+            let h = match next {
                 Ok(h) => h,
                 Err(ProtocolError::Io(e)) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     return fail(
-                        &mut w,
+                        &w,
                         code::IDLE,
                         format!("no message for {:.0} s: the session ended", idle.as_secs_f64()),
                     );
                 }
                 // The client went away: nothing to tell it.
                 Err(ProtocolError::Io(e)) => return Err(format!("client disconnected ({e})")),
-                Err(e) => return fail(&mut w, code::BAD_MESSAGE, e.to_string()),
+                Err(e) => return fail(&w, code::BAD_MESSAGE, e.to_string()),
             };
             // Descriptors come only with BlobShm frames, one each.
-            if reader.get_ref().fds.len() > 8 {
+            if pump::lock(&reader).get_ref().fds.len() > 8 {
                 let e = "descriptors sent without BlobShm frames (one descriptor per BlobShm)".to_string();
-                return fail(&mut w, code::BAD_MESSAGE, e);
+                return fail(&w, code::BAD_MESSAGE, e);
             }
             if h.kind != kind::INVOKE && h.kind != kind::CLOSE {
                 self.only_invoked = false;
             }
             let t0 = Instant::now();
+            // While it executes, the client's replies to host calls are read by a pump.
+            let _pump = (calls.used() && matches!(h.kind, kind::SEGMENT | kind::PIECE | kind::CLOSE | kind::INVOKE))
+                .then(|| pump::Pump::start(&reader, &kept, &calls));
             match h.kind {
+                kind::HOST_RETURNED => match Message::decode(h.kind, h.flags, &payload) {
+                    Ok(Message::HostReturned { ids, data }) => calls.returned(&ids, data),
+                    _ => return fail(&w, code::BAD_MESSAGE, "bad HostReturned".into()),
+                },
                 kind::SEGMENT => {
                     let records = match self.decoded.get(&payload) {
                         Some(r) => r,
@@ -448,15 +459,19 @@ impl Session<'_> {
                             Ok(r) => {
                                 // Checked once per distinct segment, before anything runs.
                                 if let Some(e) = oversized(&r, max_download) {
-                                    return fail(&mut w, code::BAD_RECORD, e);
+                                    return fail(&w, code::BAD_RECORD, e);
                                 }
                                 self.decoded.insert(&payload, r)
                             }
                             Err(e) => {
-                                return fail(&mut w, code::BAD_MESSAGE, format!("segment {}: {e}", self.stats.segments))
+                                return fail(&w, code::BAD_MESSAGE, format!("segment {}: {e}", self.stats.segments))
                             }
                         },
                     };
+                    // A segment that registers the session's first host function may also wait
+                    // for it: the pump reads the client's reply.
+                    let _first = (_pump.is_none() && records.iter().any(|r| host_calls::registers(r.function.name())))
+                        .then(|| pump::Pump::start(&reader, &kept, &calls));
                     self.stats.segments += 1;
                     self.stats.records += records.len() as u64;
                     self.at_gate();
@@ -471,7 +486,7 @@ impl Session<'_> {
                         }
                     };
                     if let Err((c, e)) = r {
-                        return fail(&mut w, c, e);
+                        return fail(&w, c, e);
                     }
                     let ran = Instant::now();
                     let us = ran.duration_since(run0).as_micros() as u64;
@@ -480,7 +495,7 @@ impl Session<'_> {
                     let mut answered = None;
                     if h.flags & WANT_ANSWER != 0 {
                         if let Err(e) = self.verified() {
-                            return fail(&mut w, code::BAD_MESSAGE, e);
+                            return fail(&w, code::BAD_MESSAGE, e);
                         }
                         let outputs = stream.take_outputs();
                         self.stats.answers += 1;
@@ -495,7 +510,7 @@ impl Session<'_> {
                             printed: printed.as_mut().map(printed::Printed::take).unwrap_or_default(),
                         };
                         self.stats.executed += a.executed;
-                        answer::send(&mut w, a).map_err(|e| e.to_string())?;
+                        answer::send(&mut *pump::lock(&w), a).map_err(|e| e.to_string())?;
                         // Everything the session sent so far is done: best-effort work may go.
                         if let (Some(g), false) = (self.gate.as_mut(), self.best_effort) {
                             g.leave();
@@ -508,24 +523,31 @@ impl Session<'_> {
                 kind::BLOB_QUERY => {
                     let hashes = match Message::decode(h.kind, h.flags, &payload) {
                         Ok(Message::BlobQuery(hs)) => hs,
-                        Ok(_) | Err(_) => return fail(&mut w, code::BAD_MESSAGE, "bad BlobQuery".into()),
+                        Ok(_) | Err(_) => return fail(&w, code::BAD_MESSAGE, "bad BlobQuery".into()),
                     };
                     let have = self.find(stream, &hashes);
-                    send(&mut w, &Message::BlobHave(have))?;
+                    send(&w, &Message::BlobHave(have))?;
                     self.flush_notes(false);
                 }
                 kind::BLOB_DATA => {
                     let mut head = [0u8; BLOB_HEAD];
                     if (h.len as usize) < BLOB_HEAD {
-                        return fail(&mut w, code::BAD_MESSAGE, format!("a BlobData of {} bytes", h.len));
+                        return fail(&w, code::BAD_MESSAGE, format!("a BlobData of {} bytes", h.len));
                     }
-                    if let Err(e) = reader.read_exact(&mut head) {
+                    // The part's bytes: kept whole by a pump, else still on the connection.
+                    let mut guard = (!from_pump).then(|| pump::lock(&reader));
+                    let mut whole = std::io::Cursor::new(std::mem::take(&mut payload));
+                    let src: &mut dyn Read = match guard.as_mut() {
+                        Some(r) => &mut **r,
+                        None => &mut whole,
+                    };
+                    if let Err(e) = src.read_exact(&mut head) {
                         return Err(format!("client disconnected ({e})"));
                     }
                     let n = h.len as usize - BLOB_HEAD;
                     let r = blob_part(&head).map_err(|e| e.to_string()).and_then(|(hash, total, offset, _)| {
                         self.blob_part(stream, hash, total, offset, n, |buf| {
-                            let got = (&mut reader).take(n as u64).read_to_end(buf).map_err(|e| e.to_string())?;
+                            let got = src.take(n as u64).read_to_end(buf).map_err(|e| e.to_string())?;
                             if got == n {
                                 Ok(())
                             } else {
@@ -534,17 +556,17 @@ impl Session<'_> {
                         })
                     });
                     if let Err(e) = r {
-                        return fail(&mut w, code::BAD_MESSAGE, e);
+                        return fail(&w, code::BAD_MESSAGE, e);
                     }
                 }
                 kind::BLOB_SHM => {
                     let entries = match Message::decode(h.kind, h.flags, &payload) {
                         Ok(Message::BlobShm(e)) => e,
-                        Ok(_) | Err(_) => return fail(&mut w, code::BAD_MESSAGE, "bad BlobShm".into()),
+                        Ok(_) | Err(_) => return fail(&w, code::BAD_MESSAGE, "bad BlobShm".into()),
                     };
-                    let Some(fd) = reader.get_mut().fds.pop_front() else {
+                    let Some(fd) = pump::lock(&reader).get_mut().fds.pop_front() else {
                         return fail(
-                            &mut w,
+                            &w,
                             code::BAD_MESSAGE,
                             "a BlobShm frame came without a descriptor: send it over the Unix socket with the memfd \
                              attached (SCM_RIGHTS; docs/PROTOCOL.md)"
@@ -552,32 +574,32 @@ impl Session<'_> {
                         );
                     };
                     if let Err(e) = self.shared_blobs(stream, fd, &entries) {
-                        return fail(&mut w, code::BAD_MESSAGE, e);
+                        return fail(&w, code::BAD_MESSAGE, e);
                     }
-                    send(&mut w, &Message::BlobHave(vec![true; entries.len()]))?;
+                    send(&w, &Message::BlobHave(vec![true; entries.len()]))?;
                 }
                 kind::DEPLOY => {
                     let (name, hash, len) = match Message::decode(h.kind, h.flags, &payload) {
                         Ok(Message::Deploy { name, hash, len }) => (name, hash, len),
-                        Ok(_) | Err(_) => return fail(&mut w, code::BAD_MESSAGE, "bad Deploy".into()),
+                        Ok(_) | Err(_) => return fail(&w, code::BAD_MESSAGE, "bad Deploy".into()),
                     };
                     // The function file's bytes reach the cache first (written on a thread).
                     if let Err(e) = self.verified() {
-                        return fail(&mut w, code::BAD_MESSAGE, e);
+                        return fail(&w, code::BAD_MESSAGE, e);
                     }
                     self.flush_notes(true);
                     let held = stream.has_blob(&hash);
                     // A blob the tenant never sent is, for its deploy, one the server lacks.
                     let readable = held || self.owner.as_deref().is_none_or(|t| self.cache.owns(t, &hash));
                     match self.functions.deploy(self.cache, &name, hash, len, held, readable) {
-                        Ok(m) => send(&mut w, &m)?,
-                        Err((c, e)) => return fail(&mut w, c, e),
+                        Ok(m) => send(&w, &m)?,
+                        Err((c, e)) => return fail(&w, c, e),
                     }
                 }
                 kind::INVOKE => {
                     let (name, verify, inputs) = match invoke_request(&payload) {
                         Ok(r) => r,
-                        Err(e) => return fail(&mut w, code::BAD_MESSAGE, e.to_string()),
+                        Err(e) => return fail(&w, code::BAD_MESSAGE, e.to_string()),
                     };
                     self.at_gate();
                     let r = self.functions.invoke(self.cache, &name, verify, inputs);
@@ -585,10 +607,10 @@ impl Session<'_> {
                         g.leave();
                     }
                     match r {
-                        Ok(m) => send(&mut w, &m)?,
+                        Ok(m) => send(&w, &m)?,
                         Err((c, e)) => {
                             self.only_invoked = false;
-                            return fail(&mut w, c, e);
+                            return fail(&w, c, e);
                         }
                     }
                     self.flush_notes(false);
@@ -596,13 +618,15 @@ impl Session<'_> {
                 kind::PIECE => {
                     let r = match Message::decode(h.kind, h.flags, &payload) {
                         Ok(Message::Piece(r)) => r,
-                        Ok(_) | Err(_) => return fail(&mut w, code::BAD_MESSAGE, "bad Piece".into()),
+                        Ok(_) | Err(_) => return fail(&w, code::BAD_MESSAGE, "bad Piece".into()),
                     };
                     let Some(mut p) = self.pieces.take() else {
                         let e = "a piece sent by reference, but this server does not run cached execution".into();
-                        return fail(&mut w, code::BAD_MESSAGE, e);
+                        return fail(&w, code::BAD_MESSAGE, e);
                     };
                     let run = p.resolve(&r).map_err(|e| (code::BAD_MESSAGE, e)).and_then(|recs| {
+                        let _first = (_pump.is_none() && recs.iter().any(|r| host_calls::registers(r.function.name())))
+                            .then(|| pump::Pump::start(&reader, &kept, &calls));
                         self.stats.records += recs.len() as u64;
                         self.at_gate();
                         // One whole piece, as the client cut it: held (it is all here) and
@@ -611,13 +635,13 @@ impl Session<'_> {
                     });
                     self.pieces = Some(p);
                     if let Err((c, e)) = run {
-                        return fail(&mut w, c, e);
+                        return fail(&w, c, e);
                     }
                     self.exec_us += t0.elapsed().as_micros() as u64;
                 }
                 kind::CLOSE => {
                     if let Err(e) = self.verified() {
-                        return fail(&mut w, code::BAD_MESSAGE, e);
+                        return fail(&w, code::BAD_MESSAGE, e);
                     }
                     if let Some(mut p) = self.pieces.take() {
                         // A piece still open (records the client sent without an answer).
@@ -627,22 +651,22 @@ impl Session<'_> {
                         p.save();
                         self.pieces = Some(p);
                         if let Err((c, e)) = r {
-                            return fail(&mut w, c, e);
+                            return fail(&w, c, e);
                         }
                     }
                     if let Err(e) = stream.synchronize() {
-                        return fail(&mut w, code::EXECUTOR, e.to_string());
+                        return fail(&w, code::EXECUTOR, e.to_string());
                     }
                     self.stats.executed += std::mem::take(&mut self.executed);
                     self.stats.launches = stream.report().launches;
                     self.stats.peak_memory = stream.report().peak_memory;
-                    send(&mut w, &Message::Closed(self.stats.clone()))?;
+                    send(&w, &Message::Closed(self.stats.clone()))?;
                     return Ok(());
                 }
                 k => {
                     let name = gpuless_traces::protocol::message::kind_name(k);
                     return fail(
-                        &mut w,
+                        &w,
                         code::BAD_MESSAGE,
                         format!("a {name} message (kind {k}) is not allowed in a session"),
                     );

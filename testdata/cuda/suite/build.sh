@@ -12,8 +12,12 @@
 # fidelity section), managed, solver (issue 21's replay determinism), the compatibility programs
 # of issue 34 (scripts/gpu-suite-compat.sh): driver_answers (C, driver API only: -cudart none
 # -lcuda), stream_sync and printf (shared cudart and -lcuda), big_copy, callbacks, bad_inputs
-# (shared cudart), and libblock_arena.so (C, built with $CC or cc:
-# a preload library that takes the arena's address range, for the suite's bad-input checks).
+# (shared cudart), issue 35's memory models and graph node kinds (also in the compatibility
+# list): managed_linked, mapped_mem, pools, graph_mem, conditional (shared cudart) and vmm
+# (shared cudart and -lcuda), and managed_cost (shared cudart; issue 35's cost probe for managed
+# memory, run on its own: `managed_cost [MiB] [STEPS]`), and libblock_arena.so (C, built with
+# $CC or cc: a preload library that takes the arena's address range, for the suite's bad-input
+# checks).
 # $EXTRA_NVCCFLAGS is added to every nvcc command and $EXTRA_LDFLAGS to every link (both
 # word-split).
 # Builds what it can, says what failed on stderr and exits 1 if anything did.
@@ -86,6 +90,11 @@ done
 for p in big_copy callbacks bad_inputs; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
+# Issue 35's programs: memory models and graph node kinds; managed_cost is a cost probe.
+for p in managed_linked mapped_mem pools graph_mem conditional managed_cost; do
+  build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
+done
+build vmm "${common[@]}" -cudart shared "$here/vmm.cu" -lcuda
 if "${CC:-cc}" -O2 -shared -fPIC -o "$out/libblock_arena.so" "$here/block_arena.c"; then
   echo "built libblock_arena.so" >&2
 else

@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use super::frame::{read_frame, write_frame};
-use super::message::{kind, Answer, Hello, Message, Outputs, Welcome, WANT_ANSWER};
+use super::message::{kind, Answer, Hello, HostCall, Message, Outputs, Welcome, WANT_ANSWER};
 use super::ProtocolError;
 use crate::model::{CallRecord, Hash128};
 
@@ -213,6 +213,18 @@ enum ReadHalf {
     Tls(super::tls::TlsStream),
 }
 
+impl ReadHalf {
+    /// The socket underneath, for polling (a plain stream only: a TLS session may hold
+    /// decrypted bytes the socket no longer shows).
+    fn plain_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        match self {
+            ReadHalf::Plain(p) => Some(p.stream.as_raw_fd()),
+            ReadHalf::Tls(_) => None,
+        }
+    }
+}
+
 impl Read for ReadHalf {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
@@ -279,7 +291,14 @@ pub struct Connection {
     encoder: crate::encode::CallBatchEncoder,
     /// What went over the wire so far.
     pub traffic: Traffic,
+    /// Runs the host functions of a [`Message::HostCall`] (set by a client that registers
+    /// host functions); [`Message::HostReturned`] follows when it returns.
+    host_calls: Option<HostCallHandler>,
 }
+
+/// What a client does with a [`HostCall`]: applies its outputs and runs its functions, in order;
+/// returns the bytes its late reads read (by id).
+pub type HostCallHandler = Box<dyn FnMut(&HostCall) -> Vec<(u64, Vec<u8>)> + Send>;
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -310,6 +329,7 @@ impl Connection {
             payload: Vec::new(),
             encoder: crate::encode::CallBatchEncoder::new(),
             traffic: Traffic::default(),
+            host_calls: None,
         }
     }
 
@@ -452,12 +472,79 @@ impl Connection {
         Ok(self.writer.flush()?)
     }
 
-    /// Flushes, then reads the next message.
+    /// Flushes, then reads the next message; host calls that come first are run on the way
+    /// ([`Connection::set_host_calls`]).
     pub fn recv(&mut self) -> Result<Message, ProtocolError> {
-        self.flush()?;
+        loop {
+            self.flush()?;
+            match self.recv_one()? {
+                Message::HostCall(c) => self.host_call(&c)?,
+                m => return Ok(m),
+            }
+        }
+    }
+
+    fn recv_one(&mut self) -> Result<Message, ProtocolError> {
         let h = read_frame(&mut self.reader, &mut self.payload)?;
         self.traffic.bytes_down += u64::from(h.len) + super::FRAME_HEADER_LEN as u64;
         Message::decode(h.kind, h.flags, &self.payload)
+    }
+
+    /// Sets what runs the host functions the server reaches.
+    pub fn set_host_calls(&mut self, h: HostCallHandler) {
+        self.host_calls = Some(h);
+    }
+
+    /// Runs a host call and tells the server it returned.
+    fn host_call(&mut self, c: &HostCall) -> Result<(), ProtocolError> {
+        let Some(h) = self.host_calls.as_mut() else {
+            return Err(ProtocolError::Unexpected { expected: "a reply", got: "HostCall" });
+        };
+        // Late reads in parts that fit a frame: data-only frames first, the ids last.
+        const PART: usize = 16 << 20;
+        let mut last = Vec::new();
+        for (id, bytes) in h(c) {
+            let mut off = 0;
+            while bytes.len() - off > PART {
+                let part = vec![(id, off as u64, bytes[off..off + PART].to_vec())];
+                self.send(&Message::HostReturned { ids: Vec::new(), data: part })?;
+                off += PART;
+            }
+            last.push((id, off as u64, bytes[off..].to_vec()));
+        }
+        self.send(&Message::HostReturned { ids: c.ids.clone(), data: last })?;
+        self.flush()
+    }
+
+    /// The socket to poll for host calls while nobody waits (`None` over TLS).
+    pub fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.reader.get_ref().plain_fd()
+    }
+
+    /// Runs every host call that has arrived (read already, or readable on the socket now)
+    /// when no reply is expected: what a client's poller does while the program does not wait.
+    /// Returns how many it ran.
+    pub fn pump_host_calls(&mut self) -> Result<usize, ProtocolError> {
+        let mut n = 0;
+        loop {
+            let ready = !self.reader.buffer().is_empty()
+                || self.poll_fd().is_some_and(|fd| {
+                    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                    // SAFETY: one valid pollfd.
+                    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+                });
+            if !ready {
+                return Ok(n);
+            }
+            match self.recv_one()? {
+                Message::HostCall(c) => self.host_call(&c)?,
+                Message::Error { code, message } => {
+                    return Err(ProtocolError::Server(format!("ended the session (code {code}): {message}")))
+                }
+                m => return Err(ProtocolError::Unexpected { expected: "HostCall", got: m.name() }),
+            }
+            n += 1;
+        }
     }
 
     /// Sends `hello` and waits for the session.
@@ -521,6 +608,11 @@ impl Connection {
                             )));
                         }
                         a.outputs.push((seq, bytes));
+                    }
+                    if self.host_calls.is_some() {
+                        // Host calls the server sent right after the answer: run now, not
+                        // left in the buffer where a poller of the socket would not see them.
+                        self.pump_host_calls()?;
                     }
                     return Ok(a);
                 }
@@ -632,5 +724,63 @@ mod part_tests {
         assert!(super::add_part(&mut parts, 9, 4, 2, &[1]).is_err(), "a gap");
         assert!(super::add_part(&mut parts, 7, 7, 6, &[1]).is_err(), "another length");
         assert!(super::add_part(&mut parts, 10, 1 << 50, 0, &[1]).is_err(), "an absurd length");
+    }
+}
+
+#[cfg(test)]
+mod host_call_tests {
+    use super::*;
+
+    /// A host call that arrives while nobody waits runs through `pump_host_calls`; a late read
+    /// larger than a frame goes back in parts (data-only frames, then the ids), in order.
+    #[test]
+    fn host_calls_run_and_large_late_reads_travel_in_parts() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut conn = Connection::new(Stream::Unix(a)).unwrap();
+        let big: Vec<u8> = (0..(40usize << 20)).map(|i| (i % 251) as u8).collect();
+        let want = big.clone();
+        conn.set_host_calls(Box::new(move |c| {
+            assert_eq!(c.ids, vec![5, 9]);
+            assert_eq!(c.outputs, vec![(3, vec![1, 2])]);
+            vec![(9, big.clone()), (5, vec![7])]
+        }));
+        let server = std::thread::spawn(move || {
+            let mut w = b.try_clone().unwrap();
+            let m = Message::HostCall(HostCall { ids: vec![5, 9], outputs: vec![(3, vec![1, 2])] });
+            write_frame(&mut w, m.kind(), m.flags(), &m.encode()).unwrap();
+            let mut r = std::io::BufReader::new(b);
+            let (mut joined, mut payload, mut frames) =
+                (std::collections::HashMap::<u64, Vec<u8>>::new(), Vec::new(), 0);
+            loop {
+                let h = read_frame(&mut r, &mut payload).unwrap();
+                frames += 1;
+                let Message::HostReturned { ids, data } = Message::decode(h.kind, h.flags, &payload).unwrap() else {
+                    panic!("not a HostReturned")
+                };
+                for (id, off, bytes) in data {
+                    let v = joined.entry(id).or_default();
+                    assert_eq!(v.len() as u64, off, "parts in order");
+                    v.extend_from_slice(&bytes);
+                }
+                if !ids.is_empty() {
+                    assert_eq!(ids, vec![5, 9]);
+                    return (joined, frames);
+                }
+            }
+        });
+        // Wait until the call is readable, then run it.
+        let mut ran = 0;
+        for _ in 0..200 {
+            ran = conn.pump_host_calls().unwrap();
+            if ran > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(ran, 1);
+        let (joined, frames) = server.join().unwrap();
+        assert_eq!(joined[&5], vec![7]);
+        assert!(joined[&9] == want, "the 40 MiB read arrives whole");
+        assert_eq!(frames, 3, "two 16 MiB parts, then the rest with the ids");
     }
 }

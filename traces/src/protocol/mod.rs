@@ -26,12 +26,12 @@ pub mod tls;
 pub use client::{connect, Connection, Endpoint, Traffic};
 pub use frame::{read_frame, read_header, read_payload, write_frame, FrameHeader, FRAME_HEADER_LEN, MAX_FRAME};
 pub use message::{
-    Answer, CallError, DeviceDescription, Hello, Message, NvmlFacts, Outputs, PartitionInfo, PartitionRequest,
-    Priority, QueryResult, SessionStats, Welcome,
+    Answer, CallError, DeviceDescription, Hello, HostCall, Message, NvmlFacts, Outputs, PartitionInfo,
+    PartitionRequest, Priority, QueryResult, SessionStats, Welcome,
 };
 
 /// The protocol version this build speaks. A server refuses any other.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// Magic at the start of a [`Hello`]: "GLSP" (gpuless session protocol).
 pub const HELLO_MAGIC: u32 = 0x5053_4c47;

@@ -160,10 +160,12 @@ pub(crate) fn refused(f: &ApiFunction, why: &str) -> u32 {
 /// `CUDA_ERROR_INVALID_DEVICE` (before anything else, refusals included, as the driver checks
 /// the device first).
 pub(crate) fn bad_device(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
+    // Managed memory's hints name the host as CU_DEVICE_CPU (-1).
+    let cpu_ok = matches!(f.name, "cuMemAdvise" | "cuMemPrefetchAsync");
     let bad = f.args.iter().enumerate().any(|(i, a)| {
         a.dir == Direction::In
             && a.kind == ArgKind::Handle(HandleKind::Device)
-            && raw.get(i).is_some_and(|&d| d as i32 != 0)
+            && raw.get(i).is_some_and(|&d| d as i32 != 0 && !(cpu_ok && d as i32 == -1))
     });
     // The driver's own answer: cuDeviceGetMemPool checks the device as a plain value.
     bad.then_some(if f.name == "cuDeviceGetMemPool" { INVALID_VALUE } else { INVALID_DEVICE })
@@ -182,6 +184,15 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
     if let Some(st) = unsafe { super::checks::check(f, raw) } {
         return Step::Done(st);
     }
+    if f.name == "cuMemFree" && super::shared::active() {
+        super::shared::remove(raw.first().copied().unwrap_or(0));
+    }
+    if matches!(f.name, "cuMemAdvise" | "cuMemPrefetchAsync") && super::shared::active() {
+        // The CUDA 12.2 forms take a CUmemLocation where the first took a device.
+        let v2 = f.args.iter().any(|a| a.name == "location");
+        // SAFETY: forwarded from the caller.
+        unsafe { super::shared::note_hint(f.name, v2, raw) };
+    }
     if let Some(op) = s.arena {
         // SAFETY: forwarded from the caller.
         if let Some(st) = unsafe { arena::before(op, raw, s.per_thread) } {
@@ -197,9 +208,11 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
             SyncClass::StateQuery if f.name.starts_with("cuPointerGetAttribute") => {
                 super::host::pointer_query(f, raw).unwrap_or(Step::Wait)
             }
+            SyncClass::StateQuery if f.name == "cuMemRangeGetAttribute" => super::shared::range_attribute(raw),
             SyncClass::DeviceToHost | SyncClass::StateQuery => Step::Wait,
             SyncClass::StreamSync | SyncClass::EventSync | SyncClass::CtxSync => Step::Wait,
             SyncClass::CopyAnyDirection | SyncClass::CopyAnyDirectionAsync => super::copies::plan(f, raw),
+            SyncClass::AllocatesDevice if f.name == "cuMemAllocManaged" => super::shared::alloc_managed(raw),
             SyncClass::AllocatesDevice => unsupported(f, "only cuMemAlloc-style allocations from the arena are"),
             SyncClass::HostMemory => super::host::memory(f, raw),
             SyncClass::AddressLookup => address_lookup(f, raw),
@@ -344,8 +357,23 @@ pub(crate) fn static_cstr(s: &str) -> *const u8 {
 }
 
 pub(crate) fn attr(id: u32) -> Option<i32> {
+    // Managed memory through the client (`shared.rs`): its kernels cannot read the program's
+    // pageable memory, nor the device the program's page tables.
+    match id {
+        MANAGED_MEMORY => return Some(1),
+        PAGEABLE_MEMORY_ACCESS | PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES | DIRECT_MANAGED_MEM_ACCESS_FROM_HOST => {
+            return Some(0)
+        }
+        _ => {}
+    }
     session::device()?.attributes.iter().find(|a| a.0 == id).map(|a| a.1)
 }
+
+/// `CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY` and the attributes of pageable access.
+const MANAGED_MEMORY: u32 = 83;
+const PAGEABLE_MEMORY_ACCESS: u32 = 88;
+const PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES: u32 = 100;
+const DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: u32 = 101;
 
 /// Device, context, function and stream queries.
 unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
@@ -709,6 +737,7 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
             }
         }
         "cuStreamBeginCapture" | "cuStreamBeginCaptureToGraph" => {
+            super::hostfn::began_capture(w(0));
             contexts(|c| {
                 c.capturing.insert(w(0));
                 if f.name == "cuStreamBeginCaptureToGraph" {

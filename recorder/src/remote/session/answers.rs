@@ -7,7 +7,6 @@ use gpuless_traces::protocol::{Answer, CallError};
 use gpuless_traces::Value;
 
 use super::{lock, open_session, record, Session, LOCAL, LOST};
-use crate::remote::copies::Target;
 use crate::remote::{copies, link, local, memo, waits};
 use crate::state;
 use std::sync::atomic::Ordering;
@@ -46,6 +45,7 @@ pub(super) unsafe fn settle(seq: u64, f: &ApiFunction, raw: &[u64]) -> u32 {
     };
     sess.waits += 1;
     *sess.waited_for.entry(f.name).or_insert(0) += 1;
+    sess.push_pull();
     match sess.send(true) {
         // SAFETY: forwarded from the caller.
         Ok(Some(a)) => unsafe { sess.apply(seq, f, raw, a) },
@@ -75,17 +75,18 @@ pub(crate) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<V
         .then(|| f.args.iter().position(|a| a.kind == STREAM).and_then(|i| raw.get(i).copied()))
         .flatten();
     // Nothing queued, and no download whose bytes have yet to come back.
-    let nothing_new =
-        sess.pending.is_empty() && sess.refs.is_empty() && sess.d2h.keys().all(|seq| sess.graph_d2h.contains(seq));
+    let nothing_new = sess.pending.is_empty() && sess.refs.is_empty() && !super::targets().awaited();
     if completion && nothing_new && (!sess.outstanding || stream.is_some_and(|s| sess.complete.contains(&s))) {
         // Everything sent has completed (a context-wide synchronization answered since), or
         // this stream's work has (its own synchronization answered since).
         LOCAL.fetch_add(1, Ordering::Relaxed);
         return (0, None);
     }
+    sess.push_dirty();
     let seq = state::next_seq();
     sess.pending.push(record(slot, f, seq, args, Vec::new()));
     sess.pieces.pushed(&mut sess.pending, &mut sess.refs);
+    sess.push_pull();
     sess.waits += 1;
     *sess.waited_for.entry(f.name).or_insert(0) += 1;
     let (began, records) = (std::time::Instant::now(), sess.pending.len() as u64);
@@ -130,22 +131,18 @@ impl Session {
     /// `raw` are the waiting call's arguments; the recorded host buffers are the program's.
     unsafe fn apply(&mut self, seq: u64, f: &ApiFunction, raw: &[u64], a: Answer) -> u32 {
         let mut own: Option<Vec<u8>> = None;
+        let mut t = super::targets();
         for (s, bytes) in a.outputs {
             if s == seq {
                 own = Some(bytes);
-            } else if let Some(target) =
-                if self.graph_d2h.contains(&s) { self.d2h.get(&s).copied() } else { self.d2h.remove(&s) }
-            {
-                // SAFETY (both): the program's buffer or rows of an asynchronous copy; it reads
-                // them only after the synchronization that is waiting now.
-                match target {
-                    Target::Buffer(host, len) => unsafe {
-                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len))
-                    },
-                    Target::Rows(c) => unsafe { copies::scatter_rows(&c, &bytes) },
-                }
+            } else if Some(s) == self.pull {
+                crate::remote::shared::apply_pull(&bytes);
+            } else {
+                // SAFETY: the program reads them only after the synchronization waiting now.
+                unsafe { t.deliver(s, &bytes) };
             }
         }
+        drop(t);
         let first_error = |errors: &[CallError]| errors.first().map(|e| e.code as u32);
         match f.sync {
             SyncClass::DeviceToHost | SyncClass::CopyAnyDirection => {

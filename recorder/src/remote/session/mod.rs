@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use gpuless_analyzer::api::structs::MEMORYTYPE_HOST;
 use gpuless_analyzer::api::{ApiFunction, ArgKind, SyncClass};
 use gpuless_traces::protocol::{self, Answer, DeviceDescription, Endpoint, Hello, PartitionRequest, Priority, Welcome};
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, Hash128, Value};
@@ -25,10 +26,12 @@ use crate::{arena, capture, state};
 
 mod answers;
 mod entry;
+mod outgoing;
 
 pub(crate) use answers::wait;
 use answers::{print_device_output, settle, write_query};
 pub(crate) use entry::proc_address;
+pub(crate) use outgoing::targets;
 
 /// A segment goes out (without waiting) when it holds this many records.
 const SEGMENT_RECORDS: usize = 4096;
@@ -83,11 +86,6 @@ struct Session {
     new_blobs: Vec<(Hash128, Vec<u8>)>,
     /// Blobs the server holds for this session (sent, or found by a query).
     held: HashSet<Hash128>,
-    /// Asynchronous device-to-host copies whose bytes have not arrived: seq → where they go.
-    d2h: HashMap<u64, Target>,
-    /// Asynchronous device-to-host copies captured into graphs: their bytes come back after
-    /// every launch of the graph, so their targets stay.
-    graph_d2h: HashSet<u64>,
     /// Whether records went out since the last context-wide synchronization: work the GPU may
     /// still be doing (an answer means the records were submitted, not that they completed).
     outstanding: bool,
@@ -112,6 +110,8 @@ struct Session {
     refs: Vec<super::pieces::Placed>,
     /// Which pieces the executor holds as graphs; the piece being built.
     pieces: super::pieces::ClientPieces,
+    /// The `gpulessHostPull` record of the wait in progress (managed memory, `shared.rs`).
+    pull: Option<u64>,
 }
 
 /// The session's state for the hot path, read without the lock: 0 before `cuInit`, 1
@@ -244,8 +244,6 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         pending: Vec::new(),
         new_blobs: Vec::new(),
         held: HashSet::new(),
-        d2h: HashMap::new(),
-        graph_d2h: HashSet::new(),
         outstanding: false,
         complete: HashSet::new(),
         unanswered: false,
@@ -258,7 +256,56 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         sent_since: 0,
         refs: Vec::new(),
         pieces: super::pieces::ClientPieces::new(cached_execution),
+        pull: None,
     })
+}
+
+/// The session's connection, if it runs.
+pub(crate) fn link() -> Option<Link> {
+    match &*lock() {
+        Some(Ok(s)) if s.failed.is_none() && !s.closed => s.conn.clone(),
+        _ => None,
+    }
+}
+
+/// Whether the session is over (closed, failed or never started).
+pub(crate) fn ended() -> bool {
+    !matches!(&*lock(), Some(Ok(s)) if s.failed.is_none() && !s.closed)
+}
+
+/// The connection broke outside a call (`why`): every later call fails.
+pub(crate) fn lost(why: &str) {
+    if let Some(Ok(sess)) = lock().as_mut() {
+        sess.fail(why);
+    }
+}
+
+/// Sends what is queued now, without waiting for an answer.
+pub(crate) fn send_pending() {
+    drop(send_queued(lock()));
+}
+
+/// Sends what the session holds queued (the session's lock `g` is let go while the segment is
+/// written) and takes the lock again.
+fn send_queued(
+    mut g: MutexGuard<'static, Option<Result<Session, u32>>>,
+) -> MutexGuard<'static, Option<Result<Session, u32>>> {
+    let Some(Ok(sess)) = g.as_mut() else { return g };
+    if sess.failed.is_some() || sess.closed || sess.sendable() == 0 {
+        return g;
+    }
+    let Some(link) = sess.conn.clone() else { return g };
+    let out = sess.take(false);
+    // The connection is taken before the session is let go: segments leave in order.
+    let mut conn = link::lock(&link);
+    drop(g);
+    let r = link::transmit(&mut conn, &out, false);
+    drop(conn);
+    let mut g = lock();
+    if let (Err(e), Some(Ok(sess))) = (r, g.as_mut()) {
+        sess.fail(&e);
+    }
+    g
 }
 
 /// Sends a segment without waiting once it has gathered records for `after`: the server starts
@@ -282,20 +329,7 @@ fn flusher(after: Duration) {
         if sess.failed.is_some() || sess.closed {
             return;
         }
-        if sess.sendable() == 0 {
-            continue;
-        }
-        let Some(link) = sess.conn.clone() else { continue };
-        let out = sess.take(false);
-        // The connection is taken before the session is let go: segments leave in order.
-        let mut conn = link::lock(&link);
-        drop(g);
-        let r = link::transmit(&mut conn, &out, false);
-        drop(conn);
-        g = lock();
-        if let (Err(e), Some(Ok(sess))) = (r, g.as_mut()) {
-            sess.fail(&e);
-        }
+        g = send_queued(g);
     }
 }
 
@@ -331,6 +365,9 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         return NOT_INITIALIZED;
     }
     CALLS.fetch_add(1, Ordering::Relaxed);
+    if super::hostfn::in_host_function() && !f.name.starts_with("cuGetError") {
+        return super::hostfn::refused_in_host_function(f);
+    }
     // cuInit connects; so does cuDriverGetVersion, which the driver answers before cuInit
     // (cudart asks it first, and takes a failure for a driver too old for it).
     if s.init || f.name == "cuDriverGetVersion" {
@@ -362,8 +399,32 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         // No code image the driver could read (fatbin, cubin, PTX) at the address given.
         return INVALID_IMAGE;
     }
+    // A copy from pinned memory behind a host function that has not run: its source is read
+    // when the stream reaches it (the function may write it first), sent as an address.
+    let late =
+        (send && f.name == "cuMemcpyHtoDAsync" && super::hostfn::reads_late(raw[3], raw[1])).then(|| (raw[1], raw[2]));
+    if let (Some((src, _)), Some(a)) = (late, args.get_mut(1)) {
+        *a = Value::HostPtr(src);
+    }
     if send {
         super::copies::normalize(f, &mut args);
+    }
+    // A graph's memcpy node: host memory it reads is read at every launch (a late read); the
+    // bytes it writes to host memory come back after every launch, as a captured copy's do.
+    let node = if send { super::copies::memcpy_node(f, &args) } else { None };
+    // SAFETY: the program's dependency array of a cuGraphAddMemcpyNode.
+    let node_src = node.filter(|c| {
+        c.src.memory_type == MEMORYTYPE_HOST
+            && c.packed_len().is_some()
+            && unsafe { super::hostfn::after_host_node(raw[2], raw[3]) }
+    });
+    if let (Some(c), Some((i, _))) = (node_src, f.args.iter().enumerate().find(|(_, a)| a.name == "copyParams")) {
+        if let Some(Value::List(l)) = args.get_mut(i) {
+            l.truncate(1);
+            l.push(Value::HostPtr(c.src.host));
+        }
+    }
+    if send {
         if s.runs_kernels && super::host::args_reach_mapped(&args) {
             let why =
                 "a kernel argument points into host memory mapped for the device, which is not mirrored to the server";
@@ -402,7 +463,10 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
             // An async copy into host memory (`cuMemcpyAsync` of a unified host destination
             // too): its bytes are written when they come back.
             let async_d2h = matches!(f.sync, SyncClass::DeviceToHostAsync | SyncClass::CopyAnyDirectionAsync);
-            let target = if async_d2h {
+            let node_dst = node.filter(|c| c.dst.memory_type == MEMORYTYPE_HOST).map(|c| (Target::Rows(c), true));
+            let target = if let Some(t) = node_dst {
+                Some(t)
+            } else if async_d2h {
                 let to = match capture::async_host_rows(f, raw) {
                     Some((_, c)) => Some(Target::Rows(c)),
                     None => super::copies::host_buffer(f, raw).map(|(h, n)| Target::Buffer(h, n)),
@@ -412,6 +476,16 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
                 None
             };
             let (st, seq) = push(slot, f, args, results, target);
+            if let (Some(seq), 0, true) = (seq, st, super::hostfn::registers(f)) {
+                // SAFETY: the program's arguments to the call, which succeeded.
+                unsafe { super::hostfn::registered(f, raw, seq) };
+            }
+            if let (Some(seq), 0, Some((src, len))) = (seq, st, late) {
+                super::hostfn::late_read(seq, src, len, raw[3]);
+            }
+            if let (Some(seq), 0, Some(c)) = (seq, st, node_src) {
+                super::hostfn::late_rows(seq, c);
+            }
             match seq {
                 // The driver checks the call when it is made (a code image's PTX, code for
                 // another GPU, a limit) or synchronizes there: it waits for the server's status.
@@ -505,6 +579,7 @@ fn push(
         Ok(sess) => sess,
         Err(st) => return (st, None),
     };
+    sess.push_dirty();
     let seq = state::next_seq();
     let was = sess.sendable();
     sess.pending.push(record(slot, f, seq, args, results));
@@ -513,10 +588,7 @@ fn push(
         FLUSH.notify_one();
     }
     if let Some((target, captured)) = d2h {
-        sess.d2h.insert(seq, target);
-        if captured {
-            sess.graph_d2h.insert(seq);
-        }
+        targets().add(seq, target, captured);
     }
     if sess.pending.len() >= batch() {
         if let Err(e) = sess.send(false) {

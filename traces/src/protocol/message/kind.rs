@@ -36,6 +36,10 @@ pub const OUTPUTS: u16 = 16;
 pub const PIECE: u16 = 17;
 /// [`super::Message::OutputPart`].
 pub const OUTPUT_PART: u16 = 18;
+/// [`super::Message::HostCall`].
+pub const HOST_CALL: u16 = 19;
+/// [`super::Message::HostReturned`].
+pub const HOST_RETURNED: u16 = 20;
 
 /// The name of frame kind `k`.
 pub fn kind_name(k: u16) -> &'static str {
@@ -58,6 +62,8 @@ pub fn kind_name(k: u16) -> &'static str {
         OUTPUTS => "Outputs",
         PIECE => "Piece",
         OUTPUT_PART => "OutputPart",
+        HOST_CALL => "HostCall",
+        HOST_RETURNED => "HostReturned",
         _ => "unknown",
     }
 }

@@ -376,6 +376,33 @@ pub enum Message {
         /// The part.
         bytes: Vec<u8>,
     },
+    /// Server → client, unasked, at any time: the session's host functions that the server
+    /// reached in stream (or graph) order, to run on the client now
+    /// ([`HostCall`]). The client answers with [`Message::HostReturned`] once they returned.
+    HostCall(HostCall),
+    /// Client → server: the host functions of a [`Message::HostCall`] (their ids) returned;
+    /// the work after them may start. `data`: the bytes a late read among them read, by id
+    /// and offset (a host-to-device copy from host memory behind a host function, whose source
+    /// the client reads when the copy is reached, as the device would). Parts of a large read
+    /// come first in frames without ids; the frame with the ids ends the reply.
+    HostReturned {
+        /// The ids, as called (empty: a frame of data parts only).
+        ids: Vec<u64>,
+        /// (id, offset, bytes) of late reads among them.
+        data: Vec<(u64, u64, Vec<u8>)>,
+    },
+}
+
+/// Host functions the server reached, with the device-to-host results that came before them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HostCall {
+    /// Each host function's id: the sequence number of the record that registered it (a
+    /// `cuLaunchHostFunc`, `cuStreamAddCallback` or `cuGraphAddHostNode`), in the order
+    /// they are to run.
+    pub ids: Vec<u64>,
+    /// Device-to-host bytes executed before them and not yet answered: (sequence number of
+    /// the copy, bytes), as in [`Answer::outputs`]. A later answer does not repeat them.
+    pub outputs: Vec<(u64, Vec<u8>)>,
 }
 
 pub mod kind;
@@ -411,6 +438,8 @@ impl Message {
             Message::Outputs(_) => kind::OUTPUTS,
             Message::Piece(_) => kind::PIECE,
             Message::OutputPart { .. } => kind::OUTPUT_PART,
+            Message::HostCall(_) => kind::HOST_CALL,
+            Message::HostReturned { .. } => kind::HOST_RETURNED,
         }
     }
 
@@ -477,6 +506,26 @@ impl Message {
             Message::OutputPart { seq, total, offset, bytes } => {
                 p.u64(*seq).u64(*total).u64(*offset);
                 p.0.extend_from_slice(bytes);
+            }
+            Message::HostCall(c) => {
+                p.u32(c.ids.len() as u32);
+                for id in &c.ids {
+                    p.u64(*id);
+                }
+                p.u32(c.outputs.len() as u32);
+                for (seq, bytes) in &c.outputs {
+                    p.u64(*seq).bytes(bytes);
+                }
+            }
+            Message::HostReturned { ids, data } => {
+                p.u32(ids.len() as u32);
+                for id in ids {
+                    p.u64(*id);
+                }
+                p.u32(data.len() as u32);
+                for (id, offset, bytes) in data {
+                    p.u64(*id).u64(*offset).bytes(bytes);
+                }
             }
             Message::BlobQuery(hs) => {
                 p.u32(hs.len() as u32);
@@ -644,6 +693,32 @@ impl Message {
                     )));
                 }
                 Message::OutputPart { seq, total, offset, bytes }
+            }
+            kind::HOST_CALL => {
+                let n = g.count(8)?;
+                let mut ids = Vec::with_capacity(n);
+                for _ in 0..n {
+                    ids.push(g.u64()?);
+                }
+                let n = g.count(12)?;
+                let mut outputs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    outputs.push((g.u64()?, g.bytes()?.to_vec()));
+                }
+                Message::HostCall(HostCall { ids, outputs })
+            }
+            kind::HOST_RETURNED => {
+                let n = g.count(8)?;
+                let mut ids = Vec::with_capacity(n);
+                for _ in 0..n {
+                    ids.push(g.u64()?);
+                }
+                let n = g.count(20)?;
+                let mut data = Vec::with_capacity(n);
+                for _ in 0..n {
+                    data.push((g.u64()?, g.u64()?, g.bytes()?.to_vec()));
+                }
+                Message::HostReturned { ids, data }
             }
             kind::BLOB_QUERY => {
                 let n = g.count(16)?;
