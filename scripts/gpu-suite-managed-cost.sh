@@ -55,4 +55,4 @@ else:
           f"per step: {up/1e6:.2f} MB up ({100*up/size:.2f}% of {mib} MiB), {down/1e6:.2f} MB down ({100*down/size:.2f}%); "
           f"set-up: {s.get('bytes_up',0)/1e6:.2f} MB up, {s.get('bytes_down',0)/1e6:.2f} MB down; waits {a.get('waits')}")
 PY
-echo "row|managed cost: time|INFO|native $(echo "$t1 - $t0" | bc) s, through the client $(echo "$t2 - $t1" | bc) s"
+echo "row|managed cost: time|INFO|native $(awk "BEGIN {printf \"%.2f\", $t1 - $t0}") s, through the client $(awk "BEGIN {printf \"%.2f\", $t2 - $t1}") s"

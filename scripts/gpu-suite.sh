@@ -27,7 +27,9 @@
 #   Compatibility (issue 34, scripts/gpu-suite-compat.sh): the suite's driver_answers,
 #   stream_sync, printf, big_copy, callbacks and bad_inputs natively, through `gpuless run
 #   --remote` with the driver hidden, and recorded + replayed, outputs compared line by line; the
-#   driver's exports against the client library's; driver-errors.tsv (in details.tgz, compat/).
+#   driver's exports against the client library's; driver-errors.tsv (in details.tgz, compat/);
+#   issue 35's programs (managed_linked, mapped_mem, vmm, pools, graph_mem, conditional) the same
+#   way, and what managed memory costs through the client (scripts/gpu-suite-managed-cost.sh).
 #   CUDA samples (issue 34, scripts/gpu-suite-samples.sh, only with GPULESS_SUITE_SAMPLES=DIR, the
 #   folder scripts/samples/prepare.sh exports): every selected sample of NVIDIA/cuda-samples built
 #   here, native, recorded + replayed, and through the client, outputs compared normalized.
@@ -524,6 +526,14 @@ elif [[ -f scripts/gpu-suite-compat.sh && -f $rec_lib ]]; then
   cprc=$?
   while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/compat.txt")
   grep -q '^row|' "$out/compat.txt" || row "compat" FAIL "rc=$cprc $(tail -n 2 "$out/compat.txt" | tr '\n' ' ')"
+fi
+# Issue 35: what managed memory costs through the client (scripts/gpu-suite-managed-cost.sh:
+# managed_cost, 1 GiB, 5 steps; bytes per step against the array's size), with the compat rows.
+if [[ -z ${GPULESS_SUITE_SKIP_COMPAT:-} && -f scripts/gpu-suite-managed-cost.sh && -x $suite_bin/managed_cost ]]; then
+  ${limit[@]+"${limit[@]}"} bash scripts/gpu-suite-managed-cost.sh "$bin" "$suite_bin" "$out/managed-cost" >"$out/managed-cost.txt" 2>&1
+  mcrc=$?
+  while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/managed-cost.txt")
+  grep -q '^row|' "$out/managed-cost.txt" || row "managed cost" FAIL "rc=$mcrc $(tail -n 2 "$out/managed-cost.txt" | tr '\n' ' ')"
 fi
 # Issue 34: NVIDIA's CUDA samples, when GPULESS_SUITE_SAMPLES names the folder
 # scripts/samples/prepare.sh exported (carried from the development machine): each selected
