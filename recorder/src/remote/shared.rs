@@ -359,8 +359,8 @@ pub(crate) fn take_dirty() -> Vec<(u64, Vec<u8>)> {
     if DIRTY.swap(0, Ordering::AcqRel) == 0 {
         return Vec::new();
     }
-    let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
-    let mut protect = Vec::new();
+    // The dirty pages of each allocation: (page, allocation start, allocation length).
+    let mut pages = Vec::new();
     for i in 0..USED.load(Ordering::Acquire) {
         let Some((words, s, n)) = bits(i) else { continue };
         let first = page_of(s);
@@ -369,23 +369,28 @@ pub(crate) fn take_dirty() -> Vec<(u64, Vec<u8>)> {
             while m != 0 {
                 let b = m.trailing_zeros() as u64;
                 m &= m - 1;
-                let page = first + (w as u64 * 64 + b) * PAGE;
-                let (lo, hi) = (page.max(s), (page + PAGE).min(s + n));
-                if lo < hi {
-                    // SAFETY: readable host memory of a live managed allocation.
-                    let bytes = unsafe { std::slice::from_raw_parts(lo as *const u8, (hi - lo) as usize) };
-                    match out.last_mut() {
-                        Some((a, v)) if *a + v.len() as u64 == lo => v.extend_from_slice(bytes),
-                        _ => out.push((lo, bytes.to_vec())),
-                    }
-                }
-                protect.push(page);
+                pages.push((first + (w as u64 * 64 + b) * PAGE, s, n));
             }
         }
     }
-    for p in protect {
-        // SAFETY: a page this module mapped; a later write faults again.
-        unsafe { libc::mprotect(p as *mut libc::c_void, PAGE as usize, libc::PROT_READ) };
+    // Read-only before they are read: a write from now on faults and marks the page again, so
+    // nothing written while the bytes are taken is lost.
+    for &(page, _, _) in &pages {
+        // SAFETY: a page this module mapped.
+        unsafe { libc::mprotect(page as *mut libc::c_void, PAGE as usize, libc::PROT_READ) };
+    }
+    let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+    for (page, s, n) in pages {
+        let (lo, hi) = (page.max(s), (page + PAGE).min(s + n));
+        if lo >= hi {
+            continue;
+        }
+        // SAFETY: readable host memory of a live managed allocation.
+        let bytes = unsafe { std::slice::from_raw_parts(lo as *const u8, (hi - lo) as usize) };
+        match out.last_mut() {
+            Some((a, v)) if *a + v.len() as u64 == lo => v.extend_from_slice(bytes),
+            _ => out.push((lo, bytes.to_vec())),
+        }
     }
     out
 }
