@@ -75,6 +75,20 @@ const VALUE_KINDS: &[(&str, &str)] = &[
     ("CUoccupancyB2DSize", "FnPtr"),
     ("CUdeviceptr", "DevPtr"),
     ("CUdeviceptr_v1", "Scalar"),
+    // Graphics interop (cudaGL.h, cudaEGL.h, cudaVDPAU.h): the graphics APIs' own handles.
+    ("GLuint", "Scalar"),
+    ("GLenum", "Scalar"),
+    ("EGLImageKHR", "Handle(HandleKind::Other)"),
+    ("EGLStreamKHR", "Handle(HandleKind::Other)"),
+    ("EGLSyncKHR", "Handle(HandleKind::Other)"),
+    ("EGLint", "Scalar"),
+    ("VdpDevice", "Scalar"),
+    ("VdpVideoSurface", "Scalar"),
+    ("VdpOutputSurface", "Scalar"),
+    ("CUGLDeviceList", "Enum"),
+    // A 100-byte struct passed by value that cudarc does not declare: the refusing export takes
+    // it as an int (its bytes are on the caller's stack, never read: the call is refused).
+    ("CUeglFrame", "Scalar"),
     ("CUipcEventHandle", "Struct(\"CUipcEventHandle\")"),
     ("CUipcMemHandle", "Struct(\"CUipcMemHandle\")"),
     ("size_t", "Size"),

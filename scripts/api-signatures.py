@@ -21,17 +21,32 @@ from which `cuGetProcAddress` hands out this symbol for its base name (cudaTyped
 `PFN_cuX_vNNNNN[_ptds|_ptsz]` typedefs of a base name, in ascending version, are its exported
 variants in ascending `_vN` order).
 """
-import re, subprocess, sys
+import os, re, subprocess, sys, tempfile
 from collections import defaultdict
 
 if len(sys.argv) != 2:
     sys.exit(__doc__)
 inc = sys.argv[1]
 modes = {"default": [], "per-thread": ["-DCUDA_API_PER_THREAD_DEFAULT_STREAM"], "internal": ["-D__CUDA_API_VERSION_INTERNAL"]}
-proto = re.compile(r"\bCUresult\s+(cu\w+)\s*\(([^()]*)\)\s*;")
+proto = re.compile(r"\bCUresult\s+(?:CUDAAPI\s+)?(cu\w+)\s*\(([^()]*)\)\s*;")
 found, version = {}, None
+# The graphics interop headers (cudaGL.h, cudaEGL.h, cudaVDPAU.h; libcuda exports their entry
+# points too) include the graphics APIs' headers, which a CUDA toolkit does not ship: stand-ins
+# declare the few types their prototypes use.
+stubs = tempfile.mkdtemp()
+for path, text in {
+    "GL/gl.h": "typedef unsigned int GLuint; typedef unsigned int GLenum;",
+    "EGL/egl.h": "typedef void *EGLDisplay; typedef void *EGLSync; typedef int EGLint; typedef void *EGLImage;",
+    "EGL/eglext.h": "typedef void *EGLImageKHR; typedef void *EGLStreamKHR; typedef void *EGLSyncKHR;",
+    "vdpau/vdpau.h": "typedef unsigned int VdpDevice; typedef unsigned int VdpVideoSurface; "
+                     "typedef unsigned int VdpOutputSurface; typedef int VdpGetProcAddress(VdpDevice, unsigned int, void **);",
+}.items():
+    os.makedirs(os.path.dirname(f"{stubs}/{path}"), exist_ok=True)
+    open(f"{stubs}/{path}", "w").write(text + "\n")
+headers = ["cuda.h", "cudaGL.h", "cudaEGL.h", "cudaVDPAU.h"]
 for flags in modes.values():
-    text = subprocess.run(["gcc", "-E", "-P", *flags, "-I", inc, "-x", "c", f"{inc}/cuda.h"],
+  for header in headers:
+    text = subprocess.run(["gcc", "-E", "-P", *flags, "-D__CUDA_DEPRECATED=", "-I", inc, "-I", stubs, "-x", "c", f"{inc}/{header}"],
                           capture_output=True, text=True, check=True).stdout
     for name, params in proto.findall(text):
         out = []
@@ -73,7 +88,8 @@ for s in found:
     symbols[(base, pt)].append((v, s))
 # PFN typedefs: (base, per-thread) -> versions.
 pfn = defaultdict(list)
-typedefs = open(f"{inc}/cudaTypedefs.h").read() + open(f"{inc}/cudaProfilerTypedefs.h").read()
+typedefs = "".join(open(f"{inc}/{h}").read() for h in
+                   ["cudaTypedefs.h", "cudaProfilerTypedefs.h", "cudaGLTypedefs.h", "cudaEGLTypedefs.h", "cudaVDPAUTypedefs.h"])
 for base, ver, pt in re.findall(r"\bPFN_(cu\w+?)_v(\d+)(_ptds|_ptsz)?\)", typedefs):
     pfn[(base, bool(pt))].append(int(ver))
 since = {}
@@ -86,7 +102,7 @@ for key, syms in symbols.items():
         since[s] = v
 
 m = re.search(r"#define CUDA_VERSION (\d+)", open(f"{inc}/cuda.h").read())
-print(f"# cuda.h (and cudaProfiler.h) of CUDA_VERSION {m.group(1) if m else '?'}: {len(found)} driver API symbols (scripts/api-signatures.py)")
+print(f"# cuda.h, cudaProfiler.h and the interop headers (cudaGL.h, cudaEGL.h, cudaVDPAU.h) of CUDA_VERSION {m.group(1) if m else '?'}: {len(found)} driver API symbols (scripts/api-signatures.py)")
 for name in sorted(found):
     params = ", ".join(f"{t}|{n}" for t, n in found[name])
     print(f"{name}\t{since[name]}\t{params}")

@@ -94,8 +94,10 @@ impl CScalar {
             "unsigned char" | "uint8_t" => Self::U8,
             "short" | "short int" | "signed short" | "int16_t" => Self::I16,
             "unsigned short" | "unsigned short int" | "uint16_t" => Self::U16,
-            "int" | "signed" | "signed int" | "int32_t" | "CUdevice" => Self::I32,
+            "int" | "signed" | "signed int" | "int32_t" | "CUdevice" | "EGLint" => Self::I32,
             "unsigned int" | "unsigned" | "uint32_t" | "cuuint32_t" => Self::U32,
+            // The graphics APIs' object names (OpenGL, VDPAU): 32-bit integers.
+            "GLuint" | "GLenum" | "VdpDevice" | "VdpVideoSurface" | "VdpOutputSurface" => Self::U32,
             "long" | "long int" | "long long" | "long long int" | "int64_t" | "ssize_t" => Self::I64,
             "unsigned long"
             | "unsigned long int"
