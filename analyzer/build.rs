@@ -36,7 +36,6 @@ const REFUSALS: &[(&str, &str)] = &[
     ("logs", "Logs"),
     ("managed", "Managed"),
     ("vmm", "Vmm"),
-    ("hostfn", "HostFn"),
     ("pool", "Pool"),
     ("multigpu", "MultiGpu"),
     ("green", "Green"),

@@ -483,8 +483,6 @@ pub enum Refusal {
     Managed,
     /// The program's own virtual memory management and sparse arrays.
     Vmm,
-    /// Host functions and callbacks.
-    HostFn,
     /// Memory pools other than the device's default pool.
     Pool,
     /// Several devices (peer access, multi-device launches).
@@ -511,7 +509,6 @@ impl Refusal {
             Self::Logs => "driver logs and core dumps are the server's",
             Self::Managed => "this managed-memory function is not served yet",
             Self::Vmm => "the program's own virtual memory management is not served yet",
-            Self::HostFn => "host functions do not run on the client yet",
             Self::Pool => "only the device's default memory pool is served",
             Self::MultiGpu => "a session has one device",
             Self::Green => "green contexts are not served to clients",

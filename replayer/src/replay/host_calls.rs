@@ -30,6 +30,9 @@ pub struct HostCalls {
 
 struct Inner {
     sink: Sink,
+    /// Whether any host function was registered (the executor then reads the connection while
+    /// it executes, for the client's replies): one load for every message the executor reads.
+    used: std::sync::atomic::AtomicBool,
     state: Mutex<Calls>,
     changed: Condvar,
 }
@@ -51,9 +54,6 @@ struct Calls {
     /// Bytes of late reads attached to a host function (by the copy's seq), until its
     /// trampoline takes them.
     attached: std::collections::HashMap<u64, Vec<u8>>,
-    /// Whether any host function was registered (the executor then reads the connection
-    /// while it executes, for the client's replies).
-    used: bool,
 }
 
 /// What a trampoline is called with: its id and the results to send with its first call.
@@ -79,7 +79,14 @@ pub(crate) type LiveOutput = (u64, *const u8, usize);
 impl HostCalls {
     /// Host calls reported through `sink`.
     pub fn new(sink: Sink) -> Self {
-        HostCalls { inner: Arc::new(Inner { sink, state: Mutex::new(Calls::default()), changed: Condvar::new() }) }
+        HostCalls {
+            inner: Arc::new(Inner {
+                sink,
+                used: Default::default(),
+                state: Mutex::new(Calls::default()),
+                changed: Condvar::new(),
+            }),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Calls> {
@@ -88,7 +95,7 @@ impl HostCalls {
 
     /// Whether the session registered a host function: its replies may come at any time.
     pub fn used(&self) -> bool {
-        self.lock().used
+        self.inner.used.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The client reports host functions returned (or, without ids, parts of its late reads).
@@ -134,7 +141,7 @@ impl HostCalls {
         outputs: Vec<(u64, Vec<u8>)>,
         live: &[LiveOutput],
     ) -> (sys_fn::HostFn, *mut c_void) {
-        self.lock().used = true;
+        self.inner.used.store(true, std::sync::atomic::Ordering::Release);
         let live = live.iter().map(|&(seq, p, n)| (seq, p as usize, n)).collect();
         let t = Box::new(Tramp {
             inner: self.inner.clone(),
@@ -154,7 +161,7 @@ impl HostCalls {
     /// its pinned memory when the stream reaches it, and they land in `staging`, which the copy
     /// queued after it reads.
     pub(crate) fn late_read(&self, id: u64, staging: *mut u8, len: usize) -> (sys_fn::HostFn, *mut c_void) {
-        self.lock().used = true;
+        self.inner.used.store(true, std::sync::atomic::Ordering::Release);
         let into = Some((staging as usize, len));
         let t = Box::new(Tramp {
             inner: self.inner.clone(),
@@ -185,9 +192,17 @@ impl Drop for HostCalls {
     }
 }
 
-/// Whether records of `name` may register a host function.
-pub fn registers(name: &str) -> bool {
-    matches!(name, "cuLaunchHostFunc" | "cuStreamAddCallback" | "cuGraphAddHostNode" | "cuGraphAddNode")
+/// Whether `rec` may register a host function: by its function's id (the executor asks of
+/// every record of a segment until the session registers one).
+pub fn record_registers(rec: &gpuless_traces::CallRecord) -> bool {
+    static IDS: std::sync::OnceLock<Vec<gpuless_analyzer::api::ApiId>> = std::sync::OnceLock::new();
+    let ids = IDS.get_or_init(|| {
+        ["cuLaunchHostFunc", "cuStreamAddCallback", "cuGraphAddHostNode", "cuGraphAddNode"]
+            .iter()
+            .filter_map(|n| gpuless_analyzer::api::by_name(n).map(|f| f.id))
+            .collect()
+    });
+    rec.function.api().is_some_and(|f| ids.contains(&f.id))
 }
 
 /// The host function and user data that stand for the program's host function registered by
