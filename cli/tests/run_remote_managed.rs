@@ -30,3 +30,21 @@ fn managed_memory_is_coherent_at_launches_and_synchronizations() {
     let up = stats["bytes_up"].as_u64().unwrap();
     assert!(up < 256 << 10, "2 MiB allocated, one page written: {up} bytes went up");
 }
+
+#[test]
+fn device_mapped_and_pinned_memory_given_to_kernels_are_mirrored() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "mapped", &["-l:libcuda.so.1"]);
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = run_client(&srv, &prog);
+    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
+    assert!(ran.ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let has = |line: &str| assert!(stdout.lines().any(|l| l == line), "no `{line}` in:\n{stdout}\n{stderr}");
+    has("device pointer is the host pointer: 1");
+    has("after kernel: 0 2 30");
+    has("second round: 0 200 60");
+    has("plain pinned after kernel: 2 32");
+    has("plain pinned second round: 100 64");
+    has("done");
+    assert!(!stderr.contains("not supported"), "{stderr}");
+}

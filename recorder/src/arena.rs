@@ -11,7 +11,9 @@
 //!   at the next context/stream synchronization or when the arena would otherwise grow (so the
 //!   addresses do not depend on timing);
 //! - allocations on a capturing stream, on another device than the arena's, or when the arena
-//!   could not be reserved pass through to the driver and land outside the arena.
+//!   could not be reserved pass through to the driver and land outside the arena;
+//! - the program's own reservations (`cuMemAddressReserve`) are ranges of the arena it maps
+//!   its own memory into (`cuMemMap`, the driver's): fixed addresses too, answered by the driver.
 //!
 //! Differences from `cuMemAlloc` memory: no legacy IPC (`cuIpcGetMemHandle` fails), no peer
 //! access through `cuCtxEnablePeerAccess`, pool attributes do not apply to arena memory.
@@ -54,6 +56,10 @@ pub enum Op {
     PointerAttribute,
     PointerAttributes,
     PointerSetAttribute,
+    /// The program's own reservation (`cuMemAddressReserve`), placed in the arena.
+    AddressReserve,
+    /// `cuMemAddressFree` of such a reservation.
+    AddressFree,
     CtxSync,
     StreamSync,
 }
@@ -77,6 +83,8 @@ pub fn op(id: api::ApiId) -> Option<Op> {
                 "cuPointerGetAttribute" => Some(Op::PointerAttribute),
                 "cuPointerGetAttributes" => Some(Op::PointerAttributes),
                 "cuPointerSetAttribute" => Some(Op::PointerSetAttribute),
+                "cuMemAddressReserve" => Some(Op::AddressReserve),
+                "cuMemAddressFree" => Some(Op::AddressFree),
                 "cuCtxSynchronize" => Some(Op::CtxSync),
                 "cuStreamSynchronize" => Some(Op::StreamSync),
                 _ => None,
@@ -127,6 +135,48 @@ fn in_arena(ptr: u64) -> bool {
 /// Whether `ptr` lies in the arena's reserved range.
 pub fn contains(ptr: u64) -> bool {
     in_arena(ptr)
+}
+
+/// The program's own reservation (`cuMemAddressReserve`) containing `ptr`: (address, length).
+/// Its memory is the program's (`cuMemMap`): the driver answers for it, not the arena.
+pub fn reservation(ptr: u64) -> Option<(u64, u64)> {
+    if !in_arena(ptr) {
+        return None;
+    }
+    ARENA.lock().ok()?.as_ref()?.layout.reservation(ptr)
+}
+
+/// Arena memory the arena answers for: inside the range, outside the program's reservations.
+fn arena_owned(ptr: u64) -> bool {
+    in_arena(ptr) && reservation(ptr).is_none()
+}
+
+/// `cuMemAddressReserve(ptr*, size, alignment, addr, flags)`: the program's reservation is a
+/// range of the arena (its `addr` a hint honoured when that range is free), so its addresses
+/// are as fixed as the arena's allocations, in a recording, at replay and for a client.
+unsafe fn address_reserve(out: u64, size: u64, align: u64, hint: u64) -> Option<u32> {
+    if out == 0 {
+        return None; // the driver's own error
+    }
+    let mut guard = ARENA.lock().ok()?;
+    let a = guard.as_mut()?;
+    if size == 0 || size % CHUNK != 0 || (align != 0 && (!align.is_power_of_two() || align % CHUNK != 0)) {
+        return Some(INVALID_VALUE);
+    }
+    let Some(addr) = a.layout.reserve(size, align, hint) else { return Some(OUT_OF_MEMORY) };
+    // SAFETY: the program's out-pointer.
+    unsafe { *(out as *mut u64) = addr };
+    Some(SUCCESS)
+}
+
+/// `cuMemAddressFree(ptr, size)` of a reservation in the arena.
+unsafe fn address_free(ptr: u64, size: u64) -> Option<u32> {
+    if !in_arena(ptr) {
+        return None;
+    }
+    let mut guard = ARENA.lock().ok()?;
+    let a = guard.as_mut()?;
+    Some(if a.layout.unreserve(ptr, size) { SUCCESS } else { INVALID_VALUE })
 }
 
 /// The live arena allocation holding `ptr`: (base, size); `None` outside every one.
@@ -206,6 +256,8 @@ pub unsafe fn before(op: Op, raw: &[u64], per_thread: bool) -> Option<u32> {
             Op::AddressRange => address_range(arg(0), arg(1), arg(2)),
             Op::PointerAttribute => pointer_attribute(arg(0), arg(1), arg(2)),
             Op::PointerSetAttribute => set_pointer_attribute(arg(0), arg(1), arg(2)),
+            Op::AddressReserve => address_reserve(arg(0), arg(1), arg(2), arg(3)),
+            Op::AddressFree => address_free(arg(0), arg(1)),
             Op::PointerAttributes | Op::CtxSync | Op::StreamSync => None,
         }
     }
@@ -529,7 +581,7 @@ fn lookup(ptr: u64) -> Option<Option<Found>> {
 }
 
 unsafe fn address_range(pbase: u64, psize: u64, ptr: u64) -> Option<u32> {
-    if !in_arena(ptr) {
+    if !arena_owned(ptr) {
         return None;
     }
     let Some(Found { base, size, .. }) = lookup(ptr)? else { return Some(NOT_FOUND) };
@@ -586,7 +638,7 @@ const ATTR_HW_DECOMPRESS: u64 = 21;
 /// refuses every other attribute on device memory with `CUDA_ERROR_INVALID_VALUE`, and so
 /// does the arena.
 unsafe fn set_pointer_attribute(value: u64, attr: u64, ptr: u64) -> Option<u32> {
-    if !in_arena(ptr) {
+    if !arena_owned(ptr) {
         return None;
     }
     let mut guard = ARENA.lock().ok()?;
@@ -604,7 +656,7 @@ unsafe fn set_pointer_attribute(value: u64, attr: u64, ptr: u64) -> Option<u32> 
 }
 
 unsafe fn pointer_attribute(data: u64, attr: u64, ptr: u64) -> Option<u32> {
-    if !in_arena(ptr) || data == 0 {
+    if !arena_owned(ptr) || data == 0 {
         return None;
     }
     let Some(found) = lookup(ptr)? else { return Some(INVALID_VALUE) };
@@ -613,7 +665,7 @@ unsafe fn pointer_attribute(data: u64, attr: u64, ptr: u64) -> Option<u32> {
 }
 
 unsafe fn pointer_attributes(count: u64, attrs: u64, data: u64, ptr: u64) {
-    if !in_arena(ptr) || attrs == 0 || data == 0 {
+    if !arena_owned(ptr) || attrs == 0 || data == 0 {
         return;
     }
     let Some(Some(found)) = lookup(ptr) else { return };

@@ -144,6 +144,9 @@ pub struct Layout {
     /// Empty shared chunks still mapped, oldest first.
     empty: VecDeque<u64>,
     live_bytes: u64,
+    /// The program's own reservations (`cuMemAddressReserve`): address → length. Never
+    /// mapped by the arena: the program maps its own memory there.
+    reserved: BTreeMap<u64, u64>,
 }
 
 impl Layout {
@@ -163,6 +166,7 @@ impl Layout {
             live: BTreeMap::new(),
             empty: VecDeque::new(),
             live_bytes: 0,
+            reserved: BTreeMap::new(),
         }
     }
 
@@ -295,6 +299,57 @@ impl Layout {
     pub fn trim(&mut self) -> Vec<(u64, u64)> {
         let empty: Vec<u64> = self.empty.drain(..).collect();
         empty.into_iter().map(|c| self.drop_chunk(c)).collect()
+    }
+
+    /// Places a reservation of the program's own (`cuMemAddressReserve`): `size` bytes (a
+    /// multiple of [`CHUNK`]) aligned to `align` (at least [`CHUNK`]), at `hint` when that
+    /// range is free (the driver's `addr` argument is a hint too). `None`: the size is not a
+    /// multiple of the chunk, the alignment not a power of two, or no range is left.
+    pub fn reserve(&mut self, size: u64, align: u64, hint: u64) -> Option<u64> {
+        let align = align.max(CHUNK);
+        if size == 0 || size % CHUNK != 0 || !align.is_power_of_two() {
+            return None;
+        }
+        let end = |a: u64| a.checked_add(size);
+        let fits = |start: u64, len: u64, at: u64| at >= start && end(at).is_some_and(|e| e <= start + len);
+        let at = if hint != 0 && hint % CHUNK == 0 {
+            self.free.range(..=hint).next_back().filter(|&(&s, &l)| fits(s, l, hint)).map(|_| hint)
+        } else {
+            None
+        };
+        let at = at.or_else(|| {
+            self.free.iter().find_map(|(&s, &l)| {
+                let a = s.checked_next_multiple_of(align)?;
+                fits(s, l, a).then_some(a)
+            })
+        })?;
+        let (&start, &len) = self.free.range(..=at).next_back()?;
+        self.free.remove(&start);
+        if at > start {
+            self.free.insert(start, at - start);
+        }
+        if start + len > at + size {
+            self.free.insert(at + size, start + len - at - size);
+        }
+        self.reserved.insert(at, size);
+        Some(at)
+    }
+
+    /// Frees the program's reservation at `addr` of `size` bytes (exactly as reserved);
+    /// false if there is none.
+    pub fn unreserve(&mut self, addr: u64, size: u64) -> bool {
+        if self.reserved.get(&addr) != Some(&size) {
+            return false;
+        }
+        self.reserved.remove(&addr);
+        self.give_range(addr, size);
+        true
+    }
+
+    /// The program's reservation containing `ptr`: (address, length).
+    pub fn reservation(&self, ptr: u64) -> Option<(u64, u64)> {
+        let (&a, &l) = self.reserved.range(..=ptr).next_back()?;
+        (ptr < a + l).then_some((a, l))
     }
 
     /// Live allocations in address order: (address, requested size).

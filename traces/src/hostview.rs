@@ -25,7 +25,13 @@ pub const HOST_VIEW: &str = "gpulessHostView";
 /// the record's sequence number: `[u64 address, u32 length, bytes]…` of every changed block.
 pub const HOST_PULL: &str = "gpulessHostPull";
 
+/// Client mode's pinned memory the device uses (plain pinned memory a kernel is given, memory
+/// registered or asked a device pointer for): `(DevPtr(address), Size(len))`. From here on it
+/// is shared as managed memory is — the executor backs the range with device memory (zeroed;
+/// what the host holds follows as [`HOST_MEMORY`] records) and pulls answer for it too.
+pub const HOST_MIRROR: &str = "gpulessHostMirror";
+
 /// Whether `name` is one of the recorder's own records of this module.
 pub fn is_hostview(name: &str) -> bool {
-    name == HOST_MEMORY || name == HOST_VIEW || name == HOST_PULL
+    name == HOST_MEMORY || name == HOST_VIEW || name == HOST_PULL || name == HOST_MIRROR
 }

@@ -147,7 +147,7 @@ fn device(p: u64, len: u64) -> Option<u32> {
     let end = p.checked_add(len)?;
     let inside = match arena::allocation(p) {
         Some((base, size)) => end <= base + size,
-        None => modules::in_globals(p) || host::is_pinned(p),
+        None => modules::in_globals(p) || host::is_pinned(p) || super::vmm::mapped(p, len),
     };
     (!inside || p == 0).then_some(INVALID_VALUE)
 }

@@ -1,12 +1,17 @@
 //! Host memory in client mode, and what pointer queries answer about any address.
 //!
-//! Pinned host memory (`cuMemAllocHost`, `cuMemHostAlloc`, `cuMemHostRegister`) is ordinary
-//! memory of this process, kept in a registry so that pointer queries answer for it as the
-//! driver does. Memory the program maps for the device (`DEVICEMAP`; with unified addressing
-//! every `cudaHostAlloc` asks for it) is allocated too: the policy is that the device never
-//! reads it directly — it is not mirrored to the server — and a launch whose arguments point
-//! into it is refused with a line naming the call ([`args_reach_mapped`]); copies from and to
-//! it work as for any host memory.
+//! Pinned host memory (`cuMemAllocHost`, `cuMemHostAlloc`, `cuMemHostRegister`) is kept in a
+//! registry so that pointer queries answer for it as the driver does.
+//! - Memory allocated for the device (`cuMemHostAlloc` with `DEVICEMAP`; with unified
+//!   addressing every `cudaHostAlloc` asks for it) is mirrored: an arena address, host pages of
+//!   this process there, device memory at the same address on the server, kept coherent as
+//!   managed memory is (`shared.rs`: host writes go before the next submission, device writes
+//!   come back at waits). Its device address is its host address, so pointers to it work
+//!   anywhere, in structs too.
+//! - Other pinned memory (`cuMemAllocHost`, `cuMemHostAlloc` without `DEVICEMAP`, registered
+//!   memory) is ordinary memory of this process, cheap staging for copies. The device never
+//!   reads it directly: a launch whose arguments point into it is refused with a line naming
+//!   the call ([`args_reach_unmirrored`]).
 //!
 //! Pointer queries: arena memory is device memory (what only the server's driver knows — the
 //! mapping's size, handle types, access flags — is asked of it); pinned memory answers from the
@@ -33,16 +38,24 @@ struct Pinned {
     flags: u64,
     /// Allocated here (freed with `cuMemFreeHost`), or the program's memory registered.
     ours: bool,
+    /// Mirrored on the server (an arena address, `shared.rs`).
+    mirrored: bool,
     id: u64,
 }
 
 static PINNED: Mutex<BTreeMap<u64, Pinned>> = Mutex::new(BTreeMap::new());
-/// How many device-mapped allocations the registry holds.
+/// Bounds of every unmirrored allocation there has been: `[LOW, HIGH)` (never narrowed).
+static LOW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64::MAX);
+static HIGH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// How many unmirrored allocations the registry holds.
 static MAPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Adds an allocation to the registry (counting the device-mapped ones).
+/// Adds an allocation to the registry (counting the ones the device may use unmirrored, and
+/// widening the bounds a launch's words are tested against before any lookup).
 fn keep(start: u64, a: Pinned) {
-    if a.flags & DEVICEMAP != 0 {
+    if !a.mirrored {
+        LOW.fetch_min(start, std::sync::atomic::Ordering::Relaxed);
+        HIGH.fetch_max(start.saturating_add(a.len), std::sync::atomic::Ordering::Relaxed);
         MAPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     if let Some(old) = registry().insert(start, a) {
@@ -58,7 +71,7 @@ fn drop_at(start: u64) -> Option<Pinned> {
 }
 
 fn forget_one(a: &Pinned) {
-    if a.flags & DEVICEMAP != 0 {
+    if !a.mirrored {
         MAPPED.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
@@ -90,37 +103,74 @@ pub(crate) unsafe fn memory(f: &ApiFunction, raw: &[u64]) -> Step {
             }
             let len = w(1).max(1);
             let flags = if f.name == "cuMemHostAlloc" { w(2) } else { 0 };
-            let mut p: *mut libc::c_void = std::ptr::null_mut();
-            // SAFETY: a valid out-pointer; page-aligned as pinned memory is.
-            if unsafe { libc::posix_memalign(&mut p, 4096, len as usize) } != 0 {
+            // SAFETY: the program's out-pointer (checked non-null) and size.
+            let mirrored =
+                if flags & DEVICEMAP != 0 { unsafe { super::shared::alloc_mirrored(w(0), len) } } else { None };
+            if let Some(st) = mirrored {
+                if st == SUCCESS {
+                    // SAFETY: written just now.
+                    let p = unsafe { *(w(0) as *const u64) };
+                    keep(p, Pinned { len, flags, ours: true, mirrored: true, id: id() });
+                }
+                return Step::Done(st);
+            }
+            // Pages of its own (mirroring it later protects whole pages: `promote`).
+            // SAFETY: an anonymous private mapping.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
                 return Step::Done(OUT_OF_MEMORY);
             }
-            keep(p as u64, Pinned { len, flags, ours: true, id: id() });
+            keep(p as u64, Pinned { len, flags, ours: true, mirrored: false, id: id() });
             // SAFETY: the program's out-pointer, checked non-null.
             unsafe { *(w(0) as *mut u64) = p as u64 };
             Step::Done(SUCCESS)
         }
         "cuMemFreeHost" => {
-            if !registry().get(&w(0)).is_some_and(|a| a.ours) {
+            let Some(a) = registry().get(&w(0)).copied().filter(|a| a.ours) else {
                 return Step::Done(INVALID_VALUE);
-            }
+            };
             drop_at(w(0));
-            // SAFETY: memory this module allocated.
-            unsafe { libc::free(w(0) as *mut libc::c_void) };
+            if a.mirrored && arena::contains(w(0)) {
+                super::shared::free_mirrored(w(0));
+            } else {
+                if a.mirrored {
+                    super::shared::remove(w(0));
+                }
+                // SAFETY: pages this module mapped.
+                unsafe { libc::munmap(w(0) as *mut libc::c_void, a.len as usize) };
+            }
             Step::Done(SUCCESS)
         }
         "cuMemHostRegister" => {
             if w(0) == 0 || w(1) == 0 {
                 return Step::Done(INVALID_VALUE);
             }
-            keep(w(0), Pinned { len: w(1), flags: w(2), ours: false, id: id() });
+            keep(w(0), Pinned { len: w(1), flags: w(2), ours: false, mirrored: false, id: id() });
+            // Registered for the device: shared with the server from now on.
+            if w(2) & DEVICEMAP != 0 && !promote(w(0)) {
+                drop_at(w(0));
+                return Step::Done(OUT_OF_MEMORY);
+            }
             Step::Done(SUCCESS)
         }
         "cuMemHostUnregister" => {
-            if registry().get(&w(0)).is_none_or(|a| a.ours) {
+            let Some(a) = registry().get(&w(0)).copied().filter(|a| !a.ours) else {
                 return Step::Done(713); // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
-            }
+            };
             drop_at(w(0));
+            if a.mirrored {
+                // The program's pages, writable again.
+                super::shared::remove(w(0));
+            }
             Step::Done(SUCCESS)
         }
         _ => Step::Done(SUCCESS),
@@ -137,25 +187,69 @@ pub(crate) fn is_pinned(p: u64) -> bool {
     find(p).is_some()
 }
 
-/// Whether a launch's captured arguments hold an address inside host memory mapped for the
-/// device (8-byte-aligned words of its parameter bytes).
-pub(crate) fn args_reach_mapped(args: &[Value]) -> bool {
-    // Every launch asks: without device-mapped memory, no lock and no scan.
+/// Whether `p` lies in pinned memory mirrored on the server.
+pub(crate) fn is_mirrored(p: u64) -> bool {
+    find(p).is_some_and(|(_, a)| a.mirrored)
+}
+
+/// Mirrors every unmirrored pinned allocation a launch's captured arguments point into
+/// (8-byte-aligned words of its parameter bytes): with unified addressing the device reads
+/// pinned memory directly, so from the first launch given a pointer into it, it is shared with
+/// the server as managed memory is ([`promote`]). `false` if one could not be mirrored.
+pub(crate) fn mirror_reached(args: &[Value]) -> bool {
+    // Every launch asks: without such memory, no lock and no scan.
     if MAPPED.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        return true;
+    }
+    // Device addresses and scalars fall outside the bounds: the lock and the lookups are for
+    // words that may point into such memory only.
+    let (lo, hi) = (LOW.load(std::sync::atomic::Ordering::Relaxed), HIGH.load(std::sync::atomic::Ordering::Relaxed));
+    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
+    let near = |v: &u64| *v >= lo && *v < hi;
+    let mut starts = Vec::new();
+    for v in args {
+        let b = match v {
+            Value::KernelParams(kp) => &kp.bytes[..],
+            Value::Bytes(b) => &b[..],
+            _ => continue,
+        };
+        if !b.chunks_exact(8).map(word).any(|v| near(&v)) {
+            continue;
+        }
+        let g = registry();
+        for v in b.chunks_exact(8).map(word).filter(near) {
+            if let Some((&s, _)) =
+                g.range(..=v).next_back().filter(|(&s, a)| !a.mirrored && v < s.saturating_add(a.len))
+            {
+                starts.push(s);
+            }
+        }
+    }
+    starts.dedup();
+    starts.into_iter().all(promote)
+}
+
+/// [`promote`] of the pinned allocation holding `p`.
+pub(crate) fn promote_containing(p: u64) -> bool {
+    find(p).is_some_and(|(start, _)| promote(start))
+}
+
+/// Shares the pinned allocation at `start` with the server from now on: its pages are
+/// tracked as managed memory's are (`shared::adopt`) and the executor backs the range with
+/// device memory at the same address (`gpulessHostMirror`). `false` if that is not possible.
+pub(crate) fn promote(start: u64) -> bool {
+    let Some(a) = registry().get(&start).copied() else { return false };
+    if a.mirrored {
+        return true;
+    }
+    if !super::shared::adopt(start, a.len) {
         return false;
     }
-    let g = registry();
-    let hit = |b: &[u8]| {
-        b.chunks_exact(8).any(|c| {
-            let v = u64::from_le_bytes(c.try_into().unwrap_or([0; 8]));
-            g.range(..=v).next_back().is_some_and(|(&s, a)| a.flags & DEVICEMAP != 0 && v < s.saturating_add(a.len))
-        })
-    };
-    args.iter().any(|v| match v {
-        Value::KernelParams(kp) => hit(&kp.bytes),
-        Value::Bytes(b) => hit(b),
-        _ => false,
-    })
+    if let Some(e) = registry().get_mut(&start) {
+        e.mirrored = true;
+    }
+    MAPPED.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    super::session::mirror_host(start, a.len)
 }
 
 /// Bytes the driver writes for pointer attribute `attr`.
@@ -170,7 +264,8 @@ pub(crate) fn attribute_size(attr: u64) -> usize {
 /// One attribute of `p` as the client knows it: `Some(Ok(value))`, `Some(Err(status))`, or
 /// `None` when only the server's driver knows (arena memory's mapping facts).
 fn attribute(attr: u64, p: u64) -> Option<Result<u64, u32>> {
-    if arena::contains(p) {
+    // Mirrored pinned memory lies in the arena but is host memory to the program.
+    if arena::contains(p) && !find(p).is_some_and(|(_, a)| a.mirrored) {
         return match attr {
             2 => Some(Ok(u64::from(gpuless_analyzer::api::structs::MEMORYTYPE_DEVICE))),
             3 => Some(Ok(p)),

@@ -63,8 +63,10 @@ static CAPTURED: LazyLock<Mutex<std::collections::HashSet<u64>>> = LazyLock::new
 /// Per capturing stream, the host function captured last (its id): late reads captured after
 /// it are read when it returned, at every launch.
 static LAST_CAPTURED: LazyLock<Mutex<HashMap<u64, u64>>> = LazyLock::new(Default::default);
-/// Late reads attached to a host function (its id → (copy seq, source, length)).
-static ATTACHED: LazyLock<Mutex<HashMap<u64, Vec<(u64, u64, u64)>>>> = LazyLock::new(Default::default);
+/// A late read: (copy seq, source, length).
+type LateRead = (u64, u64, u64);
+/// Late reads attached to a host function (its id → its late reads).
+static ATTACHED: LazyLock<Mutex<HashMap<u64, Vec<LateRead>>>> = LazyLock::new(Default::default);
 /// Graph host nodes (the program's node handles): a memcpy node that depends on one reads its
 /// host source at every launch.
 static HOST_NODES: LazyLock<Mutex<std::collections::HashSet<u64>>> = LazyLock::new(Default::default);
@@ -246,7 +248,7 @@ fn run(c: &HostCall) -> Vec<(u64, Vec<u8>)> {
             unsafe { t.deliver(*seq, bytes) };
         }
     }
-    let regs: Vec<(u64, Registration, Vec<(u64, u64, u64)>)> = {
+    let regs: Vec<(u64, Registration, Vec<LateRead>)> = {
         let attached = ATTACHED.lock().unwrap_or_else(|e| e.into_inner());
         let mut g = REGISTERED.lock().unwrap_or_else(|e| e.into_inner());
         let mut w = WAITING.lock().unwrap_or_else(|e| e.into_inner());

@@ -35,6 +35,7 @@ mod ptx;
 mod session;
 mod shared;
 mod tables;
+mod vmm;
 mod waits;
 
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -48,6 +48,8 @@ static DIRTY: AtomicU64 = AtomicU64::new(0);
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 /// Host pages mapped, with how many allocations share each.
 static PAGES: LazyLock<Mutex<HashMap<u64, u32>>> = LazyLock::new(Default::default);
+/// Pages of the program's own (`adopt`): made writable again when released, never unmapped.
+static ADOPTED: LazyLock<Mutex<std::collections::HashSet<u64>>> = LazyLock::new(Default::default);
 /// The handler that had SIGSEGV before ours.
 static mut PREVIOUS: Option<libc::sigaction> = None;
 static INSTALLED: AtomicBool = AtomicBool::new(false);
@@ -95,26 +97,50 @@ pub(crate) unsafe fn alloc_managed(raw: &[u64]) -> super::local::Step {
     if w(0) == 0 || w(1) == 0 || !matches!(w(2), 1 | 2) {
         return Step::Done(1);
     }
-    // SAFETY: the program's out-pointer and size, as for cuMemAlloc.
-    let st = unsafe { crate::arena::before(crate::arena::Op::Alloc, &[w(0), w(1)], false) };
-    match st {
-        Some(0) => {}
-        Some(st) => return Step::Done(st),
-        None => return Step::Done(2),
+    // SAFETY: the program's out-pointer and size.
+    Step::Done(unsafe { place(w(0), w(1), "cuMemAllocManaged") }.unwrap_or(2))
+}
+
+/// Memory shared with the device at an arena address, written to `out`: the arena's
+/// allocation with host pages mapped there. `None` when there is no arena.
+///
+/// # Safety
+/// `out` is the program's out-pointer for the address (non-null).
+unsafe fn place(out: u64, len: u64, what: &str) -> Option<u32> {
+    // SAFETY: the caller's out-pointer and size, as for cuMemAlloc.
+    match unsafe { crate::arena::before(crate::arena::Op::Alloc, &[out, len], false) }? {
+        0 => {}
+        st => return Some(st),
     }
     // SAFETY: written by the arena just now.
-    let addr = unsafe { *(w(0) as *const u64) };
-    if !add(addr, w(1)) {
+    let addr = unsafe { *(out as *const u64) };
+    if !add(addr, len) {
         eprintln!(
-            "gpuless: cuMemAllocManaged: the {} bytes at {addr:#x} cannot be mapped in this process (taken, or more \
-             than {SLOTS} managed allocations): CUDA_ERROR_OUT_OF_MEMORY",
-            w(1)
+            "gpuless: {what}: the {len} bytes at {addr:#x} cannot be mapped in this process (taken, or more than \
+             {SLOTS} shared allocations): CUDA_ERROR_OUT_OF_MEMORY"
         );
         // SAFETY: the arena allocation just made.
         unsafe { crate::arena::before(crate::arena::Op::Free, &[addr], false) };
-        return Step::Done(2);
+        return Some(2);
     }
-    Step::Done(0)
+    Some(0)
+}
+
+/// `cuMemHostAlloc` with `DEVICEMAP`: mirrored as managed memory is, at an arena address
+/// (`host.rs`). `None` when there is no arena (the caller allocates plain memory).
+///
+/// # Safety
+/// `out` is the program's out-pointer for the address (non-null).
+pub(crate) unsafe fn alloc_mirrored(out: u64, len: u64) -> Option<u32> {
+    // SAFETY: forwarded.
+    unsafe { place(out, len, "cuMemHostAlloc") }
+}
+
+/// `cuMemFreeHost` of mirrored memory: its pages and its arena range go.
+pub(crate) fn free_mirrored(addr: u64) {
+    remove(addr);
+    // SAFETY: the arena allocation `alloc_mirrored` made.
+    unsafe { crate::arena::before(crate::arena::Op::Free, &[addr], false) };
 }
 
 /// What the program advised and prefetched for a managed allocation (the server's memory is
@@ -277,8 +303,29 @@ pub(crate) fn add(addr: u64, len: u64) -> bool {
             *g.entry(first + k * PAGE).or_insert(0) += 1;
         }
     }
+    if take_slot(addr, len, pages, false) {
+        return true;
+    }
+    release_pages(first, end);
+    false
+}
+
+/// Gives `[addr, addr + len)` (of `pages` pages from its first) a slot; every page dirty when
+/// `all_dirty` (its bytes go before the next record).
+fn take_slot(addr: u64, len: u64, pages: u64, all_dirty: bool) -> bool {
     let words = pages.div_ceil(64) as usize;
-    let bits: &'static [AtomicU64] = Box::leak((0..words).map(|_| AtomicU64::new(0)).collect());
+    let fill = |w: usize| {
+        if !all_dirty {
+            return 0;
+        }
+        let left = pages - (w as u64) * 64;
+        if left >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << left) - 1
+        }
+    };
+    let bits: &'static [AtomicU64] = Box::leak((0..words).map(|w| AtomicU64::new(fill(w))).collect());
     for (i, s) in TABLE.iter().enumerate() {
         if s.len.load(Ordering::Acquire) == 0
             && s.bits.compare_exchange(0, bits.as_ptr() as u64, Ordering::AcqRel, Ordering::Acquire).is_ok()
@@ -287,11 +334,39 @@ pub(crate) fn add(addr: u64, len: u64) -> bool {
             s.len.store(len.max(1), Ordering::Release);
             USED.fetch_max(i + 1, Ordering::AcqRel);
             LIVE.fetch_add(1, Ordering::Relaxed);
+            if all_dirty {
+                DIRTY.fetch_add(pages, Ordering::AcqRel);
+            }
             return true;
         }
     }
-    release_pages(first, end);
     false
+}
+
+/// Pinned memory the program already holds (`host.rs`: plain pinned memory a kernel is given,
+/// or memory registered for the device) becomes shared as managed memory is, at its own
+/// address: its pages stay, read-only from now on, and every one of them is dirty (what they
+/// hold goes to the server before the next record). `false` when no slot is free.
+pub(crate) fn adopt(addr: u64, len: u64) -> bool {
+    install();
+    let (first, end) = (page_of(addr), page_end(addr + len.max(1)));
+    let pages = (end - first) / PAGE;
+    {
+        let mut g = PAGES.lock().unwrap_or_else(|e| e.into_inner());
+        let mut adopted = ADOPTED.lock().unwrap_or_else(|e| e.into_inner());
+        for k in 0..pages {
+            let p = first + k * PAGE;
+            *g.entry(p).or_insert(0) += 1;
+            adopted.insert(p);
+        }
+    }
+    if !take_slot(addr, len, pages, true) {
+        release_pages(first, end);
+        return false;
+    }
+    // SAFETY: the program's pages (the caller's allocation); a write now faults and marks.
+    unsafe { libc::mprotect(first as *mut libc::c_void, (end - first) as usize, libc::PROT_READ) };
+    true
 }
 
 /// Forgets the managed allocation at `addr` and unmaps its pages no other one shares.
@@ -322,8 +397,14 @@ fn release_pages(first: u64, end: u64) {
     }
 }
 
-/// Gives a page back: to the arena's reservation inside it, to the system elsewhere.
+/// Gives a page back: to the program when it was its own, to the arena's reservation inside
+/// it, to the system elsewhere.
 fn unmap(p: u64) {
+    if ADOPTED.lock().unwrap_or_else(|e| e.into_inner()).remove(&p) {
+        // SAFETY: the program's page, read-only while shared.
+        unsafe { libc::mprotect(p as *mut libc::c_void, PAGE as usize, libc::PROT_READ | libc::PROT_WRITE) };
+        return;
+    }
     // SAFETY: a page this module mapped that no allocation uses any more.
     unsafe {
         if crate::arena::contains(p) {

@@ -130,9 +130,9 @@ int main(void) {
   check(capture_info(s, &status, 0), "cuStreamGetCaptureInfo");
   printf("capture_status %d\n", status);
 
-  /* A launch whose argument points into host memory mapped for the device: refused, since
-   * that memory is not mirrored to the server; one pointing into pinned memory that is not
-   * mapped (an ordinary host address for the kernel) is the program's business. */
+  /* Launches whose argument points into host memory mapped for the device, or into plain
+   * pinned memory, run: the one is mirrored on the server from its allocation, the other from
+   * this launch on (with unified addressing the device reads pinned memory directly). */
   void *mod, *f;
   check(load(&mod, ptx), "cuModuleLoadData");
   check(get_fn(&f, mod, "scale"), "cuModuleGetFunction");
@@ -141,6 +141,8 @@ int main(void) {
   unsigned long long arg = (uintptr_t)mapped + 64;
   void *args[] = {&arg, &k, &n};
   printf("launch_mapped %d\n", launch(f, 1, 1, 1, 32, 1, 1, 0, 0, args, 0));
+  arg = (uintptr_t)pinned + 64;
+  printf("launch_pinned %d\n", launch(f, 1, 1, 1, 32, 1, 1, 0, 0, args, 0));
   arg = d;
   printf("launch_device %d\n", launch(f, 1, 1, 1, 32, 1, 1, 0, 0, args, 0));
   /* 2D copies with host sides given as unified addresses: 4 rows of 48 bytes from a host

@@ -143,16 +143,27 @@ CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr
   if (m == MAP_FAILED || (CUdeviceptr)m != addr) { if (m != MAP_FAILED) munmap(m, n); *p = 0x100000000000ull; return 0; }
   *p = (addr == 0x640000000000ull && !reserved) ? addr : 0x100000000000ull; reserved = 1; return 0; }
 CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { (void)p; (void)n; return 0; }
+/* Physical allocations: handle k + 1 has size sizes[k] (0 once released). */
+static size_t sizes[256];
+static int nsizes;
 CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f) {
-  (void)prop; (void)f; *h = n; return 0; }
-CUresult cuMemRelease(unsigned long long h) { (void)h; return 0; }
+  (void)prop; (void)f;
+  if (nsizes == (int)(sizeof sizes / sizeof sizes[0])) return 2;
+  sizes[nsizes++] = n; *h = (unsigned long long)nsizes; return 0; }
+static size_t handle_size(unsigned long long h) { return h >= 1 && h <= (unsigned long long)nsizes ? sizes[h - 1] : 0; }
+CUresult cuMemRelease(unsigned long long h) { if (!handle_size(h)) return 400; sizes[h - 1] = 0; return 0; }
+/* 2 MiB granules; a handle's properties: pinned device memory on device 0. */
+CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) { (void)prop; (void)option; *g = 2 << 20; return 0; }
+CUresult cuMemGetAllocationPropertiesFromHandle(int *prop, unsigned long long h) {
+  (void)h; memset(prop, 0, 32); prop[0] = 1; prop[2] = 1; return 0; }
 static int pool_token;
 CUresult cuDeviceGetMemPool(void **pool, int dev) { (void)dev; *pool = &pool_token; return 0; }
 /* Like the real driver, a range mapped already cannot be mapped again until it is unmapped. */
 static struct { CUdeviceptr p; size_t n; } maps[256];
 static int nmaps;
 CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, unsigned long long h, unsigned long long f) {
-  (void)off; (void)h; (void)f;
+  (void)f;
+  if (off + n > handle_size(h)) return 1;
   if (p < 0x640000000000ull || p + n > 0x640000000000ull + sizeof heap) return 2;
   for (int i = 0; i < nmaps; i++)
     if (p < maps[i].p + maps[i].n && maps[i].p < p + n) return 1;

@@ -173,12 +173,21 @@ pub(crate) fn call(
                 }
             }
             "cuMemHostAlloc" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {
-                st.mem.alloc_shared(c.out_word("pp")?, c.word("bytesize")?, seq)?;
+                let (addr, len) = (c.out_word("pp")?, c.word("bytesize")?);
+                let live = st.mem.alloc_shared(addr, len, seq)?;
+                if report.outputs.is_some() {
+                    // A client's mirrored pinned memory: coherent as managed memory is.
+                    check(sys::cuMemsetD8_v2(live, 0, len as usize), seq, f.name)?;
+                    st.managed.add(addr, len);
+                }
             }
             "cuMemHostRegister" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {
                 st.mem.alloc_shared(c.word("p")?, c.word("bytesize")?, seq)?;
             }
-            "cuMemFreeHost" | "cuMemHostUnregister" if st.mem.find(c.word("p")?).is_some() => st.mem.free(c.word("p")?),
+            "cuMemFreeHost" | "cuMemHostUnregister" if st.mem.find(c.word("p")?).is_some() => {
+                st.managed.remove(c.word("p")?);
+                st.mem.free(c.word("p")?)
+            }
             // While a body is captured into a graph, a synchronous copy becomes a copy on the
             // capturing stream (the graph's end is the wait), from pinned memory.
             "cuMemcpyHtoD" if st.stream_override.is_some_and(capturing) => {
@@ -490,6 +499,7 @@ pub(crate) fn call(
                 if !exec_graph::call(st, trace, &c, report)?
                     && !exec_array::call(st, trace, &c, report)?
                     && !exec_ops::call(st, trace, &c)?
+                    && !super::vmm::call(st, &c)?
                 {
                     return match f.disposition {
                         Disposition::Refused(r) => not_executed(&c, r, report),

@@ -16,6 +16,14 @@ pub const EXECUTED: &[&str] = &[
     "cuMemFreeAsync",
     "cuMemPoolSetAttribute",
     "cuMemPoolTrimTo",
+    // the program's own virtual memory (vmm.rs)
+    "cuMemAddressReserve",
+    "cuMemAddressFree",
+    "cuMemCreate",
+    "cuMemRelease",
+    "cuMemMap",
+    "cuMemUnmap",
+    "cuMemSetAccess",
     // copies and sets
     "cuMemcpy",
     "cuMemcpyAsync",
@@ -159,6 +167,7 @@ pub const ANSWERED: &[&str] = &[
     "cuModuleGetLoadingMode",
     "cuMemGetInfo",
     "cuMemPoolGetAttribute",
+    "cuMemGetAccess",
     "cuStreamQuery",
     "cuEventQuery",
     "cuEventElapsedTime",

@@ -4,7 +4,7 @@
 //! and verified like a device-to-host result.
 
 use cudarc::driver::sys;
-use gpuless_traces::hostview::{HOST_MEMORY, HOST_PULL, HOST_VIEW};
+use gpuless_traces::hostview::{HOST_MEMORY, HOST_MIRROR, HOST_PULL, HOST_VIEW};
 use gpuless_traces::{CallRecord, Value};
 
 use super::exec::{first_result, verify_value};
@@ -35,6 +35,16 @@ pub(crate) fn call(
         return Ok(());
     }
     let Some(&Value::DevPtr(addr)) = rec.args.first() else { return Err(bad(rec, "no address recorded")) };
+    if name == HOST_MIRROR {
+        st.last_call = Some((rec.seq, HOST_MIRROR));
+        let Some(&Value::Size(len)) = rec.args.get(1) else { return Err(bad(rec, "no length recorded")) };
+        let live = st.mem.alloc_shared(addr, len, rec.seq)?;
+        // SAFETY: device memory just created for the range.
+        check(unsafe { sys::cuMemsetD8_v2(live, 0, len as usize) }, rec.seq, HOST_MIRROR)?;
+        st.managed.add(addr, len);
+        report.executed += 1;
+        return Ok(());
+    }
     let live = st.mem.translate(addr);
     st.last_call = Some((rec.seq, if name == HOST_MEMORY { HOST_MEMORY } else { HOST_VIEW }));
     if name == HOST_MEMORY {

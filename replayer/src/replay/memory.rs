@@ -33,6 +33,9 @@ enum Kind {
     Driver,
     /// A module global: not ours to free.
     Alias,
+    /// The program's own reservation (`cuMemAddressReserve`): nothing mapped by us; `own` when
+    /// reserved here (outside the arena), to be freed with the driver.
+    Reserved { own: bool },
 }
 
 /// The recorder's arena as re-reserved here.
@@ -74,6 +77,8 @@ pub struct Memory {
     held: BTreeMap<u64, Allocation>,
     /// Allocations that took over a held one.
     pub adopted: u64,
+    /// The program's physical allocations and what it mapped of them (`super::vmm`).
+    pub vmm: super::vmm::ProgramVmm,
 }
 
 fn prop() -> sys::CUmemAllocationProp {
@@ -322,6 +327,42 @@ impl Memory {
         }
     }
 
+    /// Re-creates the program's reservation of `size` bytes recorded at `recorded`
+    /// (`cuMemAddressReserve`): inside the arena it is the arena's range already (memory a
+    /// previous session left there is let go); elsewhere it is reserved at that address if it
+    /// can be had, else anywhere and translated. Returns its live address.
+    pub fn reserve_program(&mut self, recorded: u64, size: u64, align: u64, seq: u64) -> Result<u64, ReplayError> {
+        if self.arena.is_some_and(|a| recorded >= a.base && recorded - a.base < a.size) {
+            let range = (recorded, recorded.saturating_add(size));
+            let needed: Vec<u64> = self
+                .held
+                .values()
+                .filter(|h| overlaps(range, backing_range(backing(h.recorded, h.size))))
+                .map(|h| h.recorded)
+                .collect();
+            for a in needed {
+                self.release_one_held(a);
+            }
+            self.exact += 1;
+            self.in_arena += 1;
+            let kind = Kind::Reserved { own: false };
+            self.allocs.insert(recorded, Allocation { recorded, size, live: recorded, kind });
+            return Ok(recorded);
+        }
+        let mut live = 0u64;
+        // SAFETY: a reservation with a valid out-pointer; the hint is only a hint.
+        let r = unsafe { sys::cuMemAddressReserve(&mut live, size as usize, align as usize, recorded, 0) };
+        check(r, seq, "cuMemAddressReserve")?;
+        if live != recorded {
+            self.moved += 1;
+            self.translated += 1;
+        } else {
+            self.exact += 1;
+        }
+        self.allocs.insert(recorded, Allocation { recorded, size, live, kind: Kind::Reserved { own: true } });
+        Ok(live)
+    }
+
     /// Tries reserve + create + map + set-access at exactly `addr`.
     unsafe fn exact_at(&self, addr: u64, size: u64) -> Option<usize> {
         let len = size as usize;
@@ -357,6 +398,11 @@ impl Memory {
         // SAFETY: releasing what `alloc` created, after the work that may use it.
         unsafe {
             match a.kind {
+                Kind::Reserved { own } => {
+                    if own {
+                        sys::cuMemAddressFree(a.live, a.size as usize);
+                    }
+                }
                 Kind::Arena => {
                     let unmap = match backing(a.recorded, a.size) {
                         Backing::Shared { chunk } => {
@@ -469,6 +515,7 @@ impl Memory {
     pub fn hold(&mut self, keep: &std::collections::HashSet<u64>) -> Vec<(u64, u64)> {
         // SAFETY: a plain synchronization: nothing may still use what is freed below.
         unsafe { sys::cuCtxSynchronize() };
+        self.vmm.release_all();
         let all: Vec<u64> = self.allocs.keys().copied().collect();
         for a in all {
             let arena = matches!(self.allocs.get(&a).map(|x| x.kind), Some(Kind::Arena));
@@ -504,6 +551,9 @@ impl Memory {
     /// Lets everything go: held allocations and the arena's reservation (live allocations are
     /// not expected: call it after [`Self::hold`]).
     pub fn give_back(mut self) {
+        // SAFETY: a plain synchronization before the program's memory goes.
+        unsafe { sys::cuCtxSynchronize() };
+        self.vmm.release_all();
         self.release_held();
         let live: Vec<u64> = self.allocs.keys().copied().collect();
         for a in live {

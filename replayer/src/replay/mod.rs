@@ -32,6 +32,7 @@ pub mod resident;
 mod side;
 pub mod stream;
 mod unified;
+mod vmm;
 pub mod warm_images;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

@@ -88,6 +88,7 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 (r as i32, vec![free, total])
             }
             "cuPointerGetAttribute" | "cuPointerGetAttributes" => pointer(st, &c),
+            "cuMemGetAccess" => super::vmm::get_access(st, &c),
             "cuFuncGetAttribute" => match c.word("hfunc").ok().and_then(|h| st.function(h)) {
                 Some(func) => {
                     let get: FuncGetAttribute = match super::exec::raw_fn(b"cuFuncGetAttribute\0", rec.seq) {

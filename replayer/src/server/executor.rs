@@ -470,7 +470,7 @@ impl Session<'_> {
                     };
                     // A segment that registers the session's first host function may also wait
                     // for it: the pump reads the client's reply.
-                    let _first = (_pump.is_none() && records.iter().any(|r| host_calls::record_registers(r)))
+                    let _first = (_pump.is_none() && records.iter().any(host_calls::record_registers))
                         .then(|| pump::Pump::start(&reader, &kept, &calls));
                     self.stats.segments += 1;
                     self.stats.records += records.len() as u64;
@@ -625,7 +625,7 @@ impl Session<'_> {
                         return fail(&w, code::BAD_MESSAGE, e);
                     };
                     let run = p.resolve(&r).map_err(|e| (code::BAD_MESSAGE, e)).and_then(|recs| {
-                        let _first = (_pump.is_none() && recs.iter().any(|r| host_calls::record_registers(r)))
+                        let _first = (_pump.is_none() && recs.iter().any(host_calls::record_registers))
                             .then(|| pump::Pump::start(&reader, &kept, &calls));
                         self.stats.records += recs.len() as u64;
                         self.at_gate();

@@ -62,6 +62,38 @@ fn frees_of_unknown_addresses_are_refused() {
 }
 
 #[test]
+fn program_reservations_are_aligned_honour_free_hints_and_keep_allocations_out() {
+    let base = 0x6400_0000_0000;
+    let mut l = Layout::new(base, 64 * CHUNK);
+    let a = l.alloc(3 * CHUNK).unwrap().addr;
+    // Aligned to 4 chunks: the first such address after the allocation.
+    let r = l.reserve(4 * CHUNK, 4 * CHUNK, 0).unwrap();
+    assert_eq!(r % (4 * CHUNK), 0);
+    assert!(r >= a + 3 * CHUNK);
+    assert_eq!(l.reservation(r + CHUNK + 5), Some((r, 4 * CHUNK)));
+    assert_eq!(l.find(r), None, "a reservation is not an allocation");
+    // A free hint is taken; a taken one is not.
+    let h = base + 40 * CHUNK;
+    assert_eq!(l.reserve(2 * CHUNK, 0, h), Some(h));
+    let other = l.reserve(2 * CHUNK, 0, h).unwrap();
+    assert_ne!(other, h);
+    // Allocations never land in a reservation.
+    for _ in 0..8 {
+        let p = l.alloc(CHUNK + 1).unwrap().addr;
+        for (s, n) in [(r, 4 * CHUNK), (h, 2 * CHUNK), (other, 2 * CHUNK)] {
+            assert!(p + 2 * CHUNK <= s || s + n <= p, "{p:#x} in {s:#x}+{n:#x}");
+        }
+    }
+    // Sizes must be whole chunks; frees must name the reservation exactly.
+    assert_eq!(l.reserve(CHUNK + 1, 0, 0), None);
+    assert_eq!(l.reserve(CHUNK, 3 * CHUNK, 0), None);
+    assert!(!l.unreserve(r, CHUNK));
+    assert!(l.unreserve(r, 4 * CHUNK));
+    assert_eq!(l.reservation(r), None);
+    assert_eq!(l.reserve(4 * CHUNK, 0, r), Some(r), "freed ranges are free again");
+}
+
+#[test]
 fn exhaustion_is_reported() {
     let mut l = Layout::new(BASE, 4 * CHUNK);
     assert!(l.alloc(3 * CHUNK).is_some());

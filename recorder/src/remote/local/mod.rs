@@ -199,6 +199,10 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
             return Step::Done(st);
         }
     }
+    // SAFETY: forwarded from the caller.
+    if let Some(step) = unsafe { program_vmm(f, raw) } {
+        return step;
+    }
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match f.sync {
@@ -218,6 +222,39 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
             SyncClass::AddressLookup => address_lookup(f, raw),
             _ => state_change(f, raw),
         }
+    }
+}
+
+/// The program's own virtual memory (`super::vmm`): the client's books decide what the driver
+/// would refuse; accepted calls go to the server. `None` for every other function.
+///
+/// # Safety
+/// `raw` are the program's arguments to `f`.
+unsafe fn program_vmm(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    let refused = |st: Option<u32>| Some(st.map_or(Step::Done(0), Step::Done));
+    match f.name {
+        "cuMemCreate" => {
+            if let Some(st) = super::vmm::create_refused(w(1), w(2)) {
+                return Some(Step::Done(st));
+            }
+            let h = new_handle();
+            // SAFETY: the program's out-pointer (checked non-null) and properties.
+            unsafe {
+                *(w(0) as *mut u64) = h;
+                super::vmm::created(h, w(1), w(2));
+            }
+            Some(Step::Done(0))
+        }
+        "cuMemRelease" => refused(super::vmm::release(w(0))),
+        "cuMemMap" => refused(super::vmm::map(w(0), w(1), w(2), w(3))),
+        "cuMemUnmap" => refused(super::vmm::unmap(w(0), w(1))),
+        "cuMemSetAccess" => {
+            refused((!super::vmm::mapped(w(0), w(1)) || w(2) == 0 || w(3) == 0).then_some(INVALID_VALUE))
+        }
+        // SAFETY: the program's out-pointer for the properties.
+        "cuMemGetAllocationPropertiesFromHandle" => Some(Step::Done(unsafe { super::vmm::properties(w(0), w(1)) })),
+        _ => None,
     }
 }
 
@@ -358,12 +395,15 @@ pub(crate) fn static_cstr(s: &str) -> *const u8 {
 
 pub(crate) fn attr(id: u32) -> Option<i32> {
     // Managed memory through the client (`shared.rs`): its kernels cannot read the program's
-    // pageable memory, nor the device the program's page tables.
+    // pageable memory, nor the device the program's page tables; and its coherence is that of
+    // a device without concurrent managed access (the host's view is made whole at
+    // synchronizations, not while kernels run).
     match id {
         MANAGED_MEMORY => return Some(1),
-        PAGEABLE_MEMORY_ACCESS | PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES | DIRECT_MANAGED_MEM_ACCESS_FROM_HOST => {
-            return Some(0)
-        }
+        PAGEABLE_MEMORY_ACCESS
+        | PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES
+        | DIRECT_MANAGED_MEM_ACCESS_FROM_HOST
+        | CONCURRENT_MANAGED_ACCESS => return Some(0),
         _ => {}
     }
     session::device()?.attributes.iter().find(|a| a.0 == id).map(|a| a.1)
@@ -372,6 +412,7 @@ pub(crate) fn attr(id: u32) -> Option<i32> {
 /// `CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY` and the attributes of pageable access.
 const MANAGED_MEMORY: u32 = 83;
 const PAGEABLE_MEMORY_ACCESS: u32 = 88;
+const CONCURRENT_MANAGED_ACCESS: u32 = 89;
 const PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES: u32 = 100;
 const DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: u32 = 101;
 
@@ -699,7 +740,11 @@ unsafe fn address_lookup(f: &ApiFunction, raw: &[u64]) -> Step {
             }
         }
         "cuMemHostGetDevicePointer" if super::host::is_pinned(w(1)) => {
-            // With unified addressing the device address of pinned memory is its host address.
+            // With unified addressing the device address of pinned memory is its host address;
+            // the program asks for it to use it on the device: shared with the server from now.
+            if !super::host::promote_containing(w(1)) {
+                return Step::Done(2); // CUDA_ERROR_OUT_OF_MEMORY
+            }
             // SAFETY: the program's out-pointer.
             unsafe { put(f, raw, 0, w(1)) };
             Step::Done(0)

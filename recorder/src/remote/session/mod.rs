@@ -31,7 +31,7 @@ mod outgoing;
 pub(crate) use answers::wait;
 use answers::{print_device_output, settle, write_query};
 pub(crate) use entry::proc_address;
-pub(crate) use outgoing::targets;
+pub(crate) use outgoing::{mirror_host, targets};
 
 /// A segment goes out (without waiting) when it holds this many records.
 const SEGMENT_RECORDS: usize = 4096;
@@ -425,14 +425,28 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         }
     }
     if send {
-        if s.runs_kernels && super::host::args_reach_mapped(&args) {
-            let why =
-                "a kernel argument points into host memory mapped for the device, which is not mirrored to the server";
+        // Pinned memory a kernel is given is shared with the server from now on (`host.rs`).
+        if s.runs_kernels && !super::host::mirror_reached(&args) {
+            let why = "a kernel argument points into pinned host memory that could not be mirrored to the server";
             return local::refused(f, why);
         }
     }
+    // Mirrored pinned memory (`host.rs`): its allocation and its free go to the server too.
+    let mirrored_free = matches!(f.name, "cuMemFreeHost" | "cuMemHostUnregister")
+        && super::host::is_mirrored(raw.first().copied().unwrap_or(0));
     // SAFETY: forwarded from the caller.
     let mut step = unsafe { local::run(s, raw) };
+    if matches!(step, Step::Done(0))
+        && (mirrored_free
+            // SAFETY: the program's out-pointer, written by the successful allocation.
+            || (f.name == "cuMemHostAlloc" && super::host::is_mirrored(unsafe { *(raw[0] as *const u64) })))
+    {
+        send = true;
+        if args.is_empty() {
+            // SAFETY: the program's arguments.
+            args = unsafe { capture::inputs(f, raw) };
+        }
+    }
     // A call that creates a handle changes no answer about the handles there were: the memo
     // (server answers, keyed by their handles) outlives it, unlike the recorder's.
     if f.may_change_answers() && f.sync != SyncClass::CreatesHandle {

@@ -61,6 +61,20 @@ impl Targets {
     }
 }
 
+/// Pinned memory the device uses from now on (`host.rs`): the executor backs it with device
+/// memory at its address before the next record (whose dirty pages follow). `false` without a
+/// session.
+pub(crate) fn mirror_host(addr: u64, len: u64) -> bool {
+    let mut g = super::lock();
+    match super::open_session(&mut g) {
+        Ok(sess) => {
+            sess.push_other(gpuless_traces::hostview::HOST_MIRROR, vec![Value::DevPtr(addr), Value::Size(len)]);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 impl Session {
     /// Managed memory the host wrote goes before the next record (`shared.rs`).
     pub(super) fn push_dirty(&mut self) {

@@ -1,0 +1,151 @@
+//! The program's own virtual memory in client mode (`cuMemAddressReserve`, `cuMemCreate`,
+//! `cuMemMap`, `cuMemSetAccess`, `cuMemUnmap`, `cuMemRelease`, `cuMemAddressFree`).
+//!
+//! Reservations are ranges of the arena (`arena.rs`: the client chooses the address, as for
+//! every allocation); the executor maps the program's physical memory there on the server. The
+//! client keeps books so that it answers what the driver would without asking: a map into no
+//! reservation, of an unknown handle or past the handle's size is the driver's
+//! `CUDA_ERROR_INVALID_VALUE` at the call, copies into mapped ranges are accepted
+//! (`checks.rs`), and a handle's properties are the ones it was created with.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use crate::arena;
+
+const INVALID_VALUE: u32 = 1;
+const INVALID_HANDLE: u32 = 400;
+
+/// `sizeof(CUmemAllocationProp)`.
+const PROP_BYTES: usize = 32;
+/// Offset of `allocFlags.compressionType` in `CUmemAllocationProp`.
+const COMPRESSION_AT: usize = 24;
+/// `CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED`.
+const GENERIC_COMPRESSION_SUPPORTED: u32 = 107;
+
+#[derive(Default)]
+struct Books {
+    /// Physical allocations: client handle → (size, properties as created).
+    handles: HashMap<u64, (u64, [u8; PROP_BYTES])>,
+    /// Mapped ranges: address → (length, handle).
+    maps: BTreeMap<u64, (u64, u64)>,
+}
+
+static BOOKS: Mutex<Option<Books>> = Mutex::new(None);
+
+fn with<T>(f: impl FnOnce(&mut Books) -> T) -> T {
+    let mut g = BOOKS.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(Books::default))
+}
+
+/// `cuMemCreate(handle*, size, prop*, flags)` made handle `h`: its size and properties, as the
+/// driver reports them (no compression where the device has none).
+///
+/// # Safety
+/// `prop` is null or the program's `CUmemAllocationProp`.
+pub(crate) unsafe fn created(h: u64, size: u64, prop: u64) {
+    let mut p = [0u8; PROP_BYTES];
+    if prop != 0 {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(prop as *const u8, p.as_mut_ptr(), PROP_BYTES) };
+    }
+    if super::local::attr(GENERIC_COMPRESSION_SUPPORTED).unwrap_or(0) == 0 {
+        p[COMPRESSION_AT] = 0;
+    }
+    with(|b| b.handles.insert(h, (size, p)));
+}
+
+/// `cuMemCreate`'s arguments the driver refuses: a size that is not a whole number of
+/// granules (the arena's chunk), no properties.
+pub(crate) fn create_refused(size: u64, prop: u64) -> Option<u32> {
+    (size == 0 || size % gpuless_traces::arena::CHUNK != 0 || prop == 0).then_some(INVALID_VALUE)
+}
+
+/// `cuMemRelease(h)`: the handle goes; what is mapped stays until unmapped, as the driver's.
+pub(crate) fn release(h: u64) -> Option<u32> {
+    with(|b| b.handles.remove(&h).is_none().then_some(INVALID_HANDLE))
+}
+
+/// `cuMemMap(ptr, size, offset, h, flags)`: accepted (and noted) where the driver accepts it.
+pub(crate) fn map(ptr: u64, size: u64, offset: u64, h: u64) -> Option<u32> {
+    let Some((base, len)) = arena::reservation(ptr) else { return Some(INVALID_VALUE) };
+    let end = ptr.checked_add(size)?;
+    with(|b| {
+        let Some(&(hsize, _)) = b.handles.get(&h) else { return Some(INVALID_HANDLE) };
+        let inside = size != 0 && end <= base + len && offset.checked_add(size).is_some_and(|e| e <= hsize);
+        let taken = b.maps.range(..end).next_back().is_some_and(|(&a, &(l, _))| a + l > ptr);
+        if !inside || taken || ptr % gpuless_traces::arena::CHUNK != 0 {
+            return Some(INVALID_VALUE);
+        }
+        b.maps.insert(ptr, (size, h));
+        None
+    })
+}
+
+/// `cuMemUnmap(ptr, size)`: every mapping inside the range goes; a range with none is invalid.
+pub(crate) fn unmap(ptr: u64, size: u64) -> Option<u32> {
+    let end = ptr.saturating_add(size);
+    with(|b| {
+        let gone: Vec<u64> = b.maps.range(ptr..end).map(|(&a, _)| a).collect();
+        for a in &gone {
+            b.maps.remove(a);
+        }
+        gone.is_empty().then_some(INVALID_VALUE)
+    })
+}
+
+/// Whether every byte of `[p, p + len)` is mapped by the program (across adjacent mappings).
+pub(crate) fn mapped(p: u64, len: u64) -> bool {
+    let end = p.saturating_add(len.max(1));
+    with(|b| {
+        let mut at = p;
+        while at < end {
+            match b.maps.range(..=at).next_back() {
+                Some((&a, &(l, _))) if at < a + l => at = a + l,
+                _ => return false,
+            }
+        }
+        true
+    })
+}
+
+/// `cuMemGetAllocationPropertiesFromHandle(prop*, h)`: the properties it was created with.
+///
+/// # Safety
+/// `out` is null or the program's `CUmemAllocationProp`.
+pub(crate) unsafe fn properties(out: u64, h: u64) -> u32 {
+    let Some((_, p)) = with(|b| b.handles.get(&h).copied()) else { return INVALID_HANDLE };
+    if out == 0 {
+        return INVALID_VALUE;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), out as *mut u8, PROP_BYTES) };
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_need_a_known_handle_and_a_free_range_within_its_size() {
+        // Without an arena there is no reservation: every map is invalid.
+        assert_eq!(map(0x6400_0000_0000, 2 << 20, 0, 1), Some(INVALID_VALUE));
+        assert_eq!(release(12345), Some(INVALID_HANDLE));
+        assert_eq!(create_refused(3, 8), Some(INVALID_VALUE));
+        assert_eq!(create_refused(2 << 20, 8), None);
+        with(|b| {
+            b.maps.insert(0x1000_0000, (2 << 20, 7));
+        });
+        assert!(mapped(0x1000_0000 + 5, 100));
+        assert!(!mapped(0x1000_0000 + (2 << 20) - 4, 8));
+        with(|b| {
+            b.maps.insert(0x1000_0000 + (2 << 20), (2 << 20, 8));
+        });
+        assert!(mapped(0x1000_0000 + (2 << 20) - 4, 8), "adjacent mappings cover a range together");
+        assert_eq!(unmap(0x1000_0000 + (2 << 20), 2 << 20), None);
+        assert_eq!(unmap(0x2000_0000, 2 << 20), Some(INVALID_VALUE));
+        assert_eq!(unmap(0x1000_0000, 2 << 20), None);
+        assert!(!mapped(0x1000_0000, 1));
+    }
+}
