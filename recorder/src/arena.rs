@@ -60,6 +60,11 @@ pub enum Op {
     AddressReserve,
     /// `cuMemAddressFree` of such a reservation.
     AddressFree,
+    /// Pool attributes and trims the pools' books (`pools.rs`) keep.
+    PoolGetAttribute,
+    PoolSetAttribute,
+    PoolTrimTo,
+    PoolDestroy,
     CtxSync,
     StreamSync,
 }
@@ -85,6 +90,10 @@ pub fn op(id: api::ApiId) -> Option<Op> {
                 "cuPointerSetAttribute" => Some(Op::PointerSetAttribute),
                 "cuMemAddressReserve" => Some(Op::AddressReserve),
                 "cuMemAddressFree" => Some(Op::AddressFree),
+                "cuMemPoolGetAttribute" => Some(Op::PoolGetAttribute),
+                "cuMemPoolSetAttribute" => Some(Op::PoolSetAttribute),
+                "cuMemPoolTrimTo" => Some(Op::PoolTrimTo),
+                "cuMemPoolDestroy" => Some(Op::PoolDestroy),
                 "cuCtxSynchronize" => Some(Op::CtxSync),
                 "cuStreamSynchronize" => Some(Op::StreamSync),
                 _ => None,
@@ -258,6 +267,16 @@ pub unsafe fn before(op: Op, raw: &[u64], per_thread: bool) -> Option<u32> {
             Op::PointerSetAttribute => set_pointer_attribute(arg(0), arg(1), arg(2)),
             Op::AddressReserve => address_reserve(arg(0), arg(1), arg(2), arg(3)),
             Op::AddressFree => address_free(arg(0), arg(1)),
+            Op::PoolGetAttribute => crate::pools::get(arg(0), arg(1), arg(2)),
+            Op::PoolSetAttribute => crate::pools::set(arg(0), arg(1), arg(2)),
+            Op::PoolTrimTo => {
+                crate::pools::trim(arg(0), arg(1));
+                None
+            }
+            Op::PoolDestroy => {
+                crate::pools::destroyed(arg(0));
+                None
+            }
             Op::PointerAttributes | Op::CtxSync | Op::StreamSync => None,
         }
     }
@@ -274,10 +293,14 @@ pub unsafe fn after(op: Op, raw: &[u64], per_thread: bool, status: u32) {
     }
     let arg = |i: usize| raw.get(i).copied().unwrap_or(0);
     match op {
-        Op::CtxSync => release_deferred(None),
+        Op::CtxSync => {
+            release_deferred(None);
+            crate::pools::synchronized();
+        }
         Op::StreamSync => {
             let s = if arg(0) == 0 && per_thread { STREAM_PER_THREAD } else { arg(0) };
             release_deferred(Some(s));
+            crate::pools::synchronized();
         }
         // SAFETY: forwarded from the caller; the driver succeeded.
         Op::PointerAttributes => unsafe { pointer_attributes(arg(0), arg(1), arg(2), arg(3)) },
@@ -337,6 +360,9 @@ unsafe fn alloc(out: u64, size: u64, stream: Option<u64>, pool: Option<u64>) -> 
         Ok(addr) => {
             let id = a.next_id;
             a.next_id += 1;
+            if let Some(p) = pool {
+                crate::pools::allocated(p, size);
+            }
             a.info.insert(addr, Info { ctx, id, pool, sync_memops: 1 });
             // SAFETY: the program's out-pointer for the address.
             unsafe { *(out as *mut u64) = addr };
@@ -387,6 +413,13 @@ impl Arena {
         Err(OUT_OF_MEMORY)
     }
 
+    /// An allocation of `size` bytes at `addr` is gone: its facts, and its pool's use of it.
+    fn forget(&mut self, addr: u64, size: u64) {
+        if let Some(p) = self.info.remove(&addr).and_then(|i| i.pool) {
+            crate::pools::released(p, size);
+        }
+    }
+
     fn release_all(&mut self, r: &real::Real) {
         for d in std::mem::take(&mut self.deferred) {
             if let Some(ev) = d.event {
@@ -395,7 +428,7 @@ impl Arena {
                 self.events.push(ev);
             }
             if let Some(rel) = self.layout.free(d.addr) {
-                self.info.remove(&d.addr);
+                self.forget(d.addr, rel.size);
                 unmap_all(r, &rel.unmap);
             }
         }
@@ -474,7 +507,7 @@ unsafe fn free(ptr: u64) -> Option<u32> {
     }
     match a.layout.free(ptr) {
         Some(rel) => {
-            a.info.remove(&ptr);
+            a.forget(ptr, rel.size);
             unmap_all(r, &rel.unmap);
             Some(SUCCESS)
         }
@@ -546,7 +579,7 @@ fn release_deferred(stream: Option<u64>) {
             a.events.push(ev);
         }
         if let Some(rel) = a.layout.free(d.addr) {
-            a.info.remove(&d.addr);
+            a.forget(d.addr, rel.size);
             unmap_all(r, &rel.unmap);
         }
     }

@@ -33,6 +33,7 @@ mod intercept;
 mod lane;
 mod loaded;
 mod pending;
+mod pools;
 mod raw;
 mod real;
 mod record;

@@ -13,10 +13,26 @@ const INVALID_VALUE: u32 = 1;
 const OUT_OF_MEMORY: u32 = 2;
 const INVALID_CONTEXT: u32 = 201;
 
-/// The device's memory pool handle (a client number, the same every time).
+/// The device's default memory pool handle (a client number, the same every time).
 pub(crate) fn pool() -> u64 {
     static POOL: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *POOL.get_or_init(local::new_handle)
+}
+
+/// The pool `cuDeviceSetMemPool` made current (0: the default).
+static CURRENT_POOL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The device's current memory pool (what `cuMemAllocAsync` takes from).
+pub(crate) fn current_pool() -> u64 {
+    match CURRENT_POOL.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => pool(),
+        p => p,
+    }
+}
+
+/// `cuDeviceSetMemPool(0, p)`: `p` is current from now on.
+pub(crate) fn set_current_pool(p: u64) {
+    CURRENT_POOL.store(if p == pool() { 0 } else { p }, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The client's implementation of `cname` (NUL-terminated), or null.
@@ -130,7 +146,7 @@ extern "C" fn device_get_mem_pool(out: *mut u64, _dev: i32) -> u32 {
         return INVALID_VALUE;
     }
     // SAFETY: checked non-null.
-    unsafe { *out = pool() };
+    unsafe { *out = current_pool() };
     SUCCESS
 }
 

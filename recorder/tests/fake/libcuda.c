@@ -158,6 +158,15 @@ CUresult cuMemGetAllocationPropertiesFromHandle(int *prop, unsigned long long h)
   (void)h; memset(prop, 0, 32); prop[0] = 1; prop[2] = 1; return 0; }
 static int pool_token;
 CUresult cuDeviceGetMemPool(void **pool, int dev) { (void)dev; *pool = &pool_token; return 0; }
+CUresult cuDeviceGetDefaultMemPool(void **pool, int dev) { (void)dev; *pool = &pool_token; return 0; }
+/* Pools the program creates: handles only (the arena serves stream-ordered allocations). */
+static int pools_made[16], npools;
+CUresult cuMemPoolCreate(void **pool, const void *props) {
+  (void)props; if (npools == 16) return 2; *pool = &pools_made[npools++]; return 0; }
+CUresult cuMemPoolDestroy(void *pool) { return pool == &pool_token ? 1 : 0; }
+CUresult cuDeviceSetMemPool(int dev, void *pool) { (void)dev; (void)pool; return 0; }
+CUresult cuMemPoolSetAttribute(void *pool, int attr, void *v) { (void)pool; (void)attr; (void)v; return 0; }
+CUresult cuMemPoolTrimTo(void *pool, size_t keep) { (void)pool; (void)keep; return 0; }
 /* Like the real driver, a range mapped already cannot be mapped again until it is unmapped. */
 static struct { CUdeviceptr p; size_t n; } maps[256];
 static int nmaps;

@@ -3,8 +3,10 @@
 //! that an executor used to count without running them.
 //!
 //! A session has one device and one context on the server: a peer copy between the session's
-//! contexts is a device-to-device copy, and every memory-pool handle a client sends is the
-//! device's default pool (client mode serves no other pool: `cuMemPoolCreate` is refused).
+//! contexts is a device-to-device copy. Memory pools the program creates are created here too
+//! (their settings apply to them); any other pool handle is the device's default pool. The
+//! arena serves stream-ordered allocations, so what a pool reports about its memory comes from
+//! the recorder's or the client's books (`recorder/src/pools.rs`).
 
 use std::ffi::c_void;
 
@@ -33,8 +35,11 @@ fn bytes<'a>(c: &Call<'a>, name: &str) -> Result<&'a [u8], ReplayError> {
     }
 }
 
-/// The device's default memory pool (every pool handle of a session).
-unsafe fn default_pool(seq: u64, what: &str) -> Result<sys::CUmemoryPool, ReplayError> {
+/// The live pool of a recorded handle: one the program created, else the device's default.
+unsafe fn pool_of(st: &State, recorded: u64, seq: u64, what: &str) -> Result<sys::CUmemoryPool, ReplayError> {
+    if let Some(&p) = st.pools.get(&recorded) {
+        return Ok(p);
+    }
     let mut pool = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; device 0 is the session's device.
     check(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, 0) }, seq, what)?;
@@ -97,10 +102,30 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
                 let mut w = [0u8; 8];
                 w[..v.len().min(8)].copy_from_slice(&v[..v.len().min(8)]);
                 let f: PoolSetAttr = super::exec::raw_fn(b"cuMemPoolSetAttribute\0", seq)?;
-                check(f(default_pool(seq, name)?, c.word("attr")? as u32, w.as_mut_ptr().cast()), seq, name)?;
+                let pool = pool_of(st, c.word("pool")?, seq, name)?;
+                check(f(pool, c.word("attr")? as u32, w.as_mut_ptr().cast()), seq, name)?;
             }
             "cuMemPoolTrimTo" => {
-                check(sys::cuMemPoolTrimTo(default_pool(seq, name)?, c.word("minBytesToKeep")? as usize), seq, name)?;
+                let pool = pool_of(st, c.word("pool")?, seq, name)?;
+                check(sys::cuMemPoolTrimTo(pool, c.word("minBytesToKeep")? as usize), seq, name)?;
+            }
+            "cuMemPoolCreate" => {
+                let props = bytes(c, "poolProps")?;
+                if props.len() < std::mem::size_of::<sys::CUmemPoolProps>() {
+                    return Err(c.inconsistent(format!("{} bytes of pool properties", props.len())));
+                }
+                let mut pool = std::ptr::null_mut();
+                check(sys::cuMemPoolCreate(&mut pool, props.as_ptr().cast()), seq, name)?;
+                st.pools.insert(c.out_word("pool")?, pool);
+            }
+            "cuMemPoolDestroy" => {
+                let recorded = c.word("pool")?;
+                let pool = st.pools.remove(&recorded).ok_or_else(|| c.inconsistent("unknown memory pool".into()))?;
+                check(sys::cuMemPoolDestroy(pool), seq, name)?;
+            }
+            "cuDeviceSetMemPool" => {
+                let pool = pool_of(st, c.word("pool")?, seq, name)?;
+                check(sys::cuDeviceSetMemPool(0, pool), seq, name)?;
             }
             "cuCtxSetFlags" | "cuDevicePrimaryCtxSetFlags" => {
                 // The executor's context is the primary one, active: its scheduling flags

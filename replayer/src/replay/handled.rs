@@ -16,6 +16,9 @@ pub const EXECUTED: &[&str] = &[
     "cuMemFreeAsync",
     "cuMemPoolSetAttribute",
     "cuMemPoolTrimTo",
+    "cuMemPoolCreate",
+    "cuMemPoolDestroy",
+    "cuDeviceSetMemPool",
     // the program's own virtual memory (vmm.rs)
     "cuMemAddressReserve",
     "cuMemAddressFree",

@@ -270,6 +270,8 @@ pub(crate) struct State {
     pub kernels: HashMap<u64, sys::CUkernel>,
     pub streams: HashMap<u64, sys::CUstream>,
     pub events: HashMap<u64, sys::CUevent>,
+    /// Memory pools the program created: recorded handle → live pool (`exec_ops.rs`).
+    pub pools: HashMap<u64, sys::CUmemoryPool>,
     /// Graphs, arrays, texture objects, pinned buffers, deferred results.
     pub objects: objects::Objects,
     /// Recorded function/kernel handle → kernel name.
@@ -314,6 +316,7 @@ impl State {
             kernels: HashMap::new(),
             streams: HashMap::new(),
             events: HashMap::new(),
+            pools: HashMap::new(),
             objects: Default::default(),
             names: HashMap::new(),
             recent: VecDeque::new(),

@@ -117,14 +117,18 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 }
                 None => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]),
             },
-            // Every pool handle of a session is the device's default pool (exec_ops.rs). Its
-            // usage (attributes 5-8) would leave out the arena's stream-ordered allocations:
-            // not answered.
+            // A pool's usage (attributes 4-8) is in its client's books (the arena serves
+            // stream-ordered allocations, `recorder/src/pools.rs`): not answered here.
             "cuMemPoolGetAttribute" => match c.word("attr").unwrap_or(u64::MAX) {
-                5..=8 => (NOT_SUPPORTED, vec![0]),
+                4..=8 => (NOT_SUPPORTED, vec![0]),
                 attr => {
-                    let mut pool = std::ptr::null_mut();
-                    let r = sys::cuDeviceGetDefaultMemPool(&mut pool, 0);
+                    let mut pool =
+                        c.word("pool").ok().and_then(|p| st.pools.get(&p).copied()).unwrap_or(std::ptr::null_mut());
+                    let r = if pool.is_null() {
+                        sys::cuDeviceGetDefaultMemPool(&mut pool, 0)
+                    } else {
+                        sys::CUresult::CUDA_SUCCESS
+                    };
                     if r != sys::CUresult::CUDA_SUCCESS {
                         (r as i32, vec![0])
                     } else {

@@ -474,8 +474,12 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 put_str(raw, 0, w(1), &super::nvml::bus_id(domain, bus, device));
                 0
             }
-            "cuDeviceGetDefaultMemPool" | "cuDeviceGetMemPool" => {
+            "cuDeviceGetDefaultMemPool" => {
                 put(f, raw, 0, super::driver::pool());
+                0
+            }
+            "cuDeviceGetMemPool" => {
+                put(f, raw, 0, super::driver::current_pool());
                 0
             }
             // One device: no peer. The driver answers a device with itself "cannot access".
@@ -769,6 +773,14 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
             }
         }
         "cuDevicePrimaryCtxRelease" => contexts(|c| c.retained = c.retained.saturating_sub(1)),
+        "cuDeviceSetMemPool" => {
+            if w(1) != super::driver::pool() && !is_client_handle(w(1)) {
+                return Step::Done(INVALID_VALUE);
+            }
+            super::driver::set_current_pool(w(1));
+        }
+        "cuMemPoolDestroy" if w(0) == super::driver::pool() => return Step::Done(INVALID_VALUE),
+        "cuMemPoolDestroy" if w(0) == super::driver::current_pool() => super::driver::set_current_pool(0),
         // Arena memory's attributes are the arena's (`arena::before` answered them); any
         // other address is no allocation of the session.
         "cuPointerSetAttribute" => return Step::Done(INVALID_VALUE),

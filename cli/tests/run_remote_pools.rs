@@ -1,0 +1,33 @@
+//! Memory pools in client mode (issue 35), through a real `gpuless serve` on the stand-in
+//! driver: `recorder/tests/fake/pools.c` allocates from the default pool and from a pool of its
+//! own, runs a kernel on pool memory and reads what the pools report. The arena serves the
+//! allocations; the client's books (`recorder/src/pools.rs`) answer used and reserved memory as
+//! the driver does for memory it hands out itself.
+
+mod serve_harness;
+mod support;
+
+use serve_harness::{run_client, Server};
+
+#[test]
+fn pools_allocate_and_report_their_memory_as_the_driver_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "pools", &["-l:libcuda.so.1"]);
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = run_client(&srv, &prog);
+    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
+    assert!(ran.ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let has = |line: &str| assert!(stdout.lines().any(|l| l == line), "no `{line}` in:\n{stdout}\n{stderr}");
+    has("default pool used: 8192");
+    has("default pool after frees: used 0 reserved 0 high 8192");
+    has("threshold: 1048576");
+    has("kernel on pool memory: 4 252");
+    has("pool used: 256");
+    has("pool after free: used 0 reserved 256");
+    has("pool after trim: reserved 0");
+    has("used high after reset: 0; reset to 1: 1");
+    has("current is the created pool: 1");
+    has("current pool used: 4096");
+    has("done");
+    assert!(!stderr.contains("not supported"), "{stderr}");
+}
