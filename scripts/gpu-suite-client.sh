@@ -188,7 +188,9 @@ if a and b and a.get("hot_ms_median") and b.get("hot_ms_median"):
 if s:
     calls, rt = s.get("calls", 0), s.get("round_trips", 0)
     d += (f"; {calls} calls, {s.get('local', 0)} answered locally, {rt} round trips ({100*rt/max(calls,1):.2f}% of calls), "
-          f"{s.get('bytes_up', 0)} B up, {s.get('bytes_down', 0)} B down; waits by call {json.dumps(s.get('waits_by_call', {}), sort_keys=True)}")
+          f"{s.get('bytes_up', 0)} B up, {s.get('bytes_down', 0)} B down; waits by call {json.dumps(s.get('waits_by_call', {}), sort_keys=True)}"
+          f"; shared memory: {s.get('shared_allocations', 0)} allocations, {s.get('shared_bytes', 0)} B, "
+          f"{s.get('shared_pages_up', 0)} pages up, {s.get('pulls', 0)} pulls")
 # The hot loop's waits (GPULESS_REMOTE_WAITS): the last synchronizations, each after one
 # inference: how long the program ran between answers, how long it waited, what the executor ran.
 try:

@@ -2,7 +2,9 @@
 //! driver: `recorder/tests/fake/pools.c` allocates from the default pool and from a pool of its
 //! own, runs a kernel on pool memory and reads what the pools report. The arena serves the
 //! allocations; the client's books (`recorder/src/pools.rs`) answer used and reserved memory as
-//! the driver does for memory it hands out itself.
+//! the driver does for memory it hands out itself. `graph_alloc.c` captures a stream-ordered
+//! allocation and its free into a graph: the arena serves it too, and the executor keeps the
+//! memory for the graph's launches.
 
 mod serve_harness;
 mod support;
@@ -28,6 +30,22 @@ fn pools_allocate_and_report_their_memory_as_the_driver_does() {
     has("used high after reset: 0; reset to 1: 1");
     has("current is the created pool: 1");
     has("current pool used: 4096");
+    has("done");
+    assert!(!stderr.contains("not supported"), "{stderr}");
+}
+
+#[test]
+fn stream_ordered_allocation_captured_into_a_graph_runs_at_every_launch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "graph_alloc", &["-l:libcuda.so.1"]);
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = run_client(&srv, &prog);
+    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
+    assert!(ran.ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let has = |line: &str| assert!(stdout.lines().any(|l| l == line), "no `{line}` in:\n{stdout}\n{stderr}");
+    has("launch 0: 0 4 60");
+    has("launch 1: 0 4 60");
+    has("later allocation elsewhere: 1");
     has("done");
     assert!(!stderr.contains("not supported"), "{stderr}");
 }

@@ -37,6 +37,7 @@ fn the_programs_own_vmm_runs_remotely_and_replays_at_its_addresses() {
         "copy into the unmapped half: 1",
         "release again: 400",
         "copy after the free: 1",
+        "copy past the end of an allocation: 1",
         "done",
     ] {
         has(out, err, line);
@@ -56,6 +57,7 @@ fn the_programs_own_vmm_runs_remotely_and_replays_at_its_addresses() {
     let rec_out = String::from_utf8_lossy(&rec.stdout);
     assert!(rec.status.success(), "{rec:?}");
     has(&rec_out, "", "after kernel: 0 3 189");
+    has(&rec_out, "", "copy past the end of an allocation: 1");
     let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
         .arg("replay")
         .arg(&trace)

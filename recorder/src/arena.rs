@@ -10,8 +10,9 @@
 //! - `cuMemFreeAsync` keeps the memory until the stream has passed the free (an event), released
 //!   at the next context/stream synchronization or when the arena would otherwise grow (so the
 //!   addresses do not depend on timing);
-//! - allocations on a capturing stream, on another device than the arena's, or when the arena
-//!   could not be reserved pass through to the driver and land outside the arena;
+//! - allocations on a capturing stream (a client's excepted: they come from the arena and stay
+//!   for the graph's launches), on another device than the arena's, or when the arena could not
+//!   be reserved pass through to the driver and land outside the arena;
 //! - the program's own reservations (`cuMemAddressReserve`) are ranges of the arena it maps
 //!   its own memory into (`cuMemMap`, the driver's): fixed addresses too, answered by the driver.
 //!
@@ -65,6 +66,15 @@ pub enum Op {
     PoolSetAttribute,
     PoolTrimTo,
     PoolDestroy,
+    /// A copy or set of `len` units of `unit` bytes at device address `a` (and `b`, 255 for
+    /// none; argument indices): arena memory's range is checked as the driver checks an
+    /// allocation's (its chunk would accept what runs past the allocation's end).
+    Range {
+        a: u8,
+        b: u8,
+        len: u8,
+        unit: u8,
+    },
     CtxSync,
     StreamSync,
 }
@@ -94,6 +104,12 @@ pub fn op(id: api::ApiId) -> Option<Op> {
                 "cuMemPoolSetAttribute" => Some(Op::PoolSetAttribute),
                 "cuMemPoolTrimTo" => Some(Op::PoolTrimTo),
                 "cuMemPoolDestroy" => Some(Op::PoolDestroy),
+                "cuMemcpyHtoD" | "cuMemcpyHtoDAsync" => range(f, "dstDevice", None, "ByteCount", 1),
+                "cuMemcpyDtoH" | "cuMemcpyDtoHAsync" => range(f, "srcDevice", None, "ByteCount", 1),
+                "cuMemcpyDtoD" | "cuMemcpyDtoDAsync" => range(f, "dstDevice", Some("srcDevice"), "ByteCount", 1),
+                "cuMemsetD8" | "cuMemsetD8Async" => range(f, "dstDevice", None, "N", 1),
+                "cuMemsetD16" | "cuMemsetD16Async" => range(f, "dstDevice", None, "N", 2),
+                "cuMemsetD32" | "cuMemsetD32Async" => range(f, "dstDevice", None, "N", 4),
                 "cuCtxSynchronize" => Some(Op::CtxSync),
                 "cuStreamSynchronize" => Some(Op::StreamSync),
                 _ => None,
@@ -101,6 +117,16 @@ pub fn op(id: api::ApiId) -> Option<Op> {
             .collect()
     });
     ops.get(usize::from(id.0)).copied().flatten()
+}
+
+/// [`Op::Range`] of `f`'s arguments by name (`None` if the table lacks one).
+fn range(f: &api::ApiFunction, a: &str, b: Option<&str>, len: &str, unit: u8) -> Option<Op> {
+    let at = |n: &str| f.args.iter().position(|x| x.name == n).and_then(|i| u8::try_from(i).ok());
+    let b = match b {
+        Some(n) => at(n)?,
+        None => 255,
+    };
+    Some(Op::Range { a: at(a)?, b, len: at(len)?, unit })
 }
 
 struct Info {
@@ -153,6 +179,17 @@ pub fn reservation(ptr: u64) -> Option<(u64, u64)> {
         return None;
     }
     ARENA.lock().ok()?.as_ref()?.layout.reservation(ptr)
+}
+
+/// Whether `len` bytes at `p` may be copied or set: outside the arena the driver decides; in
+/// it they must lie in one live allocation (or in the program's own reservation, whose
+/// mappings the driver checks).
+fn range_ok(p: u64, len: u64) -> bool {
+    if !in_arena(p) || reservation(p).is_some() {
+        return true;
+    }
+    let Some(Some(f)) = lookup(p) else { return false };
+    p.checked_add(len).is_some_and(|end| end <= f.base + f.size.max(1))
 }
 
 /// Arena memory the arena answers for: inside the range, outside the program's reservations.
@@ -277,6 +314,11 @@ pub unsafe fn before(op: Op, raw: &[u64], per_thread: bool) -> Option<u32> {
                 crate::pools::destroyed(arg(0));
                 None
             }
+            Op::Range { a, b, len, unit } => {
+                let n = arg(usize::from(len)).saturating_mul(u64::from(unit));
+                let bad = |p: u64| n != 0 && !range_ok(p, n);
+                (bad(arg(usize::from(a))) || (b != 255 && bad(arg(usize::from(b))))).then_some(INVALID_VALUE)
+            }
             Op::PointerAttributes | Op::CtxSync | Op::StreamSync => None,
         }
     }
@@ -338,8 +380,11 @@ unsafe fn alloc(out: u64, size: u64, stream: Option<u64>, pool: Option<u64>) -> 
         let mut cap = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: a stream handle from the program; valid out-pointer.
         let st = unsafe { (r.stream_is_capturing)(s as sys::CUstream, &mut cap) };
-        if st != sys::CUresult::CUDA_SUCCESS || cap != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-            return None; // graph memory nodes belong to the driver
+        let captured = cap != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // Recording, graph memory nodes belong to the driver; a client serves them from the
+        // arena too (its executor keeps the memory for the graph's launches).
+        if st != sys::CUresult::CUDA_SUCCESS || (captured && !crate::remote::active()) {
+            return None;
         }
     }
     let mut guard = ARENA.lock().ok()?;
@@ -551,6 +596,10 @@ unsafe fn free_async(ptr: u64, stream: u64) -> Option<u32> {
             return Some(st as u32);
         }
         Some(ev)
+    } else if crate::remote::active() {
+        // A client's free captured into a graph is the graph's free node: the memory stays
+        // for the graph's launches (the executor keeps it), its address never given again.
+        return Some(SUCCESS);
     } else {
         // Freed inside a capture: released at the next context synchronization.
         None

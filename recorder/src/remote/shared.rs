@@ -46,6 +46,16 @@ static USED: AtomicUsize = AtomicUsize::new(0);
 static DIRTY: AtomicU64 = AtomicU64::new(0);
 /// Live managed allocations.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
+/// Allocations shared over the session, their bytes, and the dirty pages sent (the counts at
+/// exit).
+static EVER: AtomicU64 = AtomicU64::new(0);
+static EVER_BYTES: AtomicU64 = AtomicU64::new(0);
+static PAGES_UP: AtomicU64 = AtomicU64::new(0);
+
+/// (allocations shared, their bytes, dirty pages sent) over the session so far.
+pub(crate) fn counts() -> (u64, u64, u64) {
+    (EVER.load(Ordering::Relaxed), EVER_BYTES.load(Ordering::Relaxed), PAGES_UP.load(Ordering::Relaxed))
+}
 /// Host pages mapped, with how many allocations share each.
 static PAGES: LazyLock<Mutex<HashMap<u64, u32>>> = LazyLock::new(Default::default);
 /// Pages of the program's own (`adopt`): made writable again when released, never unmapped.
@@ -334,6 +344,8 @@ fn take_slot(addr: u64, len: u64, pages: u64, all_dirty: bool) -> bool {
             s.len.store(len.max(1), Ordering::Release);
             USED.fetch_max(i + 1, Ordering::AcqRel);
             LIVE.fetch_add(1, Ordering::Relaxed);
+            EVER.fetch_add(1, Ordering::Relaxed);
+            EVER_BYTES.fetch_add(len, Ordering::Relaxed);
             if all_dirty {
                 DIRTY.fetch_add(pages, Ordering::AcqRel);
             }
@@ -454,6 +466,7 @@ pub(crate) fn take_dirty() -> Vec<(u64, Vec<u8>)> {
             }
         }
     }
+    PAGES_UP.fetch_add(pages.len() as u64, Ordering::Relaxed);
     // Read-only before they are read: a write from now on faults and marks the page again, so
     // nothing written while the bytes are taken is lost.
     for &(page, _, _) in &pages {

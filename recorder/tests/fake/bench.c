@@ -26,10 +26,17 @@ int main(int argc, char **argv) {
   int (*attr)(int *, int, int) = get("cuDeviceGetAttribute");
   int (*cur)(void **) = get("cuCtxGetCurrent");
   int (*sync)(void *) = get("cuStreamSynchronize");
-  static const char ptx[] = ".version 9.0\n.target sm_90\n.address_size 64\n";
-  uint64_t d; void *mod, *fn, *c;
+  int (*retain)(void **, int) = get("cuDevicePrimaryCtxRetain");
+  int (*set)(void *) = get("cuCtxSetCurrent");
+  /* The kernels' entries (a client analyzes the image it is given: scale(float *, float, int)). */
+  static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                            ".visible .entry scale(\n\t.param .u64 p0,\n\t.param .f32 p1,\n\t.param .u32 p2\n)\n{\n\tret;\n}\n"
+                            ".visible .entry wide(\n\t.param .u64 w0,\n\t.param .f32 w1,\n\t.param .u32 w2,\n"
+                            "\t.param .align 8 .b8 w3[640]\n)\n{\n\tret;\n}\n";
+  uint64_t d; void *mod, *fn, *c, *ctx;
   int wide = argc > 2 && !strcmp(argv[2], "wide");
-  if (init(0) || alloc(&d, 256) || load(&mod, ptx) || getf(&fn, mod, wide ? "wide" : "scale")) return 4;
+  if (init(0) || retain(&ctx, 0) || set(ctx) || alloc(&d, 256) || load(&mod, ptx) || getf(&fn, mod, wide ? "wide" : "scale"))
+    return 4;
   static struct { char b[640]; } meta[220];
   for (int l = 0; l < 220; l++) memset(meta[l].b, l, sizeof meta[l].b);
   float k = 2.5f; int cnt = 64; void *params[] = {&d, &k, &cnt, &meta[0]};

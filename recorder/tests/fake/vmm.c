@@ -1,7 +1,8 @@
 /* The program's own virtual memory (cli/tests/run_remote_vmm.rs): a reservation of two
  * granules, one physical allocation mapped at its start, access granted, data uploaded, the
  * stand-in's `scale` run on it and read back; the driver's errors for maps it refuses; the
- * allocation's properties; then unmap, release and free, after which a copy there is refused.
+ * allocation's properties; then unmap, release and free, after which a copy there is refused;
+ * and a copy past the end of a plain allocation, refused as the driver refuses it.
  * Prints what it saw; any failing call that should succeed prints `FAILED <call> <code>` to
  * stderr and exits with 1. */
 #include <string.h>
@@ -75,6 +76,10 @@ int main(void) {
   printf("release again: %d\n", cuMemRelease(h));
   CK(cuMemAddressFree, base, 2 * g);
   printf("copy after the free: %d\n", cuMemcpyHtoD_v2(at, data, sizeof data));
+  /* An allocation's end is checked as the driver checks it (the arena's chunk is larger). */
+  CUdeviceptr small;
+  CK(cuMemAlloc_v2, &small, 256);
+  printf("copy past the end of an allocation: %d\n", cuMemcpyHtoD_v2(small + 200, data, 100));
   printf("done\n");
   return 0;
 }

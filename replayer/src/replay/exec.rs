@@ -156,6 +156,11 @@ pub(crate) fn call(
                 let size = c.out_word("pPitch")? * c.word("Height")?;
                 alloc(st, recorded, size, seq)?;
             }
+            // A stream-ordered free captured into a graph is the graph's free node: the memory
+            // stays for the graph's launches (the recording's or the client's address is
+            // never given to another allocation), until the session ends.
+            // (A body replay captures on a stream of its own: not the program's capture.)
+            "cuMemFreeAsync" if st.stream_override.is_none() && capturing(st.stream(c.word("hStream")?)?) => {}
             "cuMemFree" | "cuMemFreeAsync" => {
                 st.managed.remove(c.word("dptr")?);
                 st.mem.free(c.word("dptr")?)

@@ -81,6 +81,27 @@ pub struct Memory {
     pub vmm: super::vmm::ProgramVmm,
 }
 
+/// This thread's stream-capture mode relaxed while it lives: memory is created and mapped for
+/// an allocation a stream capture makes (a captured `cuMemAllocAsync`, re-created when the
+/// recording's or the client's record arrives), which the global mode forbids.
+struct Relaxed(sys::CUstreamCaptureMode);
+
+impl Relaxed {
+    fn new() -> Self {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a valid in/out pointer; exchanging the mode has no other effect.
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        Relaxed(mode)
+    }
+}
+
+impl Drop for Relaxed {
+    fn drop(&mut self) {
+        // SAFETY: as in `new`: the previous mode back.
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut self.0) };
+    }
+}
+
 fn prop() -> sys::CUmemAllocationProp {
     // SAFETY: a plain C struct for which all-zero is a valid starting value.
     let mut p: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
@@ -99,6 +120,7 @@ static CAPABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::n
 /// decompression-capable where the driver allows it, so pointer queries a client sends here
 /// answer as they did where the program was recorded.
 unsafe fn map(addr: u64, len: u64) -> Result<(), sys::CUresult> {
+    let _relaxed = Relaxed::new();
     use std::sync::atomic::Ordering;
     let len = len as usize;
     let mut p = prop();
@@ -365,6 +387,7 @@ impl Memory {
 
     /// Tries reserve + create + map + set-access at exactly `addr`.
     unsafe fn exact_at(&self, addr: u64, size: u64) -> Option<usize> {
+        let _relaxed = Relaxed::new();
         let len = size as usize;
         let mut got = 0u64;
         // SAFETY: VMM calls with valid arguments; every failure path undoes what succeeded.

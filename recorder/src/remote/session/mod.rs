@@ -112,6 +112,8 @@ struct Session {
     pieces: super::pieces::ClientPieces,
     /// The `gpulessHostPull` record of the wait in progress (managed memory, `shared.rs`).
     pull: Option<u64>,
+    /// Waits that pulled.
+    pulls: u64,
 }
 
 /// The session's state for the hot path, read without the lock: 0 before `cuInit`, 1
@@ -257,6 +259,7 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         refs: Vec::new(),
         pieces: super::pieces::ClientPieces::new(cached_execution),
         pull: None,
+        pulls: 0,
     })
 }
 
@@ -768,6 +771,12 @@ fn write_stats(sess: &Session, closed: Option<&protocol::SessionStats>) {
         "waits": sess.waits,
         "waits_by_call": sess.waited_for,
         "memo_hits": super::memo::hits(),
+        // Managed, mapped and mirrored pinned memory (`shared.rs`): allocations shared, their
+        // bytes, dirty pages sent up, waits that pulled.
+        "shared_allocations": super::shared::counts().0,
+        "shared_bytes": super::shared::counts().1,
+        "shared_pages_up": super::shared::counts().2,
+        "pulls": sess.pulls,
         "server_exec_us": sess.server_exec_us,
         // Cached-trace execution on the server (zero where it is off).
         "pieces_graph": c.pieces_graph,

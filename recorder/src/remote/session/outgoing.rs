@@ -91,6 +91,7 @@ impl Session {
     pub(super) fn push_pull(&mut self) {
         self.pull =
             crate::remote::shared::active().then(|| self.push_other(gpuless_traces::hostview::HOST_PULL, Vec::new()));
+        self.pulls += u64::from(self.pull.is_some());
     }
 
     /// Queues a record of gpuless's own (not a driver call); its sequence number.
