@@ -4,7 +4,8 @@
 //! allocations; the client's books (`recorder/src/pools.rs`) answer used and reserved memory as
 //! the driver does for memory it hands out itself. `graph_alloc.c` captures a stream-ordered
 //! allocation and its free into a graph: the arena serves it too, and the executor keeps the
-//! memory for the graph's launches.
+//! memory for the graph's launches. `graph_mem.c` builds a graph with memory nodes by hand: the
+//! client chooses the allocation's address, the executor maps it and adds empty nodes.
 
 mod serve_harness;
 mod support;
@@ -45,6 +46,23 @@ fn stream_ordered_allocation_captured_into_a_graph_runs_at_every_launch() {
     let has = |line: &str| assert!(stdout.lines().any(|l| l == line), "no `{line}` in:\n{stdout}\n{stderr}");
     has("launch 0: 0 4 60");
     has("launch 1: 0 4 60");
+    has("later allocation elsewhere: 1");
+    has("done");
+    assert!(!stderr.contains("not supported"), "{stderr}");
+}
+
+#[test]
+fn graph_memory_nodes_built_by_hand_run_at_every_launch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "graph_mem", &["-l:libcuda.so.1"]);
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = run_client(&srv, &prog);
+    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
+    assert!(ran.ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let has = |line: &str| assert!(stdout.lines().any(|l| l == line), "no `{line}` in:\n{stdout}\n{stderr}");
+    has("allocation address given: 1");
+    has("launch 0: 0 3 45");
+    has("launch 1: 0 3 45");
     has("later allocation elsewhere: 1");
     has("done");
     assert!(!stderr.contains("not supported"), "{stderr}");

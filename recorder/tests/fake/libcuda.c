@@ -324,6 +324,14 @@ CUresult cuGraphAddHostNode(void **n, void *g, void *const *deps, size_t nd, con
   x->type = 3; x->hfn = p->fn; x->hud = p->ud;
   *n = &gr->nodes[gr->n++];
   return 0; }
+CUresult cuGraphAddEmptyNode(void **n, void *g, void *const *deps, size_t nd) {
+  (void)deps; (void)nd;
+  struct graph *gr = g;
+  if (!gr || gr->n == 8) return 1;
+  memset(&gr->nodes[gr->n], 0, sizeof gr->nodes[gr->n]);
+  gr->nodes[gr->n].type = 5;
+  *n = &gr->nodes[gr->n++];
+  return 0; }
 CUresult cuGraphCreate(void **g, unsigned f) { (void)f; *g = new_graph(graphs); return *g ? 0 : 2; }
 CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd, const knode *p) {
   (void)deps; (void)nd;
@@ -420,6 +428,7 @@ CUresult cuGraphLaunch(void *e, void *s) {
     if (n->type == 1) memcpy(host(n->dev), n->src, n->n);
     else if (n->type == 2) memcpy(n->dst, host(n->dev), n->n);
     else if (n->type == 3) n->hfn(n->hud);
+    else if (n->type == 5) {} /* empty */
     else run_scale(n->ptrs); }
   return 0; }
 CUresult cuGraphExecDestroy(void *e) { ((struct graph *)e)->used = 0; return 0; }

@@ -7,6 +7,12 @@
 
 use std::ffi::c_void;
 
+/// `CUDA_MEM_ALLOC_NODE_PARAMS`: its size, and where `bytesize` and the `dptr` the driver (or
+/// the client) wrote lie.
+const MEM_ALLOC_NODE_BYTES: usize = 120;
+const MEM_ALLOC_NODE_SIZE_AT: usize = 104;
+const MEM_ALLOC_NODE_DPTR_AT: usize = 112;
+
 use cudarc::driver::sys;
 use gpuless_analyzer::api::structs::{Dims, KernelNode};
 use gpuless_analyzer::api::HandleKind;
@@ -279,6 +285,27 @@ pub(crate) fn call(
                 check(sys::cuGraphAddEmptyNode(&mut n, g, deps.as_ptr(), deps.len()), seq, name)?;
                 st.objects.nodes.insert(c.out_word("phGraphNode")?, n);
             }
+            // Graph memory: the allocation's memory is mapped at its address (the recording's,
+            // or the one the client chose) now and kept for every launch; the nodes themselves
+            // are empty nodes, so what depends on them still waits for them.
+            "cuGraphAddMemAllocNode" | "cuGraphAddMemFreeNode" => {
+                if name == "cuGraphAddMemAllocNode" {
+                    let p = match c.result("nodeParams") {
+                        Some(Value::Bytes(b)) if b.len() >= MEM_ALLOC_NODE_BYTES => b,
+                        _ => return Err(c.missing("nodeParams")),
+                    };
+                    let word = |at: usize| u64::from_le_bytes(p[at..at + 8].try_into().unwrap_or([0; 8]));
+                    let (size, dptr) = (word(MEM_ALLOC_NODE_SIZE_AT), word(MEM_ALLOC_NODE_DPTR_AT));
+                    if st.mem.find(dptr).is_none() {
+                        st.mem.alloc(dptr, size, seq)?;
+                    }
+                }
+                let (g, deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
+                let mut n = std::ptr::null_mut();
+                check(sys::cuGraphAddEmptyNode(&mut n, g, deps.as_ptr(), deps.len()), seq, name)?;
+                st.objects.nodes.insert(c.out_word("phGraphNode")?, n);
+            }
+            "cuDeviceGraphMemTrim" => check(sys::cuDeviceGraphMemTrim(0), seq, name)?,
             "cuGraphGetNodes" => {
                 // Nodes come back in creation order, the same in the rebuilt graph.
                 let recorded = recorded_nodes(c.result("nodes"));
@@ -445,7 +472,11 @@ pub(crate) fn check_dry(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Opt
                 .and_then(|_| exec_array::copy_ok(m, trace, c, "copyParams", Dims::Three))
                 .and_then(|_| ow("phGraphNode"))
                 .map(|n| m.add(GraphNode, n)),
-            "cuGraphAddMemsetNode" | "cuGraphAddEmptyNode" | "cuGraphAddHostNode" => need(m, Graph, "hGraph", "graph")
+            "cuGraphAddMemsetNode"
+            | "cuGraphAddEmptyNode"
+            | "cuGraphAddHostNode"
+            | "cuGraphAddMemAllocNode"
+            | "cuGraphAddMemFreeNode" => need(m, Graph, "hGraph", "graph")
                 .and_then(|_| deps(m))
                 .and_then(|_| ow("phGraphNode"))
                 .map(|n| m.add(GraphNode, n)),

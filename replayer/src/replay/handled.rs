@@ -135,6 +135,9 @@ pub const EXECUTED: &[&str] = &[
     "cuGraphAddMemcpyNode",
     "cuGraphAddMemsetNode",
     "cuGraphAddEmptyNode",
+    "cuGraphAddMemAllocNode",
+    "cuGraphAddMemFreeNode",
+    "cuDeviceGraphMemTrim",
     // host functions: run on the client in a session (host_calls.rs); a local replay keeps
     // their place in the stream with no-ops
     "cuLaunchHostFunc",

@@ -254,6 +254,27 @@ unsafe fn program_vmm(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
         }
         // SAFETY: the program's out-pointer for the properties.
         "cuMemGetAllocationPropertiesFromHandle" => Some(Step::Done(unsafe { super::vmm::properties(w(0), w(1)) })),
+        // A graph's memory allocation: an arena address chosen here (written into the node's
+        // parameters, as the driver writes the one it chose), kept for the graph's launches.
+        "cuGraphAddMemAllocNode" => {
+            let p = w(4);
+            // SAFETY: the program's CUDA_MEM_ALLOC_NODE_PARAMS (120 bytes), checked non-null.
+            let size = if p == 0 { 0 } else { unsafe { std::ptr::read_unaligned((p + 104) as *const u64) } };
+            if size == 0 {
+                return Some(Step::Done(INVALID_VALUE));
+            }
+            let mut addr = 0u64;
+            // SAFETY: a valid out-pointer and a size, as for cuMemAlloc.
+            match unsafe { arena::before(arena::Op::Alloc, &[&mut addr as *mut u64 as u64, size], false) } {
+                Some(0) => {}
+                Some(st) => return Some(Step::Done(st)),
+                None => return Some(Step::Done(2)), // CUDA_ERROR_OUT_OF_MEMORY
+            }
+            // SAFETY: as above; the address goes where the driver writes it.
+            unsafe { std::ptr::write_unaligned((p + 112) as *mut u64, addr) };
+            // SAFETY: forwarded from the caller.
+            Some(unsafe { create(f, raw) })
+        }
         _ => None,
     }
 }
