@@ -2,16 +2,17 @@
 //!
 //! Pinned host memory (`cuMemAllocHost`, `cuMemHostAlloc`, `cuMemHostRegister`) is kept in a
 //! registry so that pointer queries answer for it as the driver does.
-//! - Memory allocated for the device (`cuMemHostAlloc` with `DEVICEMAP`; with unified
-//!   addressing every `cudaHostAlloc` asks for it) is mirrored: an arena address, host pages of
+//! - Memory allocated for the device (`cuMemHostAlloc` with `DEVICEMAP`: `cudaHostAlloc` with
+//!   `cudaHostAllocMapped`) is mirrored: an arena address, host pages of
 //!   this process there, device memory at the same address on the server, kept coherent as
 //!   managed memory is (`shared.rs`: host writes go before the next submission, device writes
 //!   come back at waits). Its device address is its host address, so pointers to it work
 //!   anywhere, in structs too.
 //! - Other pinned memory (`cuMemAllocHost`, `cuMemHostAlloc` without `DEVICEMAP`, registered
-//!   memory) is ordinary memory of this process, cheap staging for copies. The device never
-//!   reads it directly: a launch whose arguments point into it is refused with a line naming
-//!   the call ([`args_reach_unmirrored`]).
+//!   memory) is ordinary memory of this process, cheap staging for copies, until the device
+//!   uses it: a launch whose parameter words point into it ([`mirror_reached`]), a request for
+//!   its device pointer or a registration with `DEVICEMAP` mirrors it from then on
+//!   ([`promote`]: its pages adopted by `shared.rs`, `gpulessHostMirror` to the executor).
 //!
 //! Pointer queries: arena memory is device memory (what only the server's driver knows — the
 //! mapping's size, handle types, access flags — is asked of it); pinned memory answers from the
