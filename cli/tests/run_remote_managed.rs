@@ -45,6 +45,9 @@ fn device_mapped_and_pinned_memory_given_to_kernels_are_mirrored() {
     has("second round: 0 200 60");
     has("plain pinned after kernel: 2 32");
     has("plain pinned second round: 100 64");
+    has("registered after kernel: 20 300");
+    has("registered after unregister: 7");
+    has("asked pointer after kernel: 2 2");
     has("done");
     assert!(!stderr.contains("not supported"), "{stderr}");
 }
