@@ -109,7 +109,8 @@ pub unsafe fn inputs(f: &ApiFunction, raw: &[u64]) -> Vec<Value> {
 /// The values the callee wrote to `out`/`inout` arguments (only on success).
 pub unsafe fn outputs(f: &ApiFunction, raw: &[u64], status: u32) -> Vec<Value> {
     let plans = plans(f);
-    f.out_args()
+    let mut out: Vec<Value> = f
+        .out_args()
         .map(|(i, a)| {
             let v = raw.get(i).copied().unwrap_or(0);
             if status != 0 || v == 0 {
@@ -122,7 +123,45 @@ pub unsafe fn outputs(f: &ApiFunction, raw: &[u64], status: u32) -> Vec<Value> {
             // SAFETY: the driver succeeded, so it wrote a value of the argument's type there.
             unsafe { output(f, a, plans.get(i).copied().unwrap_or(Prim::Ref(None)), v, raw) }
         })
-        .collect()
+        .collect();
+    if status == 0 {
+        // SAFETY: the program's node parameters, which the driver read and wrote.
+        if let Some(bodies) = unsafe { conditional_bodies(f, raw) } {
+            out.push(bodies);
+        }
+    }
+    out
+}
+
+/// The body graphs the driver created for a conditional node (`cuGraphAddNode` of a
+/// `CU_GRAPH_NODE_TYPE_CONDITIONAL`: it writes them to `phGraph_out`), recorded after the out
+/// arguments: `List(Handle(Graph))`. `None` for any other call.
+///
+/// # Safety
+/// `raw` are the program's arguments to `f`, after the call succeeded.
+pub(crate) unsafe fn conditional_bodies(f: &ApiFunction, raw: &[u64]) -> Option<Value> {
+    use gpuless_analyzer::api::structs::{NodeType, NODE_COND_BODIES_AT, NODE_COND_SIZE_AT, NODE_PARAMS_SIZE};
+    if f.name != "cuGraphAddNode" {
+        return None;
+    }
+    let i = f.args.iter().position(|a| a.name == "nodeParams")?;
+    let p = *raw.get(i)?;
+    if p == 0 {
+        return None;
+    }
+    // SAFETY: the caller's contract: a CUgraphNodeParams.
+    let b = unsafe { std::slice::from_raw_parts(p as *const u8, NODE_PARAMS_SIZE) };
+    if NodeType::of_params(b) != NodeType::Conditional {
+        return None;
+    }
+    let n = u32::from_le_bytes(b[NODE_COND_SIZE_AT..NODE_COND_SIZE_AT + 4].try_into().ok()?) as usize;
+    let arr = u64::from_le_bytes(b[NODE_COND_BODIES_AT..NODE_COND_BODIES_AT + 8].try_into().ok()?);
+    if arr == 0 || n > 64 {
+        return None;
+    }
+    // SAFETY: the driver wrote `n` graph handles there.
+    let hs = unsafe { std::slice::from_raw_parts(arr as *const u64, n) };
+    Some(Value::List(hs.iter().map(|&h| Value::Handle(gpuless_analyzer::api::HandleKind::Graph, h)).collect()))
 }
 
 fn buf_len(len: BufLen, raw: &[u64]) -> u64 {

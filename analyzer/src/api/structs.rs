@@ -465,6 +465,12 @@ impl NodeType {
 pub const NODE_PARAMS_SIZE: usize = 256;
 /// Offset of the union's member in `CUgraphNodeParams`.
 pub const NODE_MEMBER_AT: usize = 16;
+/// Conditional member (`CUDA_CONDITIONAL_NODE_PARAMS`): the handle, the count of body graphs,
+/// where the driver writes them (`phGraph_out`) and the context (offsets in `CUgraphNodeParams`).
+pub const NODE_COND_HANDLE_AT: usize = NODE_MEMBER_AT;
+pub const NODE_COND_SIZE_AT: usize = NODE_MEMBER_AT + 12;
+pub const NODE_COND_BODIES_AT: usize = NODE_MEMBER_AT + 16;
+pub const NODE_COND_CTX_AT: usize = NODE_MEMBER_AT + 24;
 /// Memcpy member (`CUDA_MEMCPY_NODE_PARAMS`): `copyCtx` and the `CUDA_MEMCPY3D` (offsets in
 /// `CUgraphNodeParams`).
 pub const NODE_MEMCPY_CTX_AT: usize = NODE_MEMBER_AT + 8;

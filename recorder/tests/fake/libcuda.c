@@ -249,8 +249,10 @@ typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **
 /* type 0: a kernel node; 1: a host-to-device copy (host → dev); 2: device-to-host (dev → dst);
  * 3: a host function (hfn(hud)). */
 typedef void (*hostfn)(void *);
+struct graph;
 struct gnode { void *func, *kern; unsigned grid[3], block[3], smem; unsigned char args[16]; void *ptrs[3];
-               int type; void *dst; const void *src; CUdeviceptr dev; size_t n; hostfn hfn; void *hud; };
+               int type; void *dst; const void *src; CUdeviceptr dev; size_t n; hostfn hfn; void *hud;
+               struct graph *body; unsigned long long cond; };
 struct graph { int used, n; struct gnode nodes[8]; };
 static struct graph graphs[8], execs[8], *captured;
 static const size_t arg_off[] = {0, 8, 12}, arg_size[] = {8, 4, 4}; /* scale's layout */
@@ -420,16 +422,42 @@ CUresult cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long f) {
   copy_graph(x, g);
   *e = x;
   return 0; }
-CUresult cuGraphLaunch(void *e, void *s) {
-  (void)s;
-  struct graph *x = e;
+/* Conditional handles: their values (the default launch value; no kernel here sets one). */
+static unsigned cond_values[16];
+static int nconds;
+CUresult cuGraphConditionalHandleCreate(unsigned long long *h, void *g, void *ctx, unsigned def, unsigned flags) {
+  (void)g; (void)ctx; (void)flags;
+  if (nconds == 16) return 2;
+  cond_values[nconds] = def; *h = 0xc0de0000ull + (unsigned long long)nconds++; return 0; }
+static void run_graph(struct graph *x) {
   for (int i = 0; i < x->n; i++) {
     struct gnode *n = &x->nodes[i];
     if (n->type == 1) memcpy(host(n->dev), n->src, n->n);
     else if (n->type == 2) memcpy(n->dst, host(n->dev), n->n);
     else if (n->type == 3) n->hfn(n->hud);
     else if (n->type == 5) {} /* empty */
-    else run_scale(n->ptrs); }
+    else if (n->type == 13) { if (cond_values[n->cond - 0xc0de0000ull]) run_graph(n->body); } /* IF */
+    else run_scale(n->ptrs); } }
+/* cuGraphAddNode: conditional IF nodes of one body graph only (what the stand-in models). */
+typedef struct { int type, reserved[3]; unsigned long long handle; int ctype; unsigned size; void **bodies; void *ctx; } cnode;
+CUresult cuGraphAddNode_v2(void **n, void *g, void *const *deps, const void *edges, size_t nd, cnode *p) {
+  (void)deps; (void)edges; (void)nd;
+  struct graph *gr = g;
+  if (!gr || gr->n == 8 || !p || p->type != 13 || p->ctype != 0 || p->size != 1) return 801;
+  if (p->handle < 0xc0de0000ull || p->handle >= 0xc0de0000ull + (unsigned long long)nconds) return 400;
+  struct graph *body = new_graph(graphs);
+  if (!body) return 2;
+  p->bodies[0] = body;
+  struct gnode *x = &gr->nodes[gr->n];
+  memset(x, 0, sizeof *x);
+  x->type = 13; x->body = body; x->cond = p->handle;
+  *n = &gr->nodes[gr->n++];
+  return 0; }
+CUresult cuGraphAddNode(void **n, void *g, void *const *deps, size_t nd, cnode *p) {
+  return cuGraphAddNode_v2(n, g, deps, 0, nd, p); }
+CUresult cuGraphLaunch(void *e, void *s) {
+  (void)s;
+  run_graph(e);
   return 0; }
 CUresult cuGraphExecDestroy(void *e) { ((struct graph *)e)->used = 0; return 0; }
 CUresult cuGraphDestroy(void *g) { ((struct graph *)g)->used = 0; return 0; }

@@ -306,6 +306,25 @@ pub(crate) fn call(
                 st.objects.nodes.insert(c.out_word("phGraphNode")?, n);
             }
             "cuDeviceGraphMemTrim" => check(sys::cuDeviceGraphMemTrim(0), seq, name)?,
+            // A conditional node's handle: created here; a client is answered with it (the
+            // kernels that set it get it from the program). A replay needs the recorded value,
+            // which the program's kernels carry in their parameters.
+            "cuGraphConditionalHandleCreate" => {
+                let g = st.graph(c, "hGraph")?;
+                let mut ctx = std::ptr::null_mut();
+                check(sys::cuCtxGetCurrent(&mut ctx), seq, "cuCtxGetCurrent")?;
+                let mut h: sys::CUgraphConditionalHandle = 0;
+                let (default, flags) = (c.word("defaultLaunchValue")? as u32, c.word("flags")? as u32);
+                check(sys::cuGraphConditionalHandleCreate(&mut h, g, ctx, default, flags), seq, name)?;
+                let recorded = c.result("pHandle_out").and_then(super::args::word).unwrap_or(0);
+                if recorded != 0 && recorded != h {
+                    return Err(c.inconsistent(format!(
+                        "the driver gave conditional handle {h:#x} where the recording had {recorded:#x}: the kernels that \
+                         set it carry the recorded value"
+                    )));
+                }
+                st.conditionals.insert(seq, h);
+            }
             "cuGraphGetNodes" => {
                 // Nodes come back in creation order, the same in the rebuilt graph.
                 let recorded = recorded_nodes(c.result("nodes"));
@@ -521,7 +540,15 @@ pub(crate) fn check_dry(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Opt
                 .and_then(|_| deps(m))
                 .and_then(|_| super::exec_node::check_dry(m, trace, c))
                 .and_then(|_| ow("phGraphNode"))
-                .map(|n| m.add(GraphNode, n)),
+                .map(|n| {
+                    m.add(GraphNode, n);
+                    // A conditional node's body graphs (recorded after the out arguments).
+                    if let Some(Value::List(bodies)) = c.rec.results.get(1) {
+                        for b in bodies.iter().filter_map(super::args::word) {
+                            m.add(Graph, b);
+                        }
+                    }
+                }),
             "cuGraphExecUpdate" => {
                 need(m, GraphExec, "hGraphExec", "executable graph").and_then(|_| need(m, Graph, "hGraph", "graph"))
             }

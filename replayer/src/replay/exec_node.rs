@@ -8,8 +8,8 @@
 
 use cudarc::driver::sys;
 use gpuless_analyzer::api::structs::{
-    Dims, MemsetNode, NodeType, NODE_EVENT_AT, NODE_MEMBER_AT, NODE_MEMCPY_COPY_AT, NODE_MEMCPY_CTX_AT,
-    NODE_MEMSET_CTX_AT, NODE_MEMSET_DST_AT, NODE_PARAMS_SIZE,
+    Dims, MemsetNode, NodeType, NODE_COND_BODIES_AT, NODE_COND_CTX_AT, NODE_COND_SIZE_AT, NODE_EVENT_AT,
+    NODE_MEMBER_AT, NODE_MEMCPY_COPY_AT, NODE_MEMCPY_CTX_AT, NODE_MEMSET_CTX_AT, NODE_MEMSET_DST_AT, NODE_PARAMS_SIZE,
 };
 use gpuless_traces::Value;
 
@@ -45,9 +45,10 @@ fn refusal(ty: NodeType) -> Option<String> {
         | NodeType::Empty
         | NodeType::EventRecord
         | NodeType::WaitEvent
-        | NodeType::Host => None,
+        | NodeType::Host
+        | NodeType::Conditional => None,
         other => Some(format!(
-            "adds a {} node; gpuless replays kernel, memcpy, memset, empty and event nodes only",
+            "adds a {} node; gpuless replays kernel, memcpy, memset, empty, event, host and conditional nodes only",
             other.name()
         )),
     }
@@ -91,6 +92,7 @@ pub(super) fn add(st: &mut State, trace: &LoadedTrace, c: &Call<'_>, report: &mu
     let edges = edge_data(c, deps.len())?;
     let mut buf = aligned_struct(bytes, NODE_PARAMS_SIZE);
     let mut node = std::ptr::null_mut();
+    let mut bodies: Vec<sys::CUgraph> = Vec::new();
     // SAFETY (block): driver calls with live handles; `buf` is a CUgraphNodeParams-sized,
     // aligned copy of the recorded struct whose handles and addresses are rewritten to live
     // ones; everything it points to lives until the call returns (the driver copies it).
@@ -142,6 +144,16 @@ pub(super) fn add(st: &mut State, trace: &LoadedTrace, c: &Call<'_>, report: &mu
                 put_u64(b, NODE_MEMBER_AT + 8, ud as u64);
                 add(buf.as_mut_ptr())
             }
+            NodeType::Conditional => {
+                // The handle is the live one (a client's answer; a replay checked it); the
+                // driver makes the body graphs, which the recorded ones map to.
+                let b = as_bytes(&mut buf);
+                let n = u32::from_le_bytes(b[NODE_COND_SIZE_AT..NODE_COND_SIZE_AT + 4].try_into().unwrap_or([0; 4]));
+                bodies = vec![std::ptr::null_mut(); n.min(64) as usize];
+                put_u64(b, NODE_COND_BODIES_AT, bodies.as_mut_ptr() as u64);
+                put_u64(b, NODE_COND_CTX_AT, ctx as u64);
+                add(buf.as_mut_ptr())
+            }
             _ => add(buf.as_mut_ptr()),
         };
         if r != sys::CUresult::CUDA_SUCCESS {
@@ -149,6 +161,16 @@ pub(super) fn add(st: &mut State, trace: &LoadedTrace, c: &Call<'_>, report: &mu
         }
     }
     st.objects.nodes.insert(c.out_word("phGraphNode")?, node);
+    if ty == NodeType::Conditional {
+        let Some(Value::List(recorded)) = c.rec.results.last() else {
+            return Err(c.inconsistent("a conditional node's body graphs were not recorded".into()));
+        };
+        for (r, &live) in recorded.iter().zip(&bodies) {
+            if let Some(r) = super::args::word(r) {
+                st.objects.graphs.insert(r, live);
+            }
+        }
+    }
     Ok(())
 }
 

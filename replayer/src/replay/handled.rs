@@ -174,6 +174,7 @@ pub const ANSWERED: &[&str] = &[
     "cuMemGetInfo",
     "cuMemPoolGetAttribute",
     "cuMemGetAccess",
+    "cuGraphConditionalHandleCreate",
     "cuStreamQuery",
     "cuEventQuery",
     "cuEventElapsedTime",

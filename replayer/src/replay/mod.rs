@@ -272,6 +272,8 @@ pub(crate) struct State {
     pub events: HashMap<u64, sys::CUevent>,
     /// Memory pools the program created: recorded handle → live pool (`exec_ops.rs`).
     pub pools: HashMap<u64, sys::CUmemoryPool>,
+    /// Conditional handles created, by the record that created them (a client's answer).
+    pub conditionals: HashMap<u64, u64>,
     /// Graphs, arrays, texture objects, pinned buffers, deferred results.
     pub objects: objects::Objects,
     /// Recorded function/kernel handle → kernel name.
@@ -317,6 +319,7 @@ impl State {
             streams: HashMap::new(),
             events: HashMap::new(),
             pools: HashMap::new(),
+            conditionals: HashMap::new(),
             objects: Default::default(),
             names: HashMap::new(),
             recent: VecDeque::new(),

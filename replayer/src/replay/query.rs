@@ -89,6 +89,10 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
             }
             "cuPointerGetAttribute" | "cuPointerGetAttributes" => pointer(st, &c),
             "cuMemGetAccess" => super::vmm::get_access(st, &c),
+            "cuGraphConditionalHandleCreate" => match st.conditionals.get(&rec.seq) {
+                Some(&h) => (0, vec![h]),
+                None => (sys::CUresult::CUDA_ERROR_INVALID_VALUE as i32, vec![0]),
+            },
             "cuFuncGetAttribute" => match c.word("hfunc").ok().and_then(|h| st.function(h)) {
                 Some(func) => {
                     let get: FuncGetAttribute = match super::exec::raw_fn(b"cuFuncGetAttribute\0", rec.seq) {

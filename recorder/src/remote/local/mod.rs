@@ -203,6 +203,10 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
     if let Some(step) = unsafe { program_vmm(f, raw) } {
         return step;
     }
+    // SAFETY: forwarded from the caller.
+    if let Some(step) = unsafe { conditional_node(f, raw) } {
+        return step;
+    }
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match f.sync {
@@ -277,6 +281,39 @@ unsafe fn program_vmm(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
         }
         _ => None,
     }
+}
+
+/// `cuGraphAddNode` of a conditional node: its body graphs are client handles written where the
+/// driver writes its own (`phGraph_out`); the executor maps them to the graphs its driver made
+/// (`capture::conditional_bodies` carries them in the record). `None` for any other call.
+///
+/// # Safety
+/// `raw` are the program's arguments to `f`.
+unsafe fn conditional_node(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
+    use gpuless_analyzer::api::structs::{NodeType, NODE_COND_BODIES_AT, NODE_COND_SIZE_AT, NODE_PARAMS_SIZE};
+    if f.name != "cuGraphAddNode" {
+        return None;
+    }
+    let p = raw.get(f.args.iter().position(|a| a.name == "nodeParams")?).copied().unwrap_or(0);
+    if p == 0 {
+        return None;
+    }
+    // SAFETY: the program's CUgraphNodeParams.
+    let b = unsafe { std::slice::from_raw_parts(p as *const u8, NODE_PARAMS_SIZE) };
+    if NodeType::of_params(b) != NodeType::Conditional {
+        return None;
+    }
+    let n = u32::from_le_bytes(b[NODE_COND_SIZE_AT..NODE_COND_SIZE_AT + 4].try_into().ok()?) as usize;
+    let arr = u64::from_le_bytes(b[NODE_COND_BODIES_AT..NODE_COND_BODIES_AT + 8].try_into().ok()?);
+    if arr == 0 || n == 0 || n > 64 {
+        return Some(Step::Done(INVALID_VALUE));
+    }
+    for k in 0..n {
+        // SAFETY: the program's array of `n` graph handles (the driver writes there).
+        unsafe { *(arr as *mut u64).add(k) = new_handle() };
+    }
+    // SAFETY: forwarded from the caller.
+    Some(unsafe { create(f, raw) })
 }
 
 /// Writes `v` to out argument `i` at the width of its C type.
