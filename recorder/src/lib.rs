@@ -31,6 +31,7 @@ mod hostview;
 mod hot;
 mod intercept;
 mod lane;
+mod late;
 mod loaded;
 mod pending;
 mod pools;

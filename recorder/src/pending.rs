@@ -20,6 +20,8 @@ struct Pending {
     buffers: Vec<(usize, u64, usize)>,
     /// (index into `record.results`, the copy) of a 2D/3D copy's host rows to hash, packed.
     rows: Option<(usize, Copy)>,
+    /// A host-to-device copy whose source the stream reads late (`late.rs`).
+    late: Option<crate::late::Late>,
 }
 
 /// Copies in flight and what completes them: the rule a replay checks them by
@@ -82,7 +84,14 @@ pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
         .collect();
     buffers.extend(crate::unified::async_host_outs(f, raw, &record.args));
     let rows = crate::capture::async_host_rows(f, raw);
-    with_table(|t| t.push(stream, Pending { record, buffers, rows }));
+    with_table(|t| t.push(stream, Pending { record, buffers, rows, late: None }));
+}
+
+/// Holds the record of an async host-to-device copy whose source is read when the stream
+/// reaches it (`late.rs`) until a synchronization covers it.
+pub fn defer_late(f: &ApiFunction, raw: &[u64], record: CallRecord, late: crate::late::Late) {
+    let stream = handle(f, raw, HandleKind::Stream).unwrap_or(0);
+    with_table(|t| t.push(stream, Pending { record, buffers: Vec::new(), rows: None, late: Some(late) }));
 }
 
 /// Whether [`after`] has anything to do for calls of `f`: synchronizations, stream and event
@@ -101,6 +110,11 @@ pub fn completes(f: &ApiFunction) -> bool {
 pub fn after(f: &ApiFunction, raw: &[u64]) {
     let stream = || handle(f, raw, HandleKind::Stream).unwrap_or(0);
     let event = || handle(f, raw, HandleKind::Event).unwrap_or(0);
+    match f.sync {
+        SyncClass::CtxSync => crate::late::synchronized(None),
+        SyncClass::StreamSync => crate::late::synchronized(Some(stream())),
+        _ => {}
+    }
     let done = with_table(|t| match f.sync {
         SyncClass::CtxSync => t.sync_all(),
         SyncClass::StreamSync | SyncClass::StateQuery if acts_on(f, HandleKind::Stream) => t.sync_stream(stream()),
@@ -120,6 +134,9 @@ pub fn after(f: &ApiFunction, raw: &[u64]) {
 }
 
 fn emit(mut p: Pending, complete: bool) {
+    if let Some(l) = p.late.take() {
+        crate::late::finish(l, &mut p.record, complete);
+    }
     if complete {
         for &(k, ptr, n) in &p.buffers {
             if ptr == 0 {

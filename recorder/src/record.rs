@@ -136,6 +136,10 @@ unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lan
             _ => unsafe { full(slot, s, raw, real, lane) },
         }
     };
+    if status == 0 && matches!(s.func.name, "cuLaunchHostFunc" | "cuStreamAddCallback") {
+        // Uploads from pinned memory queued after it read their source late (`late.rs`).
+        crate::late::host_function(raw.first().copied().unwrap_or(0));
+    }
     if s.invalidates {
         fold::invalidate();
     }
@@ -181,12 +185,15 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
     let args = std::panic::catch_unwind(|| unsafe { capture::inputs(f, raw) });
     let parent = lane.current.replace(Some(seq));
     // SAFETY: forwarded from the caller.
+    let late = unsafe { crate::late::before_copy(f, raw) };
+    // SAFETY: forwarded from the caller.
     let status = unsafe { with_arena(s, raw, real) };
     lane.current.set(parent);
     let t1 = lane.stamp();
     if s.init && status == 0 {
         state::open(true);
     }
+
     let Ok(args) = args else {
         state::fail(&format!("capturing the arguments of {} failed", f.name));
         return status;
@@ -213,7 +220,9 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
         results,
         repeat: 0,
     };
-    if status == 0 && capture::deferred_call(f, raw, &rec.args) {
+    if let (0, Some(l)) = (status, late) {
+        pending::defer_late(f, raw, rec, l);
+    } else if status == 0 && capture::deferred_call(f, raw, &rec.args) {
         pending::defer(f, raw, rec);
     } else {
         state::emit(rec);

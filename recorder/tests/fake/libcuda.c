@@ -54,7 +54,21 @@ static void device_printf(void) {
 static void flush_printf(void) {
   if (!printed_len) return;
   fwrite(printed, 1, printed_len, stdout); fflush(stdout); printed_len = 0; }
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, host(src), n); flush_printf(); return 0; }
+/* FAKE_CUDA_DEFER_HOSTFN=1: host functions and the async uploads queued after them run when
+ * the program synchronizes, in order, as a GPU's stream runs them (an upload from pinned memory
+ * reads its source then); pinned memory answers CU_MEMORYTYPE_HOST. Otherwise both run at once. */
+typedef void (*hostfn)(void *);
+static struct { hostfn fn; void *ud; CUdeviceptr dst; const void *src; size_t n; } queue[64];
+static int queued;
+static int deferring(void) { static int d = -1; if (d < 0) d = getenv("FAKE_CUDA_DEFER_HOSTFN") != 0; return d; }
+static void drain(void) {
+  for (int i = 0; i < queued; i++) {
+    if (queue[i].fn) queue[i].fn(queue[i].ud);
+    else memcpy(host(queue[i].dst), queue[i].src, queue[i].n); }
+  queued = 0; }
+static struct { void *p; size_t n; } pinned[64];
+static int npinned;
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { drain(); memcpy(dst, host(src), n); flush_printf(); return 0; }
 static CUresult capture_copy(int type, void *dst, const void *src, CUdeviceptr dev, size_t n);
 static void *capturing; /* the stream being captured (all streams are one here) */
 /* Async copies on a capturing stream become copy nodes (cuGraphLaunch runs them in order). */
@@ -63,6 +77,7 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream
   memcpy(dst, host(src), n); return 0; }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream) {
   if (capturing && stream == capturing) return capture_copy(1, 0, src, dst, n);
+  if (queued && queued < 64) { queue[queued].fn = 0; queue[queued].dst = dst; queue[queued].src = src; queue[queued++].n = n; return 0; }
   memcpy(host(dst), src, n); return 0; }
 /* Unified addresses: the heap's two ranges are device memory, anything else host memory. */
 static int is_device(CUdeviceptr p) {
@@ -78,14 +93,21 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *
 /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2) only: device memory for the heap; anything else is
  * pageable memory the driver does not know (CUDA_ERROR_INVALID_VALUE). */
 CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
+  if (attr == 2 && deferring())
+    for (int i = 0; i < npinned; i++)
+      if (p >= (CUdeviceptr)(uintptr_t)pinned[i].p && p < (CUdeviceptr)(uintptr_t)pinned[i].p + pinned[i].n) {
+        *(unsigned *)data = 1; return 0; }
   if (attr != 2 || !is_device(p)) return 1;
   *(unsigned *)data = 2; return 0; }
 /* Pinned host memory: plain memory here. */
-CUresult cuMemAllocHost_v2(void **p, size_t n) { *p = malloc(n); return *p ? 0 : 2; }
+CUresult cuMemAllocHost_v2(void **p, size_t n) {
+  *p = malloc(n);
+  if (*p && npinned < 64) { pinned[npinned].p = *p; pinned[npinned++].n = n; }
+  return *p ? 0 : 2; }
 CUresult cuMemFreeHost(void *p) { free(p); return 0; }
 CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
 CUresult cuStreamDestroy_v2(void *s) { (void)s; return 0; }
-CUresult cuStreamSynchronize(void *stream) { (void)stream; flush_printf(); return 0; }
+CUresult cuStreamSynchronize(void *stream) { (void)stream; drain(); flush_printf(); return 0; }
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = &module_token; return 0; }
 CUresult cuModuleUnload(void *m) { (void)m; return 0; }
 CUresult cuLibraryUnload(void *l) { (void)l; return 0; }
@@ -124,7 +146,7 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
   return 0; }
 /* FAKE_CUDA_SYNC_FAULT=1 makes every context synchronization report an illegal address, as a
  * kernel's fault surfaces at the next synchronization (for replay error reports). */
-CUresult cuCtxSynchronize(void) { flush_printf(); return getenv("FAKE_CUDA_SYNC_FAULT") ? 700 : 0; }
+CUresult cuCtxSynchronize(void) { drain(); flush_printf(); return getenv("FAKE_CUDA_SYNC_FAULT") ? 700 : 0; }
 CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
 /* CUDA 13 hands out versions with new signatures for old names: cuGetProcAddress("cuCtxGetDevice")
  * gives cuCtxGetDevice_v2. cuCtxGetFlags_v2 stands for a version newer than the recorder's table. */
@@ -248,7 +270,6 @@ typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **
 typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; } knode_v1;
 /* type 0: a kernel node; 1: a host-to-device copy (host → dev); 2: device-to-host (dev → dst);
  * 3: a host function (hfn(hud)). */
-typedef void (*hostfn)(void *);
 struct graph;
 struct gnode { void *func, *kern; unsigned grid[3], block[3], smem; unsigned char args[16]; void *ptrs[3];
                int type; void *dst; const void *src; CUdeviceptr dev; size_t n; hostfn hfn; void *hud;
@@ -314,6 +335,7 @@ CUresult cuLaunchHostFunc(void *stream, hostfn fn, void *ud) {
     g->type = 3; g->hfn = fn; g->hud = ud;
     return 0;
   }
+  if (deferring() && queued < 64) { queue[queued].fn = fn; queue[queued++].ud = ud; return 0; }
   fn(ud);
   return 0; }
 typedef struct { hostfn fn; void *ud; } hnode;

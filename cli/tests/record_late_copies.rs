@@ -1,0 +1,44 @@
+//! A recording holds what the device received from pinned memory that a host function wrote
+//! after the upload was queued (issue 35, `recorder/src/late.rs`): `recorder/tests/fake/late_copy.c`
+//! on the stand-in driver in its GPU-like mode (host functions and the uploads after them run
+//! at the synchronization), recorded; the replay (the stand-in running everything at once) must
+//! verify the download with no mismatch — the upload's recorded bytes are the function's.
+
+mod support;
+
+use std::process::Command;
+
+#[test]
+fn an_upload_behind_a_host_function_is_recorded_with_the_bytes_the_stream_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "late_copy", &["-l:libcuda.so.1"]);
+    let native =
+        Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).env("FAKE_CUDA_DEFER_HOSTFN", "1").output().unwrap();
+    assert!(native.status.success(), "{native:?}");
+    assert_eq!(String::from_utf8_lossy(&native.stdout), "device got: 7 14\n", "the stand-in's GPU-like order");
+
+    let trace = dir.path().join("l.gl");
+    let rec = Command::new(&prog)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("FAKE_CUDA_DEFER_HOSTFN", "1")
+        .env("LD_PRELOAD", support::common::recorder_lib())
+        .env("GPULESS_TRACE", &trace)
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "{rec:?}");
+    assert_eq!(rec.stdout, native.stdout, "recording changed the program");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
+        .arg("replay")
+        .arg(&trace)
+        .arg("--json")
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env_remove("FAKE_CUDA_DEFER_HOSTFN")
+        .output()
+        .unwrap();
+    let shown = format!("{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {shown}"));
+    assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
+    assert_eq!(report["results_verified"], 1, "{shown}");
+    assert!(out.status.success(), "{shown}");
+}
