@@ -116,6 +116,32 @@ fn best_effort_segments_wait_while_a_latency_critical_session_has_work_in_flight
     assert_eq!(s.metric("gpuless_best_effort_hold_seconds_count"), before, "{}", s.metrics());
 }
 
+#[test]
+fn a_latency_critical_executor_killed_inside_a_segment_does_not_hold_best_effort_work() {
+    let (dir, trace) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    // A latency-critical session with a segment in flight, whose executor is then killed.
+    let mut lc = connect(&s);
+    let welcome = lc.handshake(&hello("")).unwrap();
+    let init = records(&trace).into_iter().find(|r| r.function.name() == "cuInit").unwrap();
+    lc.send_segment(&[init], false).unwrap();
+    lc.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = welcome.executor_pid as libc::pid_t;
+    assert!(pid > 0, "{welcome:?}");
+    // SAFETY: the executor process of our own session on our own server.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    std::thread::sleep(Duration::from_millis(100));
+    // A best-effort session right after: nothing holds it (the dead executor's lock is gone),
+    // within the second a counter of sessions in flight would have kept holding it.
+    let before = s.metric("gpuless_best_effort_hold_seconds_count");
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &["--best-effort"]);
+    assert_eq!(rc, 0, "{r} {err}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.metric("gpuless_best_effort_hold_seconds_count"), before, "{}", s.metrics());
+    drop(lc);
+}
+
 /// A session over the Unix socket opened by hand, for frames a `Connection` would not send.
 fn raw_unix_session(s: &Server) -> std::os::unix::net::UnixStream {
     let mut u = std::os::unix::net::UnixStream::connect(&s.socket).unwrap();

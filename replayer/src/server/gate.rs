@@ -3,12 +3,14 @@
 //! Each session runs in its own executor process, so the GPU time-slices between their
 //! contexts and stream priorities (which act only inside one context) cannot order them. The
 //! gate orders them where work enters the GPU: a page of shared memory (a memfd the server
-//! creates and every executor inherits at [`GATE_FD`]) counts the latency-critical sessions
-//! that have a segment in flight and the time of their last activity. A best-effort executor
-//! holds its next segment while latency-critical work is in flight or was active within a
-//! short grace (the client's round trip between two segments), for at most a bound, so it
-//! always progresses. Work already on the GPU is not preempted: that is the next step, built
-//! on this queue.
+//! creates and every executor inherits at [`GATE_FD`]). A latency-critical executor with a
+//! segment in flight holds a shared record lock on one byte of it (`fcntl`, `F_RDLCK`), which
+//! the kernel drops when the process ends however it ends, so no bookkeeping a killed executor
+//! leaves behind can hold anyone; the page also keeps the time of the last latency-critical
+//! activity. A best-effort executor holds its next segment while such a lock is held or
+//! latency-critical work was active within a short grace (the client's round trip between two
+//! segments), for at most a bound, so it always progresses. Work already on the GPU is not
+//! preempted: that is the next step, built on this queue.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -21,15 +23,16 @@ pub const GATE_FD: RawFd = 4;
 pub const GRACE: Duration = Duration::from_micros(2000);
 /// The longest a best-effort segment is held.
 pub const MAX_HOLD: Duration = Duration::from_millis(20);
-/// Latency-critical work counted in flight but inactive this long (its executor died inside a
-/// segment, or one segment runs this long) no longer holds anyone.
+/// Latency-critical work in flight but inactive this long (one segment runs this long) no
+/// longer holds anyone.
 const STALE: Duration = Duration::from_secs(1);
+/// The byte latency-critical executors lock while a segment is in flight.
+const LOCK_AT: i64 = 2048;
 
-/// The shared page: a counter and a timestamp.
+/// The shared page: a timestamp (the locks are the kernel's, on [`LOCK_AT`]).
 #[repr(C)]
 struct Page {
-    /// Latency-critical sessions with a segment in flight.
-    in_flight: AtomicU32,
+    _reserved: AtomicU32,
     _pad: u32,
     /// CLOCK_MONOTONIC nanoseconds of the last latency-critical activity.
     last_ns: AtomicU64,
@@ -38,8 +41,21 @@ struct Page {
 /// A mapping of the gate.
 pub struct Gate {
     map: memmap2::MmapMut,
-    /// Whether this process counts in `in_flight` now.
+    /// The gate's file (the locks are taken on it).
+    file: std::fs::File,
+    /// Whether this process holds the lock now.
     entered: bool,
+}
+
+/// A record lock of `kind` (`F_RDLCK`, `F_WRLCK`, `F_UNLCK`) on the lock byte.
+fn lock_of(kind: i32) -> libc::flock {
+    // SAFETY: a plain C struct for which all-zero is valid.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = kind as libc::c_short;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l.l_start = LOCK_AT;
+    l.l_len = 1;
+    l
 }
 
 fn now_ns() -> u64 {
@@ -70,7 +86,7 @@ impl Gate {
         let fd = unsafe { OwnedFd::from_raw_fd(high) };
         let file = std::fs::File::from(fd.try_clone()?);
         file.set_len(4096)?;
-        Ok((Gate::map(&file)?, fd))
+        Ok((Gate::map(file)?, fd))
     }
 
     /// The gate an executor inherited at [`GATE_FD`], if it did.
@@ -84,14 +100,21 @@ impl Gate {
         if file.metadata().ok()?.len() < std::mem::size_of::<Page>() as u64 {
             return None;
         }
-        Gate::map(&file).ok()
+        Gate::map(file).ok()
     }
 
-    fn map(file: &std::fs::File) -> std::io::Result<Gate> {
+    fn map(file: std::fs::File) -> std::io::Result<Gate> {
         // SAFETY: a shared mapping of a memfd only gpuless processes hold; every access goes
         // through atomics.
-        let map = unsafe { memmap2::MmapMut::map_mut(file)? };
-        Ok(Gate { map, entered: false })
+        let map = unsafe { memmap2::MmapMut::map_mut(&file)? };
+        Ok(Gate { map, file, entered: false })
+    }
+
+    /// Sets this process's lock (`F_RDLCK`: latency-critical work in flight; `F_UNLCK`).
+    fn set_lock(&self, kind: i32) -> bool {
+        let l = lock_of(kind);
+        // SAFETY: fcntl with a valid flock on our descriptor.
+        unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETLK, &l) == 0 }
     }
 
     fn page(&self) -> &Page {
@@ -99,13 +122,13 @@ impl Gate {
         unsafe { &*self.map.as_ptr().cast::<Page>() }
     }
 
-    /// A latency-critical segment arrives: counted until [`Self::leave`].
+    /// A latency-critical segment arrives: in flight until [`Self::leave`] (or this process
+    /// ends).
     pub fn enter(&mut self) {
         let p = self.page();
         p.last_ns.store(now_ns(), Ordering::Release);
         if !self.entered {
-            p.in_flight.fetch_add(1, Ordering::AcqRel);
-            self.entered = true;
+            self.entered = self.set_lock(libc::F_RDLCK);
         }
     }
 
@@ -114,14 +137,18 @@ impl Gate {
         if self.entered {
             let p = self.page();
             p.last_ns.store(now_ns(), Ordering::Release);
-            p.in_flight.fetch_sub(1, Ordering::AcqRel);
+            self.set_lock(libc::F_UNLCK);
             self.entered = false;
         }
     }
 
-    /// Latency-critical sessions with work in flight now.
-    pub fn in_flight(&self) -> u32 {
-        self.page().in_flight.load(Ordering::Acquire)
+    /// Whether another process has latency-critical work in flight now (one that ended
+    /// holds nothing: the kernel dropped its lock).
+    pub fn in_flight(&self) -> bool {
+        let mut l = lock_of(libc::F_WRLCK);
+        // SAFETY: fcntl with a valid flock on our descriptor; it only reports.
+        let r = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_GETLK, &mut l) };
+        r == 0 && l.l_type != libc::F_UNLCK as libc::c_short
     }
 
     /// Best-effort work waits while latency-critical work is in flight or was active within
@@ -131,8 +158,7 @@ impl Gate {
         let p = self.page();
         loop {
             let idle_ns = now_ns().saturating_sub(p.last_ns.load(Ordering::Acquire));
-            let busy = (p.in_flight.load(Ordering::Acquire) > 0 && idle_ns < STALE.as_nanos() as u64)
-                || idle_ns < grace.as_nanos() as u64;
+            let busy = (idle_ns < STALE.as_nanos() as u64 && self.in_flight()) || idle_ns < grace.as_nanos() as u64;
             if !busy || t0.elapsed() >= max {
                 return t0.elapsed();
             }
@@ -150,35 +176,91 @@ impl Drop for Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicBool;
-    use std::sync::Arc;
+
+    /// A gate of another process's (locks do not conflict within one process): a child that
+    /// maps the gate, enters, reports and then does what `then` says.
+    fn child_entering(fd: &OwnedFd, then: fn(&mut Gate)) -> libc::pid_t {
+        let (r, w) = {
+            let mut p = [0; 2];
+            // SAFETY: a valid array for the two descriptors.
+            assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+            (p[0], p[1])
+        };
+        let file = std::fs::File::from(fd.try_clone().unwrap());
+        // SAFETY: the child only maps, locks, writes a byte and sleeps or exits (no allocation
+        // that could wait on a lock another thread held at the fork).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let mut g = Gate::map(file).unwrap_or_else(|_| unsafe { libc::_exit(3) });
+            g.enter();
+            // SAFETY: our pipe's write end.
+            unsafe { libc::write(w, [1u8].as_ptr().cast(), 1) };
+            then(&mut g);
+            // SAFETY: ending the child without running the test harness's destructors.
+            unsafe { libc::_exit(0) };
+        }
+        let mut b = [0u8; 1];
+        // SAFETY: our pipe's read end; waits for the child to have entered.
+        assert_eq!(unsafe { libc::read(r, b.as_mut_ptr().cast(), 1) }, 1);
+        // SAFETY: closing our pipe's ends.
+        unsafe {
+            libc::close(r);
+            libc::close(w);
+        }
+        pid
+    }
 
     #[test]
     fn best_effort_work_waits_for_latency_critical_work_then_goes() {
-        let (mut lc, fd) = Gate::create().unwrap();
-        let be = Gate::map(&std::fs::File::from(fd)).unwrap();
+        let (server, fd) = Gate::create().unwrap();
+        let be = Gate::map(std::fs::File::from(fd.try_clone().unwrap())).unwrap();
         // Idle: best-effort work goes at once.
         assert!(be.hold(Duration::ZERO, Duration::from_secs(5)) < Duration::from_secs(1));
-        lc.enter();
-        assert_eq!(be.in_flight(), 1);
-        let left = Arc::new(AtomicBool::new(false));
-        let l2 = left.clone();
-        let t = std::thread::spawn(move || {
+        // Latency-critical work in flight for 50 ms, then it leaves (and its process ends).
+        let lc = child_entering(&fd, |g| {
             std::thread::sleep(Duration::from_millis(50));
-            l2.store(true, Ordering::SeqCst);
-            lc.leave();
-            lc
+            g.leave();
+            std::thread::sleep(Duration::from_millis(200));
         });
-        // Held until the latency-critical session left (the bound is far away).
+        assert!(be.in_flight() && server.in_flight());
+        let t0 = Instant::now();
         be.hold(Duration::ZERO, Duration::from_secs(30));
-        assert!(left.load(Ordering::SeqCst), "best-effort work went while latency-critical work was in flight");
-        let mut lc = t.join().unwrap();
-        assert_eq!(be.in_flight(), 0);
+        assert!(
+            t0.elapsed() >= Duration::from_millis(30),
+            "best-effort work went while latency-critical work was in flight"
+        );
+        assert!(!be.in_flight());
+        // SAFETY: our child.
+        unsafe { libc::waitpid(lc, std::ptr::null_mut(), 0) };
         // Never longer than the bound, whatever the other side does.
-        lc.enter();
+        let lc = child_entering(&fd, |_| std::thread::sleep(Duration::from_secs(30)));
         let waited = be.hold(Duration::ZERO, Duration::from_millis(10));
         assert!(waited >= Duration::from_millis(10));
-        drop(lc);
-        assert_eq!(be.in_flight(), 0, "a gate dropped while entered leaves");
+        // SAFETY: our child.
+        unsafe {
+            libc::kill(lc, libc::SIGKILL);
+            libc::waitpid(lc, std::ptr::null_mut(), 0);
+        }
+    }
+
+    #[test]
+    fn a_latency_critical_executor_killed_inside_a_segment_holds_nobody() {
+        let (_server, fd) = Gate::create().unwrap();
+        let be = Gate::map(std::fs::File::from(fd.try_clone().unwrap())).unwrap();
+        // Entered and never leaves: killed inside its segment.
+        let lc = child_entering(&fd, |_| std::thread::sleep(Duration::from_secs(30)));
+        assert!(be.in_flight());
+        // SAFETY: our child.
+        unsafe {
+            libc::kill(lc, libc::SIGKILL);
+            libc::waitpid(lc, std::ptr::null_mut(), 0);
+        }
+        assert!(!be.in_flight(), "the killed executor's work still counts");
+        // After the grace since its last activity, best-effort work goes at once (the old
+        // counter held it up to the bound for a second after such a death).
+        std::thread::sleep(GRACE);
+        let waited = be.hold(GRACE, Duration::from_millis(500));
+        assert!(waited < Duration::from_millis(5), "held {waited:?} after the latency-critical executor died");
     }
 }
