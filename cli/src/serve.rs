@@ -91,6 +91,12 @@ pub struct ServeArgs {
     /// idle GPU never waits) or `always`.
     #[arg(long, value_name = "busy|always", value_parser = ["busy", "always"])]
     pub cached_hold: Option<String>,
+    /// How latency-critical sessions go ahead of best-effort ones: `preempt` (default; a
+    /// best-effort session waits, at most 20 ms each time, before a segment and before each of
+    /// its kernels while latency-critical work is in flight), `gate` (before a segment only),
+    /// `off`.
+    #[arg(long, value_name = "preempt|gate|off", value_parser = ["preempt", "gate", "off"])]
+    pub priority_policy: Option<String>,
 }
 
 /// Runs the server until SIGTERM/SIGINT.
@@ -151,6 +157,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(h) = args.cached_hold.as_deref().and_then(gpuless_traces::protocol::piece::policy::Hold::parse) {
         cfg.cached_hold = h;
+    }
+    if let Some(p) = args.priority_policy.as_deref().and_then(gpuless_replayer::server::config::PriorityPolicy::parse) {
+        cfg.priority_policy = p;
     }
     if let Some(d) = &args.cache_dir {
         cfg.cache.memory_dir = d.join("memory").display().to_string();

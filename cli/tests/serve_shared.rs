@@ -142,6 +142,56 @@ fn a_latency_critical_executor_killed_inside_a_segment_does_not_hold_best_effort
     drop(lc);
 }
 
+#[test]
+fn a_best_effort_segment_stops_before_each_kernel_while_latency_critical_work_is_in_flight() {
+    let (dir, trace) = stand_in();
+    let (libdir, bench) = support::build_program(dir.path(), "bench", &["-ldl"]);
+    // Every stand-in kernel takes 1 ms: a best-effort inference of 220 launches runs ~0.2 s.
+    let s = Server::start(dir.path(), &libdir, &[], &[("FAKE_CUDA_LAUNCH_US", "1000")]);
+    let before = s.metric("gpuless_best_effort_hold_seconds_count");
+    // A best-effort client running 10 inferences, each a segment of 220 launches.
+    let be = Command::new(GL)
+        .args(["run", "--remote", &s.tcp, "--best-effort", "--"])
+        .arg(&bench)
+        .arg("10")
+        .env("GPULESS_RECORDER", support::common::recorder_lib())
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_PRELOAD")
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // Latency-critical work arrives while it runs and stays in flight for a second.
+    let mut lc = connect(&s);
+    lc.handshake(&hello("")).unwrap();
+    let init = records(&trace).into_iter().find(|r| r.function.name() == "cuInit").unwrap();
+    lc.send_segment(&[init], false).unwrap();
+    lc.flush().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    lc.close().unwrap();
+    let out = be.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // Held before kernels inside its segments, not only where segments start (a second holds
+    // a few segment starts of 0.2 s each; of 20 ms holds before kernels, dozens).
+    wait_until(|| s.metric("gpuless_best_effort_hold_seconds_count") >= before + 20.0, "holds inside the segments");
+}
+
+#[test]
+fn with_the_priority_policy_off_best_effort_work_is_never_held() {
+    let (dir, trace) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &["--priority-policy", "off"], &[]);
+    let mut lc = connect(&s);
+    lc.handshake(&hello("")).unwrap();
+    let init = records(&trace).into_iter().find(|r| r.function.name() == "cuInit").unwrap();
+    lc.send_segment(&[init], false).unwrap();
+    lc.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let (rc, r, err) = remote_replay(&s.tcp, &trace, &["--best-effort"]);
+    assert_eq!(rc, 0, "{r} {err}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.metric("gpuless_best_effort_hold_seconds_count"), 0.0, "{}", s.metrics());
+    lc.close().unwrap();
+}
+
 /// A session over the Unix socket opened by hand, for frames a `Connection` would not send.
 fn raw_unix_session(s: &Server) -> std::os::unix::net::UnixStream {
     let mut u = std::os::unix::net::UnixStream::connect(&s.socket).unwrap();

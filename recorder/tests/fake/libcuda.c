@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -138,6 +139,10 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
                         unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
   (void)extra;
   if (!is_scale(f) && f != &wide_token) return 400;
+  /* FAKE_CUDA_LAUNCH_US=n: every launch takes n microseconds (a kernel that runs a while). */
+  static long launch_us = -1;
+  if (launch_us < 0) { const char *e = getenv("FAKE_CUDA_LAUNCH_US"); launch_us = e ? atol(e) : 0; }
+  if (launch_us) usleep((useconds_t)launch_us);
   if (capturing && stream == capturing) {
     unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     return capture_launch(f, grid, block, smem, params); }

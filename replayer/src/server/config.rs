@@ -57,6 +57,30 @@ impl<'de> Deserialize<'de> for CachedExecution {
     }
 }
 
+/// How latency-critical sessions go ahead of best-effort ones on a GPU ([`super::gate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PriorityPolicy {
+    /// Best-effort work is never held.
+    Off,
+    /// A best-effort segment waits before it starts while latency-critical work is in flight.
+    Gate,
+    /// As `gate`, and inside a segment before each kernel too (the default).
+    Preempt,
+}
+
+impl PriorityPolicy {
+    /// The policy of a name (`off`, `gate`, `preempt`).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "off" => Some(Self::Off),
+            "gate" => Some(Self::Gate),
+            "preempt" => Some(Self::Preempt),
+            _ => None,
+        }
+    }
+}
+
 /// The server's settings. Every field has a default; `gpuless.toml` overrides them and the
 /// command line overrides the file.
 #[derive(Debug, Clone, Deserialize)]
@@ -140,6 +164,10 @@ pub struct Config {
     /// earlier work of the piece's stream, or the records that complete the piece have all
     /// arrived, so an idle GPU never waits for a piece's last record) or `always`.
     pub cached_hold: gpuless_traces::protocol::piece::policy::Hold,
+    /// How latency-critical sessions go ahead of best-effort ones: `off`, `gate` (a best-effort
+    /// segment waits before it starts while latency-critical work is in flight, at most 20 ms)
+    /// or `preempt` (the default: also before each of its kernels inside a segment).
+    pub priority_policy: PriorityPolicy,
     /// The blob cache.
     pub cache: CacheConfig,
     /// The executor binary (default: this `gpuless`).
@@ -200,6 +228,7 @@ impl Default for Config {
             warm_memory_fraction: 0.5,
             cached_execution: CachedExecution::Auto,
             cached_hold: Default::default(),
+            priority_policy: PriorityPolicy::Preempt,
             cache: CacheConfig::default(),
             executor: String::new(),
             tls_cert: String::new(),
@@ -403,6 +432,15 @@ mod tests {
         assert!(toml::from_str::<Config>("warm_functions_max = -1\n").is_err());
         let neg: Config = toml::from_str("function_keep_alive_s = -1.0\n").unwrap();
         assert!(neg.resolve().unwrap_err().to_string().contains("function_keep_alive_s"));
+    }
+
+    #[test]
+    fn the_priority_policy_is_preempt_by_default_and_named_in_the_file() {
+        assert_eq!(Config::default().priority_policy, PriorityPolicy::Preempt);
+        let c: Config = toml::from_str("priority_policy = \"gate\"\n").unwrap();
+        assert_eq!(c.priority_policy, PriorityPolicy::Gate);
+        assert!(toml::from_str::<Config>("priority_policy = \"sometimes\"\n").is_err());
+        assert_eq!(PriorityPolicy::parse("off"), Some(PriorityPolicy::Off));
     }
 
     #[test]

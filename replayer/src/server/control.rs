@@ -47,6 +47,8 @@ pub enum Control {
         /// Whether the server has tenants: then the session is given a cached blob only if
         /// its tenant has sent that blob's bytes before (`Dirs::owns`).
         scoped: bool,
+        /// How the session's class goes before or after others ([`super::gate`]).
+        priority: super::config::PriorityPolicy,
     },
     /// Executor → server: blobs added to the cache, and blobs found in it.
     Cache {
@@ -101,7 +103,7 @@ impl Control {
             Control::Failed(m) => {
                 p.u8(2).str(m);
             }
-            Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant, scoped } => {
+            Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant, scoped, priority } => {
                 let cached = match cached {
                     None => 0,
                     Some(Hold::Busy) => 1,
@@ -114,7 +116,12 @@ impl Control {
                     .u64(*keep_alive_ms)
                     .u8(cached)
                     .str(tenant)
-                    .u8(u8::from(*scoped));
+                    .u8(u8::from(*scoped))
+                    .u8(match priority {
+                        super::config::PriorityPolicy::Off => 0,
+                        super::config::PriorityPolicy::Gate => 1,
+                        super::config::PriorityPolicy::Preempt => 2,
+                    });
             }
             Control::Cache { added, hits } => {
                 p.u8(4).u32(added.len() as u32);
@@ -172,6 +179,11 @@ impl Control {
                 },
                 tenant: g.str()?,
                 scoped: g.u8()? != 0,
+                priority: match g.u8()? {
+                    0 => super::config::PriorityPolicy::Off,
+                    1 => super::config::PriorityPolicy::Gate,
+                    _ => super::config::PriorityPolicy::Preempt,
+                },
             },
             4 => {
                 let n = g.count(24)?;
@@ -371,6 +383,7 @@ mod tests {
             cached: Some(Hold::Always),
             tenant: "alice".into(),
             scoped: true,
+            priority: super::super::config::PriorityPolicy::Gate,
         };
         a.send(&start, Some(w.as_raw_fd())).unwrap();
         let (m, fd) = b.recv().unwrap().unwrap();

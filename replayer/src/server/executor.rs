@@ -107,10 +107,11 @@ pub fn run(mut setup: Setup) -> i32 {
             None => setup.control.recv(),
             Some((_, keep)) => setup.control.recv_timeout(*keep + KEEP_ALIVE_GRACE),
         };
-        let (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped) = match next {
-            Ok(Some((Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant, scoped }, Some(fd)))) => {
-                (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped)
-            }
+        let (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped, priority) = match next {
+            Ok(Some((
+                Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant, scoped, priority },
+                Some(fd),
+            ))) => (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped, priority),
             // The server let this warm executor go (pool shrunk, keep-alive over, server
             // ending), or no session came within the keep-alive.
             Ok(None) => return 0,
@@ -145,7 +146,7 @@ pub fn run(mut setup: Setup) -> i32 {
         let (done, functions, ended) = serve_one(
             &setup,
             &device,
-            &mut gate,
+            (&mut gate, priority),
             (session, idle_ms, owner),
             hello,
             fd,
@@ -207,7 +208,7 @@ pub fn run(mut setup: Setup) -> i32 {
 fn serve_one(
     setup: &Setup,
     device: &gpuless_traces::protocol::DeviceDescription,
-    gate: &mut Option<Gate>,
+    (gate, priority): (&mut Option<Gate>, super::config::PriorityPolicy),
     (session, idle_ms, owner): (u64, u64, Option<String>),
     hello: gpuless_traces::protocol::message::Hello,
     fd: OwnedFd,
@@ -247,7 +248,9 @@ fn serve_one(
         timeline: Timeline::new(),
         writers: Vec::new(),
         checks: Vec::new(),
-        gate: gate.take(),
+        // Without a policy the session takes no part in the gate (and the executor keeps it).
+        gate: if priority == super::config::PriorityPolicy::Off { None } else { gate.take() },
+        preempt: priority == super::config::PriorityPolicy::Preempt,
         best_effort: hello.priority == Priority::BestEffort,
         functions,
         only_invoked: true,
@@ -299,7 +302,9 @@ fn serve_one(
             eprintln!("gpuless executor: session {session}: a repeated piece could not be captured ({why}); it ran record by record");
         }
     }
-    *gate = s.gate.take();
+    if s.gate.is_some() {
+        *gate = s.gate.take();
+    }
     let error = result.err().unwrap_or_default();
     let done = Control::Done { stats: s.stats.clone(), error };
     (done, s.only_invoked.then_some(s.functions), ended)
@@ -330,6 +335,8 @@ struct Session<'a> {
     /// flight; a best-effort session's segments wait for it.
     gate: Option<Gate>,
     best_effort: bool,
+    /// Whether a best-effort session also stops before each kernel (policy `preempt`).
+    preempt: bool,
     /// Deployed functions, and the one this session set up.
     functions: Functions,
     /// Whether the session only invoked (no other message, no failed invocation): then its
@@ -478,7 +485,7 @@ impl Session<'_> {
                     // Execution time, without the decoding above or a hold at the gate.
                     let run0 = Instant::now();
                     let r = match self.pieces.take() {
-                        None => records.iter().try_for_each(|rec| self.exec_one(stream, rec)),
+                        None => records.iter().try_for_each(|rec| self.exec_gated(stream, rec)),
                         Some(mut p) => {
                             let r = self.exec_pieces(&mut p, stream, &records, h.flags & WANT_ANSWER != 0);
                             self.pieces = Some(p);
@@ -677,6 +684,14 @@ impl Session<'_> {
 
     /// Executes one record; a driver error is kept for the next answer, anything else ends
     /// the session (its code and message).
+    /// [`Self::exec_one`], a best-effort session's kernels after latency-critical work.
+    fn exec_gated(&mut self, stream: &mut Stream, rec: &CallRecord) -> Result<(), (u16, String)> {
+        if self.best_effort && self.preempt && super::gate::submits_kernels(rec) {
+            self.yield_to_latency_critical();
+        }
+        self.exec_one(stream, rec)
+    }
+
     fn exec_one(&mut self, stream: &mut Stream, rec: &CallRecord) -> Result<(), (u16, String)> {
         self.last_seq = rec.seq;
         let r0 = self.timeline.on().then(Instant::now);
@@ -729,11 +744,14 @@ impl Session<'_> {
         }
         for cut in cuts {
             match cut {
-                Cut::Single(rec) => self.exec_one(stream, &rec)?,
+                Cut::Single(rec) => self.exec_gated(stream, &rec)?,
                 Cut::Piece(recs) => {
+                    if self.best_effort && self.preempt {
+                        self.yield_to_latency_critical();
+                    }
                     let t = self.timeline.on().then(Instant::now);
                     match p.run(stream, recs) {
-                        Ran::Eager(recs) => recs.iter().try_for_each(|rec| self.exec_one(stream, rec))?,
+                        Ran::Eager(recs) => recs.iter().try_for_each(|rec| self.exec_gated(stream, rec))?,
                         Ran::Graph { records, last_seq, result } => {
                             self.last_seq = last_seq;
                             if let Some(t) = t {
@@ -761,6 +779,20 @@ impl Session<'_> {
             } else {
                 g.enter();
             }
+        }
+    }
+
+    /// Before a best-effort session submits a kernel: while latency-critical work is in
+    /// flight it waits (at most the gate's bound per kernel), so latency-critical work arriving
+    /// mid-segment finds at most what was already submitted ahead of it.
+    fn yield_to_latency_critical(&mut self) {
+        let Some(g) = self.gate.as_ref() else { return };
+        if !g.in_flight() {
+            return;
+        }
+        let held = g.hold(Duration::ZERO, MAX_HOLD);
+        if held >= Duration::from_micros(50) {
+            self.sample(2, held.as_micros() as u64);
         }
     }
 

@@ -9,8 +9,10 @@
 //! leaves behind can hold anyone; the page also keeps the time of the last latency-critical
 //! activity. A best-effort executor holds its next segment while such a lock is held or
 //! latency-critical work was active within a short grace (the client's round trip between two
-//! segments), for at most a bound, so it always progresses. Work already on the GPU is not
-//! preempted: that is the next step, built on this queue.
+//! segments), for at most a bound, so it always progresses; inside a segment it stops before
+//! each kernel (a launch, a graph launch: [`submits_kernels`]) while the lock is held, so
+//! latency-critical work arriving mid-segment waits only for what was submitted before it.
+//! Work already on the GPU is not preempted.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -171,6 +173,24 @@ impl Drop for Gate {
     fn drop(&mut self) {
         self.leave();
     }
+}
+
+/// Whether a record submits kernels (a launch, a graph launch): where a best-effort segment
+/// may stop for latency-critical work.
+pub(crate) fn submits_kernels(rec: &gpuless_traces::CallRecord) -> bool {
+    use gpuless_analyzer::api::{ArgKind, HandleKind};
+    static BY_ID: std::sync::OnceLock<Vec<bool>> = std::sync::OnceLock::new();
+    let by_id = BY_ID.get_or_init(|| {
+        gpuless_analyzer::api::functions()
+            .iter()
+            .map(|f| {
+                f.args.iter().any(|a| a.kind == ArgKind::KernelParams)
+                    || (f.args.iter().any(|a| a.kind == ArgKind::Handle(HandleKind::GraphExec))
+                        && f.args.iter().any(|a| a.kind == ArgKind::Handle(HandleKind::Stream)))
+            })
+            .collect()
+    });
+    rec.function.api().is_some_and(|f| by_id.get(usize::from(f.id.0)).copied().unwrap_or(false))
 }
 
 #[cfg(test)]

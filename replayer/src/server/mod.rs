@@ -310,6 +310,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         hello: payload,
         tenant,
         scoped: !m.cfg.tenants.is_empty(),
+        priority: m.cfg.priority_policy,
     };
     let fd = match s.into_blocking_fd() {
         Ok(fd) => fd,
