@@ -50,6 +50,18 @@ pub(crate) fn call(
     if name == HOST_MEMORY {
         let Some(Value::Blob(b)) = rec.args.get(1) else { return Err(bad(rec, "no contents recorded")) };
         let data = trace.blobs.get(&b.hash).ok_or_else(|| bad(rec, "its contents are not in the trace"))?;
+        // Pointers the host stored in shared memory (a linked structure) name recorded
+        // addresses: where an allocation lives elsewhere now, they are rewritten to it, as a
+        // launch's parameters are.
+        let moved;
+        let data: &[u8] = if st.mem.may_translate() && addr % 8 == 0 {
+            let mut m = data.to_vec();
+            st.mem.translate_params(&mut m);
+            moved = m;
+            &moved
+        } else {
+            data
+        };
         // SAFETY: a copy into device memory this replay created for the range, from blob bytes.
         check(unsafe { sys::cuMemcpyHtoD_v2(live, data.as_ptr().cast(), data.len()) }, rec.seq, name)?;
         st.managed.wrote(addr, data);
@@ -58,6 +70,10 @@ pub(crate) fn call(
         let mut host = vec![0u8; usize::try_from(len).map_err(|_| bad(rec, "length out of range"))?];
         // SAFETY: a copy out of device memory this replay created for the range.
         check(unsafe { sys::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), live, host.len()) }, rec.seq, name)?;
+        // Pointers into moved allocations read back as the recorded addresses they stand for.
+        if st.mem.may_translate() && addr % 8 == 0 {
+            st.mem.untranslate_words(&mut host);
+        }
         first_result(report);
         verify_value(st, rec.seq, HOST_VIEW, rec.results.first(), &host, trace, report);
     }

@@ -505,6 +505,27 @@ impl Memory {
     }
 }
 
+impl Memory {
+    /// The inverse of [`Memory::translate_params`]: every 8-byte-aligned word that points into
+    /// the live range of a moved allocation becomes the recorded address it stands for (what
+    /// the device wrote, compared with the recording). Returns how many words changed.
+    pub fn untranslate_words(&self, bytes: &mut [u8]) -> usize {
+        let moved: Vec<&Allocation> = self.allocs.values().filter(|a| a.live != a.recorded).collect();
+        if moved.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        for w in bytes.chunks_exact_mut(8) {
+            let v = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+            if let Some(a) = moved.iter().find(|a| v >= a.live && v - a.live < a.size.max(1)) {
+                w.copy_from_slice(&(a.recorded + (v - a.live)).to_le_bytes());
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
 /// The range of device memory a backing maps.
 fn backing_range(b: Backing) -> (u64, u64) {
     match b {
@@ -649,5 +670,24 @@ impl Memory {
             self.release_one_held(a);
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointers_into_moved_ranges_are_rewritten_both_ways() {
+        let mut m = Memory::default();
+        m.alias(0x1000, 0x100, 0x9000);
+        let words = |v: &[u64]| v.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>();
+        let mut b = words(&[0x1010, 0x2000, 0x10ff, 0x1100]);
+        assert_eq!(m.translate_params(&mut b), 2);
+        assert_eq!(b, words(&[0x9010, 0x2000, 0x90ff, 0x1100]));
+        assert_eq!(m.untranslate_words(&mut b), 2);
+        assert_eq!(b, words(&[0x1010, 0x2000, 0x10ff, 0x1100]), "the recorded addresses again");
+        let mut fresh = words(&[0x9000]);
+        assert_eq!(Memory::default().untranslate_words(&mut fresh), 0, "nothing moved: nothing rewritten");
     }
 }
