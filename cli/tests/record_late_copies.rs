@@ -18,27 +18,10 @@ fn an_upload_behind_a_host_function_is_recorded_with_the_bytes_the_stream_read()
     assert_eq!(String::from_utf8_lossy(&native.stdout), "device got: 7 14\n", "the stand-in's GPU-like order");
 
     let trace = dir.path().join("l.gl");
-    let rec = Command::new(&prog)
-        .env("LD_LIBRARY_PATH", &libdir)
-        .env("FAKE_CUDA_DEFER_HOSTFN", "1")
-        .env("LD_PRELOAD", support::common::recorder_lib())
-        .env("GPULESS_TRACE", &trace)
-        .output()
-        .unwrap();
-    assert!(rec.status.success(), "{rec:?}");
-    assert_eq!(rec.stdout, native.stdout, "recording changed the program");
-
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
-        .arg("replay")
-        .arg(&trace)
-        .arg("--json")
-        .env("LD_LIBRARY_PATH", &libdir)
-        .env_remove("FAKE_CUDA_DEFER_HOSTFN")
-        .output()
-        .unwrap();
-    let shown = format!("{out:?}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {shown}"));
+    let recorded = support::record(&prog, &libdir, &trace, &[("FAKE_CUDA_DEFER_HOSTFN", "1")]);
+    assert_eq!(recorded.as_bytes(), native.stdout, "recording changed the program");
+    let (code, report, shown) = support::replay_json(&libdir, &trace);
     assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
     assert_eq!(report["results_verified"], 1, "{shown}");
-    assert!(out.status.success(), "{shown}");
+    assert_eq!(code, 0, "{shown}");
 }

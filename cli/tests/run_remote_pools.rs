@@ -86,26 +86,10 @@ fn conditional_nodes_and_their_body_graphs_run_on_the_server() {
     // Recorded on the stand-in (handles and body graphs are the driver's), replayed with every
     // result verified: the bodies map to the replay's, the handles are the recorded ones.
     let trace = dir.path().join("c.gl");
-    let rec = std::process::Command::new(&prog)
-        .env("LD_LIBRARY_PATH", &libdir)
-        .env("LD_PRELOAD", support::common::recorder_lib())
-        .env("GPULESS_TRACE", &trace)
-        .env_remove("FAKE_CUDA_SCALE_BIAS")
-        .output()
-        .unwrap();
-    assert!(rec.status.success(), "{rec:?}");
-    assert!(String::from_utf8_lossy(&rec.stdout).contains("if (1) body ran: 5 35"), "{rec:?}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gpuless"))
-        .arg("replay")
-        .arg(&trace)
-        .arg("--json")
-        .env("LD_LIBRARY_PATH", &libdir)
-        .env_remove("FAKE_CUDA_SCALE_BIAS")
-        .output()
-        .unwrap();
-    let shown = format!("{out:?}");
-    assert!(out.status.success(), "{shown}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {shown}"));
+    let rec_out = support::record(&prog, &libdir, &trace, &[]);
+    assert!(rec_out.contains("if (1) body ran: 5 35"), "{rec_out}");
+    let (code, report, shown) = support::replay_json(&libdir, &trace);
+    assert_eq!(code, 0, "{shown}");
     assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
     assert!(report["results_verified"].as_u64().unwrap_or(0) >= 2, "{shown}");
     let dry = std::process::Command::new(env!("CARGO_BIN_EXE_gpuless"))

@@ -8,8 +8,6 @@
 mod serve_harness;
 mod support;
 
-use std::process::Command;
-
 use serve_harness::{run_client, Server};
 
 fn has(out: &str, err: &str, line: &str) {
@@ -47,28 +45,11 @@ fn the_programs_own_vmm_runs_remotely_and_replays_at_its_addresses() {
 
     // Recorded on the stand-in, replayed with every result verified.
     let trace = dir.path().join("v.gl");
-    let rec = Command::new(&prog)
-        .env("LD_LIBRARY_PATH", &libdir)
-        .env("LD_PRELOAD", support::common::recorder_lib())
-        .env("GPULESS_TRACE", &trace)
-        .env_remove("FAKE_CUDA_SCALE_BIAS")
-        .output()
-        .unwrap();
-    let rec_out = String::from_utf8_lossy(&rec.stdout);
-    assert!(rec.status.success(), "{rec:?}");
+    let rec_out = support::record(&prog, &libdir, &trace, &[]);
     has(&rec_out, "", "after kernel: 0 3 189");
     has(&rec_out, "", "copy past the end of an allocation: 1");
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
-        .arg("replay")
-        .arg(&trace)
-        .arg("--json")
-        .env("LD_LIBRARY_PATH", &libdir)
-        .env_remove("FAKE_CUDA_SCALE_BIAS")
-        .output()
-        .unwrap();
-    let shown = format!("{out:?}");
-    assert!(out.status.success(), "{shown}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {shown}"));
+    let (code, report, shown) = support::replay_json(&libdir, &trace);
+    assert_eq!(code, 0, "{shown}");
     assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
     assert!(report["results_verified"].as_u64().unwrap_or(0) >= 1, "{shown}");
 }

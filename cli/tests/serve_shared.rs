@@ -93,11 +93,7 @@ fn best_effort_segments_wait_while_a_latency_critical_session_has_work_in_flight
     let (dir, trace) = stand_in();
     let s = Server::start(dir.path(), dir.path(), &[], &[]);
     // A latency-critical session with a segment in flight (sent without asking for an answer).
-    let mut lc = connect(&s);
-    lc.handshake(&hello("")).unwrap();
-    let init = records(&trace).into_iter().find(|r| r.function.name() == "cuInit").unwrap();
-    lc.send_segment(&[init], false).unwrap();
-    lc.flush().unwrap();
+    let (mut lc, _) = latency_critical_in_flight(&s, &trace);
     std::thread::sleep(Duration::from_millis(200));
     // A best-effort session meanwhile: it finishes, verified, its segments held on the way.
     let (rc, r, err) = remote_replay(&s.tcp, &trace, &["--best-effort"]);
@@ -121,11 +117,7 @@ fn a_latency_critical_executor_killed_inside_a_segment_does_not_hold_best_effort
     let (dir, trace) = stand_in();
     let s = Server::start(dir.path(), dir.path(), &[], &[]);
     // A latency-critical session with a segment in flight, whose executor is then killed.
-    let mut lc = connect(&s);
-    let welcome = lc.handshake(&hello("")).unwrap();
-    let init = records(&trace).into_iter().find(|r| r.function.name() == "cuInit").unwrap();
-    lc.send_segment(&[init], false).unwrap();
-    lc.flush().unwrap();
+    let (lc, welcome) = latency_critical_in_flight(&s, &trace);
     std::thread::sleep(Duration::from_millis(200));
     let pid = welcome.executor_pid as libc::pid_t;
     assert!(pid > 0, "{welcome:?}");
@@ -157,15 +149,12 @@ fn a_best_effort_segment_stops_before_each_kernel_while_latency_critical_work_is
         .env("GPULESS_RECORDER", support::common::recorder_lib())
         .env_remove("LD_LIBRARY_PATH")
         .env_remove("LD_PRELOAD")
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     // Latency-critical work arrives while it runs and stays in flight for a second.
-    let mut lc = connect(&s);
-    lc.handshake(&hello("")).unwrap();
-    let init = records(&trace).into_iter().find(|r| r.function.name() == "cuInit").unwrap();
-    lc.send_segment(&[init], false).unwrap();
-    lc.flush().unwrap();
+    let (mut lc, _) = latency_critical_in_flight(&s, &trace);
     std::thread::sleep(Duration::from_secs(1));
     lc.close().unwrap();
     let out = be.wait_with_output().unwrap();
@@ -179,17 +168,27 @@ fn a_best_effort_segment_stops_before_each_kernel_while_latency_critical_work_is
 fn with_the_priority_policy_off_best_effort_work_is_never_held() {
     let (dir, trace) = stand_in();
     let s = Server::start(dir.path(), dir.path(), &["--priority-policy", "off"], &[]);
-    let mut lc = connect(&s);
-    lc.handshake(&hello("")).unwrap();
-    let init = records(&trace).into_iter().find(|r| r.function.name() == "cuInit").unwrap();
-    lc.send_segment(&[init], false).unwrap();
-    lc.flush().unwrap();
+    let (mut lc, _) = latency_critical_in_flight(&s, &trace);
     std::thread::sleep(Duration::from_millis(200));
     let (rc, r, err) = remote_replay(&s.tcp, &trace, &["--best-effort"]);
     assert_eq!(rc, 0, "{r} {err}");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(s.metric("gpuless_best_effort_hold_seconds_count"), 0.0, "{}", s.metrics());
     lc.close().unwrap();
+}
+
+/// A latency-critical session with a segment in flight (sent without asking for an answer):
+/// it stays in the priority gate until it closes.
+fn latency_critical_in_flight(
+    s: &Server,
+    trace: &std::path::Path,
+) -> (protocol::Connection, gpuless_traces::protocol::message::Welcome) {
+    let mut lc = connect(s);
+    let welcome = lc.handshake(&hello("")).unwrap();
+    let init = records(trace).into_iter().find(|r| r.function.name() == "cuInit").unwrap();
+    lc.send_segment(&[init], false).unwrap();
+    lc.flush().unwrap();
+    (lc, welcome)
 }
 
 /// A session over the Unix socket opened by hand, for frames a `Connection` would not send.

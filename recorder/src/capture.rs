@@ -140,22 +140,16 @@ pub unsafe fn outputs(f: &ApiFunction, raw: &[u64], status: u32) -> Vec<Value> {
 /// # Safety
 /// `raw` are the program's arguments to `f`, after the call succeeded.
 pub(crate) unsafe fn conditional_bodies(f: &ApiFunction, raw: &[u64]) -> Option<Value> {
-    use gpuless_analyzer::api::structs::{NodeType, NODE_COND_BODIES_AT, NODE_COND_SIZE_AT, NODE_PARAMS_SIZE};
     if f.name != "cuGraphAddNode" {
         return None;
     }
-    let i = f.args.iter().position(|a| a.name == "nodeParams")?;
-    let p = *raw.get(i)?;
+    let p = *raw.get(f.args.iter().position(|a| a.name == "nodeParams")?)?;
     if p == 0 {
         return None;
     }
     // SAFETY: the caller's contract: a CUgraphNodeParams.
-    let b = unsafe { std::slice::from_raw_parts(p as *const u8, NODE_PARAMS_SIZE) };
-    if NodeType::of_params(b) != NodeType::Conditional {
-        return None;
-    }
-    let n = u32::from_le_bytes(b[NODE_COND_SIZE_AT..NODE_COND_SIZE_AT + 4].try_into().ok()?) as usize;
-    let arr = u64::from_le_bytes(b[NODE_COND_BODIES_AT..NODE_COND_BODIES_AT + 8].try_into().ok()?);
+    let b = unsafe { std::slice::from_raw_parts(p as *const u8, gpuless_analyzer::api::structs::NODE_PARAMS_SIZE) };
+    let (n, arr) = gpuless_analyzer::api::structs::conditional_bodies(b)?;
     if arr == 0 || n > 64 {
         return None;
     }

@@ -471,6 +471,15 @@ pub const NODE_COND_HANDLE_AT: usize = NODE_MEMBER_AT;
 pub const NODE_COND_SIZE_AT: usize = NODE_MEMBER_AT + 12;
 pub const NODE_COND_BODIES_AT: usize = NODE_MEMBER_AT + 16;
 pub const NODE_COND_CTX_AT: usize = NODE_MEMBER_AT + 24;
+
+/// A conditional node's body graphs in its `CUgraphNodeParams` bytes: (how many, where the
+/// driver writes their handles, `phGraph_out`); `None` for any other node type.
+pub fn conditional_bodies(b: &[u8]) -> Option<(usize, u64)> {
+    if NodeType::of_params(b) != NodeType::Conditional {
+        return None;
+    }
+    Some((get_u32(b, NODE_COND_SIZE_AT) as usize, get_u64(b, NODE_COND_BODIES_AT)))
+}
 /// Memcpy member (`CUDA_MEMCPY_NODE_PARAMS`): `copyCtx` and the `CUDA_MEMCPY3D` (offsets in
 /// `CUgraphNodeParams`).
 pub const NODE_MEMCPY_CTX_AT: usize = NODE_MEMBER_AT + 8;

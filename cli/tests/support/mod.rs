@@ -105,3 +105,37 @@ pub fn two_tenants(dir: &Path) -> String {
     std::fs::write(&f, "# who may use this server\nalice token-a\nbob token-b\n").unwrap();
     f.display().to_string()
 }
+
+/// Runs `prog` on the stand-in in `libdir` under the recorder, writing `trace`, with `env`
+/// set; asserts it succeeded and returns its stdout.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn record(prog: &Path, libdir: &Path, trace: &Path, env: &[(&str, &str)]) -> String {
+    let out = Command::new(prog)
+        .env("LD_LIBRARY_PATH", libdir)
+        .env("LD_PRELOAD", common::recorder_lib())
+        .env("GPULESS_TRACE", trace)
+        .env_remove("FAKE_CUDA_SCALE_BIAS")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run the program under the recorder");
+    assert!(out.status.success(), "recording failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `gpuless replay TRACE --json` on the stand-in in `libdir`: (exit code, the JSON report,
+/// the whole output for messages).
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn replay_json(libdir: &Path, trace: &Path) -> (i32, serde_json::Value, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
+        .arg("replay")
+        .arg(trace)
+        .arg("--json")
+        .env("LD_LIBRARY_PATH", libdir)
+        .env_remove("FAKE_CUDA_SCALE_BIAS")
+        .env_remove("FAKE_CUDA_DEFER_HOSTFN")
+        .output()
+        .expect("run gpuless replay");
+    let shown = format!("{out:?}");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no JSON report ({e}): {shown}"));
+    (out.status.code().unwrap_or(-1), report, shown)
+}

@@ -8,7 +8,7 @@
 
 use cudarc::driver::sys;
 use gpuless_analyzer::api::structs::{
-    Dims, MemsetNode, NodeType, NODE_COND_BODIES_AT, NODE_COND_CTX_AT, NODE_COND_SIZE_AT, NODE_EVENT_AT,
+    conditional_bodies, Dims, MemsetNode, NodeType, NODE_COND_BODIES_AT, NODE_COND_CTX_AT, NODE_EVENT_AT,
     NODE_MEMBER_AT, NODE_MEMCPY_COPY_AT, NODE_MEMCPY_CTX_AT, NODE_MEMSET_CTX_AT, NODE_MEMSET_DST_AT, NODE_PARAMS_SIZE,
 };
 use gpuless_traces::Value;
@@ -148,8 +148,8 @@ pub(super) fn add(st: &mut State, trace: &LoadedTrace, c: &Call<'_>, report: &mu
                 // The handle is the live one (a client's answer; a replay checked it); the
                 // driver makes the body graphs, which the recorded ones map to.
                 let b = as_bytes(&mut buf);
-                let n = u32::from_le_bytes(b[NODE_COND_SIZE_AT..NODE_COND_SIZE_AT + 4].try_into().unwrap_or([0; 4]));
-                bodies = vec![std::ptr::null_mut(); n.min(64) as usize];
+                let n = conditional_bodies(b).map_or(0, |(n, _)| n);
+                bodies = vec![std::ptr::null_mut(); n.min(64)];
                 put_u64(b, NODE_COND_BODIES_AT, bodies.as_mut_ptr() as u64);
                 put_u64(b, NODE_COND_CTX_AT, ctx as u64);
                 add(buf.as_mut_ptr())

@@ -290,7 +290,6 @@ unsafe fn program_vmm(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
 /// # Safety
 /// `raw` are the program's arguments to `f`.
 unsafe fn conditional_node(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
-    use gpuless_analyzer::api::structs::{NodeType, NODE_COND_BODIES_AT, NODE_COND_SIZE_AT, NODE_PARAMS_SIZE};
     if f.name != "cuGraphAddNode" {
         return None;
     }
@@ -299,12 +298,8 @@ unsafe fn conditional_node(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
         return None;
     }
     // SAFETY: the program's CUgraphNodeParams.
-    let b = unsafe { std::slice::from_raw_parts(p as *const u8, NODE_PARAMS_SIZE) };
-    if NodeType::of_params(b) != NodeType::Conditional {
-        return None;
-    }
-    let n = u32::from_le_bytes(b[NODE_COND_SIZE_AT..NODE_COND_SIZE_AT + 4].try_into().ok()?) as usize;
-    let arr = u64::from_le_bytes(b[NODE_COND_BODIES_AT..NODE_COND_BODIES_AT + 8].try_into().ok()?);
+    let b = unsafe { std::slice::from_raw_parts(p as *const u8, gpuless_analyzer::api::structs::NODE_PARAMS_SIZE) };
+    let (n, arr) = gpuless_analyzer::api::structs::conditional_bodies(b)?;
     if arr == 0 || n == 0 || n > 64 {
         return Some(Step::Done(INVALID_VALUE));
     }
