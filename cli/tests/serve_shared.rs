@@ -99,6 +99,9 @@ fn best_effort_segments_wait_while_a_latency_critical_session_has_work_in_flight
     let (rc, r, err) = remote_replay(&s.tcp, &trace, &["--best-effort"]);
     assert_eq!(rc, 0, "{r} {err}");
     wait_until(|| s.metric("gpuless_best_effort_hold_seconds_count") >= 1.0, "a best-effort segment held");
+    // Its latency is counted for its class.
+    let be_answers = "gpuless_answer_seconds_by_class_count{kind=\"best-effort\"}";
+    wait_until(|| s.metric(be_answers) >= 1.0, "best-effort answers counted by class");
     // Held for the bound at most (20 ms each), not until the other session ends.
     let segments = r["segments"].as_f64().unwrap();
     assert!(s.metric("gpuless_best_effort_hold_seconds_sum") <= segments * 0.05, "{}", s.metrics());

@@ -314,6 +314,8 @@ impl Manager {
                     }
                 }
                 Ok(Some((Control::Samples(s), _))) => {
+                    // The class of the session this executor serves, for the latencies by class.
+                    let class = self.lock().sessions.values().find(|se| se.exec == id).map(|se| se.priority.name());
                     for (k, us) in s {
                         let h = match k {
                             0 => &self.metrics.segment_seconds,
@@ -321,6 +323,9 @@ impl Manager {
                             _ => &self.metrics.best_effort_hold_seconds,
                         };
                         h.observe(f64::from(us) * 1e-6);
+                        if let (1, Some(c)) = (k, class) {
+                            self.metrics.answer_seconds_by_class.get_or_create(&kind(c)).observe(f64::from(us) * 1e-6);
+                        }
                     }
                 }
                 Ok(Some((Control::Invocations(v), _))) => {

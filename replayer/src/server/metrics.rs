@@ -126,6 +126,10 @@ metrics! {
     segment_seconds: Histogram = seconds() => "segment_seconds", "Executor time per segment";
     /// From a synchronizing segment's arrival to its answer leaving, seconds.
     answer_seconds: Histogram = seconds() => "answer_seconds", "Synchronizing segment arrival to answer";
+    /// The same by the session's priority class (`latency-critical`, `best-effort`): each
+    /// class's latency while they share the GPU.
+    answer_seconds_by_class: Family<Kind, Histogram, fn() -> Histogram> = Family::new_with_constructor(seconds)
+        => "answer_seconds_by_class", "Synchronizing segment arrival to answer, by priority class";
     /// How long best-effort segments were held for latency-critical work ([`super::gate`]),
     /// seconds (only segments that were held).
     best_effort_hold_seconds: Histogram = seconds()
