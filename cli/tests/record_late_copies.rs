@@ -20,7 +20,7 @@ fn an_upload_behind_a_host_function_is_recorded_with_the_bytes_the_stream_read()
     let trace = dir.path().join("l.gl");
     let recorded = support::record(&prog, &libdir, &trace, &[("FAKE_CUDA_DEFER_HOSTFN", "1")]);
     assert_eq!(recorded.as_bytes(), native.stdout, "recording changed the program");
-    let (code, report, shown) = support::replay_json(&libdir, &trace);
+    let (code, report, shown) = support::replay_json(&libdir, &trace, &[]);
     assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
     assert_eq!(report["results_verified"], 1, "{shown}");
     assert_eq!(code, 0, "{shown}");

@@ -9,21 +9,9 @@ mod support;
 use std::path::Path;
 use std::process::Command;
 
-/// Runs `gpuless replay TRACE --json` on the stand-in in `libdir`, with `env` added:
-/// (exit code, the JSON report, the whole output for messages).
+/// `gpuless replay TRACE --json` on the stand-in (`support::replay_json`).
 fn replay(libdir: &Path, trace: &Path, env: &[(&str, &str)]) -> (i32, serde_json::Value, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
-        .arg("replay")
-        .arg(trace)
-        .arg("--json")
-        .env("LD_LIBRARY_PATH", libdir)
-        .env_remove("FAKE_CUDA_SCALE_BIAS")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run gpuless replay");
-    let shown = format!("{out:?}");
-    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("no JSON report ({e}): {shown}"));
-    (out.status.code().unwrap_or(-1), report, shown)
+    support::replay_json(libdir, trace, env)
 }
 
 fn count(report: &serde_json::Value, key: &str) -> u64 {

@@ -88,7 +88,7 @@ fn conditional_nodes_and_their_body_graphs_run_on_the_server() {
     let trace = dir.path().join("c.gl");
     let rec_out = support::record(&prog, &libdir, &trace, &[]);
     assert!(rec_out.contains("if (1) body ran: 5 35"), "{rec_out}");
-    let (code, report, shown) = support::replay_json(&libdir, &trace);
+    let (code, report, shown) = support::replay_json(&libdir, &trace, &[]);
     assert_eq!(code, 0, "{shown}");
     assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
     assert!(report["results_verified"].as_u64().unwrap_or(0) >= 2, "{shown}");

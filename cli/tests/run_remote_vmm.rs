@@ -48,7 +48,7 @@ fn the_programs_own_vmm_runs_remotely_and_replays_at_its_addresses() {
     let rec_out = support::record(&prog, &libdir, &trace, &[]);
     has(&rec_out, "", "after kernel: 0 3 189");
     has(&rec_out, "", "copy past the end of an allocation: 1");
-    let (code, report, shown) = support::replay_json(&libdir, &trace);
+    let (code, report, shown) = support::replay_json(&libdir, &trace, &[]);
     assert_eq!(code, 0, "{shown}");
     assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
     assert!(report["results_verified"].as_u64().unwrap_or(0) >= 1, "{shown}");

@@ -122,10 +122,10 @@ pub fn record(prog: &Path, libdir: &Path, trace: &Path, env: &[(&str, &str)]) ->
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// `gpuless replay TRACE --json` on the stand-in in `libdir`: (exit code, the JSON report,
-/// the whole output for messages).
+/// `gpuless replay TRACE --json` on the stand-in in `libdir`, with `env` added: (exit code, the
+/// JSON report, the whole output for messages).
 #[allow(dead_code)] // not every test binary that includes this module uses it
-pub fn replay_json(libdir: &Path, trace: &Path) -> (i32, serde_json::Value, String) {
+pub fn replay_json(libdir: &Path, trace: &Path, env: &[(&str, &str)]) -> (i32, serde_json::Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
         .arg("replay")
         .arg(trace)
@@ -133,6 +133,7 @@ pub fn replay_json(libdir: &Path, trace: &Path) -> (i32, serde_json::Value, Stri
         .env("LD_LIBRARY_PATH", libdir)
         .env_remove("FAKE_CUDA_SCALE_BIAS")
         .env_remove("FAKE_CUDA_DEFER_HOSTFN")
+        .envs(env.iter().copied())
         .output()
         .expect("run gpuless replay");
     let shown = format!("{out:?}");

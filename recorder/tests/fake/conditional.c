@@ -9,7 +9,6 @@
 
 typedef struct { int type, reserved[3]; unsigned long long handle; int ctype; unsigned size; void **bodies; void *ctx;
                  unsigned char rest[256 - 48]; } NodeParams;
-typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; void *kern, *ctx; } KernelParams;
 __attribute__((weak)) CUresult cuGraphConditionalHandleCreate(unsigned long long *h, void *g, void *ctx, unsigned def,
                                                                unsigned flags);
 __attribute__((weak)) CUresult cuGraphAddNode(void **n, void *g, void *const *deps, size_t nd, NodeParams *p);
@@ -54,13 +53,7 @@ int main(void) {
   float k = 5.0f;
   int n = N;
   void *pa[] = {&a, &k, &n}, *pb[] = {&b, &k, &n};
-  KernelParams kp;
-  memset(&kp, 0, sizeof kp);
-  kp.func = fn;
-  kp.grid[0] = kp.grid[1] = kp.grid[2] = 1;
-  kp.block[0] = N;
-  kp.block[1] = kp.block[2] = 1;
-  kp.params = pa;
+  KernelParams kp = scale_node(fn, N, pa);
   CK(cuGraphAddKernelNode_v2, &k1, body_on, 0, 0, &kp);
   kp.params = pb;
   CK(cuGraphAddKernelNode_v2, &k2, body_off, 0, 0, &kp);

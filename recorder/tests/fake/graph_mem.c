@@ -16,7 +16,6 @@ typedef struct {
   size_t bytesize;
   CUdeviceptr dptr;
 } AllocParams;
-typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; void *kern, *ctx; } KernelParams;
 __attribute__((weak)) CUresult cuGraphAddMemAllocNode(void **n, void *g, void *const *deps, size_t nd, AllocParams *p);
 __attribute__((weak)) CUresult cuGraphAddMemFreeNode(void **n, void *g, void *const *deps, size_t nd, CUdeviceptr p);
 CUresult cuGraphCreate(void **g, unsigned flags);
@@ -43,13 +42,7 @@ int main(void) {
   float k = 3.0f;
   int n = N;
   void *params[] = {&p, &k, &n};
-  KernelParams kp;
-  memset(&kp, 0, sizeof kp);
-  kp.func = fn;
-  kp.grid[0] = kp.grid[1] = kp.grid[2] = 1;
-  kp.block[0] = N;
-  kp.block[1] = kp.block[2] = 1;
-  kp.params = params;
+  KernelParams kp = scale_node(fn, N, params);
   CK(cuGraphAddKernelNode_v2, &kn, g, &a, 1, &kp);
   CK(cuGraphAddMemFreeNode, &fr, g, &kn, 1, p);
   CK(cuGraphInstantiateWithFlags, &exec, g, 0);

@@ -36,6 +36,17 @@ static const char ptx[] =
 /* Prints `FAILED <call> <code>` to stderr and exits with 1 when r is not CUDA_SUCCESS. */
 static void check(int r, const char *call) {
   if (r) { fprintf(stderr, "FAILED %s %d\n", call, r); exit(1); } }
+/* A kernel node's parameters (CUDA_KERNEL_NODE_PARAMS_v2), and one of `scale` over one block
+ * of n threads with these arguments. */
+typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **extra; void *kern, *ctx; } KernelParams;
+static inline KernelParams scale_node(void *fn, unsigned n, void **params) {
+  KernelParams kp = {0};
+  kp.func = fn;
+  kp.grid[0] = kp.grid[1] = kp.grid[2] = 1;
+  kp.block[0] = n;
+  kp.block[1] = kp.block[2] = 1;
+  kp.params = params;
+  return kp; }
 /* CK(cuInit, 0) calls cuInit(0) and checks its result under the name cuInit. */
 #define CK(fn, ...) check(fn(__VA_ARGS__), #fn)
 
