@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use super::cache::{Dirs, Index};
 use super::config::Config;
 use super::control::{self, Channel, Control};
-use super::metrics::{kind, FunctionLabels, FunctionName, FunctionStart, Metrics, SessionLabels};
+use super::metrics::{kind, FunctionLabels, FunctionName, FunctionStart, Metrics, Readiness, SessionLabels};
 use super::warm::WarmSet;
 
 /// The descriptor number an executor finds its control channel at.
@@ -71,6 +71,8 @@ struct Inner {
     next_id: u64,
     sms_in_use: u32,
     total_sms: Option<u32>,
+    /// Whether an executor has initialized the GPU since the server started ([`Manager::readiness`]).
+    gpu_ready: bool,
     waiting: [usize; 2],
     draining: bool,
     cache: Index,
@@ -132,6 +134,7 @@ impl Manager {
                 next_id: 1,
                 sms_in_use: 0,
                 total_sms: None,
+                gpu_ready: false,
                 waiting: [0, 0],
                 draining: false,
                 cache,
@@ -287,6 +290,7 @@ impl Manager {
                     if g.total_sms.is_none() && device.sm_count() > 0 {
                         g.total_sms = Some(device.sm_count());
                     }
+                    g.gpu_ready = true;
                     if let Some(e) = g.execs.get_mut(&id) {
                         e.state = ExecState::Ready;
                         e.partition = partition;
@@ -442,6 +446,19 @@ impl Manager {
     /// Whether SIGTERM arrived.
     pub fn is_draining(&self) -> bool {
         self.lock().draining
+    }
+
+    /// Whether sessions are accepted: not draining, and an executor has initialized the GPU —
+    /// or no warm pool is configured (then none starts before a session).
+    pub fn readiness(&self) -> Readiness {
+        let g = self.lock();
+        if g.draining {
+            Readiness::Draining
+        } else if g.gpu_ready || self.cfg.pool.values().all(|n| *n == 0) {
+            Readiness::Ready
+        } else {
+            Readiness::Starting
+        }
     }
 
     /// Refuse new sessions from now on; executors kept warm with a function are let go.

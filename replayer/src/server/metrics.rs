@@ -1,4 +1,8 @@
-//! The Prometheus metrics of `gpuless serve` and their HTTP endpoint (`GET /metrics`).
+//! The Prometheus metrics of `gpuless serve` and their HTTP endpoint: `GET /metrics`, and the
+//! probes of an orchestrator (docs/DEPLOY.md): `GET /healthz` (the process serves) and
+//! `GET /readyz` (it accepts sessions, [`Readiness`]).
+
+use std::sync::Arc;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -7,6 +11,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::manager::Manager;
 
 /// A label set with one label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -192,4 +199,127 @@ pub fn piece_run(run: &str) -> PieceRun {
 /// One label value.
 pub fn kind(k: &str) -> Kind {
     Kind { kind: k.to_string() }
+}
+
+/// Whether the server accepts sessions, as `GET /readyz` tells an orchestrator
+/// ([`Manager::readiness`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// The listeners are bound and an executor has initialized the GPU (or no warm pool is
+    /// configured, so none starts before a session): sessions are accepted.
+    Ready,
+    /// No executor has initialized the GPU yet: the warm pool's first is starting, or could
+    /// not start (each `/readyz` while so tops the pool up again).
+    Starting,
+    /// SIGTERM arrived: new sessions are refused while running ones finish.
+    Draining,
+}
+
+/// An answer of the HTTP endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// Status code and reason (`200 OK`).
+    pub status: &'static str,
+    /// The body's media type.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: String,
+}
+
+/// The answer to the request whose first line is `request_line`: `GET /metrics` (the text
+/// exposition, which `metrics` renders), `GET /healthz` (200 `ok`: the process serves),
+/// `GET /readyz` (200 `ready`, else 503 and why, from `readiness`); 404 for anything else. A
+/// query string is ignored.
+pub fn answer(request_line: &str, readiness: impl FnOnce() -> Readiness, metrics: impl FnOnce() -> String) -> Answer {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let mut words = request_line.split_whitespace();
+    let target = match (words.next(), words.next()) {
+        (Some("GET"), Some(t)) => t.split('?').next().unwrap_or(t),
+        _ => "",
+    };
+    let text = |status, body: &str| Answer { status, content_type: TEXT, body: body.to_string() };
+    match target {
+        "/metrics" => Answer {
+            status: "200 OK",
+            content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            body: metrics(),
+        },
+        "/healthz" => text("200 OK", "ok\n"),
+        "/readyz" => match readiness() {
+            Readiness::Ready => text("200 OK", "ready\n"),
+            Readiness::Starting => {
+                text("503 Service Unavailable", "starting: no executor has initialized the GPU yet\n")
+            }
+            Readiness::Draining => text("503 Service Unavailable", "draining: new sessions are refused\n"),
+        },
+        _ => text("404 Not Found", "GET /metrics, /healthz or /readyz\n"),
+    }
+}
+
+/// Serves one HTTP request on `s` ([`answer`]), then closes it.
+pub(super) async fn serve_http(m: Arc<Manager>, mut s: tokio::net::TcpStream) {
+    // The request line, however the client's writes arrive: up to its newline, 4 KiB or 5 s.
+    let mut req = vec![0u8; 4096];
+    let mut n = 0;
+    let read = async {
+        while n < req.len() && !req[..n].contains(&b'\n') {
+            match s.read(&mut req[n..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(k) => n += k,
+            }
+        }
+    };
+    if tokio::time::timeout(std::time::Duration::from_secs(5), read).await.is_err() || n == 0 {
+        return;
+    }
+    let text = String::from_utf8_lossy(&req[..n]);
+    let readiness = || {
+        let r = m.readiness();
+        if r == Readiness::Starting {
+            // The pool's executor may have failed (a busy or resetting GPU): try again now.
+            let m = m.clone();
+            tokio::task::spawn_blocking(move || m.fill_pool());
+        }
+        r
+    };
+    let metrics = || {
+        m.refresh_metrics();
+        m.metrics.render()
+    };
+    let a = answer(text.lines().next().unwrap_or(""), readiness, metrics);
+    let head = format!(
+        "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        a.status,
+        a.content_type,
+        a.body.len()
+    );
+    let _ = s.write_all(head.as_bytes()).await;
+    let _ = s.write_all(a.body.as_bytes()).await;
+    let _ = s.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(line: &str, r: Readiness) -> (&'static str, String) {
+        let a = answer(line, || r, || "gpuless_x 1\n".into());
+        (a.status, a.body)
+    }
+
+    #[test]
+    fn the_endpoint_answers_metrics_health_and_readiness() {
+        let ready = Readiness::Ready;
+        assert_eq!(get("GET /metrics HTTP/1.1", ready), ("200 OK", "gpuless_x 1\n".into()));
+        assert_eq!(get("GET /metrics?x=1 HTTP/1.1", ready).0, "200 OK");
+        assert_eq!(get("GET /healthz HTTP/1.1", Readiness::Draining), ("200 OK", "ok\n".into()));
+        assert_eq!(get("GET /readyz HTTP/1.1", ready), ("200 OK", "ready\n".into()));
+        let (s, b) = get("GET /readyz HTTP/1.1", Readiness::Draining);
+        assert!(s.starts_with("503") && b.starts_with("draining"), "{s} {b}");
+        let (s, b) = get("GET /readyz HTTP/1.1", Readiness::Starting);
+        assert!(s.starts_with("503") && b.starts_with("starting"), "{s} {b}");
+        for other in ["GET /metricsx HTTP/1.1", "POST /metrics HTTP/1.1", "GET / HTTP/1.1", "", "GET"] {
+            assert_eq!(get(other, ready).0, "404 Not Found", "{other:?}");
+        }
+    }
 }

@@ -12,7 +12,8 @@
 //!   `Deploy` and `Invoke`.
 //! - [`gate`]: the GPU's priority gate: best-effort sessions' segments wait for
 //!   latency-critical ones.
-//! - [`metrics`]: Prometheus metrics and their endpoint.
+//! - [`metrics`]: Prometheus metrics and their endpoint, which also answers health and
+//!   readiness probes (`/healthz`, `/readyz`).
 //! - [`tls`]: TLS on the TCP listener; TLS sessions are proxied to their executor.
 //!
 //! The one entry is [`serve`].
@@ -130,16 +131,19 @@ async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
         }));
     }
     let mut metrics_addr = None;
+    // The metrics endpoint outlives the other listeners: it answers `/readyz` (503) and scrapes
+    // while the server drains.
+    let mut metrics_task = None;
     if !cfg.metrics.is_empty() {
         let l = TcpListener::bind(&cfg.metrics)
             .await
             .map_err(|err| ServeError::Listen { what: cfg.metrics.clone(), err })?;
         metrics_addr = l.local_addr().ok().map(|a| a.to_string());
         let m = mgr.clone();
-        tasks.push(tokio::spawn(async move {
+        metrics_task = Some(tokio::spawn(async move {
             while let Ok((s, _)) = l.accept().await {
                 let m = m.clone();
-                tokio::spawn(async move { metrics_http(m, s).await });
+                tokio::spawn(async move { metrics::serve_http(m, s).await });
             }
         }));
     }
@@ -158,6 +162,9 @@ async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
     let deadline = Instant::now() + mgr.drain_timeout();
     while mgr.sessions() > 0 && Instant::now() < deadline {
         let _ = tokio::time::timeout_at(deadline.into(), mgr.changed()).await;
+    }
+    if let Some(t) = metrics_task {
+        t.abort();
     }
     mgr.kill_all();
     if !cfg.socket.is_empty() {
@@ -325,28 +332,6 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         m.abandon(grant.session, grant.exec);
     }
     // Our copy of the connection closes here; the executor holds it now.
-}
-
-async fn metrics_http(m: Arc<Manager>, mut s: tokio::net::TcpStream) {
-    let mut req = vec![0u8; 4096];
-    let n = match tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut req)).await {
-        Ok(Ok(n)) => n,
-        _ => return,
-    };
-    let line = String::from_utf8_lossy(&req[..n]);
-    let (status, body, ctype) = if line.starts_with("GET /metrics") {
-        m.refresh_metrics();
-        ("200 OK", m.metrics.render(), "application/openmetrics-text; version=1.0.0; charset=utf-8")
-    } else {
-        ("404 Not Found", "GET /metrics\n".to_string(), "text/plain")
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = s.write_all(head.as_bytes()).await;
-    let _ = s.write_all(body.as_bytes()).await;
-    let _ = s.shutdown().await;
 }
 
 /// MIG profile names and ids of GPU 0 with their SM counts (NVML; empty without it).
