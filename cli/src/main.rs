@@ -87,6 +87,9 @@ enum Command {
         /// With --remote: the server's token (default: $GPULESS_TOKEN).
         #[arg(long, requires = "remote")]
         token: Option<String>,
+        /// With a tls:// server: PEM file of the CAs to trust (default: $GPULESS_TLS_CA).
+        #[arg(long, value_name = "FILE", requires = "remote")]
+        tls_ca: Option<PathBuf>,
         /// The program and its arguments (after `--`).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
@@ -96,9 +99,13 @@ enum Command {
     /// loaded as the program's libcuda.so.1. Exits with the program's status (128 + N when
     /// signal N killed it); the session's statistics go to stderr, stdout is the program's.
     Run {
-        /// The server: `HOST:PORT`, `tcp://HOST:PORT` or `unix:PATH` (as `replay --remote`).
+        /// The server: `HOST:PORT`, `tcp://HOST:PORT`, `tls://HOST:PORT` or `unix:PATH` (as
+        /// `replay --remote`).
         #[arg(long, value_name = "ADDR")]
         remote: String,
+        /// With a tls:// server: PEM file of the CAs to trust (default: $GPULESS_TLS_CA).
+        #[arg(long, value_name = "FILE")]
+        tls_ca: Option<PathBuf>,
         /// The partition to ask for: a MIG profile (`3g.71gb`), `sms:N` or `whole` (the default).
         #[arg(long, value_name = "PROFILE")]
         mig: Option<String>,
@@ -378,12 +385,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             self_time,
             remote,
             token,
+            tls_ca,
             command,
         } => {
             if let Some(remote) = remote {
                 let args = run::RunArgs {
                     remote,
                     token,
+                    tls_ca,
                     trace: Some(std::path::absolute(&output)?),
                     capture_outputs,
                     ..run::RunArgs::default()
@@ -433,9 +442,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 replay::run(&trace, &opts, &part)
             }
         }
-        Command::Run { remote, mig, token, best_effort, stats, json, command } => {
-            let args =
-                run::RunArgs { remote, partition: mig, token, best_effort, stats, json, ..run::RunArgs::default() };
+        Command::Run { remote, tls_ca, mig, token, best_effort, stats, json, command } => {
+            let args = run::RunArgs {
+                remote,
+                tls_ca,
+                partition: mig,
+                token,
+                best_effort,
+                stats,
+                json,
+                ..run::RunArgs::default()
+            };
             run::run(&args, &command)
         }
         Command::Serve(args) => serve::run(&args),

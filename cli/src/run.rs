@@ -12,7 +12,8 @@
 //!
 //! | variable | value |
 //! |---|---|
-//! | `GPULESS_REMOTE` | the endpoint as given (`unix:PATH`, `HOST:PORT`, `tcp://HOST:PORT`); its presence turns client mode on |
+//! | `GPULESS_REMOTE` | the endpoint as given (`unix:PATH`, `HOST:PORT`, `tcp://HOST:PORT`, `tls://HOST:PORT`); its presence turns client mode on |
+//! | `GPULESS_TLS_CA` | `--tls-ca` as an absolute path, else inherited (may be absent): the PEM file of the CAs a `tls://` server's certificate is checked against |
 //! | `GPULESS_TOKEN` | `--token`, else inherited (may be absent) |
 //! | `GPULESS_REMOTE_PARTITION` | `--mig` (a MIG profile, `sms:N`, `whole`); `whole` without it |
 //! | `GPULESS_REMOTE_PRIORITY` | `best-effort` with `--best-effort`, else absent (latency-critical) |
@@ -50,6 +51,8 @@ use crate::record;
 pub struct RunArgs {
     /// The server's endpoint (`--remote`).
     pub remote: String,
+    /// `--tls-ca`: the CA file for a `tls://` server (else the inherited `GPULESS_TLS_CA`).
+    pub tls_ca: Option<PathBuf>,
     /// The partition to ask for (`--mig`): a MIG profile, `sms:N` or `whole`.
     pub partition: Option<String>,
     /// `--token` (else the inherited `GPULESS_TOKEN`).
@@ -104,7 +107,7 @@ fn prepend(var: &str, first: &Path) -> OsString {
 
 /// Checks the endpoint's form (the library parses it again, the same way).
 fn check_endpoint(addr: &str) -> anyhow::Result<()> {
-    let hint = "expected HOST:PORT, tcp://HOST:PORT or unix:PATH";
+    let hint = "expected HOST:PORT, tcp://HOST:PORT, tls://HOST:PORT or unix:PATH";
     if let Some(path) = addr.strip_prefix("unix:") {
         if path.is_empty() {
             bail!("--remote {addr}: no socket path ({hint})");
@@ -124,6 +127,12 @@ pub fn run(args: &RunArgs, cmd: &[String]) -> anyhow::Result<ExitCode> {
         bail!("no command given: gpuless run --remote ADDR -- CMD ARGS...")
     };
     check_endpoint(&args.remote)?;
+    // The library reads the CA file when the program first calls CUDA, maybe elsewhere.
+    let tls_ca = match &args.tls_ca {
+        Some(f) if args.remote.starts_with("tls://") => Some(std::path::absolute(f)?),
+        Some(_) => bail!("--tls-ca applies to TLS servers: give the address as tls://HOST:PORT"),
+        None => None,
+    };
     let lib = record::recorder_path()?.canonicalize().context("locating the recorder library")?;
     let dir = TempDir::new()?;
     for name in ["libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1", "libnvidia-ml.so"] {
@@ -154,6 +163,9 @@ pub fn run(args: &RunArgs, cmd: &[String]) -> anyhow::Result<ExitCode> {
     }
     if let Some(t) = &args.token {
         child.env("GPULESS_TOKEN", t);
+    }
+    if let Some(ca) = &tls_ca {
+        child.env("GPULESS_TLS_CA", ca);
     }
     if args.best_effort {
         child.env("GPULESS_REMOTE_PRIORITY", "best-effort");

@@ -341,16 +341,6 @@ fn a_thousand_sessions_64_at_a_time_with_clients_killed_at_random_points() {
     eprintln!("1000 sessions: {ok} completed, {killed} killed, {:.1} s", t0.elapsed().as_secs_f64());
 }
 
-/// A self-signed certificate for `localhost` and `127.0.0.1` (rcgen): `dir/NAME.pem` and its
-/// key `dir/NAME.key`.
-fn self_signed(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
-    let c = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
-    let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
-    std::fs::write(&cert, c.cert.pem()).unwrap();
-    std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
-    (cert, key)
-}
-
 /// A server whose TCP listener speaks TLS with a new self-signed certificate: the server and
 /// the certificate file (its own CA).
 fn tls_server(dir: &Path, extra: &[&str]) -> (Server, PathBuf) {

@@ -157,6 +157,21 @@ pub fn remote_replay_env(
     (out.status.code().unwrap_or(-1), v, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// A self-signed certificate for `localhost` and `127.0.0.1` (rcgen): `dir/NAME.pem` and its
+/// key `dir/NAME.key`.
+pub fn self_signed(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    self_signed_for(dir, name, &["localhost", "127.0.0.1"])
+}
+
+/// A self-signed certificate for `names` (rcgen): `dir/NAME.pem` and its key `dir/NAME.key`.
+pub fn self_signed_for(dir: &Path, name: &str, names: &[&str]) -> (PathBuf, PathBuf) {
+    let c = rcgen::generate_simple_self_signed(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    let (cert, key) = (dir.join(format!("{name}.pem")), dir.join(format!("{name}.key")));
+    std::fs::write(&cert, c.cert.pem()).unwrap();
+    std::fs::write(&key, c.signing_key.serialize_pem()).unwrap();
+    (cert, key)
+}
+
 pub fn stand_in() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let trace = support::record_stand_in(dir.path(), None);
@@ -199,6 +214,8 @@ pub fn wait_until(mut f: impl FnMut() -> bool, what: &str) {
 /// What a client program printed under `gpuless run --remote`: exit success, stdout, stderr.
 pub struct ClientRun {
     pub ok: bool,
+    /// The exit code (None: a signal ended it).
+    pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
@@ -229,9 +246,19 @@ pub fn run_client(s: &Server, prog: &Path) -> ClientRun {
 
 /// [`run_client`] with `env` set for the program.
 pub fn run_client_env(s: &Server, prog: &Path, env: &[(&str, &str)]) -> ClientRun {
+    run_client_at(&s.tcp, &[], prog, &[], env)
+}
+
+/// `gpuless run --remote ADDR --json FLAGS -- PROG ARGS` with `env` set for the program (and
+/// no `GPULESS_TLS_CA` unless `env` sets it), the real recorder library as the client.
+pub fn run_client_at(addr: &str, flags: &[&str], prog: &Path, args: &[&str], env: &[(&str, &str)]) -> ClientRun {
     let out = Command::new(GL)
-        .args(["run", "--remote", &s.tcp, "--json", "--"])
+        .args(["run", "--remote", addr, "--json"])
+        .args(flags)
+        .arg("--")
         .arg(prog)
+        .args(args)
+        .env_remove("GPULESS_TLS_CA")
         .envs(env.iter().copied())
         .env("GPULESS_RECORDER", support::common::recorder_lib())
         .env_remove("LD_LIBRARY_PATH")
@@ -241,6 +268,7 @@ pub fn run_client_env(s: &Server, prog: &Path, env: &[(&str, &str)]) -> ClientRu
         .expect("run gpuless run");
     ClientRun {
         ok: out.status.success(),
+        code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }

@@ -324,15 +324,18 @@ fn runner() -> mpsc::Sender<Job> {
 
 /// Watches the connection while nobody waits for an answer: a host call that arrives then runs
 /// at once (the program may be waiting for what its function does, without a CUDA call).
+///
+/// Over TLS the socket polled is the TCP one: a wake-up may bring only part of a record or one
+/// without data, and a waiting thread's read may leave decrypted bytes in the session that the
+/// socket no longer shows; [`Connection::pump_host_calls`] looks at both without waiting.
+///
+/// [`Connection::pump_host_calls`]: gpuless_traces::protocol::Connection::pump_host_calls
 fn poller(link: super::link::Link) {
-    let Some(fd) = super::link::lock(&link).poll_fd() else {
-        // TLS: the session's reads block; host calls run when the program waits.
-        return;
-    };
+    let fd = super::link::lock(&link).poll_fd();
     loop {
         let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd; a timeout bounds the wait (bytes already read by a waiting
-        // thread are looked at below).
+        // thread, or held decrypted by a TLS session, are looked at below).
         let n = unsafe { libc::poll(&mut p, 1, 20) };
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return;

@@ -214,13 +214,26 @@ enum ReadHalf {
 }
 
 impl ReadHalf {
-    /// The socket underneath, for polling (a plain stream only: a TLS session may hold
-    /// decrypted bytes the socket no longer shows).
-    fn plain_fd(&self) -> Option<std::os::fd::RawFd> {
+    /// The socket underneath (TCP under a TLS session), to wait on.
+    fn fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
         match self {
-            ReadHalf::Plain(p) => Some(p.stream.as_raw_fd()),
-            ReadHalf::Tls(_) => None,
+            ReadHalf::Plain(p) => p.stream.as_raw_fd(),
+            ReadHalf::Tls(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// Whether a read would return without waiting (bytes, the end or an error): the socket is
+    /// readable; for TLS, the session holds decrypted bytes or the socket whole records with
+    /// some ([`super::tls::TlsStream::ready`]: a readable socket may bring no message yet).
+    fn ready(&self) -> std::io::Result<bool> {
+        match self {
+            ReadHalf::Plain(_) => {
+                let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd, no waiting.
+                Ok(unsafe { libc::poll(&mut p, 1, 0) } > 0)
+            }
+            ReadHalf::Tls(s) => s.ready(),
         }
     }
 }
@@ -516,9 +529,11 @@ impl Connection {
         self.flush()
     }
 
-    /// The socket to poll for host calls while nobody waits (`None` over TLS).
-    pub fn poll_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.reader.get_ref().plain_fd()
+    /// The socket to poll for host calls while nobody waits (over TLS, the TCP socket: it may
+    /// be readable with no whole message yet, or hold none while the session holds one —
+    /// [`Self::pump_host_calls`] looks at both without waiting).
+    pub fn poll_fd(&self) -> std::os::fd::RawFd {
+        self.reader.get_ref().fd()
     }
 
     /// Runs every host call that has arrived (read already, or readable on the socket now)
@@ -527,12 +542,7 @@ impl Connection {
     pub fn pump_host_calls(&mut self) -> Result<usize, ProtocolError> {
         let mut n = 0;
         loop {
-            let ready = !self.reader.buffer().is_empty()
-                || self.poll_fd().is_some_and(|fd| {
-                    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-                    // SAFETY: one valid pollfd.
-                    unsafe { libc::poll(&mut p, 1, 0) > 0 }
-                });
+            let ready = !self.reader.buffer().is_empty() || self.reader.get_ref().ready()?;
             if !ready {
                 return Ok(n);
             }
