@@ -12,7 +12,8 @@
 # (CLIENT_PIECES_ROWS: changing resnet50 bert; servers with --cached-execution on, holding
 # always and only while busy; CLIENT_PIECES_ITERS hot iterations of their A-B-C-C-B-A runs,
 # default 100), CLIENT_RECORD=0 the `record --remote` rows (streams, pitched, memcpy_default,
-# torch.fft: recorded remotely, replayed here verified).
+# torch.fft: recorded remotely, replayed here verified). CLIENT_TORCH_ROUNDS (default 1) runs each
+# PyTorch workload that many times natively and remotely, interleaved; the hot ratio of the medians.
 # For each program: the
 # native output, the same command in the namespace without gpuless (must see no GPU), and
 # with `gpuless run --remote` (must print what the native run printed); the client's counts
@@ -169,8 +170,14 @@ torch_row() { # NAME SCRIPT
   HOT_ITERS=${CLIENT_HOT_ITERS:-30} python3 "$script" >"$out/$name.native.txt" 2>"$out/$name.native.err"; local rn=$?
   HOT_ITERS=${CLIENT_HOT_ITERS:-30} GPULESS_REMOTE_WAITS="$out/$name.waits.jsonl" hidden "$gl" run --remote "$addr" --json -- python3 "$script" >"$out/$name.remote.txt" 2>"$out/$name.remote.err"; local rr=$?
   grep -m1 '^{' "$out/$name.remote.err" >"$out/$name.stats.json"
+  # More interleaved pairs (CLIENT_TORCH_ROUNDS, default 1): the hot ratio is of the medians.
+  local r
+  for r in $(seq 2 "${CLIENT_TORCH_ROUNDS:-1}"); do
+    HOT_ITERS=${CLIENT_HOT_ITERS:-30} python3 "$script" >"$out/$name.native.r$r.txt" 2>/dev/null
+    HOT_ITERS=${CLIENT_HOT_ITERS:-30} hidden "$gl" run --remote "$addr" -- python3 "$script" >"$out/$name.remote.r$r.txt" 2>/dev/null
+  done
   local verdict
-  verdict=$(python3 - "$out/$name.native.txt" "$out/$name.remote.txt" "$out/$name.stats.json" "$rn" "$rr" "$out/$name.waits.jsonl" "${CLIENT_HOT_ITERS:-30}" <<'PY'
+  verdict=$(python3 - "$out/$name.native.txt" "$out/$name.remote.txt" "$out/$name.stats.json" "$rn" "$rr" "$out/$name.waits.jsonl" "${CLIENT_HOT_ITERS:-30}" "$out/$name" "${CLIENT_TORCH_ROUNDS:-1}" <<'PY'
 import json, statistics, sys
 def last(f):
     try:
@@ -180,11 +187,18 @@ def last(f):
 a, b, s = last(sys.argv[1]), last(sys.argv[2]), last(sys.argv[3]) or {}
 rn, rr = int(sys.argv[4]), int(sys.argv[5])
 same = a is not None and b is not None and a["checksum"] == b["checksum"]
+pairs = [(a, b)] + [(last(f"{sys.argv[8]}.native.r{r}.txt"), last(f"{sys.argv[8]}.remote.r{r}.txt")) for r in range(2, int(sys.argv[9]) + 1)]
+same = same and all(x and y and x["checksum"] == a["checksum"] and y["checksum"] == a["checksum"] for x, y in pairs)
 ok = rn == 0 and rr == 0 and same
 d = f"native rc={rn}, remote rc={rr}, same checksum: {'yes' if same else 'no'}"
 if a and b and a.get("hot_ms_median") and b.get("hot_ms_median"):
     d += (f"; hot {b['hot_ms_median']:.3f} ms vs native {a['hot_ms_median']:.3f} ms (x{b['hot_ms_median']/a['hot_ms_median']:.3f})"
           f"; first result {b['first_result_s']:.2f} s vs {a['first_result_s']:.2f} s (x{b['first_result_s']/a['first_result_s']:.3f})")
+if len(pairs) > 1 and all(x and y for x, y in pairs):
+    nh = statistics.median(x["hot_ms_median"] for x, _ in pairs)
+    rh = statistics.median(y["hot_ms_median"] for _, y in pairs)
+    d += (f"; {len(pairs)} interleaved pairs: hot median {rh:.3f} ms vs native {nh:.3f} ms (x{rh/nh:.3f}; ratios "
+          + ", ".join(f"x{y['hot_ms_median']/x['hot_ms_median']:.3f}" for x, y in pairs) + ")")
 if s:
     calls, rt = s.get("calls", 0), s.get("round_trips", 0)
     d += (f"; {calls} calls, {s.get('local', 0)} answered locally, {rt} round trips ({100*rt/max(calls,1):.2f}% of calls), "

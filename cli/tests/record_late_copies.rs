@@ -25,3 +25,23 @@ fn an_upload_behind_a_host_function_is_recorded_with_the_bytes_the_stream_read()
     assert_eq!(report["results_verified"], 1, "{shown}");
     assert_eq!(code, 0, "{shown}");
 }
+
+/// The graph form (`recorder/src/late_graph.rs`): an upload captured after a host function reads
+/// what the function wrote at every launch; each launch's record carries those bytes and the
+/// replay verifies every download.
+#[test]
+fn a_graph_upload_behind_a_captured_host_function_is_recorded_at_every_launch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "late_graph", &["-l:libcuda.so.1"]);
+    let native = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    assert!(native.status.success(), "{native:?}");
+    assert_eq!(String::from_utf8_lossy(&native.stdout), "device got: 10 20 30\n");
+
+    let trace = dir.path().join("g.gl");
+    let recorded = support::record(&prog, &libdir, &trace, &[]);
+    assert_eq!(recorded.as_bytes(), native.stdout, "recording changed the program");
+    let (code, report, shown) = support::replay_json(&libdir, &trace, &[]);
+    assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
+    assert_eq!(report["results_verified"], 3, "{shown}");
+    assert_eq!(code, 0, "{shown}");
+}

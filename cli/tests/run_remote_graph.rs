@@ -41,3 +41,23 @@ fn kernel_node_parameters_read_through_the_client_are_the_driver_s() {
     let stats = ran.stats();
     assert_eq!(stats["waits_by_call"]["cuGraphKernelNodeGetParams"], GET_PARAMS, "{stats}");
 }
+
+/// A capture the program extends itself (`capture_deps.c`): the capture's graph and dependencies
+/// come from the server (`cuStreamGetCaptureInfo`), the node added there and the replaced
+/// dependencies (`cuStreamUpdateCaptureDependencies`) reach the server's capture: the same
+/// output as the stand-in driver's own.
+#[test]
+fn a_capture_extended_by_the_program_runs_as_natively() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "capture_deps", &["-l:libcuda.so.1"]);
+    let native = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().expect("run natively");
+    let native_out = String::from_utf8_lossy(&native.stdout).into_owned();
+    assert!(native.status.success(), "{native_out}\n{}", String::from_utf8_lossy(&native.stderr));
+    assert!(native_out.contains("capture info: status 1, graph given 1, dependencies 1"), "{native_out}");
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = run_client(&srv, &prog);
+    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
+    assert!(ran.ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert_eq!(stdout, &native_out, "stderr:\n{stderr}");
+    assert!(!stderr.contains("not supported"), "{stderr}");
+}

@@ -51,3 +51,27 @@ fn device_mapped_and_pinned_memory_given_to_kernels_are_mirrored() {
     has("done");
     assert!(!stderr.contains("not supported"), "{stderr}");
 }
+
+/// Downloads into device-mapped memory (`mapped_d2h.c`): the executor writes its copy of the
+/// range too and the client takes the bytes as the server's, so they are not sent back (the
+/// session's upload stays far below one download), and a kernel on the memory afterwards sees
+/// what the downloads brought.
+#[test]
+fn downloads_into_mapped_memory_are_not_sent_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "mapped_d2h", &["-l:libcuda.so.1"]);
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = run_client(&srv, &prog);
+    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
+    assert!(ran.ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let has = |line: &str| assert!(stdout.lines().any(|l| l == line), "no `{line}` in:\n{stdout}\n{stderr}");
+    has("downloads into mapped memory: last 7 8, sum 36");
+    has("kernel on it: 21 24");
+    has("done");
+    let stats: serde_json::Value =
+        serde_json::from_str(stderr.lines().find(|l| l.starts_with('{')).expect("stats")).expect("stats json");
+    let up = stats["bytes_up"].as_u64().unwrap_or(u64::MAX);
+    // Eight 1 MiB uploads of `src` go up (as blobs, deduplicated by content); the downloads' 8 MiB
+    // must not follow them.
+    assert!(up < 10 << 20, "{up} bytes up: the downloads went back up; {stderr}");
+}

@@ -46,6 +46,9 @@ fn stream_ordered_allocation_captured_into_a_graph_runs_at_every_launch() {
     let has = |line: &str| assert!(stdout.lines().any(|l| l == line), "no `{line}` in:\n{stdout}\n{stderr}");
     has("launch 0: 0 4 60");
     has("launch 1: 0 4 60");
+    has("captured nodes: 6, allocation 1, free 1");
+    has("allocation node: 64 bytes at the allocation's address 1");
+    has("free node frees it: 1");
     has("later allocation elsewhere: 1");
     has("done");
     assert!(!stderr.contains("not supported"), "{stderr}");
@@ -64,6 +67,12 @@ fn graph_memory_nodes_built_by_hand_run_at_every_launch() {
     has("launch 0: 0 3 45");
     has("launch 1: 0 3 45");
     has("later allocation elsewhere: 1");
+    has("node parameters: allocation 1, free 1");
+    has("used after the launches: nonzero");
+    has("allocation after the free reuses the address: 1");
+    has("second graph's address differs: 1");
+    has("freed outside the graph, launched again, freed async: ok");
+    has("after destroy and trim: used 0 reserved 0");
     has("done");
     assert!(!stderr.contains("not supported"), "{stderr}");
 }

@@ -375,11 +375,12 @@ unsafe fn alloc(out: u64, size: u64, stream: Option<u64>, pool: Option<u64>) -> 
     if ctx == 0 {
         return Some(INVALID_CONTEXT);
     }
+    let mut captured = false;
     if let Some(s) = stream {
         let mut cap = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: a stream handle from the program; valid out-pointer.
         let st = unsafe { (r.stream_is_capturing)(s as sys::CUstream, &mut cap) };
-        let captured = cap != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        captured = cap != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // Recording, graph memory nodes belong to the driver; a client serves them from the
         // arena too (its executor keeps the memory for the graph's launches).
         if st != sys::CUresult::CUDA_SUCCESS || (captured && !crate::remote::active()) {
@@ -408,6 +409,10 @@ unsafe fn alloc(out: u64, size: u64, stream: Option<u64>, pool: Option<u64>) -> 
                 crate::pools::allocated(p, size);
             }
             a.info.insert(addr, Info { ctx, id, pool, sync_memops: 1 });
+            if captured {
+                // A client's allocation captured into a graph: graph memory.
+                crate::remote::graph_mem::captured(addr, size);
+            }
             // SAFETY: the program's out-pointer for the address.
             unsafe { *(out as *mut u64) = addr };
             Some(SUCCESS)
@@ -544,6 +549,10 @@ unsafe fn free(ptr: u64) -> Option<u32> {
     // `cuMemFree` waits for the work that may still use the memory.
     // SAFETY: no arguments; an error (no context) changes nothing.
     unsafe { (r.ctx_synchronize)() };
+    if crate::remote::active() && crate::remote::graph_mem::is_graph_memory(ptr) {
+        // A graph's allocation freed outside the graph: kept for its next launch.
+        return Some(SUCCESS);
+    }
     let mut guard = ARENA.lock().ok()?;
     let a = guard.as_mut()?;
     if a.deferred.iter().any(|d| d.addr == ptr) {
@@ -568,6 +577,10 @@ unsafe fn free_async(ptr: u64, stream: u64) -> Option<u32> {
     let a = guard.as_mut()?;
     if a.layout.find(ptr).is_none_or(|(base, _)| base != ptr) || a.deferred.iter().any(|d| d.addr == ptr) {
         return Some(INVALID_VALUE);
+    }
+    if crate::remote::active() && crate::remote::graph_mem::is_graph_memory(ptr) {
+        // A graph's allocation (freed in a capture or after a launch): kept for its launches.
+        return Some(SUCCESS);
     }
     let mut cap = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: the program's stream; valid out-pointer.

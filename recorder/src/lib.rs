@@ -32,6 +32,7 @@ mod hot;
 mod intercept;
 mod lane;
 mod late;
+mod late_graph;
 mod loaded;
 mod pending;
 mod pools;

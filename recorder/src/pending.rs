@@ -22,6 +22,8 @@ struct Pending {
     rows: Option<(usize, Copy)>,
     /// A host-to-device copy whose source the stream reads late (`late.rs`).
     late: Option<crate::late::Late>,
+    /// A graph launch whose copies read host memory late (`late_graph.rs`).
+    late_launch: Option<crate::late_graph::LateLaunch>,
 }
 
 /// Copies in flight and what completes them: the rule a replay checks them by
@@ -84,14 +86,24 @@ pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
         .collect();
     buffers.extend(crate::unified::async_host_outs(f, raw, &record.args));
     let rows = crate::capture::async_host_rows(f, raw);
-    with_table(|t| t.push(stream, Pending { record, buffers, rows, late: None }));
+    with_table(|t| t.push(stream, Pending { record, buffers, rows, late: None, late_launch: None }));
 }
 
 /// Holds the record of an async host-to-device copy whose source is read when the stream
 /// reaches it (`late.rs`) until a synchronization covers it.
 pub fn defer_late(f: &ApiFunction, raw: &[u64], record: CallRecord, late: crate::late::Late) {
     let stream = handle(f, raw, HandleKind::Stream).unwrap_or(0);
-    with_table(|t| t.push(stream, Pending { record, buffers: Vec::new(), rows: None, late: Some(late) }));
+    with_table(|t| {
+        t.push(stream, Pending { record, buffers: Vec::new(), rows: None, late: Some(late), late_launch: None })
+    });
+}
+
+/// Holds the record of a graph launch whose copies read host memory late (`late_graph.rs`)
+/// until a synchronization covers the reads queued after it.
+pub fn defer_late_launch(f: &ApiFunction, raw: &[u64], record: CallRecord, l: crate::late_graph::LateLaunch) {
+    let stream = handle(f, raw, HandleKind::Stream).unwrap_or(0);
+    let p = Pending { record, buffers: Vec::new(), rows: None, late: None, late_launch: Some(l) };
+    with_table(|t| t.push(stream, p));
 }
 
 /// Whether [`after`] has anything to do for calls of `f`: synchronizations, stream and event
@@ -136,6 +148,9 @@ pub fn after(f: &ApiFunction, raw: &[u64]) {
 fn emit(mut p: Pending, complete: bool) {
     if let Some(l) = p.late.take() {
         crate::late::finish(l, &mut p.record, complete);
+    }
+    if let Some(l) = p.late_launch.take() {
+        crate::late_graph::finish(l, &mut p.record, complete);
     }
     if complete {
         for &(k, ptr, n) in &p.buffers {

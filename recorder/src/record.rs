@@ -132,13 +132,21 @@ unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lan
             // SAFETY (all arms): forwarded from the caller.
             slots::Path::Pass => unsafe { with_arena(s, raw, real) },
             slots::Path::Fold(ref plan) => unsafe { query(slot, s, plan, raw, real, lane) },
-            slots::Path::Raw(ref plan) if plan.fits(raw) => unsafe { raw_call(slot, s, plan, raw, real, lane) },
+            // A graph launch whose copies read host memory late has its reads recorded too.
+            slots::Path::Raw(ref plan) if plan.fits(raw) && !crate::late_graph::launches_late(s.func, raw) => unsafe {
+                raw_call(slot, s, plan, raw, real, lane)
+            },
             _ => unsafe { full(slot, s, raw, real, lane) },
         }
     };
     if status == 0 && matches!(s.func.name, "cuLaunchHostFunc" | "cuStreamAddCallback") {
-        // Uploads from pinned memory queued after it read their source late (`late.rs`).
+        // Uploads from pinned memory queued after it read their source late (`late.rs`), and
+        // captured after it, at every launch of the graph (`late_graph.rs`).
         crate::late::host_function(raw.first().copied().unwrap_or(0));
+        crate::late_graph::host_function(raw.first().copied().unwrap_or(0));
+    }
+    if status == 0 && s.func.name == "cuGraphExecDestroy" {
+        crate::late_graph::exec_destroyed(raw.first().copied().unwrap_or(0));
     }
     if s.invalidates {
         fold::invalidate();
@@ -193,6 +201,15 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
     if s.init && status == 0 {
         state::open(true);
     }
+    let mut late_launch = None;
+    if status == 0 {
+        // SAFETY: forwarded from the caller; the call succeeded.
+        unsafe { crate::late_graph::after(f, raw, seq) };
+        if f.name == "cuGraphLaunch" {
+            // SAFETY: as above.
+            late_launch = unsafe { crate::late_graph::after_launch(raw) };
+        }
+    }
 
     let Ok(args) = args else {
         state::fail(&format!("capturing the arguments of {} failed", f.name));
@@ -220,7 +237,9 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
         results,
         repeat: 0,
     };
-    if let (0, Some(l)) = (status, late) {
+    if let Some(l) = late_launch {
+        pending::defer_late_launch(f, raw, rec, l);
+    } else if let (0, Some(l)) = (status, late) {
         pending::defer_late(f, raw, rec, l);
     } else if status == 0 && capture::deferred_call(f, raw, &rec.args) {
         pending::defer(f, raw, rec);

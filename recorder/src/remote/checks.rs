@@ -31,7 +31,13 @@ pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
     // Nowhere to write the answer: every output pointer null (those the driver treats as
     // optional, measured on driver 580: `cuCtxPopCurrent`'s and `cuMemGetInfo`'s).
     let mut outs = f.out_args().map(|(i, _)| raw.get(i).copied().unwrap_or(0)).peekable();
-    if outs.peek().is_some() && outs.all(|p| p == 0) && !matches!(f.name, "cuCtxPopCurrent" | "cuMemGetInfo") {
+    // A capture into an existing graph may end without asking for the graph.
+    let optional = match f.name {
+        "cuCtxPopCurrent" | "cuMemGetInfo" => true,
+        "cuStreamEndCapture" => local::captures_into_graph(raw.first().copied().unwrap_or(0)),
+        _ => false,
+    };
+    if outs.peek().is_some() && outs.all(|p| p == 0) && !optional {
         return Some(INVALID_VALUE);
     }
     match f.name {

@@ -22,6 +22,7 @@
 mod checks;
 mod copies;
 mod driver;
+pub(crate) mod graph_mem;
 mod host;
 mod hostfn;
 mod link;
@@ -47,7 +48,8 @@ use crate::slots::Slot;
 pub(crate) use driver::symbol;
 pub(crate) use session::proc_address;
 
-/// Environment: the server's endpoint (`unix:PATH`, `HOST:PORT`); set, the library is a client.
+/// Environment: the server's endpoint (`unix:PATH`, `HOST:PORT`, or `tls://HOST:PORT` with the
+/// CA file in `GPULESS_TLS_CA`); set, the library is a client.
 pub const ENV_REMOTE: &str = "GPULESS_REMOTE";
 
 /// 0 not asked yet, 1 client mode, 2 not.

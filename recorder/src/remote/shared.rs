@@ -497,26 +497,35 @@ pub(crate) fn apply_pull(mut b: &[u8]) {
         let n = u32::from_le_bytes(b[8..12].try_into().unwrap_or([0; 4])) as usize;
         let Some(bytes) = b.get(12..12 + n) else { return };
         b = &b[12 + n..];
-        if n == 0 || slot_of(addr).is_none() || slot_of(addr + n as u64 - 1).is_none() {
-            continue;
-        }
-        let (first, end) = (page_of(addr), page_end(addr + n as u64));
-        let dirty_pages: Vec<u64> =
-            (0..(end - first) / PAGE).map(|k| first + k * PAGE).filter(|&p| is_dirty(p)).collect();
-        // SAFETY (block): pages this module mapped, made writable for the copy and read-only
-        // again unless the host wrote them since they were last sent.
-        unsafe {
-            libc::mprotect(first as *mut libc::c_void, (end - first) as usize, libc::PROT_READ | libc::PROT_WRITE);
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, n);
-            let mut p = first;
-            while p < end {
-                if !dirty_pages.contains(&p) {
-                    libc::mprotect(p as *mut libc::c_void, PAGE as usize, libc::PROT_READ);
-                }
-                p += PAGE;
+        write_synced(addr, bytes);
+    }
+}
+
+/// Writes `bytes` at `addr` in shared memory as the server's copy of it already holds them (a
+/// pull, or a device-to-host copy the executor also made into its copy): nothing becomes dirty
+/// that was not. `false` (nothing written) unless the whole range is shared memory.
+pub(crate) fn write_synced(addr: u64, bytes: &[u8]) -> bool {
+    let n = bytes.len();
+    if n == 0 || slot_of(addr).is_none() || slot_of(addr + n as u64 - 1).is_none() {
+        return false;
+    }
+    let (first, end) = (page_of(addr), page_end(addr + n as u64));
+    let dirty: Vec<bool> = (0..(end - first) / PAGE).map(|k| is_dirty(first + k * PAGE)).collect();
+    // SAFETY (block): pages this module mapped, made writable for the copy and read-only again
+    // (one call a run of pages) unless the host wrote them since they were last sent.
+    unsafe {
+        libc::mprotect(first as *mut libc::c_void, (end - first) as usize, libc::PROT_READ | libc::PROT_WRITE);
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, n);
+        let mut k = 0;
+        while k < dirty.len() {
+            let run = dirty[k..].iter().take_while(|&&d| d == dirty[k]).count();
+            if !dirty[k] {
+                libc::mprotect((first + k as u64 * PAGE) as *mut libc::c_void, run * PAGE as usize, libc::PROT_READ);
             }
+            k += run;
         }
     }
+    true
 }
 
 fn is_dirty(page: u64) -> bool {

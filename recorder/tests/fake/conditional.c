@@ -21,6 +21,8 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 
 #define N 8
+/* Adds an IF node; its body graph goes to `*body`, read from the CUDA-owned array the driver
+ * points phGraph_out (`bodies`) at, as the real driver does. */
 static void *add_if(void *g, void *ctx, unsigned def, void **body) {
   unsigned long long h = 0;
   CK(cuGraphConditionalHandleCreate, &h, g, ctx, def, 0);
@@ -30,10 +32,11 @@ static void *add_if(void *g, void *ctx, unsigned def, void **body) {
   p.handle = h;
   p.ctype = 0; /* IF */
   p.size = 1;
-  p.bodies = body;
+  p.bodies = 0; /* an output: the driver writes where its body array is */
   p.ctx = ctx;
   void *n;
   CK(cuGraphAddNode, &n, g, 0, 0, &p);
+  *body = p.bodies ? p.bodies[0] : 0;
   return n; }
 
 int main(void) {

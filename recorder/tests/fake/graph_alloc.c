@@ -1,7 +1,8 @@
 /* Stream-ordered allocation captured into a graph, in client mode (cli/tests/run_remote_pools.rs):
  * a capture allocates (cuMemAllocAsync), uploads, runs the stand-in's `scale` twice, downloads
  * and frees (cuMemFreeAsync) on its stream; the graph is launched twice, each launch giving the
- * same result; an allocation made afterwards never takes the graph's address. Prints what it
+ * same result; the captured graph has an allocation and a free node, as the driver's capture
+ * makes; an allocation made afterwards never takes the graph's address. Prints what it
  * saw; any failing call prints `FAILED <call> <code>` to stderr and exits with 1. */
 #include "scale.h"
 
@@ -13,6 +14,10 @@ CUresult cuStreamEndCapture(void *stream, void **graph);
 CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
 CUresult cuGraphLaunch(void *exec, void *stream);
 CUresult cuStreamSynchronize(void *stream);
+CUresult cuGraphGetNodes(void *g, void **nodes, size_t *n);
+__attribute__((weak)) CUresult cuGraphNodeGetType(void *node, int *type);
+__attribute__((weak)) CUresult cuGraphMemAllocNodeGetParams(void *node, AllocParams *p);
+__attribute__((weak)) CUresult cuGraphMemFreeNodeGetParams(void *node, CUdeviceptr *p);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream);
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream);
 
@@ -35,6 +40,27 @@ int main(void) {
   CK(cuMemcpyDtoHAsync_v2, out, p, sizeof out, s);
   CK(cuMemFreeAsync, p, s);
   CK(cuStreamEndCapture, s, &g);
+  void *nodes[8];
+  size_t nn = 8;
+  CK(cuGraphGetNodes, g, nodes, &nn);
+  int allocs = 0, frees = 0;
+  for (size_t i = 0; i < nn && i < 8; i++) {
+    int t = -1;
+    CK(cuGraphNodeGetType, nodes[i], &t);
+    allocs += t == 10; /* CU_GRAPH_NODE_TYPE_MEM_ALLOC */
+    frees += t == 11;  /* CU_GRAPH_NODE_TYPE_MEM_FREE */
+    if (t == 10) {
+      AllocParams ap;
+      CK(cuGraphMemAllocNodeGetParams, nodes[i], &ap);
+      printf("allocation node: %zu bytes at the allocation's address %d\n", ap.bytesize, ap.dptr == p);
+    }
+    if (t == 11) {
+      CUdeviceptr f = 0;
+      CK(cuGraphMemFreeNodeGetParams, nodes[i], &f);
+      printf("free node frees it: %d\n", f == p);
+    }
+  }
+  printf("captured nodes: %zu, allocation %d, free %d\n", nn, allocs, frees);
   CK(cuGraphInstantiateWithFlags, &exec, g, 0);
   for (int l = 0; l < 2; l++) {
     for (int i = 0; i < N; i++) out[i] = -1.0f;

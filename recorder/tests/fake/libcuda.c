@@ -278,7 +278,7 @@ typedef struct { void *func; unsigned grid[3], block[3], smem; void **params, **
 struct graph;
 struct gnode { void *func, *kern; unsigned grid[3], block[3], smem; unsigned char args[16]; void *ptrs[3];
                int type; void *dst; const void *src; CUdeviceptr dev; size_t n; hostfn hfn; void *hud;
-               struct graph *body; unsigned long long cond; };
+               struct graph *body; void *bodies[1]; unsigned long long cond; };
 struct graph { int used, n; struct gnode nodes[8]; };
 static struct graph graphs[8], execs[8], *captured;
 static const size_t arg_off[] = {0, 8, 12}, arg_size[] = {8, 4, 4}; /* scale's layout */
@@ -410,6 +410,16 @@ CUresult cuStreamGetCaptureInfo_v3(void *s, int *status, unsigned long long *id,
   if (deps) *deps = &last;
   if (n) *n = last ? 1 : 0;
   return 0; }
+/* A node's CUgraphNodeType (the stand-in's node kinds: copies are MEMCPY). */
+CUresult cuGraphNodeGetType(void *n, int *t) {
+  const struct gnode *x = n;
+  if (!graph_of(n) || !t) return 400;
+  *t = x->type == 1 || x->type == 2 ? 1 : x->type;
+  return 0; }
+/* The capture's dependencies replaced (the stand-in's captures are one chain: accepted). */
+CUresult cuStreamUpdateCaptureDependencies_v2(void *s, void **deps, const void *edges, size_t n, unsigned flags) {
+  (void)edges; (void)flags;
+  return capturing && s == capturing && (n == 0 || deps) ? 0 : 1; }
 /* The node of executable graph e that node n of its graph became. */
 static struct gnode *exec_node(void *e, void *n) {
   struct graph *g = graph_of(n);
@@ -465,7 +475,8 @@ static void run_graph(struct graph *x) {
     else if (n->type == 5) {} /* empty */
     else if (n->type == 13) { if (cond_values[n->cond - 0xc0de0000ull]) run_graph(n->body); } /* IF */
     else run_scale(n->ptrs); } }
-/* cuGraphAddNode: conditional IF nodes of one body graph only (what the stand-in models). */
+/* cuGraphAddNode: conditional IF nodes of one body graph only (what the stand-in models). As
+ * the driver does, it points phGraph_out (`bodies`, an output) at an array of its own. */
 typedef struct { int type, reserved[3]; unsigned long long handle; int ctype; unsigned size; void **bodies; void *ctx; } cnode;
 CUresult cuGraphAddNode_v2(void **n, void *g, void *const *deps, const void *edges, size_t nd, cnode *p) {
   (void)deps; (void)edges; (void)nd;
@@ -474,10 +485,11 @@ CUresult cuGraphAddNode_v2(void **n, void *g, void *const *deps, const void *edg
   if (p->handle < 0xc0de0000ull || p->handle >= 0xc0de0000ull + (unsigned long long)nconds) return 400;
   struct graph *body = new_graph(graphs);
   if (!body) return 2;
-  p->bodies[0] = body;
   struct gnode *x = &gr->nodes[gr->n];
   memset(x, 0, sizeof *x);
   x->type = 13; x->body = body; x->cond = p->handle;
+  x->bodies[0] = body;
+  p->bodies = x->bodies;
   *n = &gr->nodes[gr->n++];
   return 0; }
 CUresult cuGraphAddNode(void **n, void *g, void *const *deps, size_t nd, cnode *p) {

@@ -47,6 +47,15 @@ static inline KernelParams scale_node(void *fn, unsigned n, void **params) {
   kp.block[1] = kp.block[2] = 1;
   kp.params = params;
   return kp; }
+/* A graph allocation node's parameters (CUDA_MEM_ALLOC_NODE_PARAMS): the pool's properties, the
+ * access descriptors, the size and the address the driver writes. */
+typedef struct {
+  unsigned char pool_props[88];
+  const void *access;
+  size_t access_count;
+  size_t bytesize;
+  CUdeviceptr dptr;
+} AllocParams;
 /* CK(cuInit, 0) calls cuInit(0) and checks its result under the name cuInit. */
 #define CK(fn, ...) check(fn(__VA_ARGS__), #fn)
 

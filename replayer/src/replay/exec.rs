@@ -48,6 +48,58 @@ fn alloc(st: &mut State, recorded: u64, size: u64, seq: u64) -> Result<(), Repla
     Ok(())
 }
 
+/// Graph memory at `recorded` (`State::graph_memory`): mapped the first time, the same memory
+/// when a graph allocates that address again.
+pub(super) fn graph_alloc(st: &mut State, recorded: u64, size: u64, seq: u64) -> Result<(), ReplayError> {
+    if st.graph_memory.contains(&recorded) {
+        if st.mem.find(recorded).is_some_and(|a| a.recorded == recorded && a.size >= size) {
+            return Ok(());
+        }
+        // A larger allocation at that address now: the old one goes (`cuMemFree` waits for
+        // the work that may use it).
+        st.mem.free(recorded);
+    }
+    alloc(st, recorded, size, seq)?;
+    st.graph_memory.insert(recorded);
+    Ok(())
+}
+
+/// An empty node added to the capture in progress on `s` after its current dependencies (which
+/// it then replaces), standing for the memory node the driver's capture of the recorded call
+/// made (`what`: its type, address and size; `State::memory_nodes`).
+///
+/// # Safety
+/// `s` is a live stream.
+unsafe fn memory_node(
+    st: &mut State,
+    s: sys::CUstream,
+    what: (sys::CUgraphNodeType, u64, u64),
+    seq: u64,
+    name: &str,
+) -> Result<(), ReplayError> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let (mut id, mut g, mut n) = (0u64, std::ptr::null_mut(), 0usize);
+    let (mut deps, mut edges) = (std::ptr::null(), std::ptr::null());
+    // SAFETY (block): driver calls with a live stream, valid out-pointers, and the driver's
+    // own dependency array (valid until the next capture call on the stream).
+    unsafe {
+        check(
+            sys::cuStreamGetCaptureInfo_v3(s, &mut status, &mut id, &mut g, &mut deps, &mut edges, &mut n),
+            seq,
+            name,
+        )?;
+        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || g.is_null() {
+            return Ok(());
+        }
+        let mut node = std::ptr::null_mut();
+        check(sys::cuGraphAddEmptyNode(&mut node, g, deps, n), seq, name)?;
+        // 1 = CU_STREAM_SET_CAPTURE_DEPENDENCIES.
+        check(sys::cuStreamUpdateCaptureDependencies_v2(s, &mut node, std::ptr::null(), 1, 1), seq, name)?;
+        st.memory_nodes.insert(node as usize, what);
+    }
+    Ok(())
+}
+
 pub(crate) fn blob<'t>(trace: &'t LoadedTrace, c: &Call<'_>, v: Option<&Value>) -> Result<&'t [u8], ReplayError> {
     match v {
         Some(Value::Blob(b)) => trace
@@ -125,6 +177,7 @@ pub(crate) fn call(
     let c = Call { f, rec };
     let seq = rec.seq;
     st.last_call = Some((seq, f.name));
+    super::crash::at(seq, f.name);
     match f.disposition {
         // Known only from cuda.h (the legacy 32-bit entries share modeled names): nothing here
         // may act on it by name.
@@ -147,6 +200,16 @@ pub(crate) fn call(
     // and host buffers owned here, sized as recorded.
     unsafe {
         match f.name {
+            // Captured into a graph (not a body replay's own capture): graph memory, and an
+            // empty node in the capture where the driver's allocation node would be.
+            "cuMemAllocAsync" | "cuMemAllocFromPoolAsync"
+                if st.stream_override.is_none() && capturing(st.stream(c.word("hStream")?)?) =>
+            {
+                let (dptr, size) = (c.out_word("dptr")?, c.word("bytesize")?);
+                graph_alloc(st, dptr, size, seq)?;
+                let s = st.stream(c.word("hStream")?)?;
+                memory_node(st, s, (sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC, dptr, size), seq, f.name)?;
+            }
             "cuMemAlloc" | "cuMemAllocAsync" | "cuMemAllocFromPoolAsync" => {
                 let recorded = c.out_word("dptr")?;
                 alloc(st, recorded, c.word("bytesize")?, seq)?;
@@ -160,7 +223,12 @@ pub(crate) fn call(
             // stays for the graph's launches (the recording's or the client's address is
             // never given to another allocation), until the session ends.
             // (A body replay captures on a stream of its own: not the program's capture.)
-            "cuMemFreeAsync" if st.stream_override.is_none() && capturing(st.stream(c.word("hStream")?)?) => {}
+            "cuMemFreeAsync" if st.stream_override.is_none() && capturing(st.stream(c.word("hStream")?)?) => {
+                let (s, dptr) = (st.stream(c.word("hStream")?)?, c.word("dptr")?);
+                memory_node(st, s, (sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE, dptr, 0), seq, f.name)?;
+            }
+            // Graph memory freed outside a graph: kept for the graph's next launch.
+            "cuMemFree" | "cuMemFreeAsync" if st.graph_memory.contains(&c.word("dptr")?) => {}
             "cuMemFree" | "cuMemFreeAsync" => {
                 st.managed.remove(c.word("dptr")?);
                 st.mem.free(c.word("dptr")?)
@@ -189,6 +257,14 @@ pub(crate) fn call(
             "cuMemHostRegister" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {
                 st.mem.alloc_shared(c.word("p")?, c.word("bytesize")?, seq)?;
             }
+            // Other pinned memory: known, re-created if a kernel reaches it (`launch.rs`).
+            "cuMemHostAlloc" | "cuMemAllocHost" if report.outputs.is_none() => {
+                st.pinned.insert(c.out_word("pp")?, c.word("bytesize")?);
+            }
+            "cuMemHostRegister" if report.outputs.is_none() => {
+                st.pinned.insert(c.word("p")?, c.word("bytesize")?);
+            }
+            "cuMemFreeHost" | "cuMemHostUnregister" if st.pinned.remove(&c.word("p")?).is_some() => {}
             "cuMemFreeHost" | "cuMemHostUnregister" if st.mem.find(c.word("p")?).is_some() => {
                 st.managed.remove(c.word("p")?);
                 st.mem.free(c.word("p")?)
@@ -252,6 +328,7 @@ pub(crate) fn call(
                 let src = st.mem.translate(c.word("srcDevice")?);
                 check(sys::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), src, n), seq, f.name)?;
                 first_result(report);
+                mirror_output(st, &c, "dstHost", &host, report)?;
                 verify(st, &c, &host, trace, report);
             }
             "cuMemcpyDtoHAsync" => dtoh_async(st, &c, trace, report)?,
@@ -585,6 +662,24 @@ unsafe fn dtoh_async(
     unsafe { dtoh_async_at(st, c, src, n, c.word("hStream")?, "dstHost", trace, report) }
 }
 
+/// A client's device-to-host copy into memory it shares with the device (managed or mirrored
+/// pinned memory): the device's copy of that range gets the bytes too, and the client writes
+/// them without marking them to be sent back (`remote/shared.rs`, `write_synced`).
+fn mirror_output(st: &mut State, c: &Call<'_>, arg: &str, host: &[u8], report: &Report) -> Result<(), ReplayError> {
+    if report.outputs.is_none() {
+        return Ok(());
+    }
+    let Some(&Value::HostPtr(a)) = c.arg(arg) else { return Ok(()) };
+    if !st.managed.covers(a, host.len()) {
+        return Ok(());
+    }
+    let live = st.mem.translate(a);
+    // SAFETY: device memory this session made for the shared range, `host.len()` bytes there.
+    check(unsafe { sys::cuMemcpyHtoD_v2(live, host.as_ptr().cast(), host.len()) }, c.rec.seq, c.f.name)?;
+    st.managed.wrote(a, host);
+    Ok(())
+}
+
 /// [`dtoh_async`] of `n` bytes from live address `src` on recorded stream `rec_s`, compared
 /// with the result named `result`.
 #[allow(clippy::too_many_arguments)]
@@ -620,6 +715,7 @@ pub(crate) unsafe fn dtoh_async_at(
         check(sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), src, n, stream), seq, name)?;
         check(sys::cuStreamSynchronize(stream), seq, name)?;
         first_result(report);
+        mirror_output(st, c, result, &host, report)?;
         verify_value(st, seq, name, c.result(result), &host, trace, report);
     }
     Ok(())
@@ -628,9 +724,14 @@ pub(crate) unsafe fn dtoh_async_at(
 /// Compares the deferred results a recorded synchronization covers.
 unsafe fn complete(st: &mut State, at: SyncPoint, trace: &LoadedTrace, report: &mut Report) -> Result<(), ReplayError> {
     for p in st.objects.complete(at) {
-        // SAFETY: the buffer is pinned memory owned by the replay; the stream is waited for.
+        // A stream the program destroyed since (its work still completes): the context is
+        // waited for instead of a handle the driver freed.
+        let alive = (p.live_stream as usize) <= 2 || st.streams.values().any(|&l| l == p.live_stream);
+        // SAFETY: the buffer is pinned memory owned by the replay; the stream (or the context)
+        // is waited for.
         let host = unsafe {
-            check(sys::cuStreamSynchronize(p.live_stream), p.seq, p.what)?;
+            let r = if alive { sys::cuStreamSynchronize(p.live_stream) } else { sys::cuCtxSynchronize() };
+            check(r, p.seq, p.what)?;
             std::slice::from_raw_parts(p.host, p.len)
         };
         first_result(report);

@@ -152,6 +152,8 @@ pub(crate) fn prepare_value(
                 let p = st.objects.pinned(data.len(), seq)?;
                 // SAFETY: a fresh buffer of this length.
                 unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+                // A graph node reads it at every launch: a recorded launch may bring new bytes.
+                st.objects.staged.insert(seq, (p, data.len()));
                 p.cast_const()
             } else {
                 data.as_ptr()

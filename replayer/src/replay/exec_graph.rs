@@ -165,6 +165,57 @@ pub(super) fn edge_data(c: &Call<'_>, n: usize) -> Result<*const sys::CUgraphEdg
     }
 }
 
+/// What a recorded launch's copies read late (the recorder's `late_graph.rs`: the launch's
+/// result, `[seq of the copy's record, bytes]` a copy): written where each copy reads its
+/// host source from, by a host function queued on the stream before the launch (launches
+/// before it still read what they read).
+///
+/// # Safety
+/// `stream` is a live stream.
+unsafe fn late_sources(
+    st: &mut State,
+    trace: &LoadedTrace,
+    c: &Call<'_>,
+    stream: sys::CUstream,
+) -> Result<(), ReplayError> {
+    struct Writes(Vec<(*mut u8, usize, *const u8)>);
+    unsafe extern "C" fn write(ud: *mut std::ffi::c_void) {
+        // SAFETY: the `Writes` leaked below for this function; freed here, after its one run.
+        let w = unsafe { Box::from_raw(ud as *mut Writes) };
+        for &(dst, n, src) in &w.0 {
+            // SAFETY: a staging buffer of `n` bytes and the trace's bytes (at least `n`).
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+        }
+    }
+    let Some(Value::List(reads)) = c.rec.results.first() else { return Ok(()) };
+    let mut writes = Vec::new();
+    for r in reads {
+        let Value::List(pair) = r else { return Err(c.inconsistent("a late read is not [seq, bytes]".into())) };
+        let (Some(copy), Some(bytes)) = (pair.first().and_then(word), pair.get(1)) else {
+            return Err(c.inconsistent("a late read is not [seq, bytes]".into()));
+        };
+        let data = super::exec::blob(trace, c, Some(bytes))?;
+        let &(dst, n) = st
+            .objects
+            .staged
+            .get(&copy)
+            .ok_or_else(|| c.inconsistent(format!("a late read of call #{copy}, which staged no host source")))?;
+        writes.push((dst, n.min(data.len()), data.as_ptr()));
+    }
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let ud = Box::into_raw(Box::new(Writes(writes)));
+    // SAFETY: a live stream, our function and its data (freed by the function).
+    let r = unsafe { sys::cuLaunchHostFunc(stream, Some(write), ud.cast()) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        // SAFETY: not queued: ours to free.
+        drop(unsafe { Box::from_raw(ud) });
+        return Err(ReplayError::Driver { seq: c.rec.seq, what: "cuLaunchHostFunc (late reads)".into(), code: r });
+    }
+    Ok(())
+}
+
 /// The dry-run check of a recorded dependency list: every node known.
 pub(super) fn deps_ok(m: &Model, c: &Call<'_>) -> Result<(), String> {
     let n = c.arg("numDependencies").and_then(word).unwrap_or(0) as usize;
@@ -289,6 +340,7 @@ pub(crate) fn call(
             // or the one the client chose) now and kept for every launch; the nodes themselves
             // are empty nodes, so what depends on them still waits for them.
             "cuGraphAddMemAllocNode" | "cuGraphAddMemFreeNode" => {
+                let mut what = (sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE, 0, 0);
                 if name == "cuGraphAddMemAllocNode" {
                     let p = match c.result("nodeParams") {
                         Some(Value::Bytes(b)) if b.len() >= MEM_ALLOC_NODE_BYTES => b,
@@ -296,14 +348,16 @@ pub(crate) fn call(
                     };
                     let word = |at: usize| u64::from_le_bytes(p[at..at + 8].try_into().unwrap_or([0; 8]));
                     let (size, dptr) = (word(MEM_ALLOC_NODE_SIZE_AT), word(MEM_ALLOC_NODE_DPTR_AT));
-                    if st.mem.find(dptr).is_none() {
-                        st.mem.alloc(dptr, size, seq)?;
-                    }
+                    super::exec::graph_alloc(st, dptr, size, seq)?;
+                    what = (sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC, dptr, size);
+                } else {
+                    what.1 = c.word("dptr")?;
                 }
                 let (g, deps) = (st.graph(c, "hGraph")?, st.dependencies(c)?);
                 let mut n = std::ptr::null_mut();
                 check(sys::cuGraphAddEmptyNode(&mut n, g, deps.as_ptr(), deps.len()), seq, name)?;
                 st.objects.nodes.insert(c.out_word("phGraphNode")?, n);
+                st.memory_nodes.insert(n as usize, what);
             }
             "cuDeviceGraphMemTrim" => check(sys::cuDeviceGraphMemTrim(0), seq, name)?,
             // A conditional node's handle: created here; a client is answered with it (the
@@ -377,6 +431,7 @@ pub(crate) fn call(
             "cuGraphLaunch" => {
                 let rec_s = c.word("hStream")?;
                 let live_stream = st.stream(rec_s)?;
+                late_sources(st, trace, c, live_stream)?;
                 check(sys::cuGraphLaunch(st.exec(c)?, live_stream), seq, name)?;
                 launched(st, c.word("hGraphExec")?, report);
                 // A client's captured device-to-host copies: their bytes go back at the
@@ -427,8 +482,24 @@ pub(crate) fn call(
             "cuStreamEndCapture" => {
                 let mut g = std::ptr::null_mut();
                 check(sys::cuStreamEndCapture(st.stream(c.word("hStream")?)?, &mut g), seq, name)?;
-                st.objects.graphs.insert(c.out_word("phGraph")?, g);
-                st.objects.graph_outputs.captured(c.word("hStream")?, c.out_word("phGraph")?);
+                // A capture into an existing graph may end without asking for it (a null
+                // `phGraph`: nothing recorded); the graph is the program's already.
+                if let Some(rec_g) = c.result("phGraph").and_then(word).filter(|&g| g != 0) {
+                    st.objects.graphs.insert(rec_g, g);
+                    st.objects.graph_outputs.captured(c.word("hStream")?, rec_g);
+                }
+            }
+            // The program replaced the capture's dependencies (after adding nodes itself).
+            "cuStreamUpdateCaptureDependencies" => {
+                let s = st.stream(c.word("hStream")?)?;
+                let mut deps = st.dependencies(c)?;
+                let edges = edge_data(c, deps.len())?;
+                let flags = c.word("flags")? as u32;
+                check(
+                    sys::cuStreamUpdateCaptureDependencies_v2(s, deps.as_mut_ptr(), edges, deps.len(), flags),
+                    seq,
+                    name,
+                )?;
             }
             "cuStreamGetCaptureInfo" if c.result("graph_out").and_then(word).is_some_and(|g| g != 0) => {
                 // The graph being captured, when the program asked for it: later calls may
@@ -562,7 +633,13 @@ pub(crate) fn check_dry(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Opt
                     Ok(())
                 }
             }
-            "cuStreamEndCapture" => ow("phGraph").map(|g| m.add(Graph, g)),
+            "cuStreamEndCapture" => match c.result("phGraph").and_then(word) {
+                Some(g) if g != 0 => {
+                    m.add(Graph, g);
+                    Ok(())
+                }
+                _ => Ok(()),
+            },
             "cuStreamGetCaptureInfo" => match c.result("graph_out").and_then(word) {
                 Some(g) if g != 0 => {
                     m.add(Graph, g);

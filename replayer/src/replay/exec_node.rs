@@ -150,7 +150,8 @@ pub(super) fn add(st: &mut State, trace: &LoadedTrace, c: &Call<'_>, report: &mu
                 let b = as_bytes(&mut buf);
                 let n = conditional_bodies(b).map_or(0, |(n, _)| n);
                 bodies = vec![std::ptr::null_mut(); n.min(64)];
-                put_u64(b, NODE_COND_BODIES_AT, bodies.as_mut_ptr() as u64);
+                // An output: the driver points it at an array of its own.
+                put_u64(b, NODE_COND_BODIES_AT, 0);
                 put_u64(b, NODE_COND_CTX_AT, ctx as u64);
                 add(buf.as_mut_ptr())
             }
@@ -165,6 +166,18 @@ pub(super) fn add(st: &mut State, trace: &LoadedTrace, c: &Call<'_>, report: &mu
         let Some(Value::List(recorded)) = c.rec.results.last() else {
             return Err(c.inconsistent("a conditional node's body graphs were not recorded".into()));
         };
+        // The driver points `phGraph_out` at an array of its own (CUDA-owned).
+        let arr = get_u64(as_bytes(&mut buf), NODE_COND_BODIES_AT);
+        if arr == 0 {
+            return Err(ReplayError::Driver {
+                seq,
+                what: format!("{name}: no body graphs"),
+                code: sys::CUresult::CUDA_ERROR_UNKNOWN,
+            });
+        }
+        let n = bodies.len();
+        // SAFETY: the driver's array of the node's `n` body graphs.
+        bodies.copy_from_slice(unsafe { std::slice::from_raw_parts(arr as *const sys::CUgraph, n) });
         for (r, &live) in recorded.iter().zip(&bodies) {
             if let Some(r) = super::args::word(r) {
                 st.objects.graphs.insert(r, live);

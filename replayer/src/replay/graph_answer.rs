@@ -73,6 +73,20 @@ impl Names {
     }
 }
 
+/// Names the executor gives graphs the client has no handle for (a capture's graph asked for
+/// while it is captured).
+const SERVER_GRAPH_NAMES: u64 = 0x7ffc_0000_0000_0000;
+
+/// The client's name for live graph `g`: the lowest handle it is known under, else a new one.
+fn graph_name(st: &mut State, g: sys::CUgraph) -> u64 {
+    if let Some(k) = client_name(&st.objects.graphs, g) {
+        return k;
+    }
+    let k = fresh(&st.objects.graphs, SERVER_GRAPH_NAMES);
+    st.objects.graphs.insert(k, g);
+    k
+}
+
 /// What the program asked for: its count (input of the `inout` count) and whether it passed
 /// an array (`out` argument recorded as a host pointer).
 fn asked(c: &Call<'_>, array: &str, count: &str) -> (usize, bool) {
@@ -166,11 +180,51 @@ pub(super) unsafe fn answer(st: &mut State, c: &Call<'_>) -> Option<(i32, Vec<u6
                 let Ok(node) = c.word("hNode").and_then(|h| st.node(c, h)) else { return Some((BAD, Vec::new())) };
                 kernel_node(st, node)
             }
+            // A capture in progress, as a client asks it for the graph and its dependencies:
+            // the capture's status, the graph (named in the client's terms), the count and the
+            // dependencies (edge data left out: the client writes default edges).
+            "cuStreamGetCaptureInfo" => {
+                let Ok(s) = c.word("hStream").and_then(|h| st.stream(h)) else { return Some((BAD, Vec::new())) };
+                let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+                let (mut id, mut g, mut n) = (0u64, std::ptr::null_mut(), 0usize);
+                let (mut deps, mut edges) = (std::ptr::null(), std::ptr::null());
+                let r = sys::cuStreamGetCaptureInfo_v3(s, &mut status, &mut id, &mut g, &mut deps, &mut edges, &mut n);
+                let live: Vec<sys::CUgraphNode> =
+                    if deps.is_null() { Vec::new() } else { std::slice::from_raw_parts(deps, n).to_vec() };
+                let graph = if g.is_null() { 0 } else { graph_name(st, g) };
+                let mut v = vec![status as u32 as u64, graph, live.len() as u64];
+                v.extend(name_all(st, &live));
+                (r, v)
+            }
             "cuGraphNodeGetType" => {
                 let Ok(node) = c.word("hNode").and_then(|h| st.node(c, h)) else { return Some((BAD, Vec::new())) };
                 let mut t = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
                 let r = sys::cuGraphNodeGetType(node, &mut t);
+                // An empty node standing for a graph memory node is one to the program.
+                if let Some(&(m, _, _)) = st.memory_nodes.get(&(node as usize)) {
+                    t = m;
+                }
                 (r, vec![t as u32 as u64])
+            }
+            // A memory node the client has no books of (a capture made it): its parameters as
+            // the driver answers them, from the recorded allocation (`CUDA_MEM_ALLOC_NODE_PARAMS`
+            // as 15 words: pinned memory on device 0, no access descriptors, size, address).
+            "cuGraphMemAllocNodeGetParams" | "cuGraphMemFreeNodeGetParams" => {
+                let Ok(node) = c.word("hNode").and_then(|h| st.node(c, h)) else { return Some((BAD, Vec::new())) };
+                const INVALID_VALUE: i32 = sys::CUresult::CUDA_ERROR_INVALID_VALUE as i32;
+                let alloc = c.f.name == "cuGraphMemAllocNodeGetParams";
+                return Some(match st.memory_nodes.get(&(node as usize)) {
+                    Some(&(sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC, dptr, size)) if alloc => {
+                        let mut w = vec![0u64; 15];
+                        // CUmemPoolProps: type PINNED (1), handleTypes 0, location {DEVICE (1), 0}.
+                        w[0] = 1;
+                        w[1] = 1;
+                        (w[13], w[14]) = (size, dptr);
+                        (0, w)
+                    }
+                    Some(&(sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE, dptr, _)) if !alloc => (0, vec![dptr]),
+                    _ => (INVALID_VALUE, Vec::new()),
+                });
             }
             _ => return None,
         }

@@ -122,6 +122,7 @@ pub const EXECUTED: &[&str] = &[
     "cuStreamBeginCapture",
     "cuStreamBeginCaptureToGraph",
     "cuStreamEndCapture",
+    "cuStreamUpdateCaptureDependencies",
     "cuEventCreate",
     "cuEventDestroy",
     "cuEventRecord",

@@ -103,6 +103,11 @@ impl Managed {
         self.seen.remove(&addr);
     }
 
+    /// Whether `[addr, addr + n)` lies in one allocation.
+    pub fn covers(&self, addr: u64, n: usize) -> bool {
+        self.seen.range(..=addr).next_back().is_some_and(|(&a, v)| addr + n as u64 <= a + v.len() as u64)
+    }
+
     /// The client wrote `data` at `addr` (it holds those bytes now).
     pub fn wrote(&mut self, addr: u64, data: &[u8]) {
         let Some((&a, v)) = self.seen.range_mut(..=addr).next_back() else { return };

@@ -149,9 +149,52 @@ impl<'b> KernelArgs<'b> {
     }
 }
 
+/// Pinned memory of the recording a launch's parameters point into (8-byte-aligned words):
+/// with unified addressing the kernel reads it directly, so it is re-created now as device
+/// memory at its recorded address (or translated), zeroed. What the program's host wrote
+/// there while the kernel ran (a flag it polls) is not in the trace: such a kernel sees zeros.
+pub(crate) fn reach_pinned(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<(), ReplayError> {
+    if st.pinned.is_empty() {
+        return Ok(());
+    }
+    let mut reached = Vec::new();
+    let mut scan = |b: &[u8]| {
+        for w in b.chunks_exact(8) {
+            let v = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+            if let Some((&s, &n)) = st.pinned.range(..=v).next_back().filter(|(&s, &n)| v < s.saturating_add(n)) {
+                reached.push((s, n));
+            }
+        }
+    };
+    if let Some(Value::KernelParams(kp)) = c.arg("kernelParams") {
+        scan(&kp.bytes);
+    }
+    if let Some(Value::Bytes(b)) = c.arg("extra") {
+        scan(b);
+    }
+    reached.dedup();
+    for (s, n) in reached {
+        st.pinned.remove(&s);
+        let live = st.mem.alloc_shared(s, n, c.rec.seq)?;
+        // SAFETY: device memory just made, `n` bytes.
+        check(
+            unsafe { sys::cuMemsetD8_v2(live, 0, n as usize) },
+            c.rec.seq,
+            "cuMemsetD8 (pinned memory a kernel reads)",
+        )?;
+        report.warnings.push(format!(
+            "call #{}: a kernel reads pinned host memory at {s:#x} ({n} bytes): re-created as zeroed device memory \
+             (what the host wrote there is not in the trace)",
+            c.rec.seq
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) unsafe fn launch(st: &mut State, c: &Call<'_>, report: &mut Report) -> Result<(), ReplayError> {
     let seq = c.rec.seq;
     let rec_f = c.word("f")?;
+    reach_pinned(st, c, report)?;
     let func =
         st.function(rec_f).ok_or_else(|| c.inconsistent(format!("kernel handle {rec_f:#x} was never loaded")))?;
     let mut args = KernelArgs::new(st, c, report)?;

@@ -337,6 +337,8 @@ impl Memory {
                 }
             }
             let mut live = 0u64;
+            // Also for an allocation a stream capture makes (graph memory a recording has).
+            let _relaxed = Relaxed::new();
             let r = sys::cuMemAlloc_v2(&mut live, size.max(1) as usize);
             if r != sys::CUresult::CUDA_SUCCESS {
                 return Err(self.oom(seq, rounded, r));

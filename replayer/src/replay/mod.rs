@@ -5,6 +5,7 @@
 mod args;
 mod blockhash;
 pub mod compat;
+pub mod crash;
 pub mod dataflow;
 pub mod dryrun;
 pub(crate) mod exec;
@@ -306,10 +307,24 @@ pub(crate) struct State {
     /// Per recorded stream, the user data of the host function captured last in the capture
     /// in progress: late reads captured after it are attached to it (`host_calls`).
     pub captured_host_fn: HashMap<u64, usize>,
+    /// Graph memory (recorded addresses): what a graph's allocation node or a stream-ordered
+    /// allocation captured into a graph made. It is mapped once and kept for every launch of
+    /// every graph that allocates it (a graph's allocation gets the same address again after
+    /// its free); frees of it, inside a graph or not, leave it mapped.
+    pub graph_memory: std::collections::HashSet<u64>,
+    /// The empty nodes standing for graph memory nodes (live node → the type the program
+    /// sees, `CU_GRAPH_NODE_TYPE_MEM_ALLOC` or `_MEM_FREE`, the recorded address and size),
+    /// answered by `cuGraphNodeGetType` and the memory nodes' parameter queries.
+    pub memory_nodes: HashMap<usize, (sys::CUgraphNodeType, u64, u64)>,
+    /// Pinned host memory of the recording not re-created (start → length): with unified
+    /// addressing a kernel may read it directly; the first launch given a pointer into it
+    /// re-creates it as device memory at its address (`launch::reach_pinned`).
+    pub pinned: std::collections::BTreeMap<u64, u64>,
 }
 
 impl State {
     pub(crate) fn new(mem: Memory, opts: Options) -> Self {
+        crash::install();
         State {
             mem,
             modules: HashMap::new(),
@@ -335,6 +350,9 @@ impl State {
             host_calls: None,
             managed: Default::default(),
             captured_host_fn: HashMap::new(),
+            graph_memory: Default::default(),
+            memory_nodes: HashMap::new(),
+            pinned: Default::default(),
         }
     }
 

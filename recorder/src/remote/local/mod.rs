@@ -24,7 +24,8 @@ mod arrays;
 mod graphs;
 
 use arrays::{array_descriptor, remember_array};
-pub(crate) use graphs::graph_update_failed;
+use graphs::{conditional_node, graph_memory};
+pub(crate) use graphs::{graph_update_failed, write_capture_info};
 
 /// What a call needs after the client's part.
 pub(crate) enum Step {
@@ -71,6 +72,8 @@ struct Contexts {
     flags: u64,
     /// `cuCtxSetCacheConfig`'s last value.
     cache_config: u64,
+    /// The flags each stream was created with (`cuStreamGetFlags`).
+    stream_flags: HashMap<u64, u64>,
 }
 
 static CONTEXTS: Mutex<Option<Contexts>> = Mutex::new(None);
@@ -207,8 +210,12 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
     if let Some(step) = unsafe { conditional_node(f, raw) } {
         return step;
     }
+    // SAFETY: forwarded from the caller.
+    if let Some(step) = unsafe { graph_memory(f, raw) } {
+        return step;
+    }
     // SAFETY (all arms): forwarded from the caller.
-    unsafe {
+    let step = unsafe {
         match f.sync {
             SyncClass::Local => local_fn(f, raw),
             SyncClass::DeviceQuery => query(f, raw),
@@ -226,7 +233,12 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
             SyncClass::AddressLookup => address_lookup(f, raw),
             _ => state_change(f, raw),
         }
+    };
+    if matches!(step, Step::Done(0)) {
+        // SAFETY: forwarded from the caller.
+        unsafe { super::graph_mem::after(f, raw) };
     }
+    step
 }
 
 /// The program's own virtual memory (`super::vmm`): the client's books decide what the driver
@@ -258,57 +270,13 @@ unsafe fn program_vmm(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
         }
         // SAFETY: the program's out-pointer for the properties.
         "cuMemGetAllocationPropertiesFromHandle" => Some(Step::Done(unsafe { super::vmm::properties(w(0), w(1)) })),
-        // A graph's memory allocation: an arena address chosen here (written into the node's
-        // parameters, as the driver writes the one it chose), kept for the graph's launches.
-        "cuGraphAddMemAllocNode" => {
-            let p = w(4);
-            // SAFETY: the program's CUDA_MEM_ALLOC_NODE_PARAMS (120 bytes), checked non-null.
-            let size = if p == 0 { 0 } else { unsafe { std::ptr::read_unaligned((p + 104) as *const u64) } };
-            if size == 0 {
-                return Some(Step::Done(INVALID_VALUE));
-            }
-            let mut addr = 0u64;
-            // SAFETY: a valid out-pointer and a size, as for cuMemAlloc.
-            match unsafe { arena::before(arena::Op::Alloc, &[&mut addr as *mut u64 as u64, size], false) } {
-                Some(0) => {}
-                Some(st) => return Some(Step::Done(st)),
-                None => return Some(Step::Done(2)), // CUDA_ERROR_OUT_OF_MEMORY
-            }
-            // SAFETY: as above; the address goes where the driver writes it.
-            unsafe { std::ptr::write_unaligned((p + 112) as *mut u64, addr) };
-            // SAFETY: forwarded from the caller.
-            Some(unsafe { create(f, raw) })
-        }
         _ => None,
     }
 }
 
-/// `cuGraphAddNode` of a conditional node: its body graphs are client handles written where the
-/// driver writes its own (`phGraph_out`); the executor maps them to the graphs its driver made
-/// (`capture::conditional_bodies` carries them in the record). `None` for any other call.
-///
-/// # Safety
-/// `raw` are the program's arguments to `f`.
-unsafe fn conditional_node(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
-    if f.name != "cuGraphAddNode" {
-        return None;
-    }
-    let p = raw.get(f.args.iter().position(|a| a.name == "nodeParams")?).copied().unwrap_or(0);
-    if p == 0 {
-        return None;
-    }
-    // SAFETY: the program's CUgraphNodeParams.
-    let b = unsafe { std::slice::from_raw_parts(p as *const u8, gpuless_analyzer::api::structs::NODE_PARAMS_SIZE) };
-    let (n, arr) = gpuless_analyzer::api::structs::conditional_bodies(b)?;
-    if arr == 0 || n == 0 || n > 64 {
-        return Some(Step::Done(INVALID_VALUE));
-    }
-    for k in 0..n {
-        // SAFETY: the program's array of `n` graph handles (the driver writes there).
-        unsafe { *(arr as *mut u64).add(k) = new_handle() };
-    }
-    // SAFETY: forwarded from the caller.
-    Some(unsafe { create(f, raw) })
+/// Whether `stream` captures into an existing graph (`cuStreamBeginCaptureToGraph`).
+pub(crate) fn captures_into_graph(stream: u64) -> bool {
+    contexts(|c| c.capture_into.contains_key(&stream))
 }
 
 /// Writes `v` to out argument `i` at the width of its C type.
@@ -490,6 +458,18 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 put(f, raw, 0, 1);
                 0
             }
+            // The flags the stream was created with; the default streams' are 0.
+            "cuStreamGetFlags" => match contexts(|c| c.stream_flags.get(&w(0)).copied()) {
+                Some(fl) => {
+                    put(f, raw, 1, fl);
+                    0
+                }
+                None if w(0) <= 2 => {
+                    put(f, raw, 1, 0);
+                    0
+                }
+                None => INVALID_HANDLE,
+            },
             _ if f.args.iter().enumerate().any(|(i, a)| {
                 a.dir == Direction::In && a.kind == ArgKind::Handle(HandleKind::Device) && !dev_ok(i)
             }) =>
@@ -593,7 +573,8 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                     put(f, raw, 1, 0); // CU_STREAM_CAPTURE_STATUS_NONE
                     0
                 } else if (3..f.args.len()).any(|i| w(i) != 0) {
-                    return unsupported(f, "the graph and dependencies of a capture in progress are the server's");
+                    // The graph and dependencies of a capture in progress are the server's.
+                    return Step::Wait;
                 } else {
                     put(f, raw, 1, 1); // CU_STREAM_CAPTURE_STATUS_ACTIVE
                     put(f, raw, 2, contexts(|c| c.capture_ids.get(&w(0)).copied().unwrap_or(0)));
@@ -700,7 +681,7 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
 }
 
 /// Calls that return new handles: client numbers, with what later answers need about them.
-unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
+pub(super) unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
     let outs: Vec<(usize, HandleKind)> = f
         .args
@@ -761,6 +742,10 @@ unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
         }
         if f.name == "cuStreamEndCapture" {
             contexts(|c| c.capturing.remove(&w(0)));
+        }
+        if kind == HandleKind::Stream && f.name.starts_with("cuStreamCreate") {
+            let fl = f.args.iter().position(|a| a.name.eq_ignore_ascii_case("flags")).map_or(0, w);
+            contexts(|c| c.stream_flags.insert(h, fl));
         }
     }
     Step::Done(0)

@@ -152,7 +152,11 @@ impl Session {
                     unsafe {
                         if !copies::scatter(f, raw, &bytes) {
                             if let Some((host, len)) = copies::host_buffer(f, raw) {
-                                std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len));
+                                let b = &bytes[..bytes.len().min(len)];
+                                // Shared memory: the executor wrote its copy too.
+                                if !crate::remote::shared::write_synced(host, b) {
+                                    std::ptr::copy_nonoverlapping(b.as_ptr(), host as *mut u8, b.len());
+                                }
                             }
                         }
                     }
@@ -199,6 +203,10 @@ pub(super) unsafe fn write_query(f: &ApiFunction, raw: &[u64], status: u32, valu
                     std::ptr::write_unaligned(out as *mut u64, v);
                 }
             }
+        } else if matches!(f.name, "cuGraphMemAllocNodeGetParams" | "cuGraphMemFreeNodeGetParams") {
+            crate::remote::graph_mem::write_node_answer(f, raw, values);
+        } else if f.name == "cuStreamGetCaptureInfo" {
+            local::write_capture_info(f, raw, values);
         } else if f.gpu_answers {
             return local::write_answer(f, raw, values);
         } else {

@@ -52,6 +52,9 @@ impl Targets {
         let target = if self.graph_d2h.contains(&seq) { self.d2h.get(&seq).copied() } else { self.d2h.remove(&seq) };
         // SAFETY (both): the caller's contract.
         match target {
+            // Shared memory: the executor wrote its copy too (`replay/exec.rs`, `mirror_output`).
+            Some(Target::Buffer(host, len))
+                if crate::remote::shared::write_synced(host, &bytes[..bytes.len().min(len)]) => {}
             Some(Target::Buffer(host, len)) => unsafe {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), host as *mut u8, bytes.len().min(len))
             },
