@@ -97,6 +97,10 @@ pub struct ServeArgs {
     /// `off`.
     #[arg(long, value_name = "preempt|gate|off", value_parser = ["preempt", "gate", "off"])]
     pub priority_policy: Option<String>,
+    /// With `preempt`: how many of a best-effort session's kernels may be on the GPU at once
+    /// (default 4; 0: no bound).
+    #[arg(long, value_name = "N")]
+    pub best_effort_inflight: Option<u32>,
 }
 
 /// Runs the server until SIGTERM/SIGINT.
@@ -160,6 +164,9 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(p) = args.priority_policy.as_deref().and_then(gpuless_replayer::server::config::PriorityPolicy::parse) {
         cfg.priority_policy = p;
+    }
+    if let Some(n) = args.best_effort_inflight {
+        cfg.best_effort_inflight = n;
     }
     if let Some(d) = &args.cache_dir {
         cfg.cache.memory_dir = d.join("memory").display().to_string();

@@ -167,6 +167,43 @@ fn a_best_effort_segment_stops_before_each_kernel_while_latency_critical_work_is
     wait_until(|| s.metric("gpuless_best_effort_hold_seconds_count") >= before + 20.0, "holds inside the segments");
 }
 
+/// Bounded best-effort work in flight (`serve --best-effort-inflight`, `executor/inflight.rs`):
+/// on the stand-in waiting for an event takes 200 µs (work still running), so a best-effort
+/// session with a window of 2 waits before nearly every kernel after its second; with no bound
+/// (0) it never does, and a latency-critical session never does.
+#[test]
+fn best_effort_kernels_in_flight_are_bounded_by_the_window() {
+    let (dir, _) = stand_in();
+    let (libdir, bench) = support::build_program(dir.path(), "bench", &["-ldl"]);
+    let run = |s: &Server, class: &[&str]| {
+        let out = Command::new(GL)
+            .args(["run", "--remote", &s.tcp])
+            .args(class)
+            .arg("--")
+            .arg(&bench)
+            .arg("2")
+            .env("GPULESS_RECORDER", support::common::recorder_lib())
+            .env_remove("LD_LIBRARY_PATH")
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    let waits = "gpuless_best_effort_window_seconds_count";
+    let env = [("FAKE_CUDA_EVENT_US", "200")];
+    let s = Server::start(dir.path(), &libdir, &["--best-effort-inflight", "2"], &env);
+    run(&s, &[]);
+    assert_eq!(s.metric(waits), 0.0, "a latency-critical session has no window");
+    run(&s, &["--best-effort"]);
+    // Two inferences of 220 launches: every launch after the first two waited.
+    wait_until(|| s.metric(waits) >= 400.0, "waits for the oldest kernel in flight");
+    drop(s);
+    let s = Server::start(dir.path(), &libdir, &["--best-effort-inflight", "0"], &env);
+    run(&s, &["--best-effort"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.metric(waits), 0.0, "no bound: no waits");
+}
+
 #[test]
 fn with_the_priority_policy_off_best_effort_work_is_never_held() {
     let (dir, trace) = stand_in();

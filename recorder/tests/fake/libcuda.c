@@ -213,7 +213,15 @@ CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
 CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *d, size_t c) { (void)p; (void)n; (void)d; (void)c; return 0; }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = &ctx_token; return 0; }
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
-CUresult cuEventSynchronize(void *e) { (void)e; flush_printf(); return 0; }
+/* FAKE_CUDA_EVENT_US=n: waiting for an event takes n microseconds (the work before it still
+ * running on a GPU). */
+CUresult cuEventSynchronize(void *e) {
+  (void)e;
+  static long event_us = -1;
+  if (event_us < 0) { const char *v = getenv("FAKE_CUDA_EVENT_US"); event_us = v ? atol(v) : 0; }
+  if (event_us > 0) usleep((useconds_t)event_us);
+  flush_printf();
+  return 0; }
 CUresult cuEventRecordWithFlags(void *e, void *s, unsigned f) { (void)e; (void)s; (void)f; return 0; }
 /* Enum answers (CUstreamCaptureStatus, CUmoduleLoadingMode, CUstreamCaptureMode) are 4 bytes,
  * written as such: the bytes after them are the caller's. Stream 0x5 is capturing. */

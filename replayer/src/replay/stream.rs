@@ -195,6 +195,19 @@ impl Stream {
 
     /// Executes one record. A device fault after allocations moved is explained as in a
     /// whole-trace replay.
+    /// The live stream a record's work goes to: its `hStream`, or its launch configuration's.
+    pub(crate) fn live_stream_of(&self, rec: &CallRecord) -> Option<sys::CUstream> {
+        let f = rec.function.api()?;
+        let rec_s = match f.args.iter().position(|a| a.name == "hStream").and_then(|i| rec.args.get(i)) {
+            Some(v) => super::args::word(v)?,
+            None => match f.args.iter().position(|a| a.name == "config").and_then(|i| rec.args.get(i)) {
+                Some(gpuless_traces::Value::LaunchConfig(c)) => c.stream,
+                _ => return None,
+            },
+        };
+        self.st.stream(rec_s).ok()
+    }
+
     pub fn call(&mut self, rec: &CallRecord) -> Result<(), ReplayError> {
         self.report.calls += 1;
         if std::mem::take(&mut self.not_ready) && rec.function.name() == gpuless_traces::hostview::HOST_PULL {

@@ -168,6 +168,10 @@ pub struct Config {
     /// segment waits before it starts while latency-critical work is in flight, at most 20 ms)
     /// or `preempt` (the default: also before each of its kernels inside a segment).
     pub priority_policy: PriorityPolicy,
+    /// Under policy `preempt`: how many of a best-effort session's kernels may be on the GPU at
+    /// once (its executor waits for the oldest before it submits another), so latency-critical
+    /// work arriving finds at most that many ahead of it; 0: no bound.
+    pub best_effort_inflight: u32,
     /// The blob cache.
     pub cache: CacheConfig,
     /// The executor binary (default: this `gpuless`).
@@ -229,6 +233,7 @@ impl Default for Config {
             cached_execution: CachedExecution::Auto,
             cached_hold: Default::default(),
             priority_policy: PriorityPolicy::Preempt,
+            best_effort_inflight: 4,
             cache: CacheConfig::default(),
             executor: String::new(),
             tls_cert: String::new(),
@@ -437,6 +442,9 @@ mod tests {
     #[test]
     fn the_priority_policy_is_preempt_by_default_and_named_in_the_file() {
         assert_eq!(Config::default().priority_policy, PriorityPolicy::Preempt);
+        assert_eq!(Config::default().best_effort_inflight, 4);
+        let c: Config = toml::from_str("best_effort_inflight = 0\n").unwrap();
+        assert_eq!(c.best_effort_inflight, 0);
         let c: Config = toml::from_str("priority_policy = \"gate\"\n").unwrap();
         assert_eq!(c.priority_policy, PriorityPolicy::Gate);
         assert!(toml::from_str::<Config>("priority_policy = \"sometimes\"\n").is_err());

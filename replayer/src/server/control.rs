@@ -49,6 +49,9 @@ pub enum Control {
         scoped: bool,
         /// How the session's class goes before or after others ([`super::gate`]).
         priority: super::config::PriorityPolicy,
+        /// A best-effort session's kernels that may be on the GPU at once under policy
+        /// `preempt` (0: no bound).
+        be_inflight: u32,
     },
     /// Executor → server: blobs added to the cache, and blobs found in it.
     Cache {
@@ -103,7 +106,17 @@ impl Control {
             Control::Failed(m) => {
                 p.u8(2).str(m);
             }
-            Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant, scoped, priority } => {
+            Control::Start {
+                session,
+                idle_ms,
+                hello,
+                keep_alive_ms,
+                cached,
+                tenant,
+                scoped,
+                priority,
+                be_inflight,
+            } => {
                 let cached = match cached {
                     None => 0,
                     Some(Hold::Busy) => 1,
@@ -121,7 +134,8 @@ impl Control {
                         super::config::PriorityPolicy::Off => 0,
                         super::config::PriorityPolicy::Gate => 1,
                         super::config::PriorityPolicy::Preempt => 2,
-                    });
+                    })
+                    .u32(*be_inflight);
             }
             Control::Cache { added, hits } => {
                 p.u8(4).u32(added.len() as u32);
@@ -184,6 +198,7 @@ impl Control {
                     1 => super::config::PriorityPolicy::Gate,
                     _ => super::config::PriorityPolicy::Preempt,
                 },
+                be_inflight: g.u32()?,
             },
             4 => {
                 let n = g.count(24)?;
@@ -384,6 +399,7 @@ mod tests {
             tenant: "alice".into(),
             scoped: true,
             priority: super::super::config::PriorityPolicy::Gate,
+            be_inflight: 4,
         };
         a.send(&start, Some(w.as_raw_fd())).unwrap();
         let (m, fd) = b.recv().unwrap().unwrap();

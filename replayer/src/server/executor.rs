@@ -44,6 +44,7 @@ use gpuless_traces::protocol::piece::Cut;
 mod answer;
 mod blobs;
 mod decoded;
+mod inflight;
 mod kept;
 mod printed;
 mod pump;
@@ -107,11 +108,21 @@ pub fn run(mut setup: Setup) -> i32 {
             None => setup.control.recv(),
             Some((_, keep)) => setup.control.recv_timeout(*keep + KEEP_ALIVE_GRACE),
         };
-        let (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped, priority) = match next {
+        let (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped, priority, be_inflight) = match next {
             Ok(Some((
-                Control::Start { session, idle_ms, hello, keep_alive_ms, cached, tenant, scoped, priority },
+                Control::Start {
+                    session,
+                    idle_ms,
+                    hello,
+                    keep_alive_ms,
+                    cached,
+                    tenant,
+                    scoped,
+                    priority,
+                    be_inflight,
+                },
                 Some(fd),
-            ))) => (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped, priority),
+            ))) => (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped, priority, be_inflight),
             // The server let this warm executor go (pool shrunk, keep-alive over, server
             // ending), or no session came within the keep-alive.
             Ok(None) => return 0,
@@ -146,7 +157,7 @@ pub fn run(mut setup: Setup) -> i32 {
         let (done, functions, ended) = serve_one(
             &setup,
             &device,
-            (&mut gate, priority),
+            (&mut gate, priority, be_inflight),
             (session, idle_ms, owner),
             hello,
             fd,
@@ -208,7 +219,7 @@ pub fn run(mut setup: Setup) -> i32 {
 fn serve_one(
     setup: &Setup,
     device: &gpuless_traces::protocol::DeviceDescription,
-    (gate, priority): (&mut Option<Gate>, super::config::PriorityPolicy),
+    (gate, priority, be_inflight): (&mut Option<Gate>, super::config::PriorityPolicy, u32),
     (session, idle_ms, owner): (u64, u64, Option<String>),
     hello: gpuless_traces::protocol::message::Hello,
     fd: OwnedFd,
@@ -252,6 +263,13 @@ fn serve_one(
         gate: if priority == super::config::PriorityPolicy::Off { None } else { gate.take() },
         preempt: priority == super::config::PriorityPolicy::Preempt,
         best_effort: hello.priority == Priority::BestEffort,
+        inflight: inflight::InFlight::new(
+            if hello.priority == Priority::BestEffort && priority == super::config::PriorityPolicy::Preempt {
+                be_inflight
+            } else {
+                0
+            },
+        ),
         functions,
         only_invoked: true,
         pieces,
@@ -337,6 +355,8 @@ struct Session<'a> {
     best_effort: bool,
     /// Whether a best-effort session also stops before each kernel (policy `preempt`).
     preempt: bool,
+    /// A best-effort session's kernels on the GPU, bounded under `preempt` (`inflight.rs`).
+    inflight: inflight::InFlight,
     /// Deployed functions, and the one this session set up.
     functions: Functions,
     /// Whether the session only invoked (no other message, no failed invocation): then its
@@ -686,10 +706,20 @@ impl Session<'_> {
     /// the session (its code and message).
     /// [`Self::exec_one`], a best-effort session's kernels after latency-critical work.
     fn exec_gated(&mut self, stream: &mut Stream, rec: &CallRecord) -> Result<(), (u16, String)> {
-        if self.best_effort && self.preempt && super::gate::submits_kernels(rec) {
-            self.yield_to_latency_critical();
+        if !(self.best_effort && self.preempt && super::gate::submits_kernels(rec)) {
+            return self.exec_one(stream, rec);
         }
-        self.exec_one(stream, rec)
+        // At most the window's kernels on the GPU, then none while latency-critical work runs.
+        let waited = self.inflight.make_room();
+        if waited >= Duration::from_micros(50) {
+            self.sample(3, waited.as_micros() as u64);
+        }
+        self.yield_to_latency_critical();
+        self.exec_one(stream, rec)?;
+        if let Some(s) = stream.live_stream_of(rec) {
+            self.inflight.submitted(s);
+        }
+        Ok(())
     }
 
     fn exec_one(&mut self, stream: &mut Stream, rec: &CallRecord) -> Result<(), (u16, String)> {

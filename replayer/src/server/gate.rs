@@ -12,7 +12,9 @@
 //! segments), for at most a bound, so it always progresses; inside a segment it stops before
 //! each kernel (a launch, a graph launch: [`submits_kernels`]) while the lock is held, so
 //! latency-critical work arriving mid-segment waits only for what was submitted before it.
-//! Work already on the GPU is not preempted.
+//! Work already on the GPU is not preempted; under `preempt` a best-effort session also keeps
+//! at most `best_effort_inflight` kernels submitted and unfinished (`executor/inflight.rs`), so
+//! that is all latency-critical work can find ahead of it. docs/SCHEDULING.md.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

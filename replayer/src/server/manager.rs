@@ -324,6 +324,7 @@ impl Manager {
                         let h = match k {
                             0 => &self.metrics.segment_seconds,
                             1 => &self.metrics.answer_seconds,
+                            3 => &self.metrics.best_effort_window_seconds,
                             _ => &self.metrics.best_effort_hold_seconds,
                         };
                         h.observe(f64::from(us) * 1e-6);

@@ -141,6 +141,10 @@ metrics! {
     /// seconds (only segments that were held).
     best_effort_hold_seconds: Histogram = seconds()
         => "best_effort_hold_seconds", "Best-effort segments held for latency-critical work";
+    /// How long a best-effort session waited for its oldest kernel in flight before submitting
+    /// another (`best_effort_inflight`), seconds (waits of 50 µs or more).
+    best_effort_window_seconds: Histogram = seconds()
+        => "best_effort_window_seconds", "Best-effort kernels held until one in flight finished";
     /// Sessions started over TLS (the server proxies them).
     tls_sessions: Counter = Counter::default() => "tls_sessions", "Sessions started over TLS";
     /// TLS handshakes that failed (`failed`) or did not finish in time (`timeout`).

@@ -318,6 +318,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         tenant,
         scoped: !m.cfg.tenants.is_empty(),
         priority: m.cfg.priority_policy,
+        be_inflight: m.cfg.best_effort_inflight,
     };
     let fd = match s.into_blocking_fd() {
         Ok(fd) => fd,
