@@ -98,7 +98,7 @@ pub struct ServeArgs {
     #[arg(long, value_name = "preempt|gate|off", value_parser = ["preempt", "gate", "off"])]
     pub priority_policy: Option<String>,
     /// With `preempt`: how many of a best-effort session's kernels may be on the GPU at once
-    /// (default 4; 0: no bound).
+    /// (default 0: no bound).
     #[arg(long, value_name = "N")]
     pub best_effort_inflight: Option<u32>,
 }

@@ -170,7 +170,8 @@ pub struct Config {
     pub priority_policy: PriorityPolicy,
     /// Under policy `preempt`: how many of a best-effort session's kernels may be on the GPU at
     /// once (its executor waits for the oldest before it submits another), so latency-critical
-    /// work arriving finds at most that many ahead of it; 0: no bound.
+    /// work arriving finds at most that many ahead of it; 0 (the default until it is measured on
+    /// a GPU): no bound.
     pub best_effort_inflight: u32,
     /// The blob cache.
     pub cache: CacheConfig,
@@ -233,7 +234,7 @@ impl Default for Config {
             cached_execution: CachedExecution::Auto,
             cached_hold: Default::default(),
             priority_policy: PriorityPolicy::Preempt,
-            best_effort_inflight: 4,
+            best_effort_inflight: 0,
             cache: CacheConfig::default(),
             executor: String::new(),
             tls_cert: String::new(),
@@ -442,9 +443,9 @@ mod tests {
     #[test]
     fn the_priority_policy_is_preempt_by_default_and_named_in_the_file() {
         assert_eq!(Config::default().priority_policy, PriorityPolicy::Preempt);
-        assert_eq!(Config::default().best_effort_inflight, 4);
-        let c: Config = toml::from_str("best_effort_inflight = 0\n").unwrap();
-        assert_eq!(c.best_effort_inflight, 0);
+        assert_eq!(Config::default().best_effort_inflight, 0);
+        let c: Config = toml::from_str("best_effort_inflight = 4\n").unwrap();
+        assert_eq!(c.best_effort_inflight, 4);
         let c: Config = toml::from_str("priority_policy = \"gate\"\n").unwrap();
         assert_eq!(c.priority_policy, PriorityPolicy::Gate);
         assert!(toml::from_str::<Config>("priority_policy = \"sometimes\"\n").is_err());
