@@ -45,3 +45,22 @@ fn a_graph_upload_behind_a_captured_host_function_is_recorded_at_every_launch() 
     assert_eq!(report["results_verified"], 3, "{shown}");
     assert_eq!(code, 0, "{shown}");
 }
+
+/// A captured download completed only after its stream was destroyed (`destroyed_stream.c`):
+/// the replay waits for it through the context, not the freed stream (which the stand-in refuses
+/// as the driver's freed handle), and verifies it.
+#[test]
+fn a_download_whose_stream_was_destroyed_is_verified_at_the_context_synchronization() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "destroyed_stream", &["-l:libcuda.so.1"]);
+    let native = Command::new(&prog).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    assert!(native.status.success(), "{native:?}");
+    assert_eq!(String::from_utf8_lossy(&native.stdout), "downloaded: 42\n");
+    let trace = dir.path().join("d.gl");
+    let recorded = support::record(&prog, &libdir, &trace, &[]);
+    assert_eq!(recorded.as_bytes(), native.stdout, "recording changed the program");
+    let (code, report, shown) = support::replay_json(&libdir, &trace, &[]);
+    assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
+    assert!(report["results_verified"].as_u64() >= Some(1), "{shown}");
+    assert_eq!(code, 0, "{shown}");
+}

@@ -107,8 +107,19 @@ CUresult cuMemAllocHost_v2(void **p, size_t n) {
   return *p ? 0 : 2; }
 CUresult cuMemFreeHost(void *p) { free(p); return 0; }
 CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
-CUresult cuStreamDestroy_v2(void *s) { (void)s; return 0; }
-CUresult cuStreamSynchronize(void *stream) { (void)stream; drain(); flush_printf(); return 0; }
+/* Streams the program destroyed (handles 0x10, 0x20, ...: see create_stream); synchronizing
+ * one is an invalid handle, as the driver's freed stream is. */
+static unsigned char stream_destroyed[256];
+static int stream_gone(const void *s) {
+  uintptr_t k = (uintptr_t)s / 0x10;
+  return (uintptr_t)s % 0x10 == 0 && k >= 1 && k < 256 && stream_destroyed[k]; }
+CUresult cuStreamDestroy_v2(void *s) {
+  uintptr_t k = (uintptr_t)s / 0x10;
+  if ((uintptr_t)s % 0x10 == 0 && k >= 2 && k < 256) stream_destroyed[k] = 1;
+  return 0; }
+CUresult cuStreamSynchronize(void *stream) {
+  if (stream_gone(stream)) return 400;
+  drain(); flush_printf(); return 0; }
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = &module_token; return 0; }
 CUresult cuModuleUnload(void *m) { (void)m; return 0; }
 CUresult cuLibraryUnload(void *l) { (void)l; return 0; }
@@ -236,9 +247,14 @@ CUresult cuEventQuery(void *e) { (void)e; return 0; }
  * had is never seen to finish, as on a GPU behind the program. */
 CUresult cuStreamQuery(void *s) { (void)s; return getenv("FAKE_CUDA_STREAM_BUSY") ? 600 : 0; }
 CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest) { *least = 0; *greatest = -5; return 0; }
-/* Streams: one handle; with FAKE_CUDA_LOG set, each creation's priority is appended to that file. */
+/* Streams: the first is 0x10 (never destroyed: programs may use it without creating it), then
+ * 0x20, 0x30, ... up to 0xff0; with FAKE_CUDA_LOG set, each creation's priority is appended to
+ * that file. */
 static CUresult create_stream(void **s, int prio) { /* static: a recorder cannot see it */
-  *s = (void *)0x10;
+  static uintptr_t next = 1;
+  *s = (void *)(0x10 * next);
+  stream_destroyed[next] = 0;
+  if (next < 255) next++;
   const char *log = getenv("FAKE_CUDA_LOG");
   FILE *o = log ? fopen(log, "a") : 0;
   if (o) { fprintf(o, "stream priority %d\n", prio); fclose(o); }
