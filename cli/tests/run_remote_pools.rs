@@ -10,71 +10,50 @@
 mod serve_harness;
 mod support;
 
-use serve_harness::{run_client, Server};
+use serve_harness::{run_client, run_program, Server};
 
 #[test]
 fn pools_allocate_and_report_their_memory_as_the_driver_does() {
-    let dir = tempfile::tempdir().unwrap();
-    let (libdir, prog) = support::build_program(dir.path(), "pools", &["-l:libcuda.so.1"]);
-    let srv = Server::start(dir.path(), &libdir, &[], &[]);
-    let ran = run_client(&srv, &prog);
-    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
-    assert!(ran.ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
-    let has = |line: &str| assert!(stdout.lines().any(|l| l == line), "no `{line}` in:\n{stdout}\n{stderr}");
-    has("default pool used: 8192");
-    has("default pool after frees: used 0 reserved 0 high 8192");
-    has("threshold: 1048576");
-    has("kernel on pool memory: 4 252");
-    has("pool used: 256");
-    has("pool after free: used 0 reserved 256");
-    has("pool after trim: reserved 0");
-    has("used high after reset: 0; reset to 1: 1");
-    has("current is the created pool: 1");
-    has("current pool used: 4096");
-    has("done");
-    assert!(!stderr.contains("not supported"), "{stderr}");
+    let ran = run_program("pools");
+    ran.has("default pool used: 8192");
+    ran.has("default pool after frees: used 0 reserved 0 high 8192");
+    ran.has("threshold: 1048576");
+    ran.has("kernel on pool memory: 4 252");
+    ran.has("pool used: 256");
+    ran.has("pool after free: used 0 reserved 256");
+    ran.has("pool after trim: reserved 0");
+    ran.has("used high after reset: 0; reset to 1: 1");
+    ran.has("current is the created pool: 1");
+    ran.has("current pool used: 4096");
+    ran.has("done");
 }
 
 #[test]
 fn stream_ordered_allocation_captured_into_a_graph_runs_at_every_launch() {
-    let dir = tempfile::tempdir().unwrap();
-    let (libdir, prog) = support::build_program(dir.path(), "graph_alloc", &["-l:libcuda.so.1"]);
-    let srv = Server::start(dir.path(), &libdir, &[], &[]);
-    let ran = run_client(&srv, &prog);
-    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
-    assert!(ran.ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
-    let has = |line: &str| assert!(stdout.lines().any(|l| l == line), "no `{line}` in:\n{stdout}\n{stderr}");
-    has("launch 0: 0 4 60");
-    has("launch 1: 0 4 60");
-    has("captured nodes: 6, allocation 1, free 1");
-    has("allocation node: 64 bytes at the allocation's address 1");
-    has("free node frees it: 1");
-    has("later allocation elsewhere: 1");
-    has("done");
-    assert!(!stderr.contains("not supported"), "{stderr}");
+    let ran = run_program("graph_alloc");
+    ran.has("launch 0: 0 4 60");
+    ran.has("launch 1: 0 4 60");
+    ran.has("captured nodes: 6, allocation 1, free 1");
+    ran.has("allocation node: 64 bytes at the allocation's address 1");
+    ran.has("free node frees it: 1");
+    ran.has("later allocation elsewhere: 1");
+    ran.has("done");
 }
 
 #[test]
 fn graph_memory_nodes_built_by_hand_run_at_every_launch() {
-    let dir = tempfile::tempdir().unwrap();
-    let (libdir, prog) = support::build_program(dir.path(), "graph_mem", &["-l:libcuda.so.1"]);
-    let srv = Server::start(dir.path(), &libdir, &[], &[]);
-    let ran = run_client(&srv, &prog);
-    let (stdout, stderr) = (&ran.stdout, &ran.stderr);
-    assert!(ran.ok, "stdout:\n{stdout}\nstderr:\n{stderr}");
-    let has = |line: &str| assert!(stdout.lines().any(|l| l == line), "no `{line}` in:\n{stdout}\n{stderr}");
-    has("allocation address given: 1");
-    has("launch 0: 0 3 45");
-    has("launch 1: 0 3 45");
-    has("later allocation elsewhere: 1");
-    has("node parameters: allocation 1, free 1");
-    has("used after the launches: nonzero");
-    has("allocation after the free reuses the address: 1");
-    has("second graph's address differs: 1");
-    has("freed outside the graph, launched again, freed async: ok");
-    has("after destroy and trim: used 0 reserved 0");
-    has("done");
-    assert!(!stderr.contains("not supported"), "{stderr}");
+    let ran = run_program("graph_mem");
+    ran.has("allocation address given: 1");
+    ran.has("launch 0: 0 3 45");
+    ran.has("launch 1: 0 3 45");
+    ran.has("later allocation elsewhere: 1");
+    ran.has("node parameters: allocation 1, free 1");
+    ran.has("used after the launches: nonzero");
+    ran.has("allocation after the free reuses the address: 1");
+    ran.has("second graph's address differs: 1");
+    ran.has("freed outside the graph, launched again, freed async: ok");
+    ran.has("after destroy and trim: used 0 reserved 0");
+    ran.has("done");
 }
 
 #[test]

@@ -228,6 +228,11 @@ impl ClientRun {
         l.split(' ').skip(1).map(str::to_string).collect()
     }
 
+    /// Asserts that stdout has `line` as one of its lines.
+    pub fn has(&self, line: &str) {
+        assert!(self.stdout.lines().any(|l| l == line), "no `{line}` in:\n{}\n{}", self.stdout, self.stderr);
+    }
+
     /// The session's statistics: the `--json` line on stderr (panics when absent).
     pub fn stats(&self) -> serde_json::Value {
         let mut lines = self.stderr.lines().filter(|l| l.starts_with('{'));
@@ -235,6 +240,19 @@ impl ClientRun {
             .find_map(|l| serde_json::from_str(l).ok())
             .unwrap_or_else(|| panic!("no statistics on stderr:\n{}", self.stderr))
     }
+}
+
+/// Builds the stand-in test program `name` (`recorder/tests/fake/NAME.c`, linked against
+/// `libcuda.so.1`), runs it through `gpuless run --remote` against a server of its own on the
+/// stand-in driver, and asserts that it succeeded and that nothing it called was refused.
+pub fn run_program(name: &str) -> ClientRun {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), name, &["-l:libcuda.so.1"]);
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = run_client(&srv, &prog);
+    assert!(ran.ok, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    assert!(!ran.stderr.contains("not supported"), "{}", ran.stderr);
+    ran
 }
 
 /// Runs `prog` through `gpuless run --remote` against `s` (`--json` statistics on stderr), with

@@ -8,7 +8,6 @@
 #include "scale.h"
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes);
-CUresult cuCtxSynchronize(void);
 
 int main(void) {
   void *ctx, *mod, *fn;

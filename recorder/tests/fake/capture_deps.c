@@ -9,6 +9,8 @@
 
 #include "scale.h"
 
+CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd, const KernelParams *p);
+
 CUresult cuStreamCreate(void **stream, unsigned flags);
 CUresult cuStreamBeginCapture_v2(void *stream, int mode);
 CUresult cuStreamEndCapture(void *stream, void **graph);
@@ -16,13 +18,8 @@ CUresult cuStreamGetCaptureInfo_v3(void *s, int *status, unsigned long long *id,
                                    const void **edges, size_t *n);
 __attribute__((weak)) CUresult cuStreamUpdateCaptureDependencies_v2(void *s, void **deps, const void *edges, size_t n,
                                                                     unsigned flags);
-CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd, const KernelParams *p);
 CUresult cuGraphGetNodes(void *g, void **nodes, size_t *n);
-CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
-CUresult cuGraphLaunch(void *exec, void *stream);
 CUresult cuStreamSynchronize(void *stream);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 
 #define N 8
 int main(void) {
@@ -30,12 +27,8 @@ int main(void) {
   OPEN_SCALE(ctx, mod, fn);
   CK(cuStreamCreate, &s, 0);
   CUdeviceptr a, b;
-  CK(cuMemAlloc_v2, &a, N * sizeof(float));
-  CK(cuMemAlloc_v2, &b, N * sizeof(float));
-  float data[N];
-  for (int i = 0; i < N; i++) data[i] = (float)i;
-  CK(cuMemcpyHtoD_v2, a, data, sizeof data);
-  CK(cuMemcpyHtoD_v2, b, data, sizeof data);
+  iota_buffer(&a, N);
+  iota_buffer(&b, N);
   float two = 2.0f, three = 3.0f;
   int n = N;
   void *pa[] = {&a, &two, &n}, *pb[] = {&b, &three, &n};

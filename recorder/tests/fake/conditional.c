@@ -7,18 +7,13 @@
 
 #include "scale.h"
 
+CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd, const KernelParams *p);
+
 typedef struct { int type, reserved[3]; unsigned long long handle; int ctype; unsigned size; void **bodies; void *ctx;
                  unsigned char rest[256 - 48]; } NodeParams;
 __attribute__((weak)) CUresult cuGraphConditionalHandleCreate(unsigned long long *h, void *g, void *ctx, unsigned def,
                                                                unsigned flags);
 __attribute__((weak)) CUresult cuGraphAddNode(void **n, void *g, void *const *deps, size_t nd, NodeParams *p);
-CUresult cuGraphCreate(void **g, unsigned flags);
-CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd, const KernelParams *p);
-CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
-CUresult cuGraphLaunch(void *exec, void *stream);
-CUresult cuCtxSynchronize(void);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 
 #define N 8
 /* Adds an IF node; its body graph goes to `*body`, read from the CUDA-owned array the driver
@@ -43,12 +38,8 @@ int main(void) {
   void *ctx, *mod, *fn, *g, *body_on = 0, *body_off = 0, *k1, *k2, *exec;
   OPEN_SCALE(ctx, mod, fn);
   CUdeviceptr a, b;
-  CK(cuMemAlloc_v2, &a, N * sizeof(float));
-  CK(cuMemAlloc_v2, &b, N * sizeof(float));
-  float data[N];
-  for (int i = 0; i < N; i++) data[i] = (float)i;
-  CK(cuMemcpyHtoD_v2, a, data, sizeof data);
-  CK(cuMemcpyHtoD_v2, b, data, sizeof data);
+  iota_buffer(&a, N);
+  iota_buffer(&b, N);
   CK(cuGraphCreate, &g, 0);
   add_if(g, ctx, 1, &body_on);
   add_if(g, ctx, 0, &body_off);
@@ -63,6 +54,7 @@ int main(void) {
   CK(cuGraphInstantiateWithFlags, &exec, g, 0);
   CK(cuGraphLaunch, exec, 0);
   CK(cuCtxSynchronize);
+  float data[N];
   CK(cuMemcpyDtoH_v2, data, a, sizeof data);
   printf("if (1) body ran: %g %g\n", data[1], data[N - 1]);
   CK(cuMemcpyDtoH_v2, data, b, sizeof data);

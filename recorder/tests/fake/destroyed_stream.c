@@ -10,12 +10,8 @@ CUresult cuStreamCreate(void **stream, unsigned flags);
 CUresult cuStreamDestroy_v2(void *stream);
 CUresult cuStreamBeginCapture_v2(void *stream, int mode);
 CUresult cuStreamEndCapture(void *stream, void **graph);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *stream);
-CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
-CUresult cuGraphLaunch(void *exec, void *stream);
 CUresult cuStreamSynchronize(void *stream);
-CUresult cuCtxSynchronize(void);
 
 int main(void) {
   void *ctx, *mod, *fn, *s0, *s1, *s2, *g, *exec;

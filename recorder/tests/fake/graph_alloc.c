@@ -11,8 +11,6 @@ __attribute__((weak)) CUresult cuMemFreeAsync(CUdeviceptr p, void *stream);
 CUresult cuStreamCreate(void **stream, unsigned flags);
 CUresult cuStreamBeginCapture_v2(void *stream, int mode);
 CUresult cuStreamEndCapture(void *stream, void **graph);
-CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
-CUresult cuGraphLaunch(void *exec, void *stream);
 CUresult cuStreamSynchronize(void *stream);
 CUresult cuGraphGetNodes(void *g, void **nodes, size_t *n);
 __attribute__((weak)) CUresult cuGraphNodeGetType(void *node, int *type);

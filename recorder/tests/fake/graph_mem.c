@@ -13,15 +13,10 @@
 
 #include "scale.h"
 
+CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd, const KernelParams *p);
+
 __attribute__((weak)) CUresult cuGraphAddMemAllocNode(void **n, void *g, void *const *deps, size_t nd, AllocParams *p);
 __attribute__((weak)) CUresult cuGraphAddMemFreeNode(void **n, void *g, void *const *deps, size_t nd, CUdeviceptr p);
-CUresult cuGraphCreate(void **g, unsigned flags);
-CUresult cuGraphAddKernelNode_v2(void **n, void *g, void *const *deps, size_t nd, const KernelParams *p);
-CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
-CUresult cuGraphLaunch(void *exec, void *stream);
-CUresult cuCtxSynchronize(void);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 __attribute__((weak)) CUresult cuMemFree_v2(CUdeviceptr p);
 __attribute__((weak)) CUresult cuMemFreeAsync(CUdeviceptr p, void *stream);
 CUresult cuGraphExecDestroy(void *exec);

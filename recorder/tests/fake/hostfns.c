@@ -26,7 +26,6 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, void *st
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, void *stream);
 CUresult cuStreamCreate(void **stream, unsigned flags);
 CUresult cuStreamSynchronize(void *stream);
-CUresult cuCtxSynchronize(void);
 CUresult cuLaunchHostFunc(void *stream, HostFn fn, void *user);
 /* Weak: the stand-in driver lacks it (the server runs it as cuLaunchHostFunc); the client has it. */
 __attribute__((weak)) CUresult cuStreamAddCallback(void *stream, StreamCallback cb, void *user, unsigned flags);
@@ -35,9 +34,7 @@ CUresult cuStreamEndCapture(void *stream, void **graph);
 CUresult cuGraphCreate(void **graph, unsigned flags);
 typedef struct { HostFn fn; void *user; } HostNodeParams;
 CUresult cuGraphAddHostNode(void **node, void *graph, void *const *deps, size_t n, const HostNodeParams *p);
-CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
 CUresult cuGraphGetNodes(void *graph, void **nodes, size_t *n);
-CUresult cuGraphLaunch(void *exec, void *stream);
 CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes);
 CUresult cuMemAllocHost_v2(void **p, size_t bytes);
 

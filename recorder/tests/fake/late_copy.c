@@ -11,7 +11,6 @@ CUresult cuStreamCreate(void **s, unsigned flags);
 CUresult cuStreamSynchronize(void *s);
 CUresult cuLaunchHostFunc(void *s, void (*fn)(void *), void *ud);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 
 #define N 8
 static void fill(void *p) {

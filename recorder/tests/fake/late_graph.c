@@ -12,9 +12,6 @@ CUresult cuStreamBeginCapture_v2(void *stream, int mode);
 CUresult cuStreamEndCapture(void *stream, void **graph);
 CUresult cuLaunchHostFunc(void *stream, hostfn fn, void *ud);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *stream);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
-CUresult cuGraphLaunch(void *exec, void *stream);
 CUresult cuStreamSynchronize(void *stream);
 
 static void times10(void *p) {

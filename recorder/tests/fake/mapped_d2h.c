@@ -7,9 +7,6 @@
 #include "scale.h"
 
 __attribute__((weak)) CUresult cuMemHostAlloc(void **p, size_t bytes, unsigned flags);
-CUresult cuCtxSynchronize(void);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 
 #define N (256 * 1024)
 int main(void) {

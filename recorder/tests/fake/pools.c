@@ -19,9 +19,6 @@ CUresult cuMemPoolTrimTo(void *pool, size_t keep);
 CUresult cuDeviceGetDefaultMemPool(void **pool, int dev);
 CUresult cuDeviceGetMemPool(void **pool, int dev);
 CUresult cuDeviceSetMemPool(int dev, void *pool);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-CUresult cuCtxSynchronize(void);
 
 static unsigned long long attr(void *pool, int a) {
   unsigned long long v = 12345;

@@ -39,7 +39,6 @@ CUresult cuEventCreate(CUevent *event, unsigned flags);
 CUresult cuEventRecord(CUevent event, CUstream stream);
 CUresult cuEventSynchronize(CUevent event);
 CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end);
-CUresult cuCtxSynchronize(void);
 CUresult cuMemFree_v2(CUdeviceptr ptr);
 
 #include "scale.h"

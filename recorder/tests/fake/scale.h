@@ -56,8 +56,36 @@ typedef struct {
   size_t bytesize;
   CUdeviceptr dptr;
 } AllocParams;
+/* Graphs of kernel nodes, launched; synchronous copies. */
+CUresult cuGraphCreate(void **g, unsigned flags);
+CUresult cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
+CUresult cuGraphLaunch(void *exec, void *stream);
+CUresult cuCtxSynchronize(void);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
 /* CK(cuInit, 0) calls cuInit(0) and checks its result under the name cuInit. */
 #define CK(fn, ...) check(fn(__VA_ARGS__), #fn)
+
+/* Device memory of n floats 0, 1, ..., n - 1 (n at most 64), at *d. */
+static inline void iota_buffer(CUdeviceptr *d, int n) {
+  float data[64];
+  for (int i = 0; i < n && i < 64; i++) data[i] = (float)i;
+  CK(cuMemAlloc_v2, d, (size_t)n * sizeof(float));
+  CK(cuMemcpyHtoD_v2, *d, data, (size_t)n * sizeof(float)); }
+
+/* Memory the host and the device share, in two rounds: `scale` by 2 of the n floats at d (the
+ * host's h, the same memory), the host reads them, writes h[1] = 100, and again. Prints
+ * `after kernel: ...` and `second round: ...` (h[0], h[1], h[n - 1] each time). */
+static inline void scale_twice_shared(void *fn, CUdeviceptr d, float *h, int n) {
+  float k = 2.0f;
+  void *params[] = {&d, &k, &n};
+  CK(cuLaunchKernel, fn, 1, 1, 1, (unsigned)n, 1, 1, 0, 0, params, 0);
+  CK(cuCtxSynchronize);
+  printf("after kernel: %g %g %g\n", h[0], h[1], h[n - 1]);
+  h[1] = 100.0f;
+  CK(cuLaunchKernel, fn, 1, 1, 1, (unsigned)n, 1, 1, 0, 0, params, 0);
+  CK(cuCtxSynchronize);
+  printf("second round: %g %g %g\n", h[0], h[1], h[n - 1]); }
 
 /* What every program here starts with: cuInit, device 0's primary context made current, and
  * the stand-in's `scale` from a module loaded from `ptx` (into `ctx`, `mod`, `fn`). */

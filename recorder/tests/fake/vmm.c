@@ -27,9 +27,6 @@ CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, unsigned long long h, uns
 CUresult cuMemUnmap(CUdeviceptr p, size_t n);
 CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const Access *d, size_t count);
 CUresult cuMemGetAllocationPropertiesFromHandle(Prop *prop, unsigned long long h);
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
-CUresult cuCtxSynchronize(void);
 
 #define N 64
 int main(void) {
