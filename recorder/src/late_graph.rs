@@ -263,6 +263,13 @@ pub unsafe fn after_launch(raw: &[u64]) -> Option<LateLaunch> {
     if unsafe { launch(stream as sys::CUstream, Some(read_all), reads.cast()) } != 0 {
         // SAFETY: not queued: ours to free.
         drop(unsafe { Box::from_raw(reads) });
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            eprintln!(
+                "gpuless: a graph launch's uploads behind host nodes could not be read (cuLaunchHostFunc failed): \
+                 the recording keeps the bytes they had when the graph was built, and a replay may differ"
+            )
+        });
         return None;
     }
     Some(LateLaunch(reads as usize))
