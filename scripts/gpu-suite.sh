@@ -30,6 +30,8 @@
 #   driver's exports against the client library's; driver-errors.tsv (in details.tgz, compat/);
 #   issue 35's programs (managed_linked, mapped_mem, vmm, pools, graph_mem, conditional) the same
 #   way, and what managed memory costs through the client (scripts/gpu-suite-managed-cost.sh).
+#   Confinement (issue 37, scripts/gpu-suite-confine.sh; GPULESS_SUITE_SKIP_CONFINE=1 leaves it
+#   out): executors' process status, a hostile session beside a victim, the seccomp filter.
 #   CUDA samples (issue 34, scripts/gpu-suite-samples.sh, only with GPULESS_SUITE_SAMPLES=DIR, the
 #   folder scripts/samples/prepare.sh exports): every selected sample of NVIDIA/cuda-samples built
 #   here, native, recorded + replayed, and through the client, outputs compared normalized.
@@ -526,6 +528,16 @@ elif [[ -f scripts/gpu-suite-compat.sh && -f $rec_lib ]]; then
   cprc=$?
   while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/compat.txt")
   grep -q '^row|' "$out/compat.txt" || row "compat" FAIL "rc=$cprc $(tail -n 2 "$out/compat.txt" | tr '\n' ' ')"
+fi
+# Issue 37: executors confined (scripts/gpu-suite-confine.sh): a warm executor's process
+# status (user, seccomp, namespaces, view), a hostile session beside a victim through the
+# client, the compatibility programs on a confined server and the filter's refusals.
+# GPULESS_SUITE_SKIP_CONFINE=1 leaves it out.
+if [[ -f scripts/gpu-suite-confine.sh && -x $suite_bin/hostile && -z ${GPULESS_SUITE_SKIP_CONFINE:-} ]]; then
+  ${limit[@]+"${limit[@]}"} bash scripts/gpu-suite-confine.sh "$bin" "$suite_bin" "$out/confine" >"$out/confine.txt" 2>&1
+  cfrc=$?
+  while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/confine.txt")
+  grep -q '^row|' "$out/confine.txt" || row "confine" FAIL "rc=$cfrc $(tail -n 2 "$out/confine.txt" | tr '\n' ' ')"
 fi
 # Issue 35: what managed memory costs through the client (scripts/gpu-suite-managed-cost.sh:
 # managed_cost, 1 GiB, 5 steps; bytes per step against the array's size), with the compat rows.

@@ -200,7 +200,7 @@ enum Command {
     },
     /// Serve GPUs to remote clients: sessions on partitions, one executor process each, a
     /// content cache, Prometheus metrics (docs/PROTOCOL.md). Runs until SIGTERM, then drains.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// One session's executor process (started by `gpuless serve`).
     #[command(name = "__executor", hide = true)]
     Executor {
@@ -210,6 +210,13 @@ enum Command {
         /// Create a MIG instance of the profile where none exists (the server's `mig_create`).
         #[arg(long)]
         create_mig: bool,
+        /// Confined by the server: not dumpable, and (with --seccomp) the allow-list installed
+        /// once the GPU is initialized.
+        #[arg(long)]
+        confined: bool,
+        /// Install the seccomp allow-list once the GPU is initialized.
+        #[arg(long)]
+        seccomp: bool,
     },
     /// Report the GPU code in a host ELF (.so, executable), fatbin or cubin: entries, kernels,
     /// and each kernel's parameter layout read from the cubin (no GPU, no cuobjdump).
@@ -456,7 +463,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             run::run(&args, &command)
         }
         Command::Serve(args) => serve::run(&args),
-        Command::Executor { partition, create_mig } => serve::executor(&partition, create_mig),
+        Command::Executor { partition, create_mig, confined, seccomp } => {
+            serve::executor(&partition, create_mig, confined, seccomp)
+        }
         Command::Devices { json } => devices::run(json).map(|()| ExitCode::SUCCESS),
         Command::Compile { traces, output, show } => match show {
             Some(f) => compile::show(&f).map(|()| ExitCode::SUCCESS),

@@ -98,9 +98,19 @@ pub struct ServeArgs {
     #[arg(long, value_name = "preempt|gate|off", value_parser = ["preempt", "gate", "off"])]
     pub priority_policy: Option<String>,
     /// With `preempt`: how many of a best-effort session's kernels may be on the GPU at once
-    /// (default 0: no bound).
+    /// (default 4; 0: no bound).
     #[arg(long, value_name = "N")]
     pub best_effort_inflight: Option<u32>,
+    /// The user executors run as where the server runs as root (default `nobody`).
+    #[arg(long, value_name = "USER")]
+    pub executor_user: Option<String>,
+    /// Allow executors to run as root (`--executor-user root`, or confinement off as root).
+    #[arg(long, env = "GPULESS_ALLOW_ROOT_EXECUTORS")]
+    pub allow_root_executors: bool,
+    /// Turn a layer of the executors' confinement off: `seccomp`, `namespaces` or `all`
+    /// (repeatable or comma-separated; docs/SECURITY.md).
+    #[arg(long, value_name = "LAYER", env = "GPULESS_CONFINE_OFF", value_delimiter = ',', value_parser = ["seccomp", "namespaces", "all"])]
+    pub confine_off: Vec<String>,
 }
 
 /// Runs the server until SIGTERM/SIGINT.
@@ -168,6 +178,19 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.best_effort_inflight {
         cfg.best_effort_inflight = n;
     }
+    if let Some(u) = &args.executor_user {
+        cfg.confine.user = u.clone();
+    }
+    if args.allow_root_executors {
+        cfg.confine.allow_root = true;
+    }
+    for layer in &args.confine_off {
+        match layer.as_str() {
+            "seccomp" => cfg.confine.seccomp = false,
+            "namespaces" => cfg.confine.namespaces = gpuless_replayer::server::config::NamespaceMode::Off,
+            _ => cfg.confine.enabled = false,
+        }
+    }
     if let Some(d) = &args.cache_dir {
         cfg.cache.memory_dir = d.join("memory").display().to_string();
         cfg.cache.disk_dir = d.join("disk").display().to_string();
@@ -201,7 +224,14 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
 /// (the server's `mig_create`) and a profile of which no instance exists on a GPU with MIG on,
 /// it first creates a GPU and a compute instance of the profile (NVML), serves the session on
 /// it, and destroys both when the session ends.
-pub fn executor(spec: &str, create_mig: bool) -> anyhow::Result<ExitCode> {
+pub fn executor(spec: &str, create_mig: bool, confined: bool, seccomp: bool) -> anyhow::Result<ExitCode> {
+    if confined {
+        // Another executor of the same user cannot read this one's memory through /proc.
+        // SAFETY: prctl with scalar arguments.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            anyhow::bail!("PR_SET_DUMPABLE: {}", std::io::Error::last_os_error());
+        }
+    }
     // SAFETY: the server placed the control channel at CONTROL_FD for this process alone.
     let control = Channel::from_fd(unsafe { OwnedFd::from_raw_fd(CONTROL_FD) });
     let cache = Dirs {
@@ -216,7 +246,7 @@ pub fn executor(spec: &str, create_mig: bool) -> anyhow::Result<ExitCode> {
             .and_then(|r| r.gpus.into_iter().find(|g| g.index == 0))
             .is_some_and(|g| needs_instance(&g, spec));
     if !needs {
-        return serve_partition(spec, false, control, cache);
+        return serve_partition(spec, false, control, cache, seccomp);
     }
     let created = NvmlMig::open(None).map_err(anyhow::Error::from).and_then(|mut ops| {
         // The closure owns the channel; a failure before it runs is reported below.
@@ -224,7 +254,7 @@ pub fn executor(spec: &str, create_mig: bool) -> anyhow::Result<ExitCode> {
         run_on_created(&mut ops, 0, spec, |uuid| {
             // The executor's stderr is the server's log.
             eprintln!("gpuless executor: created a MIG instance of {spec} for this session: {uuid}");
-            serve_partition(uuid, true, channel, cache)
+            serve_partition(uuid, true, channel, cache, seccomp)
         })
         .map_err(anyhow::Error::from)
     });
@@ -248,7 +278,13 @@ pub fn executor(spec: &str, create_mig: bool) -> anyhow::Result<ExitCode> {
 
 /// Initializes partition `spec` (a MIG instance `created` for this session, when so) and serves
 /// one session on it.
-fn serve_partition(spec: &str, created: bool, control: Channel, cache: Dirs) -> anyhow::Result<ExitCode> {
+fn serve_partition(
+    spec: &str,
+    created: bool,
+    control: Channel,
+    cache: Dirs,
+    seccomp: bool,
+) -> anyhow::Result<ExitCode> {
     let init = || -> anyhow::Result<(gpuless_replayer::replay::Device, PartitionInfo, Option<u64>)> {
         if let Some(n) = spec.strip_prefix("sms:") {
             let n: u32 = n.parse().with_context(|| format!("partition `{spec}`"))?;
@@ -284,8 +320,15 @@ fn serve_partition(spec: &str, created: bool, control: Channel, cache: Dirs) -> 
     };
     match init() {
         Ok((device, partition, memory_limit)) => {
-            let code =
-                executor::run(Setup { control, device, partition, memory_limit, cache, gate: Gate::inherited() });
+            let code = executor::run(Setup {
+                control,
+                device,
+                partition,
+                memory_limit,
+                cache,
+                gate: Gate::inherited(),
+                seccomp,
+            });
             Ok(ExitCode::from(code as u8))
         }
         Err(e) => {

@@ -68,8 +68,20 @@ fn state_queries_are_answered_by_the_server_and_streams_get_the_session_priority
     let dir = tempfile::tempdir().unwrap();
     // The stand-in program's event timing, event and stream queries and cuMemGetInfo (mode -11).
     let trace = support::record_stand_in(dir.path(), Some("-11"));
-    let log = dir.path().join("driver.log");
-    let s = Server::start(dir.path(), dir.path(), &[], &[("FAKE_CUDA_LOG", log.to_str().unwrap())]);
+    // The stand-in driver's log, written by the confined executor (an unprivileged user that
+    // sees only its view): a directory it may write, named in the configuration.
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    std::fs::set_permissions(&logs, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let config = dir.path().join("gpuless.toml");
+    std::fs::write(&config, format!("[confine]\nread_write = [{:?}]\n", logs.to_str().unwrap())).unwrap();
+    let log = logs.join("driver.log");
+    let s = Server::start(
+        dir.path(),
+        dir.path(),
+        &["--config", config.to_str().unwrap()],
+        &[("FAKE_CUDA_LOG", log.to_str().unwrap())],
+    );
     let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
     assert_eq!(rc, 0, "{r} {err}");
     assert_eq!(r["queries_answered"], 5, "{r}");

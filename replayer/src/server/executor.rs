@@ -75,6 +75,8 @@ pub struct Setup {
     pub cache: Dirs,
     /// The GPU's priority gate, where the server gave one.
     pub gate: Option<Gate>,
+    /// Install the seccomp allow-list once the GPU is initialized ([`super::confine::seccomp`]).
+    pub seccomp: bool,
 }
 
 /// How much longer than its keep-alive an executor kept warm waits for a session before it
@@ -92,6 +94,13 @@ pub fn run(mut setup: Setup) -> i32 {
     device.nvml = crate::partition::nvml::facts(&[device.nvml_uuid(false), device.nvml_uuid(true)]);
     if setup.memory_limit.is_some() {
         device.nvml.total_mem = 0;
+    }
+    // The driver is up: from here on the executor reads tenants' input, under its filter.
+    if setup.seccomp {
+        if let Err(e) = super::confine::seccomp::install() {
+            let _ = setup.control.send(&Control::Failed(format!("{e} (turn it off with --confine-off seccomp)")), None);
+            return 1;
+        }
     }
     let ready = Control::Ready { partition: setup.partition.clone(), device: device.clone() };
     if setup.control.send(&ready, None).is_err() {

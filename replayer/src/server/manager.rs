@@ -97,6 +97,8 @@ pub struct Manager {
     cache_dirs: Dirs,
     exe: PathBuf,
     profiles: HashMap<String, u32>,
+    /// How executors are confined.
+    confine: super::confine::Plan,
     /// Held while the pool is topped up, so two top-ups never start the same executor twice.
     filling: Mutex<()>,
     /// The GPU's priority gate ([`super::gate`]), handed to every executor.
@@ -125,6 +127,16 @@ impl Manager {
     /// A manager over `cfg`, executors run from `exe`; `profiles` maps MIG profile names and
     /// ids to their SM counts (from NVML; empty without it).
     pub fn new(cfg: Config, exe: PathBuf, profiles: HashMap<String, u32>) -> std::io::Result<Arc<Manager>> {
+        Self::with_confinement(cfg, exe, profiles, super::confine::Plan::off())
+    }
+
+    /// As [`Manager::new`], executors started under `confine`.
+    pub fn with_confinement(
+        cfg: Config,
+        exe: PathBuf,
+        profiles: HashMap<String, u32>,
+        confine: super::confine::Plan,
+    ) -> std::io::Result<Arc<Manager>> {
         let dirs = Dirs { memory: cfg.cache.memory_dir.clone().into(), disk: cfg.cache.disk_dir.clone().into() };
         let cache = Index::open(dirs.clone(), cfg.cache.memory_bytes, cfg.cache.disk_bytes)?;
         let m = Arc::new(Manager {
@@ -150,6 +162,7 @@ impl Manager {
             exe,
             profiles,
             filling: Mutex::new(()),
+            confine,
             // Without it (no memfd) sessions still run, unordered.
             gate: super::gate::Gate::create().map(|(_, fd)| fd).ok(),
         });
@@ -224,8 +237,27 @@ impl Manager {
     /// Starts an executor process for `spec`; its reader thread follows it.
     fn spawn(self: &Arc<Self>, spec: &str) -> std::io::Result<u64> {
         let (chan, child_end) = control::pair()?;
-        let mut cmd = Command::new(&self.exe);
+        // GPULESS_EXECUTOR_WRAPPER (a command and its arguments, split at white space) runs the
+        // executor under a tool: `strace -f -ttt -o FILE`, compute-sanitizer, perf.
+        let wrapper = std::env::var("GPULESS_EXECUTOR_WRAPPER").unwrap_or_default();
+        let mut words = wrapper.split_whitespace();
+        let mut cmd = match words.next() {
+            Some(tool) => {
+                let mut c = Command::new(tool);
+                c.args(words).arg(&self.exe);
+                c
+            }
+            None => Command::new(&self.exe),
+        };
         cmd.arg("__executor").arg("--partition").arg(spec);
+        // First: it clears the environment set below.
+        self.confine.apply(&mut cmd);
+        if self.confine.enabled {
+            cmd.arg("--confined");
+        }
+        if self.confine.seccomp {
+            cmd.arg("--seccomp");
+        }
         // A MIG profile (not the whole GPU, not an SM count) may get an instance created for it.
         if self.cfg.mig_create && spec != "whole" && !spec.starts_with("sms:") {
             cmd.arg("--create-mig");

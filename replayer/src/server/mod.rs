@@ -4,6 +4,8 @@
 //! - [`config`]: the TOML configuration.
 //! - [`manager`]: admission to partitions, the executor processes (warm pool, one per
 //!   session), the cache index.
+//! - [`confine`]: executors confined for untrusted tenants (user, namespaces, file-system
+//!   view, seccomp).
 //! - [`control`]: the server ↔ executor channel, which also hands the client's connection
 //!   to the executor, so a session's data never passes through the server.
 //! - [`executor`]: the executor process's loop on the replayer's streaming engine.
@@ -20,6 +22,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod confine;
 pub mod control;
 pub mod executor;
 pub mod functions;
@@ -93,7 +96,18 @@ async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
         );
     }
     let profiles = profile_sms();
-    let mgr = Manager::new(cfg.clone(), exe, profiles).map_err(|e| ServeError::Start(format!("cache: {e}")))?;
+    let mut plan = {
+        let dirs = [std::path::Path::new(&cfg.cache.memory_dir), std::path::Path::new(&cfg.cache.disk_dir)];
+        confine::Plan::new(&cfg.confine, &exe, &dirs).map_err(|e| ServeError::Start(format!("confinement: {e}")))?
+    };
+    if let Some(warning) =
+        plan.probe(&exe, cfg.confine.namespaces).map_err(|e| ServeError::Start(format!("confinement: {e}")))?
+    {
+        tracing::warn!("{warning}");
+    }
+    tracing::info!("{}", plan.describe());
+    let mgr = Manager::with_confinement(cfg.clone(), exe, profiles, plan)
+        .map_err(|e| ServeError::Start(format!("cache: {e}")))?;
     let mut tcp_addr = None;
     let mut tasks = Vec::new();
     if !cfg.listen.is_empty() {

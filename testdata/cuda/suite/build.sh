@@ -91,7 +91,7 @@ for p in big_copy callbacks bad_inputs; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
 # Issue 35's programs: memory models and graph node kinds; managed_cost is a cost probe.
-for p in managed_linked mapped_mem pools graph_mem conditional managed_cost; do
+for p in managed_linked mapped_mem pools graph_mem conditional managed_cost hostile; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
 build vmm "${common[@]}" -cudart shared "$here/vmm.cu" -lcuda
