@@ -23,6 +23,7 @@ const LOCAL_RULES: &[(&str, &str)] = &[
     ("capture", "Capture"),
     ("handle", "Handle"),
     ("runtime", "Runtime"),
+    ("link", "Link"),
 ];
 
 const REFUSALS: &[(&str, &str)] = &[

@@ -124,11 +124,12 @@ fn every_function_has_one_disposition_and_local_answers_change_no_device_state()
         if let Disposition::Local(rule) = f.disposition {
             // A local answer of success for a call that changes device state would be a silent
             // success: only queries, host memory the client owns, what the arena keeps of its
-            // allocations (their pointer attributes), and the client's view of the session's one
-            // context may be answered locally.
+            // allocations (their pointer attributes), the client's view of the session's one
+            // context, and the JIT linker (a host-side tool: its product reaches the device only
+            // through a later module load) may be answered locally.
             let harmless = f.is_query()
                 || f.sync == SyncClass::HostMemory
-                || matches!(rule, LocalRule::Context | LocalRule::Runtime | LocalRule::Address);
+                || matches!(rule, LocalRule::Context | LocalRule::Runtime | LocalRule::Address | LocalRule::Link);
             assert!(harmless, "{} ({:?}) is answered locally by {rule:?} but changes device state", f.name, f.sync);
         }
         if f.level == ApiLevel::Driver {
@@ -154,6 +155,11 @@ fn every_function_has_one_disposition_and_local_answers_change_no_device_state()
         "cuMemAllocManaged",
     ] {
         assert_eq!(d(n), Disposition::Server, "{n}");
+    }
+    // The JIT linker: the client keeps the link's handle and options, the server its driver's
+    // link state (issue 34).
+    for n in ["cuLinkCreate", "cuLinkAddData", "cuLinkAddFile", "cuLinkComplete", "cuLinkDestroy"] {
+        assert_eq!(d(n), Disposition::Local(LocalRule::Link), "{n}");
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod ctype;
 pub mod errors;
+pub mod jit;
 pub mod node_answer;
 pub mod parse;
 pub mod structs;

@@ -458,6 +458,13 @@ pub enum LocalRule {
     Handle,
     /// Runtime registration (`__cudaRegister*`): the program's libcudart, on the client.
     Runtime,
+    /// The JIT linker (`cuLink*`), a host-side tool that changes no device state: the client
+    /// makes up a link's handle and keeps its options; the server's executor keeps a link state
+    /// of its driver per handle, and each add (`cuLinkAddFile` reads the file where the program
+    /// runs) and the completion wait for the driver's answer ([`super::jit`]: the options'
+    /// kinds; `gpuless_traces::protocol::link`: the requests and their answers, the driver's
+    /// status, the linked image and what the driver wrote into the options).
+    Link,
 }
 
 /// Why a [`Disposition::Refused`] function is refused.

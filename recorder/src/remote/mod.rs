@@ -11,8 +11,8 @@
 //! - sent ahead without waiting: every driver call the server must execute, as a trace record
 //!   in the session's current segment ([`session`]);
 //! - waiting only where the program needs a result: device-to-host copies, synchronizations,
-//!   state queries (event timings, memory information). A synchronization when nothing was sent
-//!   since the last answer is answered locally.
+//!   state queries (event timings, memory information), a JIT link's adds and completion ([`jit`]). A
+//!   synchronization when nothing was sent since the last answer is answered locally.
 //!
 //! The same library answers NVML (`libnvidia-ml.so.1`) for the session's device ([`nvml`]).
 //!
@@ -25,6 +25,7 @@ mod driver;
 pub(crate) mod graph_mem;
 mod host;
 mod hostfn;
+mod jit;
 mod link;
 mod local;
 mod memo;

@@ -163,6 +163,9 @@ pub(crate) fn call(
         if rec.function.name() == gpuless_traces::model::FUNCTION_FOUND {
             return super::hostview::function_found(st, rec);
         }
+        if rec.function.name() == gpuless_traces::protocol::link::LINK {
+            return super::jit::call(st, trace, rec, report);
+        }
         return Err(ReplayError::Unsupported {
             seq: rec.seq,
             what: rec.function.name().to_string(),

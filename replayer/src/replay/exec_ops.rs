@@ -165,9 +165,6 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
                 let s = st.stream(c.word("hStream")?)?;
                 check(sys::cuLaunchHostFunc(s, Some(super::host_calls::noop), std::ptr::null_mut()), seq, name)?;
             }
-            // The JIT linker runs on the host; its product reaches the device through the
-            // recorded load of the linked image (cuModuleLoadData), which holds its bytes.
-            "cuLinkCreate" | "cuLinkAddData" | "cuLinkAddFile" | "cuLinkComplete" | "cuLinkDestroy" => {}
             "cuProfilerStart" | "cuProfilerStop" => {
                 type F = unsafe extern "C" fn() -> sys::CUresult;
                 let sym: &[u8] = if name == "cuProfilerStart" { b"cuProfilerStart\0" } else { b"cuProfilerStop\0" };

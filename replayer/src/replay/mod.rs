@@ -20,6 +20,7 @@ pub mod handled;
 pub(crate) mod host_calls;
 mod hostview;
 pub mod hot;
+mod jit;
 pub(crate) mod launch;
 mod load;
 pub mod lower;
@@ -320,6 +321,8 @@ pub(crate) struct State {
     /// addressing a kernel may read it directly; the first launch given a pointer into it
     /// re-creates it as device memory at its address (`launch::reach_pinned`).
     pub pinned: std::collections::BTreeMap<u64, u64>,
+    /// A client's JIT links, by the client's handles (`jit.rs`); destroyed with the state.
+    pub links: jit::Links,
 }
 
 impl State {
@@ -353,6 +356,7 @@ impl State {
             graph_memory: Default::default(),
             memory_nodes: HashMap::new(),
             pinned: Default::default(),
+            links: Default::default(),
         }
     }
 

@@ -331,7 +331,7 @@ pub fn describe_device(memory_limit: Option<u64>) -> gpuless_traces::protocol::D
 
 impl State {
     /// Destroys what the session created — executable graphs, graphs, texture and surface
-    /// objects, arrays, streams, events — and
+    /// objects, arrays, streams, events, JIT links — and
     /// unloads the code images it loaded, so that an executor kept for the next session of the
     /// program holds none of it (the next session loads fresh images: a module's globals are
     /// as its image says, not as the last session left them).
@@ -341,6 +341,7 @@ impl State {
         // not destroyed.
         unsafe {
             sys::cuCtxSynchronize();
+            self.links.destroy_all();
             for (_, e) in self.objects.execs.drain() {
                 sys::cuGraphExecDestroy(e);
             }

@@ -9,7 +9,9 @@
 //! host-to-device payloads) travel by content hash: [`Message::BlobQuery`] asks which the
 //! server holds, [`Message::BlobData`] sends the bytes of the others. A function file
 //! (`gpuless compile`) uploaded as a blob is registered under a name with [`Message::Deploy`]
-//! and run with [`Message::Invoke`], which the server answers with its [`Outputs`].
+//! and run with [`Message::Invoke`], which the server answers with its [`Outputs`]. A client's
+//! JIT link travels as records of gpuless's own, one per step, an add answered with the driver's
+//! status, a completion with the linked image too ([`link`]).
 //!
 //! Everything here is plain `std` I/O and total decoding (every decoder returns a
 //! [`ProtocolError`] on bad input), so the server, its executors and every client share it.
@@ -17,6 +19,7 @@
 pub mod client;
 pub mod codec;
 pub mod frame;
+pub mod link;
 pub mod message;
 pub mod piece;
 pub mod segment;

@@ -11,7 +11,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use gpuless_analyzer::api::{errors, structs, ApiFunction, ArgKind, Direction, HandleKind, SyncClass};
+use gpuless_analyzer::api::{
+    errors, structs, ApiFunction, ArgKind, Direction, Disposition, HandleKind, LocalRule, SyncClass,
+};
 
 use gpuless_analyzer::occupancy;
 
@@ -186,6 +188,10 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
     // SAFETY: forwarded from the caller.
     if let Some(st) = unsafe { super::checks::check(f, raw) } {
         return Step::Done(st);
+    }
+    if f.disposition == Disposition::Local(LocalRule::Link) {
+        // SAFETY: forwarded from the caller.
+        return Step::Done(unsafe { super::jit::call(f, raw) });
     }
     if f.name == "cuMemFree" && super::shared::active() {
         super::shared::remove(raw.first().copied().unwrap_or(0));

@@ -129,20 +129,9 @@ impl Session {
     ///
     /// # Safety
     /// `raw` are the waiting call's arguments; the recorded host buffers are the program's.
-    unsafe fn apply(&mut self, seq: u64, f: &ApiFunction, raw: &[u64], a: Answer) -> u32 {
-        let mut own: Option<Vec<u8>> = None;
-        let mut t = super::targets();
-        for (s, bytes) in a.outputs {
-            if s == seq {
-                own = Some(bytes);
-            } else if Some(s) == self.pull {
-                crate::remote::shared::apply_pull(&bytes);
-            } else {
-                // SAFETY: the program reads them only after the synchronization waiting now.
-                unsafe { t.deliver(s, &bytes) };
-            }
-        }
-        drop(t);
+    unsafe fn apply(&mut self, seq: u64, f: &ApiFunction, raw: &[u64], mut a: Answer) -> u32 {
+        // SAFETY: forwarded from the caller.
+        let own = unsafe { self.deliver(seq, std::mem::take(&mut a.outputs)) };
         let first_error = |errors: &[CallError]| errors.first().map(|e| e.code as u32);
         match f.sync {
             SyncClass::DeviceToHost | SyncClass::CopyAnyDirection => {
@@ -179,6 +168,84 @@ impl Session {
             _ => first_error(&a.errors).unwrap_or(0),
         }
     }
+
+    /// Puts an answer's outputs where they go: the bytes of asynchronous copies into their host
+    /// buffers, a pull's into managed memory; the output of record `seq` (the call that waited)
+    /// is returned.
+    ///
+    /// # Safety
+    /// The recorded host buffers are the program's, read by it only after this wait.
+    unsafe fn deliver(&mut self, seq: u64, outputs: Vec<(u64, Vec<u8>)>) -> Option<Vec<u8>> {
+        let mut own = None;
+        let mut t = super::targets();
+        for (s, bytes) in outputs {
+            if s == seq {
+                own = Some(bytes);
+            } else if Some(s) == self.pull {
+                crate::remote::shared::apply_pull(&bytes);
+            } else {
+                // SAFETY: the program reads them only after the synchronization waiting now.
+                unsafe { t.deliver(s, &bytes) };
+            }
+        }
+        own
+    }
+}
+
+/// `CUDA_ERROR_DEINITIALIZED`: the session was closed at exit.
+const DEINITIALIZED: u32 = 4;
+
+/// Sends a record of gpuless's own (`name`, `args`: one the executor answers with an output
+/// under its sequence number) after everything queued, and waits for the answer: that output,
+/// or the status the waiting call `f` returns (the session is lost or closed; an earlier
+/// call's error, or `LOST`, when the answer carries no output for it).
+pub(crate) fn ask(f: &ApiFunction, name: &str, args: Vec<Value>) -> Result<Vec<u8>, u32> {
+    let mut g = lock();
+    let sess = match open_session(&mut g) {
+        Ok(sess) => sess,
+        Err(0) => return Err(DEINITIALIZED),
+        Err(st) => return Err(st),
+    };
+    sess.push_dirty();
+    let seq = sess.push_other(name, args);
+    sess.push_pull();
+    sess.waits += 1;
+    *sess.waited_for.entry(f.name).or_insert(0) += 1;
+    let mut a = match sess.send(true) {
+        Ok(Some(a)) => a,
+        Ok(None) => return Err(LOST),
+        Err(e) => {
+            sess.fail(&e);
+            return Err(LOST);
+        }
+    };
+    // SAFETY: the program's buffers of earlier asynchronous copies, complete at this answer.
+    let own = unsafe { sess.deliver(seq, std::mem::take(&mut a.outputs)) };
+    own.ok_or_else(|| a.errors.first().map_or(LOST, |e| e.code as u32))
+}
+
+/// Queues a record of gpuless's own (`name`, `args`: one the executor does not answer), to go
+/// out with the session's next segment; the status a call gets without a session otherwise
+/// (lost, closed, or a full segment that could not be sent).
+pub(crate) fn tell(name: &str, args: Vec<Value>) -> Result<(), u32> {
+    let mut g = lock();
+    let sess = match open_session(&mut g) {
+        Ok(sess) => sess,
+        Err(0) => return Err(DEINITIALIZED),
+        Err(st) => return Err(st),
+    };
+    let was = sess.sendable();
+    sess.push_other(name, args);
+    if was == 0 && sess.sendable() > 0 {
+        super::FLUSH.notify_one();
+    }
+    if sess.pending.len() >= super::batch() {
+        if let Err(e) = sess.send(false) {
+            sess.fail(&e);
+            return Err(LOST);
+        }
+    }
+    Ok(())
 }
 
 /// Writes a query's answer (from the server or the memo) to the program's out-pointers.

@@ -28,7 +28,7 @@ mod answers;
 mod entry;
 mod outgoing;
 
-pub(crate) use answers::wait;
+pub(crate) use answers::{ask, tell, wait};
 use answers::{print_device_output, settle, write_query};
 pub(crate) use entry::proc_address;
 pub(crate) use outgoing::{mirror_host, targets};

@@ -98,7 +98,7 @@ impl Session {
     }
 
     /// Queues a record of gpuless's own (not a driver call); its sequence number.
-    fn push_other(&mut self, name: &str, args: Vec<Value>) -> u64 {
+    pub(super) fn push_other(&mut self, name: &str, args: Vec<Value>) -> u64 {
         let seq = state::next_seq();
         let mut rec = CallRecord::new(seq, gpuless_analyzer::api::ApiLevel::Other, Function::Other(name.to_string()));
         rec.thread = crate::record::tid();
