@@ -8,7 +8,7 @@
 #   scripts/gpu-suite-sched.sh BIN_DIR OUT_DIR
 #
 # Runs, in order: each BE model alone (its throughput), RT alone at each share, then for each
-# policy RT with all BE clients at each share (BE started first, counted only while RT is
+# policy RT with all BE clients at each share, at the arrival rate RT alone had (BE started first, counted only while RT is
 # measured). SCHED_UTILS (default "0.25 0.5"), SCHED_POLICIES (default "off gate preempt
 # preempt:4": a policy, with `:N` a best-effort window of N kernels), SCHED_BE (default
 # "bert vgg19 train"), SCHED_SECONDS (RT's measured time, default 15). Prints one
@@ -59,13 +59,17 @@ wait_for() { # FILE... (at most 180 s)
   done
   return 1
 }
-rt() { # UTIL OUT
-  RT_UTIL=$1 RT_SECONDS=$secs RT_READY="$2.ready" hidden "$gl" run --remote "$addr" -- \
+rt() { # UTIL OUT [RATE]: with RATE, that arrival rate (RT alone's at the share)
+  RT_UTIL=$1 RT_RATE=${3:-} RT_SECONDS=$secs RT_READY="$2.ready" hidden "$gl" run --remote "$addr" -- \
     python3 "$wl/rt_poisson.py" >"$2" 2>"$2.err"
+}
+rate_of() { # FILE: the arrival rate RT alone used
+  python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["rate_per_s"])' "$1" 2>/dev/null
 }
 be() { # MODEL OUT [GO STOP]: in the background
   BE_MODEL=$1 BE_SECONDS=$((secs + 240)) BE_READY="$2.ready" BE_GO="${3:-}" BE_STOP="${4:-}" \
     hidden "$gl" run --remote "$addr" --best-effort -- python3 "$wl/be_loop.py" >"$2" 2>"$2.err" &
+  pids+=($!)
 }
 
 runs="$out/runs"
@@ -90,7 +94,7 @@ for p in $policies; do
     tag="$p-$u"
     go="$runs/$tag.go"; stop="$runs/$tag.stop"
     rm -f "$go" "$stop"
-    ready=()
+    ready=(); pids=()
     for m in $bes; do
       be "$m" "$runs/be-$tag-$m.json" "$go" "$stop"
       ready+=("$runs/be-$tag-$m.json.ready")
@@ -98,9 +102,11 @@ for p in $policies; do
     wait_for "${ready[@]}" || echo "sched: BE clients of $tag not ready" >&2
     # BE counts from RT's measured start (its ready file) to its end.
     (wait_for "$runs/rt-$tag.json.ready" && touch "$go") &
-    rt "$u" "$runs/rt-$tag.json"
+    pids+=($!)
+    rt "$u" "$runs/rt-$tag.json" "$(rate_of "$runs/rt-alone-$u.json")"
     touch "$stop"
-    wait
+    # Not a bare `wait`: the server is a background job too.
+    wait "${pids[@]}"
   done
   stop_server
 done

@@ -2,7 +2,7 @@
 batch 1 inferences with Poisson arrivals, open loop.
 
 The service time alone is measured first (median of 30 inferences); the arrival rate is
-RT_UTIL (default 0.25) of what that service time allows. For RT_SECONDS (default 15) requests
+RT_UTIL (default 0.25) of what that service time allows, or RT_RATE requests per second. For RT_SECONDS (default 15) requests
 arrive at exponential intervals; each starts when it arrives or when the previous one ended,
 whichever is later, and its latency is from arrival to result (queueing included). Prints one
 JSON line: the service time, the rate, the count, p50/p99/p99.9 latency in ms, the checksum of
@@ -32,7 +32,9 @@ def main():
             times.append(time.perf_counter() - t0)
     times.sort()
     service = times[len(times) // 2]
-    rate = util / service
+    # RT_RATE (requests per second) fixes the arrival rate, so that a run beside best-effort
+    # load gets the same arrivals as the run alone (whose rate came from its service time).
+    rate = float(os.environ["RT_RATE"]) if os.environ.get("RT_RATE") else util / service
     ready = os.environ.get("RT_READY")
     if ready:
         with open(ready, "w") as f:
