@@ -64,7 +64,9 @@ impl View {
         env: &[(OsString, OsString)],
         uid: u32,
     ) -> Result<View, ConfineError> {
-        let base = std::env::temp_dir().join("gpuless-executor-root");
+        // One per user: servers of several users on a machine each have their own.
+        // SAFETY: geteuid has no preconditions.
+        let base = std::env::temp_dir().join(format!("gpuless-executor-root-{}", unsafe { libc::geteuid() }));
         make_mount_point(&base).map_err(|e| ConfineError::Io(base.display().to_string(), e))?;
         let mut wants: Vec<Want> = Vec::new();
         let ro = |p: &str| Want { path: PathBuf::from(p), write: false };
