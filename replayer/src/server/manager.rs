@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -237,27 +237,7 @@ impl Manager {
     /// Starts an executor process for `spec`; its reader thread follows it.
     fn spawn(self: &Arc<Self>, spec: &str) -> std::io::Result<u64> {
         let (chan, child_end) = control::pair()?;
-        // GPULESS_EXECUTOR_WRAPPER (a command and its arguments, split at white space) runs the
-        // executor under a tool: `strace -f -ttt -o FILE`, compute-sanitizer, perf.
-        let wrapper = std::env::var("GPULESS_EXECUTOR_WRAPPER").unwrap_or_default();
-        let mut words = wrapper.split_whitespace();
-        let mut cmd = match words.next() {
-            Some(tool) => {
-                let mut c = Command::new(tool);
-                c.args(words).arg(&self.exe);
-                c
-            }
-            None => Command::new(&self.exe),
-        };
-        cmd.arg("__executor").arg("--partition").arg(spec);
-        // First: it clears the environment set below.
-        self.confine.apply(&mut cmd);
-        if self.confine.enabled {
-            cmd.arg("--confined");
-        }
-        if self.confine.seccomp {
-            cmd.arg("--seccomp");
-        }
+        let mut cmd = self.confine.executor_command(&self.exe, spec);
         // A MIG profile (not the whole GPU, not an SM count) may get an instance created for it.
         if self.cfg.mig_create && spec != "whole" && !spec.starts_with("sms:") {
             cmd.arg("--create-mig");

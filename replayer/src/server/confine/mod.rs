@@ -162,6 +162,32 @@ impl Plan {
         }
     }
 
+    /// The command of an executor for partition `spec` run from `exe`, confined by the plan
+    /// (environment set on it afterwards is kept). GPULESS_EXECUTOR_WRAPPER (a command and its
+    /// arguments, split at white space) runs it under a tool: `strace -ff -o DIR/x`, perf,
+    /// compute-sanitizer (confined too).
+    pub fn executor_command(&self, exe: &Path, spec: &str) -> Command {
+        let wrapper = std::env::var("GPULESS_EXECUTOR_WRAPPER").unwrap_or_default();
+        let mut words = wrapper.split_whitespace();
+        let mut cmd = match words.next() {
+            Some(tool) => {
+                let mut c = Command::new(tool);
+                c.args(words).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        cmd.arg("__executor").arg("--partition").arg(spec);
+        self.apply(&mut cmd);
+        if self.enabled {
+            cmd.arg("--confined");
+        }
+        if self.seccomp {
+            cmd.arg("--seccomp");
+        }
+        cmd
+    }
+
     /// Tries the plan once on `exe --version`: where namespaces are refused, `auto` goes on
     /// without them (returned as a warning) and `on` fails.
     pub fn probe(&mut self, exe: &Path, mode: NamespaceMode) -> Result<Option<String>, ConfineError> {
