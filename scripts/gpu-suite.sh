@@ -32,6 +32,8 @@
 #   way, and what managed memory costs through the client (scripts/gpu-suite-managed-cost.sh).
 #   Confinement (issue 37, scripts/gpu-suite-confine.sh; GPULESS_SUITE_SKIP_CONFINE=1 leaves it
 #   out): executors' process status, a hostile session beside a victim, the seccomp filter.
+#   GPUs (issue 37, scripts/gpu-suite-gpus.sh; GPULESS_SUITE_SKIP_GPUS=1 leaves it out): a server
+#   owning every GPU, placement, --gpu, device nodes, 8 sessions on two GPUs against one.
 #   CUDA samples (issue 34, scripts/gpu-suite-samples.sh, only with GPULESS_SUITE_SAMPLES=DIR, the
 #   folder scripts/samples/prepare.sh exports): every selected sample of NVIDIA/cuda-samples built
 #   here, native, recorded + replayed, and through the client, outputs compared normalized.
@@ -538,6 +540,15 @@ if [[ -f scripts/gpu-suite-confine.sh && -x $suite_bin/hostile && -z ${GPULESS_S
   cfrc=$?
   while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/confine.txt")
   grep -q '^row|' "$out/confine.txt" || row "confine" FAIL "rc=$cfrc $(tail -n 2 "$out/confine.txt" | tr '\n' ' ')"
+fi
+# Issue 37: every GPU of the host (scripts/gpu-suite-gpus.sh): discovery, placement, --gpu,
+# each executor's device nodes, 8 concurrent sessions on two GPUs against one (replays and live
+# clients). One INFO row on a machine with one GPU. GPULESS_SUITE_SKIP_GPUS=1 leaves it out.
+if [[ -f scripts/gpu-suite-gpus.sh && -z ${GPULESS_SUITE_SKIP_GPUS:-} ]]; then
+  timeout -k 10 "${GPULESS_GPUS_TIMEOUT:-900}" bash scripts/gpu-suite-gpus.sh "$bin" "$out/gpus" >"$out/gpus.txt" 2>&1
+  gprc=$?
+  while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/gpus.txt")
+  grep -q '^row|' "$out/gpus.txt" || row "gpus" FAIL "rc=$gprc $(tail -n 2 "$out/gpus.txt" | tr '\n' ' ')"
 fi
 # Issue 35: what managed memory costs through the client (scripts/gpu-suite-managed-cost.sh:
 # managed_cost, 1 GiB, 5 steps; bytes per step against the array's size), with the compat rows.

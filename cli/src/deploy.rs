@@ -56,6 +56,7 @@ pub fn run(a: &DeployArgs) -> anyhow::Result<ExitCode> {
         tls_ca: a.tls_ca.as_deref(),
         program: format!("deploy {}", a.name),
         whole_segments: false,
+        gpu: None,
         ..session::SessionSpec::default()
     })?;
     let what = || format!("deploying {} as `{}` on {endpoint}", a.function.display(), a.name);

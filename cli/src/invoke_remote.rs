@@ -92,6 +92,7 @@ pub fn run(a: &InvokeArgs, t: &Target) -> anyhow::Result<ExitCode> {
         // it an executor that kept NAME set up after an earlier session (a warm function).
         program: format!("{}{name}", gpuless_replayer::server::warm::PROGRAM_PREFIX),
         whole_segments: false,
+        gpu: None,
         ..session::SessionSpec::default()
     })?;
     let session_s = t_open.elapsed().as_secs_f64();

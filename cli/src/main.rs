@@ -109,6 +109,10 @@ enum Command {
         /// The partition to ask for: a MIG profile (`3g.71gb`), `sms:N` or `whole` (the default).
         #[arg(long, value_name = "PROFILE")]
         mig: Option<String>,
+        /// The server's GPU to run on (its index, as `gpuless devices` numbers them); default:
+        /// wherever the server places the session (docs/SERVING.md, placement).
+        #[arg(long, value_name = "INDEX")]
+        gpu: Option<u32>,
         /// The server's token (default: $GPULESS_TOKEN).
         #[arg(long)]
         token: Option<String>,
@@ -192,6 +196,10 @@ enum Command {
         /// With --remote: ask for the best-effort priority class (default: latency-critical).
         #[arg(long, requires = "remote")]
         best_effort: bool,
+        /// With --remote: the server's GPU to replay on (its index); default: wherever the
+        /// server places the session.
+        #[arg(long, value_name = "INDEX", requires = "remote")]
+        gpu: Option<u32>,
         /// With --remote tls://HOST:PORT: PEM file of the CA certificates that may sign the
         /// server's certificate (or the server's self-signed certificate itself). Default:
         /// $GPULESS_TLS_CA.
@@ -426,12 +434,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             remote,
             token,
             best_effort,
+            gpu,
             tls_ca,
         } => {
             if let Some(addr) = remote {
                 let args = remote::RemoteArgs {
                     addr,
                     partition: mig,
+                    gpu,
                     token,
                     best_effort,
                     iterations,
@@ -449,11 +459,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 replay::run(&trace, &opts, &part)
             }
         }
-        Command::Run { remote, tls_ca, mig, token, best_effort, stats, json, command } => {
+        Command::Run { remote, tls_ca, mig, gpu, token, best_effort, stats, json, command } => {
             let args = run::RunArgs {
                 remote,
                 tls_ca,
                 partition: mig,
+                gpu,
                 token,
                 best_effort,
                 stats,

@@ -26,8 +26,11 @@ use gpuless_replayer::replay::green::init_green_device;
 use gpuless_replayer::replay::{init_device, Device};
 use serde::Serialize;
 
-/// The GPU (NVML index) that `--mig` profiles are resolved on and instances are created on.
-const GPU: u32 = 0;
+/// The GPU (NVML index) that `--mig` profiles are resolved on and instances are created on:
+/// GPU 0, or the one a server's executor is started for (`GPULESS_GPU_NVML`).
+fn gpu() -> u32 {
+    std::env::var("GPULESS_GPU_NVML").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
 
 /// The partition flags of `gpuless replay`.
 #[derive(Debug, Clone, Default)]
@@ -155,7 +158,8 @@ fn query_gpus() -> anyhow::Result<Vec<GpuInfo>> {
 }
 
 fn gpu0(gpus: &[GpuInfo]) -> anyhow::Result<&GpuInfo> {
-    gpus.iter().find(|g| g.index == GPU).ok_or_else(|| anyhow!("NVML reports no GPU {GPU}"))
+    let n = gpu();
+    gpus.iter().find(|g| g.index == n).ok_or_else(|| anyhow!("NVML reports no GPU {n}"))
 }
 
 /// Decides where the replay runs. For a MIG target this sets `CUDA_VISIBLE_DEVICES` in this
@@ -173,7 +177,8 @@ pub fn prepare(args: &PartitionArgs) -> anyhow::Result<Prepared> {
     let target = if is_mig_uuid(mig) { select_by_uuid(&gpus, mig)? } else { select_existing(gpu0(&gpus)?, mig)? };
     let uuid = target.uuid().ok_or_else(|| anyhow!("the chosen MIG device has no UUID"))?.to_string();
     if let Ok(previous) = std::env::var("CUDA_VISIBLE_DEVICES") {
-        if previous != uuid {
+        // A server's executor is started with its GPU's UUID there: not worth a note.
+        if previous != uuid && std::env::var_os("GPULESS_GPU_NVML").is_none() {
             eprintln!("gpuless: note: CUDA_VISIBLE_DEVICES={previous} replaced by {uuid} for --mig");
         }
     }
@@ -264,7 +269,7 @@ pub fn run_created(path: &Path, opts: &crate::replay::RunOptions, args: &Partiti
     }
     let exe = std::env::current_exe().context("finding the gpuless executable for the child replay")?;
     let mut ops = NvmlMig::open(None)?;
-    let run = run_on_created(&mut ops, GPU, mig, |uuid| {
+    let run = run_on_created(&mut ops, gpu(), mig, |uuid| {
         let mut cmd = Command::new(&exe);
         cmd.arg("replay").arg("--mig").arg(uuid).arg("--mig-created");
         if json {
@@ -285,8 +290,13 @@ pub fn run_created(path: &Path, opts: &crate::replay::RunOptions, args: &Partiti
         cmd.arg(path).status()
     })?;
     eprintln!(
-        "gpuless: created GPU instance {} ({} at placement {}) and compute instance {} on GPU {GPU} for {}",
-        run.gi.id, run.plan.profile.name, run.plan.placement, run.ci.id, run.uuid
+        "gpuless: created GPU instance {} ({} at placement {}) and compute instance {} on GPU {} for {}",
+        run.gi.id,
+        run.plan.profile.name,
+        run.plan.placement,
+        run.ci.id,
+        gpu(),
+        run.uuid
     );
     let code = match &run.value {
         Ok(status) => match status.code() {

@@ -28,6 +28,8 @@ pub struct RemoteArgs {
     pub addr: String,
     /// `--mig`: a profile, `sms:N` or `whole`.
     pub partition: Option<String>,
+    /// `--gpu`: the server's GPU to ask for.
+    pub gpu: Option<u32>,
     /// `--token` (else `GPULESS_TOKEN`).
     pub token: Option<String>,
     /// `--best-effort`.
@@ -422,6 +424,7 @@ pub fn run(path: &Path, args: &RemoteArgs) -> anyhow::Result<ExitCode> {
         program: format!("replay {}", path.display()),
         // Each synchronization's records go in one segment (`Client::plan`).
         whole_segments: true,
+        gpu: args.gpu,
     })?;
     if w.device.sm() != 0 && trace.meta.sm != 0 && w.device.sm() != trace.meta.sm {
         eprintln!(

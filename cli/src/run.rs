@@ -55,6 +55,8 @@ pub struct RunArgs {
     pub tls_ca: Option<PathBuf>,
     /// The partition to ask for (`--mig`): a MIG profile, `sms:N` or `whole`.
     pub partition: Option<String>,
+    /// `--gpu`: the server's GPU to ask for.
+    pub gpu: Option<u32>,
     /// `--token` (else the inherited `GPULESS_TOKEN`).
     pub token: Option<String>,
     /// Ask for the best-effort priority class.
@@ -155,6 +157,10 @@ pub fn run(args: &RunArgs, cmd: &[String]) -> anyhow::Result<ExitCode> {
     if std::env::var_os("TRITON_LIBCUDA_PATH").is_none() {
         child.env("TRITON_LIBCUDA_PATH", &dir.0);
     }
+    match args.gpu {
+        Some(g) => child.env("GPULESS_REMOTE_GPU", g.to_string()),
+        None => child.env_remove("GPULESS_REMOTE_GPU"),
+    };
     if let Some(t) = &args.trace {
         child.env("GPULESS_TRACE", t);
         if args.capture_outputs {

@@ -36,6 +36,10 @@ pub struct ServeArgs {
     /// Address of the Prometheus endpoint (GET /metrics).
     #[arg(long)]
     pub metrics: Option<String>,
+    /// File holding the bearer token `GET /metrics` must present (first line); the probes
+    /// (/healthz, /readyz) stay open.
+    #[arg(long, value_name = "FILE")]
+    pub metrics_token_file: Option<String>,
     /// File holding the clients' token.
     #[arg(long)]
     pub token_file: Option<String>,
@@ -49,7 +53,11 @@ pub struct ServeArgs {
     /// PEM private key of --tls-cert's certificate.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<String>,
-    /// Warm executors per partition spec, e.g. `whole=2` or `sms:16=1` (repeatable).
+    /// The GPUs to serve: `all` (default: every GPU NVML lists, or those of
+    /// CUDA_VISIBLE_DEVICES), or indices or UUIDs separated by commas (`0,1`).
+    #[arg(long, value_name = "all|LIST")]
+    pub gpus: Option<String>,
+    /// Warm executors per GPU and partition spec, e.g. `whole=2` or `sms:16=1` (repeatable).
     #[arg(long, value_name = "SPEC=N")]
     pub pool: Vec<String>,
     /// End sessions idle this many seconds.
@@ -134,6 +142,12 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(m) = &args.metrics {
         cfg.metrics = m.clone();
+    }
+    if let Some(f) = &args.metrics_token_file {
+        cfg.metrics_token_file = f.clone();
+    }
+    if let Some(g) = &args.gpus {
+        cfg.gpus = g.clone();
     }
     if let Some(t) = &args.tenants_file {
         cfg.tenants_file = t.clone();

@@ -35,6 +35,8 @@ pub struct SessionSpec<'a> {
     pub program: String,
     /// The client sends each synchronization's records in one segment (`Hello::whole_segments`).
     pub whole_segments: bool,
+    /// The server's GPU to ask for (`--gpu`); `None`: the server places the session.
+    pub gpu: Option<u32>,
 }
 
 /// Connects to the server and opens a session: the connection (reads time out after 600 s),
@@ -61,6 +63,7 @@ pub fn open(spec: &SessionSpec<'_>) -> anyhow::Result<(Connection, Welcome, Endp
         recorded_sm: spec.recorded_sm,
         program: spec.program.clone(),
         whole_segments: spec.whole_segments,
+        gpu: spec.gpu,
     };
     let w = conn.handshake(&hello).with_context(|| format!("opening a session on {endpoint}"))?;
     Ok((conn, w, endpoint))

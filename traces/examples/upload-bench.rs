@@ -37,6 +37,7 @@ fn main() {
             recorded_sm: 0,
             program: String::new(),
             whole_segments: false,
+            gpu: None,
         };
         c.handshake(&hello).expect("session");
         let t0 = Instant::now();

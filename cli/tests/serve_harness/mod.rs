@@ -125,6 +125,7 @@ pub fn hello(token: &str) -> Hello {
         recorded_sm: 90,
         program: "test".into(),
         whole_segments: false,
+        gpu: None,
     }
 }
 

@@ -1,8 +1,8 @@
 //! The checks the driver makes of a call's arguments before it accepts the call, made by the
 //! client from what it knows (the device's limits, the kernels it loaded, the session's
 //! allocations): a program's bad launch configuration, a copy or set outside device memory, a
-//! free of something never allocated, or a function handle the session never made gets the
-//! driver's error when it is called — not a success followed by an error at the next
+//! free of something never allocated, a function handle the session never made, or a context or
+//! event the program destroyed gets the driver's error when it is called — not a success followed by an error at the next
 //! synchronization, or the end of the session.
 
 use gpuless_analyzer::api::ApiFunction;
@@ -27,6 +27,10 @@ const MAX_DYNAMIC_SHARED: u32 = 8;
 /// # Safety
 /// `raw` are the program's arguments to `f` (a launch configuration's pointer is read).
 pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
+    // A context or event the program destroyed (the server no longer knows the handle).
+    if let Some(st) = local::destroyed(f, raw) {
+        return Some(st);
+    }
     let arg = |name: &str| f.args.iter().position(|a| a.name == name).and_then(|i| raw.get(i).copied());
     // Nowhere to write the answer: every output pointer null (those the driver treats as
     // optional, measured on driver 580: `cuCtxPopCurrent`'s and `cuMemGetInfo`'s).

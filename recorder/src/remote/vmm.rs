@@ -11,6 +11,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
+use gpuless_analyzer::api::ApiFunction;
+
+use super::local::{self, Step};
 use crate::arena;
 
 const INVALID_VALUE: u32 = 1;
@@ -38,6 +41,38 @@ fn with<T>(f: impl FnOnce(&mut Books) -> T) -> T {
     f(g.get_or_insert_with(Books::default))
 }
 
+/// The client's part of a call of the program's own virtual memory: the books decide what the
+/// driver would refuse; accepted calls go to the server (`local::run`). `None` for every other
+/// function.
+///
+/// # Safety
+/// `raw` are the program's arguments to `f`.
+pub(crate) unsafe fn call(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    let refused = |st: Option<u32>| Some(st.map_or(Step::Done(0), Step::Done));
+    match f.name {
+        "cuMemCreate" => {
+            if let Some(st) = create_refused(w(1), w(2)) {
+                return Some(Step::Done(st));
+            }
+            let h = local::new_handle();
+            // SAFETY: the program's out-pointer (checked non-null) and properties.
+            unsafe {
+                *(w(0) as *mut u64) = h;
+                created(h, w(1), w(2));
+            }
+            Some(Step::Done(0))
+        }
+        "cuMemRelease" => refused(release(w(0))),
+        "cuMemMap" => refused(map(w(0), w(1), w(2), w(3))),
+        "cuMemUnmap" => refused(unmap(w(0), w(1))),
+        "cuMemSetAccess" => refused((!mapped(w(0), w(1)) || w(2) == 0 || w(3) == 0).then_some(INVALID_VALUE)),
+        // SAFETY: the program's out-pointer for the properties.
+        "cuMemGetAllocationPropertiesFromHandle" => Some(Step::Done(unsafe { properties(w(0), w(1)) })),
+        _ => None,
+    }
+}
+
 /// `cuMemCreate(handle*, size, prop*, flags)` made handle `h`: its size and properties, as the
 /// driver reports them (no compression where the device has none).
 ///
@@ -49,7 +84,7 @@ pub(crate) unsafe fn created(h: u64, size: u64, prop: u64) {
         // SAFETY: the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(prop as *const u8, p.as_mut_ptr(), PROP_BYTES) };
     }
-    if super::local::attr(GENERIC_COMPRESSION_SUPPORTED).unwrap_or(0) == 0 {
+    if local::attr(GENERIC_COMPRESSION_SUPPORTED).unwrap_or(0) == 0 {
         p[COMPRESSION_AT] = 0;
     }
     with(|b| b.handles.insert(h, (size, p)));

@@ -24,14 +24,24 @@ CUresult cuInit(unsigned flags) { (void)flags; return 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
 CUresult cuDeviceGet(int *d, int ordinal) { *d = ordinal; return 0; }
 CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
-CUresult cuDeviceGetName(char *name, int len, int dev) { (void)dev; strncpy(name, "Fake GPU", len); return 0; }
+/* A server's executor for one of several GPUs sees it through CUDA_VISIBLE_DEVICES: the
+   stand-in's name and UUID say which. */
+CUresult cuDeviceGetName(char *name, int len, int dev) {
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  (void)dev;
+  if (v && *v) snprintf(name, (size_t)len, "Fake GPU %s", v); else strncpy(name, "Fake GPU", len);
+  return 0; }
 CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
   /* A real GPU's launch limits (threads per block, block and grid dimensions), sm_90, 1 else. */
   static const int limits[] = {0, 1024, 1024, 1024, 64, 2147483647, 65535, 65535};
   (void)dev;
   *v = attr >= 1 && attr <= 7 ? limits[attr] : attr == 75 ? 9 : attr == 76 ? 0 : 1;
   return 0; }
-CUresult cuDeviceGetUuid_v2(unsigned char *u, int dev) { (void)dev; memset(u, 0xab, 16); return 0; }
+CUresult cuDeviceGetUuid_v2(unsigned char *u, int dev) {
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  (void)dev; memset(u, 0xab, 16);
+  if (v && *v) u[15] = (unsigned char)atoi(v);
+  return 0; }
 CUresult cuCtxGetCurrent(void **c) { *c = &ctx_token; return 0; }
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
   if (heap_top + n > sizeof heap) return 2;

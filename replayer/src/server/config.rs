@@ -92,6 +92,12 @@ pub struct Config {
     pub socket: String,
     /// Prometheus metrics endpoint (`127.0.0.1:7012`, `GET /metrics`); empty: none.
     pub metrics: String,
+    /// A file holding the bearer token `GET /metrics` must present (first line), kept out of
+    /// the config; empty: the scrape is open. The probes (`/healthz`, `/readyz`) stay open.
+    pub metrics_token_file: String,
+    /// The token read from `metrics_token_file` (filled in by [`Config::resolve`]); empty: none.
+    #[serde(skip)]
+    pub metrics_token: String,
     /// Access token clients must present. Empty: none needed (then TCP listens on loopback
     /// only). Read from `token_file` if that is set.
     pub token: String,
@@ -108,8 +114,13 @@ pub struct Config {
     /// Who a client is, from `token` and `tenants` (filled in by [`Config::resolve`]).
     #[serde(skip)]
     pub identities: super::tenants::Tenants,
-    /// Warm executors kept per partition spec (`whole`, `sms:N`, a profile name): started
-    /// ahead with their CUDA context initialized.
+    /// The GPUs the server owns: `all` (the default: every GPU NVML lists, or those of the
+    /// server's `CUDA_VISIBLE_DEVICES` where that is set), or GPU indices or UUIDs separated by
+    /// commas (`0,1`). Each gets its own executors, warm pool, partitions and priority gate
+    /// ([`super::gpus`]).
+    pub gpus: String,
+    /// Warm executors kept per GPU and partition spec (`whole`, `sms:N`, a profile name):
+    /// started ahead with their CUDA context initialized.
     pub pool: BTreeMap<String, usize>,
     /// Most sessions at once.
     pub max_sessions: usize,
@@ -278,11 +289,14 @@ impl Default for Config {
             listen: "127.0.0.1:7011".into(),
             socket: String::new(),
             metrics: String::new(),
+            metrics_token_file: String::new(),
+            metrics_token: String::new(),
             token: String::new(),
             token_file: String::new(),
             tenants: BTreeMap::new(),
             tenants_file: String::new(),
             identities: Default::default(),
+            gpus: "all".into(),
             pool: BTreeMap::from([("whole".to_string(), 1)]),
             max_sessions: 64,
             queue: 64,
@@ -344,6 +358,17 @@ impl Config {
         if !self.token_file.is_empty() {
             let t = std::fs::read_to_string(&self.token_file).map_err(|e| err(format!("token_file: {e}")))?;
             self.token = t.lines().next().unwrap_or("").trim().to_string();
+        }
+        if !self.metrics_token_file.is_empty() {
+            let f = &self.metrics_token_file;
+            let t = std::fs::read_to_string(f).map_err(|e| err(format!("metrics_token_file {f}: {e}")))?;
+            self.metrics_token = t.lines().next().unwrap_or("").trim().to_string();
+            if self.metrics_token.is_empty() {
+                return Err(err(format!("metrics_token_file {f}: its first line is empty: put the token there")));
+            }
+        }
+        if let Some(warning) = self.metrics_warning() {
+            tracing::warn!(metrics = self.metrics, "{warning}");
         }
         if !self.tenants_file.is_empty() {
             let f = &self.tenants_file;
@@ -407,6 +432,16 @@ impl Config {
             return Err(err("max_sessions must be at least 1".into()));
         }
         Ok(self)
+    }
+
+    /// Why the metrics endpoint is exposed, where it listens off loopback with no
+    /// `metrics_token_file`: anyone who reaches it reads tenant and function names. `None`: no
+    /// endpoint, a loopback one, or a token set.
+    pub fn metrics_warning(&self) -> Option<&'static str> {
+        (!self.metrics.is_empty() && !is_loopback(&self.metrics) && self.metrics_token.is_empty()).then_some(
+            "the metrics endpoint is not on loopback and has no token: whoever reaches it reads tenant and function \
+             names (set metrics_token_file, or restrict who reaches it)",
+        )
     }
 
     /// How long a function's executor stays warm after its session, or `None` when keeping
@@ -534,6 +569,29 @@ mod tests {
         let e = toml::from_str::<Config>("cached_execution = \"sometimes\"\n").unwrap_err().to_string();
         assert!(e.contains("expected \"auto\", \"on\" or \"off\""), "{e}");
         assert!(toml::from_str::<Config>("cached_hold = \"sometimes\"\n").is_err());
+    }
+
+    #[test]
+    fn the_metrics_token_comes_from_its_file_and_an_open_endpoint_without_one_is_warned_of() {
+        let t = tempfile::tempdir().unwrap();
+        let f = t.path().join("metrics-token");
+        std::fs::write(&f, "  s3cret \nsecond line\n").unwrap();
+        let c: Config =
+            toml::from_str(&format!("metrics = \"0.0.0.0:7012\"\nmetrics_token_file = {:?}\n", f.display())).unwrap();
+        let c = c.resolve().unwrap();
+        assert_eq!(c.metrics_token, "s3cret");
+        assert_eq!(c.metrics_warning(), None);
+        assert!(toml::from_str::<Config>("metrics_token = \"x\"\n").is_err(), "only a file, never inline");
+        std::fs::write(&f, "\nlater\n").unwrap();
+        let empty = Config { metrics_token_file: f.display().to_string(), ..Config::default() };
+        assert!(empty.resolve().unwrap_err().to_string().contains("first line is empty"));
+        let gone = Config { metrics_token_file: t.path().join("none").display().to_string(), ..Config::default() };
+        assert!(gone.resolve().unwrap_err().to_string().contains("metrics_token_file"));
+        let open = Config { metrics: "0.0.0.0:7012".into(), ..Config::default() };
+        assert!(open.metrics_warning().is_some_and(|w| w.contains("metrics_token_file")));
+        for quiet in ["", "127.0.0.1:7012", "[::1]:7012", "localhost:0"] {
+            assert_eq!(Config { metrics: quiet.into(), ..Config::default() }.metrics_warning(), None, "{quiet:?}");
+        }
     }
 
     #[test]

@@ -28,31 +28,7 @@ pub enum Control {
     /// Executor → server: the GPU could not be initialized.
     Failed(String),
     /// Server → executor: serve this session (the client's socket comes with it).
-    Start {
-        /// Session id.
-        session: u64,
-        /// Idle timeout, milliseconds.
-        idle_ms: u64,
-        /// The client's Hello payload.
-        hello: Vec<u8>,
-        /// How long the executor may stay warm with the session's function set up after the
-        /// session ends ([`Control::Warm`]), milliseconds; 0: it exits after the session.
-        keep_alive_ms: u64,
-        /// Whether repeated runs of the session's records execute as CUDA graphs
-        /// ([`super::pieces`]), and when pieces are held for them.
-        cached: Option<Hold>,
-        /// The tenant whose client this is ([`super::tenants`]): its deployed functions are
-        /// the ones the session sees.
-        tenant: String,
-        /// Whether the server has tenants: then the session is given a cached blob only if
-        /// its tenant has sent that blob's bytes before (`Dirs::owns`).
-        scoped: bool,
-        /// How the session's class goes before or after others ([`super::gate`]).
-        priority: super::config::PriorityPolicy,
-        /// A best-effort session's kernels that may be on the GPU at once under policy
-        /// `preempt` (0: no bound).
-        be_inflight: u32,
-    },
+    Start(SessionStart),
     /// Executor → server: blobs added to the cache, and blobs found in it.
     Cache {
         /// Added: (hash, length).
@@ -94,6 +70,81 @@ pub enum Control {
     },
 }
 
+/// A session as the server hands it to an executor ([`Control::Start`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionStart {
+    /// Session id.
+    pub session: u64,
+    /// Idle timeout, milliseconds.
+    pub idle_ms: u64,
+    /// The client's Hello payload.
+    pub hello: Vec<u8>,
+    /// How long the executor may stay warm with the session's function set up after the
+    /// session ends ([`Control::Warm`]), milliseconds; 0: it exits after the session.
+    pub keep_alive_ms: u64,
+    /// Whether repeated runs of the session's records execute as CUDA graphs
+    /// ([`super::pieces`]), and when pieces are held for them.
+    pub cached: Option<Hold>,
+    /// The tenant whose client this is ([`super::tenants`]): its deployed functions are
+    /// the ones the session sees.
+    pub tenant: String,
+    /// Whether the server has tenants: then the session is given a cached blob only if
+    /// its tenant has sent that blob's bytes before (`Dirs::owns`).
+    pub scoped: bool,
+    /// How the session's class goes before or after others ([`super::gate`]).
+    pub priority: super::config::PriorityPolicy,
+    /// A best-effort session's kernels that may be on the GPU at once under policy
+    /// `preempt` (0: no bound).
+    pub be_inflight: u32,
+}
+
+impl SessionStart {
+    /// Writes the fields, in their wire order.
+    fn put(&self, p: &mut Put) {
+        let cached = match self.cached {
+            None => 0,
+            Some(Hold::Busy) => 1,
+            Some(Hold::Always) => 2,
+        };
+        p.u64(self.session)
+            .u64(self.idle_ms)
+            .bytes(&self.hello)
+            .u64(self.keep_alive_ms)
+            .u8(cached)
+            .str(&self.tenant)
+            .u8(u8::from(self.scoped))
+            .u8(match self.priority {
+                super::config::PriorityPolicy::Off => 0,
+                super::config::PriorityPolicy::Gate => 1,
+                super::config::PriorityPolicy::Preempt => 2,
+            })
+            .u32(self.be_inflight);
+    }
+
+    /// Reads what [`SessionStart::put`] wrote.
+    fn get(g: &mut Get<'_>) -> Result<SessionStart, ProtocolError> {
+        Ok(SessionStart {
+            session: g.u64()?,
+            idle_ms: g.u64()?,
+            hello: g.bytes()?.to_vec(),
+            keep_alive_ms: g.u64()?,
+            cached: match g.u8()? {
+                0 => None,
+                2 => Some(Hold::Always),
+                _ => Some(Hold::Busy),
+            },
+            tenant: g.str()?,
+            scoped: g.u8()? != 0,
+            priority: match g.u8()? {
+                0 => super::config::PriorityPolicy::Off,
+                1 => super::config::PriorityPolicy::Gate,
+                _ => super::config::PriorityPolicy::Preempt,
+            },
+            be_inflight: g.u32()?,
+        })
+    }
+}
+
 impl Control {
     fn encode(&self) -> Vec<u8> {
         let mut p = Put::default();
@@ -106,36 +157,9 @@ impl Control {
             Control::Failed(m) => {
                 p.u8(2).str(m);
             }
-            Control::Start {
-                session,
-                idle_ms,
-                hello,
-                keep_alive_ms,
-                cached,
-                tenant,
-                scoped,
-                priority,
-                be_inflight,
-            } => {
-                let cached = match cached {
-                    None => 0,
-                    Some(Hold::Busy) => 1,
-                    Some(Hold::Always) => 2,
-                };
-                p.u8(3)
-                    .u64(*session)
-                    .u64(*idle_ms)
-                    .bytes(hello)
-                    .u64(*keep_alive_ms)
-                    .u8(cached)
-                    .str(tenant)
-                    .u8(u8::from(*scoped))
-                    .u8(match priority {
-                        super::config::PriorityPolicy::Off => 0,
-                        super::config::PriorityPolicy::Gate => 1,
-                        super::config::PriorityPolicy::Preempt => 2,
-                    })
-                    .u32(*be_inflight);
+            Control::Start(start) => {
+                p.u8(3);
+                start.put(&mut p);
             }
             Control::Cache { added, hits } => {
                 p.u8(4).u32(added.len() as u32);
@@ -181,25 +205,7 @@ impl Control {
         let m = match g.u8()? {
             1 => Control::Ready { partition: PartitionInfo::get(&mut g)?, device: DeviceDescription::get(&mut g)? },
             2 => Control::Failed(g.str()?),
-            3 => Control::Start {
-                session: g.u64()?,
-                idle_ms: g.u64()?,
-                hello: g.bytes()?.to_vec(),
-                keep_alive_ms: g.u64()?,
-                cached: match g.u8()? {
-                    0 => None,
-                    2 => Some(Hold::Always),
-                    _ => Some(Hold::Busy),
-                },
-                tenant: g.str()?,
-                scoped: g.u8()? != 0,
-                priority: match g.u8()? {
-                    0 => super::config::PriorityPolicy::Off,
-                    1 => super::config::PriorityPolicy::Gate,
-                    _ => super::config::PriorityPolicy::Preempt,
-                },
-                be_inflight: g.u32()?,
-            },
+            3 => Control::Start(SessionStart::get(&mut g)?),
             4 => {
                 let n = g.count(24)?;
                 let mut added = Vec::with_capacity(n);
@@ -390,7 +396,7 @@ mod tests {
         let (a, b) = pair().unwrap();
         let b = Channel::from_fd(b);
         let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
-        let start = Control::Start {
+        let start = Control::Start(SessionStart {
             session: 3,
             idle_ms: 10,
             hello: vec![1, 2],
@@ -400,7 +406,7 @@ mod tests {
             scoped: true,
             priority: super::super::config::PriorityPolicy::Gate,
             be_inflight: 4,
-        };
+        });
         a.send(&start, Some(w.as_raw_fd())).unwrap();
         let (m, fd) = b.recv().unwrap().unwrap();
         assert_eq!(m, start);
@@ -422,6 +428,55 @@ mod tests {
         assert_eq!(a.recv().unwrap().unwrap().0, calls);
         drop(b);
         assert!(a.recv().unwrap().is_none());
+    }
+
+    #[test]
+    fn start_keeps_its_wire_format() {
+        use super::super::config::PriorityPolicy;
+        let start = |cached, priority| {
+            Control::Start(SessionStart {
+                session: 0x0102,
+                idle_ms: 10,
+                hello: vec![0xaa, 0xbb],
+                keep_alive_ms: 300_000,
+                cached,
+                tenant: "al".into(),
+                scoped: true,
+                priority,
+                be_inflight: 4,
+            })
+        };
+        #[rustfmt::skip]
+        let bytes: Vec<u8> = vec![
+            3,
+            0x02, 0x01, 0, 0, 0, 0, 0, 0, // session
+            10, 0, 0, 0, 0, 0, 0, 0, // idle_ms
+            2, 0, 0, 0, 0xaa, 0xbb, // hello
+            0xe0, 0x93, 0x04, 0, 0, 0, 0, 0, // keep_alive_ms
+            2, // cached
+            2, 0, 0, 0, b'a', b'l', // tenant
+            1, // scoped
+            1, // priority
+            4, 0, 0, 0, // be_inflight
+        ];
+        let m = start(Some(Hold::Always), PriorityPolicy::Gate);
+        assert_eq!(m.encode(), bytes);
+        assert_eq!(Control::decode(&bytes).unwrap(), m);
+        // Every setting of `cached` and `priority` round-trips, each as one byte.
+        let (cached_at, priority_at) = (31, 39);
+        for (cached, c) in [(None, 0), (Some(Hold::Busy), 1), (Some(Hold::Always), 2)] {
+            for (priority, p) in [(PriorityPolicy::Off, 0), (PriorityPolicy::Gate, 1), (PriorityPolicy::Preempt, 2)] {
+                let m = start(cached, priority);
+                let b = m.encode();
+                assert_eq!((b.len(), b[cached_at], b[priority_at]), (bytes.len(), c, p));
+                assert_eq!(Control::decode(&b).unwrap(), m);
+            }
+        }
+        // A truncated or padded Start is refused.
+        assert!(Control::decode(&bytes[..bytes.len() - 1]).is_err());
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(Control::decode(&long).is_err());
     }
 
     #[test]

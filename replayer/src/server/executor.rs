@@ -117,57 +117,49 @@ pub fn run(mut setup: Setup) -> i32 {
             None => setup.control.recv(),
             Some((_, keep)) => setup.control.recv_timeout(*keep + KEEP_ALIVE_GRACE),
         };
-        let (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped, priority, be_inflight) = match next {
-            Ok(Some((
-                Control::Start {
-                    session,
-                    idle_ms,
-                    hello,
-                    keep_alive_ms,
-                    cached,
-                    tenant,
-                    scoped,
-                    priority,
-                    be_inflight,
-                },
-                Some(fd),
-            ))) => (session, idle_ms, hello, fd, keep_alive_ms, cached, tenant, scoped, priority, be_inflight),
+        let (start, fd) = match next {
+            Ok(Some((Control::Start(start), Some(fd)))) => (start, fd),
             // The server let this warm executor go (pool shrunk, keep-alive over, server
             // ending), or no session came within the keep-alive.
             Ok(None) => return 0,
             _ => return 1,
         };
-        let hello = match Message::decode(kind::HELLO, 0, &hello) {
+        let hello = match Message::decode(kind::HELLO, 0, &start.hello) {
             Ok(Message::Hello(h)) => h,
             _ => return 1,
         };
         let announced = super::warm::announced(&hello.program).map(str::to_string);
         let client_arena = hello.arena_base != 0 && hello.arena_size != 0;
         // A live client's session of a program, with a keep-alive: its uploads may stay.
-        let program = (keep_alive_ms > 0 && client_arena && announced.is_none()).then(|| hello.program.clone());
+        let program = (start.keep_alive_ms > 0 && client_arena && announced.is_none()).then(|| hello.program.clone());
         // Only a session of the same function, without an arena of its own, finds the function
         // set up, and only a session of the same program its uploads; anything else starts
         // from nothing (what was kept is let go first).
         let (functions, carried) = kept::take(kept.take(), announced.as_deref(), program.as_deref(), client_arena);
         // (A function kept set up is the same tenant's: the manager hands it to no other.)
-        let functions = functions
-            .unwrap_or_else(|| Functions::new(&setup.cache, &tenant, setup.device, setup.memory_limit, client_arena));
+        let functions = functions.unwrap_or_else(|| {
+            Functions::new(&setup.cache, &start.tenant, setup.device, setup.memory_limit, client_arena)
+        });
         let warm_memory = program.is_some().then_some(carried);
         // What cached execution learned of a program is kept per tenant (the shared tenant's
         // under the program's own name).
-        let owner = if tenant.is_empty() { hello.program.clone() } else { super::warm::key(&tenant, &hello.program) };
-        let pieces = cached.map(|hold| Pieces::new(&owner, &setup.cache.disk, hold));
+        let owner = if start.tenant.is_empty() {
+            hello.program.clone()
+        } else {
+            super::warm::key(&start.tenant, &hello.program)
+        };
+        let pieces = start.cached.map(|hold| Pieces::new(&owner, &setup.cache.disk, hold));
         // On a server with tenants, cached blobs (code images loaded ahead among them) serve
         // only a tenant that has sent their bytes.
-        let owner = scoped.then(|| tenant.clone());
+        let owner = start.scoped.then(|| start.tenant.clone());
         if let Some(t) = &owner {
             warm.withhold(|h| setup.cache.owns(t, h));
         }
         let (done, functions, ended) = serve_one(
             &setup,
             &device,
-            (&mut gate, priority, be_inflight),
-            (session, idle_ms, owner),
+            (&mut gate, start.priority, start.be_inflight),
+            (start.session, start.idle_ms, owner),
             hello,
             fd,
             functions,
@@ -179,7 +171,8 @@ pub fn run(mut setup: Setup) -> i32 {
             warm.remember(&setup.cache.disk);
             // The executor's stderr is the server's log.
             eprintln!(
-                "gpuless executor: session {session}: {} of {} code images were loaded before the session asked ({} loaded ahead unused)",
+                "gpuless executor: session {}: {} of {} code images were loaded before the session asked ({} loaded ahead unused)",
+                start.session,
                 warm.taken,
                 warm.loaded.len(),
                 warm.pending()
@@ -193,9 +186,9 @@ pub fn run(mut setup: Setup) -> i32 {
         if setup.control.send(&done, None).is_err() {
             return 1;
         }
-        let keep_alive = Duration::from_millis(keep_alive_ms);
+        let keep_alive = Duration::from_millis(start.keep_alive_ms);
         match (functions, announced, program, ended) {
-            (Some(f), Some(name), _, _) if keep_alive_ms > 0 && f.prepared_name() == Some(name.as_str()) => {
+            (Some(f), Some(name), _, _) if start.keep_alive_ms > 0 && f.prepared_name() == Some(name.as_str()) => {
                 if setup.control.send(&Control::Warm { function: name }, None).is_err() {
                     return 1;
                 }
@@ -204,7 +197,7 @@ pub fn run(mut setup: Setup) -> i32 {
             // The stream is ended (uploads read back and compared) after `Done`: the session's
             // partition is free meanwhile.
             (_, None, Some(program), Some(stream)) => {
-                let Some((carried, skipped_bytes)) = kept::keep(stream, session) else { return 0 };
+                let Some((carried, skipped_bytes)) = kept::keep(stream, start.session) else { return 0 };
                 let resident_bytes = carried.resident_bytes;
                 let m = Control::KeptProgram { program: program.clone(), resident_bytes, skipped_bytes };
                 if setup.control.send(&m, None).is_err() {
@@ -299,6 +292,8 @@ fn serve_one(
                 partition: setup.partition.clone(),
                 device: device.clone(),
                 cached_execution: s.pieces.is_some(),
+                // The server's number of this executor's GPU (`manager::spawn`).
+                gpu: std::env::var("GPULESS_GPU").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
             };
             let mut stream = stream;
             stream.parts().0.warm_images = std::mem::take(warm);

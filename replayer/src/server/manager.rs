@@ -1,8 +1,9 @@
-//! The resource manager: executor processes (a warm pool per partition spec, one process per
-//! session, except a function's executor kept warm for the next session of the same function:
-//! [`super::warm`]), admission of sessions to partitions (SMs of soft partitions, a session
-//! limit, a bounded queue ordered by priority), and the cache index — one state behind one
-//! lock, changed by session tasks and by each executor's control-reader thread.
+//! The resource manager: executor processes (a warm pool per GPU and partition spec, one process
+//! per session, except a function's executor kept warm for the next session of the same
+//! function: [`super::warm`]), admission of sessions to GPUs and partitions (`manager_admit.rs`:
+//! placement, SMs of soft partitions, a session limit, a bounded queue ordered by priority), and
+//! the cache index — one state behind one lock, changed by session tasks and by each executor's
+//! control-reader thread.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
@@ -12,14 +13,13 @@ use std::process::Child;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use gpuless_traces::protocol::message::code;
-use gpuless_traces::protocol::{DeviceDescription, PartitionInfo, PartitionRequest, Priority};
+use gpuless_traces::protocol::{DeviceDescription, PartitionInfo, Priority};
 use tokio::sync::Notify;
 
 use super::cache::{Dirs, Index};
 use super::config::Config;
 use super::control::{self, Channel, Control};
-use super::metrics::{kind, FunctionLabels, FunctionName, FunctionStart, Metrics, Readiness, SessionLabels};
+use super::metrics::{kind, FunctionLabels, FunctionName, Metrics, Readiness, SessionLabels};
 use super::warm::WarmSet;
 
 /// The descriptor number an executor finds its control channel at.
@@ -46,6 +46,8 @@ enum ExecState {
 
 struct Exec {
     spec: String,
+    /// The GPU it runs on (a position in [`Manager::gpus`]).
+    gpu: usize,
     pid: u32,
     state: ExecState,
     channel: Arc<Channel>,
@@ -59,6 +61,10 @@ struct Exec {
 /// A session as the manager tracks it.
 struct SessionEntry {
     spec: String,
+    /// The GPU it was placed on (a position in [`Manager::gpus`]).
+    gpu: usize,
+    /// That GPU's number ([`super::gpus::Gpu::index`]).
+    gpu_index: u32,
     sms: u32,
     priority: Priority,
     exec: u64,
@@ -69,8 +75,9 @@ struct Inner {
     execs: HashMap<u64, Exec>,
     sessions: HashMap<u64, SessionEntry>,
     next_id: u64,
-    sms_in_use: u32,
-    total_sms: Option<u32>,
+    /// Per GPU (positions of [`Manager::gpus`]): SMs held by soft partitions, and the GPU's
+    /// SM count once an executor on it has said.
+    load: Vec<GpuLoad>,
     /// Whether an executor has initialized the GPU since the server started ([`Manager::readiness`]).
     gpu_ready: bool,
     waiting: [usize; 2],
@@ -86,6 +93,13 @@ struct Inner {
     warm_programs: WarmSet,
 }
 
+/// What admission keeps per GPU.
+#[derive(Debug, Default, Clone)]
+struct GpuLoad {
+    sms_in_use: u32,
+    total_sms: Option<u32>,
+}
+
 /// The server's shared state.
 pub struct Manager {
     inner: Mutex<Inner>,
@@ -96,13 +110,14 @@ pub struct Manager {
     pub cfg: Config,
     cache_dirs: Dirs,
     exe: PathBuf,
-    profiles: HashMap<String, u32>,
+    /// The GPUs it owns ([`super::gpus`]).
+    gpus: Vec<super::gpus::Gpu>,
     /// How executors are confined.
     confine: super::confine::Plan,
     /// Held while the pool is topped up, so two top-ups never start the same executor twice.
     filling: Mutex<()>,
-    /// The GPU's priority gate ([`super::gate`]), handed to every executor.
-    gate: Option<std::os::fd::OwnedFd>,
+    /// Each GPU's priority gate ([`super::gate`]), handed to its executors.
+    gates: Vec<Option<std::os::fd::OwnedFd>>,
 }
 
 /// A session admitted to a partition and handed an executor.
@@ -114,6 +129,8 @@ pub struct Grant {
     pub exec: u64,
     /// Its control channel.
     pub channel: Arc<Channel>,
+    /// The GPU it was placed on (its number).
+    pub gpu: u32,
 }
 
 fn rank(p: Priority) -> usize {
@@ -124,19 +141,22 @@ fn rank(p: Priority) -> usize {
 }
 
 impl Manager {
-    /// A manager over `cfg`, executors run from `exe`; `profiles` maps MIG profile names and
-    /// ids to their SM counts (from NVML; empty without it).
+    /// A manager over `cfg` and one GPU, executors run from `exe`; `profiles` maps MIG profile
+    /// names and ids to their SM counts (from NVML; empty without it).
     pub fn new(cfg: Config, exe: PathBuf, profiles: HashMap<String, u32>) -> std::io::Result<Arc<Manager>> {
-        Self::with_confinement(cfg, exe, profiles, super::confine::Plan::off())
+        Self::with_confinement(cfg, exe, vec![super::gpus::Gpu::sole(profiles)], super::confine::Plan::off())
     }
 
-    /// As [`Manager::new`], executors started under `confine`.
+    /// As [`Manager::new`], over `gpus` (at least one), executors started under `confine`.
     pub fn with_confinement(
         cfg: Config,
         exe: PathBuf,
-        profiles: HashMap<String, u32>,
+        mut gpus: Vec<super::gpus::Gpu>,
         confine: super::confine::Plan,
     ) -> std::io::Result<Arc<Manager>> {
+        if gpus.is_empty() {
+            gpus.push(super::gpus::Gpu::sole(HashMap::new()));
+        }
         let dirs = Dirs { memory: cfg.cache.memory_dir.clone().into(), disk: cfg.cache.disk_dir.clone().into() };
         let cache = Index::open(dirs.clone(), cfg.cache.memory_bytes, cfg.cache.disk_bytes)?;
         let m = Arc::new(Manager {
@@ -144,8 +164,7 @@ impl Manager {
                 execs: HashMap::new(),
                 sessions: HashMap::new(),
                 next_id: 1,
-                sms_in_use: 0,
-                total_sms: None,
+                load: vec![GpuLoad::default(); gpus.len()],
                 gpu_ready: false,
                 waiting: [0, 0],
                 draining: false,
@@ -160,11 +179,11 @@ impl Manager {
             cfg,
             cache_dirs: dirs,
             exe,
-            profiles,
             filling: Mutex::new(()),
             confine,
-            // Without it (no memfd) sessions still run, unordered.
-            gate: super::gate::Gate::create().map(|(_, fd)| fd).ok(),
+            // Without one (no memfd) sessions still run, unordered.
+            gates: gpus.iter().map(|_| super::gate::Gate::create().map(|(_, fd)| fd).ok()).collect(),
+            gpus,
         });
         Ok(m)
     }
@@ -184,33 +203,6 @@ impl Manager {
         }
     }
 
-    /// The executor spec and the SMs a request needs (0: the whole GPU, time-shared).
-    pub fn resolve(&self, req: &PartitionRequest) -> Result<(String, u32), Refusal> {
-        match req {
-            PartitionRequest::Whole => Ok(("whole".into(), 0)),
-            PartitionRequest::Sms(0) => Err((code::NO_PARTITION, "a soft partition of 0 SMs".into())),
-            PartitionRequest::Sms(n) => Ok((format!("sms:{n}"), *n)),
-            PartitionRequest::Profile(p) => match self.profiles.get(p) {
-                Some(sms) => Ok((p.clone(), *sms)),
-                None => {
-                    let mut known: Vec<&String> = self.profiles.keys().filter(|k| k.contains('.')).collect();
-                    known.sort();
-                    Err((
-                        code::NO_PARTITION,
-                        if known.is_empty() {
-                            format!("profile `{p}`: this server knows no MIG profiles of its GPU (NVML unavailable); ask for `whole` or `sms:N`")
-                        } else {
-                            format!(
-                                "profile `{p}` is not a profile of this GPU; it offers {}",
-                                known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                            )
-                        },
-                    ))
-                }
-            },
-        }
-    }
-
     /// Starts the configured warm executors.
     pub fn fill_pool(self: &Arc<Self>) {
         let _one = self.filling.lock().unwrap_or_else(|p| p.into_inner());
@@ -218,26 +210,42 @@ impl Manager {
             return;
         }
         let specs: Vec<(String, usize)> = self.cfg.pool.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        for (spec, want) in specs {
-            let have = {
-                let g = self.lock();
-                g.execs
-                    .values()
-                    .filter(|e| e.spec == spec && matches!(e.state, ExecState::Starting | ExecState::Ready))
-                    .count()
-            };
-            for _ in have..want {
-                if let Err(e) = self.spawn(&spec) {
-                    tracing::error!(spec, error = %e, "could not start an executor");
+        for gpu in 0..self.gpus.len() {
+            for (spec, want) in &specs {
+                let have = {
+                    let g = self.lock();
+                    g.execs
+                        .values()
+                        .filter(|e| {
+                            e.gpu == gpu && &e.spec == spec && matches!(e.state, ExecState::Starting | ExecState::Ready)
+                        })
+                        .count()
+                };
+                for _ in have..*want {
+                    if let Err(e) = self.spawn(spec, gpu) {
+                        tracing::error!(spec, gpu = self.gpus[gpu].index, error = %e, "could not start an executor");
+                    }
                 }
             }
         }
     }
 
-    /// Starts an executor process for `spec`; its reader thread follows it.
-    fn spawn(self: &Arc<Self>, spec: &str) -> std::io::Result<u64> {
+    /// Starts an executor process for `spec` on GPU `gpu` (a position in [`Manager::gpus`]);
+    /// its reader thread follows it.
+    fn spawn(self: &Arc<Self>, spec: &str, gpu: usize) -> std::io::Result<u64> {
         let (chan, child_end) = control::pair()?;
-        let mut cmd = self.confine.executor_command(&self.exe, spec);
+        let on = &self.gpus[gpu];
+        let minors = on.minor.map(|m| [m]);
+        let mut cmd = self.confine.executor_command(&self.exe, spec, minors.as_ref().map(|m| &m[..]));
+        // Only its GPU is in the executor's view of CUDA (device 0 there); its number (the
+        // NVML index where known) says where a MIG profile is placed and what the Welcome says.
+        if let Some(v) = &on.visible {
+            cmd.env("CUDA_VISIBLE_DEVICES", v);
+        }
+        cmd.env("GPULESS_GPU", on.index.to_string());
+        if let Some(n) = on.nvml {
+            cmd.env("GPULESS_GPU_NVML", n.to_string());
+        }
         // A MIG profile (not the whole GPU, not an SM count) may get an instance created for it.
         if self.cfg.mig_create && spec != "whole" && !spec.starts_with("sms:") {
             cmd.arg("--create-mig");
@@ -249,7 +257,7 @@ impl Manager {
             cmd.stdout(std::process::Stdio::from(err));
         }
         let raw = child_end.as_raw_fd();
-        let gate = self.gate.as_ref().map(|g| g.as_raw_fd());
+        let gate = self.gates.get(gpu).and_then(|g| g.as_ref()).map(|g| g.as_raw_fd());
         // SAFETY: between fork and exec only async-signal-safe calls: dup2 places the channel at
         // CONTROL_FD and the priority gate at GATE_FD, without close-on-exec.
         unsafe {
@@ -276,6 +284,7 @@ impl Manager {
                 id,
                 Exec {
                     spec: spec.to_string(),
+                    gpu,
                     pid: child.id(),
                     state: ExecState::Starting,
                     channel: channel.clone(),
@@ -286,7 +295,7 @@ impl Manager {
             );
             id
         };
-        tracing::info!(exec = id, pid = child.id(), spec, "executor starting");
+        tracing::info!(exec = id, pid = child.id(), spec, gpu = on.index, "executor starting");
         let me = self.clone();
         std::thread::Builder::new().name(format!("exec-{id}")).spawn(move || me.follow(id, channel, child))?;
         Ok(id)
@@ -299,8 +308,11 @@ impl Manager {
                 Ok(Some((Control::Ready { partition, device }, _))) => {
                     let mut g = self.lock();
                     // The device's SM count (a green context's executor reports the whole device's).
-                    if g.total_sms.is_none() && device.sm_count() > 0 {
-                        g.total_sms = Some(device.sm_count());
+                    let gpu = g.execs.get(&id).map_or(0, |e| e.gpu);
+                    if let Some(l) = g.load.get_mut(gpu) {
+                        if l.total_sms.is_none() && device.sm_count() > 0 {
+                            l.total_sms = Some(device.sm_count());
+                        }
                     }
                     g.gpu_ready = true;
                     if let Some(e) = g.execs.get_mut(&id) {
@@ -446,11 +458,14 @@ impl Manager {
 
     fn end_session(g: &mut Inner, metrics: &Metrics, s: u64) {
         if let Some(se) = g.sessions.remove(&s) {
-            g.sms_in_use -= se.sms;
+            if let Some(l) = g.load.get_mut(se.gpu) {
+                l.sms_in_use -= se.sms;
+            }
             metrics.session_memory.remove(&SessionLabels {
                 session: s.to_string(),
                 priority: se.priority.name().into(),
                 partition: se.spec.clone(),
+                gpu: se.gpu_index.to_string(),
             });
             tracing::debug!(session = s, secs = se.started.elapsed().as_secs_f64(), "session freed");
         }
@@ -503,210 +518,6 @@ impl Manager {
         }
     }
 
-    /// Admits a session asking for `req` at `priority`: waits in the queue while the
-    /// partition does not fit, then takes an executor of its spec: one kept warm with
-    /// `function` if the session announced one and such an executor is warm, else a ready
-    /// one (starting one if none is warm).
-    pub async fn admit(
-        self: &Arc<Self>,
-        req: &PartitionRequest,
-        priority: Priority,
-        function: Option<&str>,
-        program: Option<&str>,
-    ) -> Result<Grant, Refusal> {
-        let (spec, sms) = self.resolve(req)?;
-        let deadline = Instant::now() + Config::secs(self.cfg.queue_timeout_s);
-        let mut queued = false;
-        let session = loop {
-            let notified = self.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut g = self.lock();
-                if g.draining {
-                    if queued {
-                        g.waiting[rank(priority)] -= 1;
-                    }
-                    return Err((code::DRAINING, "the server is shutting down; try another server".into()));
-                }
-                if let (Some(total), true) = (g.total_sms, sms > 0) {
-                    if sms > total {
-                        if queued {
-                            g.waiting[rank(priority)] -= 1;
-                        }
-                        return Err((code::NO_PARTITION, format!("{sms} SMs asked for; this GPU has {total}")));
-                    }
-                }
-                let ahead = rank(priority) == 1 && g.waiting[0] > 0;
-                let fits = g.sessions.len() < self.cfg.max_sessions
-                    && (sms == 0 || g.total_sms.is_some_and(|t| g.sms_in_use + sms <= t))
-                    && !ahead;
-                if fits {
-                    if queued {
-                        g.waiting[rank(priority)] -= 1;
-                    }
-                    let id = g.next_id;
-                    g.next_id += 1;
-                    g.sms_in_use += sms;
-                    g.sessions.insert(
-                        id,
-                        SessionEntry { spec: spec.clone(), sms, priority, exec: 0, started: Instant::now() },
-                    );
-                    break id;
-                }
-                if !queued {
-                    if g.waiting.iter().sum::<usize>() >= self.cfg.queue {
-                        return Err((
-                            code::BUSY,
-                            format!(
-                                "no partition free and {} sessions already waiting; try again later",
-                                self.cfg.queue
-                            ),
-                        ));
-                    }
-                    g.waiting[rank(priority)] += 1;
-                    queued = true;
-                }
-            }
-            if tokio::time::timeout_at(deadline.into(), notified).await.is_err() {
-                let mut g = self.lock();
-                g.waiting[rank(priority)] -= 1;
-                return Err((
-                    code::BUSY,
-                    format!("no `{spec}` partition became free within {} s; try again later", self.cfg.queue_timeout_s),
-                ));
-            }
-        };
-        match self.take_executor(&spec, session, function, program).await {
-            Ok((exec, channel)) => {
-                if let Some(e) = self.lock().execs.get_mut(&exec) {
-                    e.kept_as = program.or(function).map(str::to_string);
-                }
-                Ok(Grant { session, exec, channel })
-            }
-            Err(r) => {
-                let mut g = self.lock();
-                Self::end_session(&mut g, &self.metrics, session);
-                drop(g);
-                self.changed.notify_waiters();
-                Err(r)
-            }
-        }
-    }
-
-    async fn take_executor(
-        self: &Arc<Self>,
-        spec: &str,
-        session: u64,
-        function: Option<&str>,
-        program: Option<&str>,
-    ) -> Result<(u64, Arc<Channel>), Refusal> {
-        if let Some(p) = program {
-            let warm = self.take_warm(spec, session, p, true);
-            let start = if warm.is_some() { "warm" } else { "cold" };
-            self.metrics.program_sessions.get_or_create(&kind(start)).inc();
-            if let Some(w) = warm {
-                return Ok(w);
-            }
-        }
-        if let Some(f) = function {
-            let warm = self.take_warm(spec, session, f, false);
-            let start = if warm.is_some() { "warm" } else { "cold" };
-            self.metrics
-                .function_sessions
-                .get_or_create(&FunctionStart { function: super::warm::shown(f), start: start.into() })
-                .inc();
-            if let Some(w) = warm {
-                return Ok(w);
-            }
-        }
-        let deadline = Instant::now() + Config::secs(self.cfg.executor_start_timeout_s);
-        let mut mine: Option<u64> = None;
-        let mut spawned = 0;
-        let mut evicted = false;
-        loop {
-            let notified = self.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut g = self.lock();
-                let failed = match mine.and_then(|m| g.execs.get(&m)) {
-                    Some(Exec { state: ExecState::Failed(why), .. }) => Some(why.clone()),
-                    _ => None,
-                };
-                if let Some(why) = failed {
-                    // Executors kept warm with a function hold device memory: with one, the
-                    // least recently used is let go and a new executor tried once more.
-                    if !(evicted || g.warm.is_empty() && g.warm_programs.is_empty()) {
-                        evicted = true;
-                        let mut lru: Vec<u64> = g.warm.evict_lru().into_iter().collect();
-                        lru.extend(g.warm_programs.evict_lru());
-                        tracing::warn!(spec, why, ?lru, "an executor could not start: letting a warm function go");
-                        Self::let_go(&g, &lru);
-                        // A new executor starts below; the one let go exits (its memory with
-                        // it) while the new one is still starting its driver.
-                        mine = None;
-                    } else {
-                        return Err((code::EXECUTOR, format!("the executor for `{spec}` could not start: {why}")));
-                    }
-                }
-                // The executor this session started may have died while starting (then it
-                // tries again, up to three times) or been taken by another waiting session
-                // (then it starts another).
-                if let Some(m) = mine {
-                    if let Some(why) = g.died_starting.remove(&m) {
-                        mine = None;
-                        if spawned >= 3 {
-                            return Err((
-                                code::EXECUTOR,
-                                format!("{spawned} executors for `{spec}` exited while starting: {why}"),
-                            ));
-                        }
-                    } else if !matches!(g.execs.get(&m).map(|e| &e.state), Some(ExecState::Starting | ExecState::Ready))
-                    {
-                        mine = None;
-                    }
-                }
-                let ready = g
-                    .execs
-                    .iter()
-                    .filter(|(_, e)| e.spec == spec && matches!(e.state, ExecState::Ready))
-                    .map(|(id, _)| *id)
-                    .min_by_key(|id| (Some(*id) != mine, *id));
-                if let Some(id) = ready {
-                    let e = g.execs.get_mut(&id).ok_or((code::EXECUTOR, "executor vanished".to_string()))?;
-                    e.state = ExecState::Busy(session);
-                    let ch = e.channel.clone();
-                    if let Some(s) = g.sessions.get_mut(&session) {
-                        s.exec = id;
-                    }
-                    drop(g);
-                    // Keep the pool warm behind this session.
-                    let me = self.clone();
-                    tokio::task::spawn_blocking(move || me.fill_pool());
-                    return Ok((id, ch));
-                }
-                let starting = g.execs.values().any(|e| e.spec == spec && matches!(e.state, ExecState::Starting));
-                drop(g);
-                if mine.is_none() && !starting {
-                    match self.spawn(spec) {
-                        Ok(id) => {
-                            mine = Some(id);
-                            spawned += 1;
-                        }
-                        Err(e) => return Err((code::EXECUTOR, format!("could not start an executor: {e}"))),
-                    }
-                }
-            }
-            if tokio::time::timeout_at(deadline.into(), notified).await.is_err() {
-                return Err((
-                    code::EXECUTOR,
-                    format!("no `{spec}` executor was ready within {} s", self.cfg.executor_start_timeout_s),
-                ));
-            }
-        }
-    }
-
     /// Refreshes the gauges (called before each scrape).
     pub fn refresh_metrics(&self) {
         let mut g = self.lock();
@@ -734,7 +545,12 @@ impl Manager {
             .collect();
         m.warm_programs.set(resident.len() as i64);
         m.warm_resident_bytes.set(resident.iter().sum::<u64>() as i64);
-        m.sms_in_use.set(i64::from(g.sms_in_use));
+        m.sms_in_use.set(g.load.iter().map(|l| i64::from(l.sms_in_use)).sum());
+        for (n, gpu) in self.gpus.iter().enumerate() {
+            let label = super::metrics::GpuLabel { gpu: gpu.index.to_string() };
+            m.gpu_sessions.get_or_create(&label).set(g.sessions.values().filter(|s| s.gpu == n).count() as i64);
+            m.gpu_sms_in_use.get_or_create(&label).set(i64::from(g.load[n].sms_in_use));
+        }
         m.queue.set(g.waiting.iter().sum::<usize>() as i64);
         let mut counts: HashMap<&str, i64> =
             HashMap::from([("warm", 0), ("busy", 0), ("starting", 0), ("failed", 0), ("function", 0), ("program", 0)]);
@@ -755,7 +571,7 @@ impl Manager {
         let (mem, disk) = g.cache.bytes();
         m.cache_bytes.get_or_create(&kind("memory")).set(mem as i64);
         m.cache_bytes.get_or_create(&kind("disk")).set(disk as i64);
-        let used = super::gpu_memory_by_pid();
+        let used = super::gpus::memory_by_pid();
         for (id, s) in &g.sessions {
             let pid = g.execs.get(&s.exec).map(|e| e.pid);
             if let Some(bytes) = pid.and_then(|p| used.get(&p)) {
@@ -764,6 +580,7 @@ impl Manager {
                         session: id.to_string(),
                         priority: s.priority.name().into(),
                         partition: s.spec.clone(),
+                        gpu: s.gpu_index.to_string(),
                     })
                     .set(*bytes as i64);
             }
@@ -794,6 +611,9 @@ impl Manager {
     }
 }
 
+#[path = "manager_admit.rs"]
+mod admit;
+pub use admit::Request;
 #[path = "manager_kept.rs"]
 mod kept;
 

@@ -71,10 +71,11 @@ impl Manager {
     /// after a session).
     fn keep_after_session(&self, id: u64, kept: ExecState) {
         // NVML is asked before the lock is taken.
-        let used = crate::server::gpu_memory_by_pid();
+        let used = crate::server::gpus::memory_by_pid();
         let mut g = self.lock();
+        // Kept sets know executors by GPU and spec ([`Manager::kept_spec`]).
         let spec = match g.execs.get(&id) {
-            Some(Exec { state: ExecState::Finished, spec, .. }) => Some(spec.clone()),
+            Some(Exec { state: ExecState::Finished, spec, gpu, .. }) => Some(Self::kept_spec(*gpu, spec)),
             _ => None,
         };
         let (name, on) = match &kept {
@@ -105,11 +106,17 @@ impl Manager {
         self.changed.notify_waiters();
     }
 
-    /// The executor kept warm with `function` on `spec` (with `program`'s uploads resident,
-    /// when `program`), if one is, handed to `session`.
+    /// What the kept sets know an executor of `spec` on GPU `gpu` (a position) by.
+    pub(super) fn kept_spec(gpu: usize, spec: &str) -> String {
+        format!("{gpu}/{spec}")
+    }
+
+    /// The executor kept warm with `function` on `spec` on GPU `gpu` (with `program`'s uploads
+    /// resident, when `program`), if one is, handed to `session`.
     pub(super) fn take_warm(
         &self,
         spec: &str,
+        gpu: usize,
         session: u64,
         function: &str,
         program: bool,
@@ -117,7 +124,7 @@ impl Manager {
         let mut g = self.lock();
         Self::expire_warm(&mut g);
         let set = if program { &mut g.warm_programs } else { &mut g.warm };
-        let id = set.take(spec, function, Instant::now())?;
+        let id = set.take(&Self::kept_spec(gpu, spec), function, Instant::now())?;
         let e = g.execs.get_mut(&id)?;
         let kept = match &e.state {
             ExecState::Function(f) => !program && f == function,
@@ -136,46 +143,54 @@ impl Manager {
         Some((id, ch))
     }
 
-    /// Memory pressure: while the executors kept after their session hold more than
-    /// `warm_memory_fraction` of the GPU's memory, the least recently used of them (functions
-    /// and programs alike) is let go. What one holds is NVML's count for its process (`used`,
-    /// by pid: context, code and data) where NVML answers, else the uploads a program's executor
-    /// said it keeps (0 for a function's).
+    /// Memory pressure: while the executors kept after their session on one GPU hold more
+    /// than `warm_memory_fraction` of that GPU's memory, the least recently used of them there
+    /// (functions and programs alike) is let go. What one holds is NVML's count for its process
+    /// (`used`, by pid: context, code and data) where NVML answers, else the uploads a program's
+    /// executor said it keeps (0 for a function's).
     pub(super) fn bound_kept_memory(&self, g: &mut Inner, used: &std::collections::HashMap<u32, u64>) {
-        let total = g.execs.values().map(|e| e.device.total_mem).max().unwrap_or(0);
-        if total == 0 || self.cfg.warm_memory_fraction >= 1.0 {
+        if self.cfg.warm_memory_fraction >= 1.0 {
             return;
         }
-        let budget = (total as f64 * self.cfg.warm_memory_fraction) as u64;
-        loop {
-            // Only executors still in a set: one let go holds its memory until it has exited.
-            let held: u64 = g
-                .warm
-                .execs()
-                .chain(g.warm_programs.execs())
-                .filter_map(|id| g.execs.get(&id))
-                .map(|e| match &e.state {
-                    ExecState::Program(_, r) => used.get(&e.pid).copied().unwrap_or(*r),
-                    _ => used.get(&e.pid).copied().unwrap_or(0),
-                })
-                .sum();
-            if held <= budget {
-                return;
+        for gpu in 0..self.gpus.len() {
+            let total = g.execs.values().filter(|e| e.gpu == gpu).map(|e| e.device.total_mem).max().unwrap_or(0);
+            if total == 0 {
+                continue;
             }
-            let victim = match (g.warm.oldest(), g.warm_programs.oldest()) {
-                (Some(f), Some(p)) if f <= p => g.warm.evict_lru(),
-                (Some(_), None) => g.warm.evict_lru(),
-                (_, Some(_)) => g.warm_programs.evict_lru(),
-                (None, None) => None,
-            };
-            let Some(v) = victim else { return };
-            Self::let_go(g, &[v]);
-            tracing::info!(
-                exec = v,
-                held,
-                budget,
-                "kept executor let go: those kept after their session held more than warm_memory_fraction of the GPU"
-            );
+            let budget = (total as f64 * self.cfg.warm_memory_fraction) as u64;
+            let on = Self::kept_spec(gpu, "");
+            loop {
+                // Only executors still in a set: one let go holds its memory until it has exited.
+                let held: u64 = g
+                    .warm
+                    .execs()
+                    .chain(g.warm_programs.execs())
+                    .filter_map(|id| g.execs.get(&id))
+                    .filter(|e| e.gpu == gpu)
+                    .map(|e| match &e.state {
+                        ExecState::Program(_, r) => used.get(&e.pid).copied().unwrap_or(*r),
+                        _ => used.get(&e.pid).copied().unwrap_or(0),
+                    })
+                    .sum();
+                if held <= budget {
+                    break;
+                }
+                let victim = match (g.warm.oldest(&on), g.warm_programs.oldest(&on)) {
+                    (Some(f), Some(p)) if f <= p => g.warm.evict_lru(&on),
+                    (Some(_), None) => g.warm.evict_lru(&on),
+                    (_, Some(_)) => g.warm_programs.evict_lru(&on),
+                    (None, None) => None,
+                };
+                let Some(v) = victim else { break };
+                Self::let_go(g, &[v]);
+                tracing::info!(
+                    exec = v,
+                    gpu = self.gpus[gpu].index,
+                    held,
+                    budget,
+                    "kept executor let go: those kept after their session held more than warm_memory_fraction of the GPU"
+                );
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use super::*;
 use gpuless_traces::protocol::message::Hello;
+use gpuless_traces::protocol::PartitionRequest;
 
 /// A pid no process has (above the kernel's largest): nothing here may signal it anyway.
 const NO_PID: u32 = 9_999_999;
@@ -30,6 +31,7 @@ fn serving(m: &Manager, spec: &str) -> (u64, u64, Channel) {
     g.execs.insert(
         exec,
         Exec {
+            gpu: 0,
             spec: spec.into(),
             pid: NO_PID,
             state: ExecState::Busy(session),
@@ -41,7 +43,15 @@ fn serving(m: &Manager, spec: &str) -> (u64, u64, Channel) {
     );
     g.sessions.insert(
         session,
-        SessionEntry { spec: spec.into(), sms: 0, priority: Priority::BestEffort, exec, started: Instant::now() },
+        SessionEntry {
+            spec: spec.into(),
+            gpu: 0,
+            gpu_index: 0,
+            sms: 0,
+            priority: Priority::BestEffort,
+            exec,
+            started: Instant::now(),
+        },
     );
     (exec, session, Channel::from_fd(theirs))
 }
@@ -76,6 +86,7 @@ fn hello(program: &str, live: bool) -> Hello {
         recorded_sm: 90,
         program: program.into(),
         whole_segments: false,
+        gpu: None,
     }
 }
 
@@ -103,11 +114,11 @@ fn a_function_executor_is_kept_and_taken_by_function_and_spec() {
     assert!(text.contains("gpuless_executors{kind=\"function\"} 1"), "{text}");
 
     // Another function, another spec, another tenant: not this executor.
-    assert!(m.take_warm("whole", 100, &crate::server::warm::key("", "bert"), false).is_none());
-    assert!(m.take_warm("sms:16", 100, &key, false).is_none());
-    assert!(m.take_warm("whole", 100, &crate::server::warm::key("bob", "resnet50"), false).is_none());
+    assert!(m.take_warm("whole", 0, 100, &crate::server::warm::key("", "bert"), false).is_none());
+    assert!(m.take_warm("sms:16", 0, 100, &key, false).is_none());
+    assert!(m.take_warm("whole", 0, 100, &crate::server::warm::key("bob", "resnet50"), false).is_none());
     // A session of the function, through admission: served warm.
-    let g = rt().block_on(m.admit(&PartitionRequest::Whole, Priority::LatencyCritical, Some(&key), None)).unwrap();
+    let g = rt().block_on(m.admit(&admit_request(Some(&key), None))).unwrap();
     assert_eq!(g.exec, a);
     assert_eq!(state(&m, a), format!("Busy({})", g.session));
     assert_eq!(m.lock().sessions.get(&g.session).map(|s| s.exec), Some(a));
@@ -122,7 +133,7 @@ fn a_function_executor_is_kept_and_taken_by_function_and_spec() {
     assert!(kept(&ca));
     // The executor exits (expired on its own, say): it leaves the warm set with it.
     m.lock().warm.remove(a);
-    assert!(m.take_warm("whole", 101, &key, false).is_none());
+    assert!(m.take_warm("whole", 0, 101, &key, false).is_none());
 }
 
 #[test]
@@ -167,7 +178,7 @@ fn unused_executors_expire_and_keep_alive_off_keeps_none() {
     m.warm(id, "f");
     assert!(kept(&c));
     std::thread::sleep(Duration::from_millis(80));
-    assert!(m.take_warm("whole", 100, "f", false).is_none(), "expired: not handed out");
+    assert!(m.take_warm("whole", 0, 100, "f", false).is_none(), "expired: not handed out");
     assert!(let_go(&c), "and let go");
     m.refresh_metrics();
     assert!(m.metrics.render().contains("gpuless_warm_functions{function=\"f\"} 0"));
@@ -209,13 +220,13 @@ fn a_program_executor_is_kept_with_its_uploads_and_taken_by_program_and_spec() {
     assert!(text.contains(&format!("gpuless_warm_resident_bytes {}", 100 << 20)), "{text}");
     assert!(text.contains("gpuless_executors{kind=\"program\"} 1"), "{text}");
     // Not for another program, nor as a function of the same name.
-    assert!(m.take_warm("whole", 100, "python other.py", true).is_none());
-    assert!(m.take_warm("whole", 100, "python run.py", false).is_none());
+    assert!(m.take_warm("whole", 0, 100, "python other.py", true).is_none());
+    assert!(m.take_warm("whole", 0, 100, "python run.py", false).is_none());
     // Another tenant's session of the program: not served by it.
-    assert!(m.take_warm("whole", 100, &m.warm_key(&live, "bob").unwrap(), true).is_none());
+    assert!(m.take_warm("whole", 0, 100, &m.warm_key(&live, "bob").unwrap(), true).is_none());
     // The next session of the program, through admission: served by it.
     let key = m.warm_key(&live, "").unwrap();
-    let g = rt().block_on(m.admit(&PartitionRequest::Whole, Priority::LatencyCritical, None, Some(&key))).unwrap();
+    let g = rt().block_on(m.admit(&admit_request(None, Some(&key)))).unwrap();
     assert_eq!(g.exec, a);
     assert_eq!(m.lock().execs.get(&a).and_then(|e| e.kept_as.clone()), Some(key), "kept as what it was admitted as");
     m.refresh_metrics();
@@ -280,4 +291,10 @@ fn kept_executors_beyond_the_memory_bound_go_least_recently_used_first() {
     m.bound_kept_memory(&mut g, &used);
     drop(g);
     assert!(let_go(&b) && kept(&c));
+}
+
+/// A request for the whole GPU, latency-critical, announcing `function` or `program`.
+fn admit_request<'a>(function: Option<&'a str>, program: Option<&'a str>) -> Request<'a> {
+    const WHOLE: &PartitionRequest = &PartitionRequest::Whole;
+    Request { partition: WHOLE, gpu: None, priority: Priority::LatencyCritical, function, program }
 }

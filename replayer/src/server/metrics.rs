@@ -1,6 +1,8 @@
 //! The Prometheus metrics of `gpuless serve` and their HTTP endpoint: `GET /metrics`, and the
 //! probes of an orchestrator (docs/DEPLOY.md): `GET /healthz` (the process serves) and
-//! `GET /readyz` (it accepts sessions, [`Readiness`]).
+//! `GET /readyz` (it accepts sessions, [`Readiness`]). With `metrics_token_file` set, `/metrics`
+//! answers only a request that carries the token (`Authorization: Bearer TOKEN`); the probes
+//! stay open.
 
 use std::sync::Arc;
 
@@ -31,6 +33,15 @@ pub struct SessionLabels {
     pub priority: String,
     /// Partition spec.
     pub partition: String,
+    /// The GPU it runs on (the server's number of it).
+    pub gpu: String,
+}
+
+/// Labels of one of the server's GPUs.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GpuLabel {
+    /// The GPU's number (NVML's index where NVML knows it).
+    pub gpu: String,
 }
 
 /// Labels of a tenant's sessions.
@@ -113,6 +124,11 @@ metrics! {
         => "sessions_ended", "Sessions ended or refused, by outcome";
     /// SMs held by soft partitions.
     sms_in_use: Gauge = Gauge::default() => "partition_sms_in_use", "SMs held by soft partitions";
+    /// Live sessions on each GPU.
+    gpu_sessions: Family<GpuLabel, Gauge> = Family::default() => "gpu_sessions", "Live sessions by GPU";
+    /// SMs held by soft partitions on each GPU.
+    gpu_sms_in_use: Family<GpuLabel, Gauge> = Family::default()
+        => "gpu_partition_sms_in_use", "SMs held by soft partitions, by GPU";
     /// Sessions waiting for a partition.
     queue: Gauge = Gauge::default() => "queue_waiting", "Sessions waiting for a partition";
     /// Executor processes by state (`warm`, `busy`, `starting`).
@@ -178,6 +194,10 @@ metrics! {
     /// Upload bytes sessions did not copy because they were resident.
     resident_skipped_bytes: Counter = Counter::default() => "resident_skipped_bytes",
         "Upload bytes not copied because the last session of the program left them resident";
+    /// Requests for `GET /metrics` refused for want of the right bearer token
+    /// (`metrics_token_file`).
+    metrics_unauthorized: Counter = Counter::default()
+        => "metrics_unauthorized", "Scrapes of /metrics refused: no or a wrong bearer token";
 }
 
 impl Default for Metrics {
@@ -228,25 +248,62 @@ pub struct Answer {
     pub content_type: &'static str,
     /// The body.
     pub body: String,
+    /// Whether the answer asks for a bearer token (`401`, `WWW-Authenticate: Bearer`).
+    pub challenge: bool,
 }
 
-/// The answer to the request whose first line is `request_line`: `GET /metrics` (the text
-/// exposition, which `metrics` renders), `GET /healthz` (200 `ok`: the process serves),
-/// `GET /readyz` (200 `ready`, else 503 and why, from `readiness`); 404 for anything else. A
-/// query string is ignored.
-pub fn answer(request_line: &str, readiness: impl FnOnce() -> Readiness, metrics: impl FnOnce() -> String) -> Answer {
-    const TEXT: &str = "text/plain; charset=utf-8";
+/// The target of a request whose first line is `request_line` (a query string cut off), or `""`
+/// where it is not a `GET`.
+fn target(request_line: &str) -> &str {
     let mut words = request_line.split_whitespace();
-    let target = match (words.next(), words.next()) {
+    match (words.next(), words.next()) {
         (Some("GET"), Some(t)) => t.split('?').next().unwrap_or(t),
         _ => "",
-    };
-    let text = |status, body: &str| Answer { status, content_type: TEXT, body: body.to_string() };
-    match target {
-        "/metrics" => Answer {
-            status: "200 OK",
-            content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            body: metrics(),
+    }
+}
+
+/// The credentials of the first `Authorization: Bearer CREDENTIALS` header of an HTTP request
+/// head (`request`: its request line, then its header lines, up to the blank line), or `None`.
+/// The header's name and the scheme are matched whatever their case, spaces and tabs around
+/// them and the credentials are skipped; a header of another scheme, an empty one or lines that
+/// are no header give `None`.
+pub fn bearer_token(request: &str) -> Option<&str> {
+    let value = request
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_once(':'))
+        .find_map(|(name, value)| name.trim().eq_ignore_ascii_case("authorization").then_some(value))?;
+    let (scheme, credentials) = value.trim().split_once([' ', '\t'])?;
+    let credentials = credentials.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !credentials.is_empty()).then_some(credentials)
+}
+
+/// The answer to the request `request` (its request line, then its headers): `GET /metrics` (the
+/// text exposition, which `metrics` renders; with a `token`, only where the request carries it
+/// as `Authorization: Bearer TOKEN`, else 401 asking for it), `GET /healthz` (200 `ok`: the
+/// process serves), `GET /readyz` (200 `ready`, else 503 and why, from `readiness`); 404 for
+/// anything else. A query string is ignored.
+pub fn answer(
+    request: &str,
+    token: Option<&str>,
+    readiness: impl FnOnce() -> Readiness,
+    metrics: impl FnOnce() -> String,
+) -> Answer {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let text = |status, body: &str| Answer { status, content_type: TEXT, body: body.to_string(), challenge: false };
+    match target(request.lines().next().unwrap_or("")) {
+        "/metrics" => match token {
+            Some(want) if !bearer_token(request).is_some_and(|given| super::token_matches(given, want)) => Answer {
+                challenge: true,
+                ..text("401 Unauthorized", "a bearer token is required: Authorization: Bearer TOKEN\n")
+            },
+            _ => Answer {
+                status: "200 OK",
+                content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body: metrics(),
+                challenge: false,
+            },
         },
         "/healthz" => text("200 OK", "ok\n"),
         "/readyz" => match readiness() {
@@ -260,20 +317,35 @@ pub fn answer(request_line: &str, readiness: impl FnOnce() -> Readiness, metrics
     }
 }
 
+/// Whether the request read so far (`head`) is complete enough to answer: its request line has
+/// arrived, and where `/metrics` asks for a token (`needs_headers`) and the request line names
+/// it, its headers too (up to the blank line).
+fn head_complete(head: &[u8], needs_headers: bool) -> bool {
+    let Some(eol) = head.iter().position(|&b| b == b'\n') else { return false };
+    if !needs_headers || target(&String::from_utf8_lossy(&head[..eol])) != "/metrics" {
+        return true;
+    }
+    head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n")
+}
+
 /// Serves one HTTP request on `s` ([`answer`]), then closes it.
 pub(super) async fn serve_http(m: Arc<Manager>, mut s: tokio::net::TcpStream) {
-    // The request line, however the client's writes arrive: up to its newline, 4 KiB or 5 s.
-    let mut req = vec![0u8; 4096];
+    // However the client's writes arrive: the request line (and for a `/metrics` that needs a
+    // token, the headers), up to 8 KiB or 5 s.
+    let token = Some(m.cfg.metrics_token.as_str()).filter(|t| !t.is_empty());
+    let mut req = vec![0u8; 8192];
     let mut n = 0;
     let read = async {
-        while n < req.len() && !req[..n].contains(&b'\n') {
+        while n < req.len() && !head_complete(&req[..n], token.is_some()) {
             match s.read(&mut req[n..]).await {
                 Ok(0) | Err(_) => break,
                 Ok(k) => n += k,
             }
         }
     };
-    if tokio::time::timeout(std::time::Duration::from_secs(5), read).await.is_err() || n == 0 {
+    // A request line without the headers a token needs, after 5 s: answered (401).
+    let timed_out = tokio::time::timeout(std::time::Duration::from_secs(5), read).await.is_err();
+    if n == 0 || (timed_out && !req[..n].contains(&b'\n')) {
         return;
     }
     let text = String::from_utf8_lossy(&req[..n]);
@@ -290,10 +362,14 @@ pub(super) async fn serve_http(m: Arc<Manager>, mut s: tokio::net::TcpStream) {
         m.refresh_metrics();
         m.metrics.render()
     };
-    let a = answer(text.lines().next().unwrap_or(""), readiness, metrics);
+    let a = answer(&text, token, readiness, metrics);
+    if a.challenge {
+        m.metrics.metrics_unauthorized.inc();
+    }
     let head = format!(
-        "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {}\r\n{}Content-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         a.status,
+        if a.challenge { "WWW-Authenticate: Bearer\r\n" } else { "" },
         a.content_type,
         a.body.len()
     );
@@ -307,8 +383,93 @@ mod tests {
     use super::*;
 
     fn get(line: &str, r: Readiness) -> (&'static str, String) {
-        let a = answer(line, || r, || "gpuless_x 1\n".into());
+        let a = answer(line, None, || r, || "gpuless_x 1\n".into());
+        assert!(!a.challenge);
         (a.status, a.body)
+    }
+
+    /// (status, whether it asks for a token, body) of `request` where `/metrics` needs `s3cret`.
+    fn get_with_token(request: &str) -> (&'static str, bool, String) {
+        let a = answer(request, Some("s3cret"), || Readiness::Ready, || "gpuless_x 1\n".into());
+        (a.status, a.challenge, a.body)
+    }
+
+    #[test]
+    fn the_bearer_token_is_read_whatever_the_case_and_spaces_and_garbage_gives_none() {
+        let head = |h: &str| format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{h}\r\nAccept: */*\r\n\r\n");
+        for h in [
+            "Authorization: Bearer s3cret",
+            "authorization: bearer s3cret",
+            "AUTHORIZATION:BEARER  s3cret  ",
+            "Authorization :\tBearer\ts3cret\t",
+            "  Authorization:   Bearer    s3cret",
+        ] {
+            assert_eq!(bearer_token(&head(h)), Some("s3cret"), "{h:?}");
+        }
+        for h in [
+            "Authorization: Basic czNjcmV0",
+            "Authorization: Bearer",
+            "Authorization: Bearer   ",
+            "Authorization: Bearers3cret",
+            "Authorization:",
+            "Authorization",
+            "X-Authorization: Bearer s3cret",
+            "Bearer s3cret",
+            "",
+        ] {
+            assert_eq!(bearer_token(&head(h)), None, "{h:?}");
+        }
+        // The first header wins; the request line and the body are no headers.
+        let two = "GET / HTTP/1.1\nAuthorization: Bearer a\nAuthorization: Bearer b\n\n";
+        assert_eq!(bearer_token(two), Some("a"));
+        assert_eq!(bearer_token("Authorization: Bearer s3cret\r\n\r\n"), None);
+        assert_eq!(bearer_token("GET / HTTP/1.1\r\n\r\nAuthorization: Bearer s3cret\r\n"), None);
+        // Garbage never panics.
+        for g in [
+            "",
+            "\n",
+            ":",
+            "\n:\n",
+            "\r\n\r\n",
+            "GET\nAuthorization: Bearer \u{fffd}\u{0}é\n",
+            "\n\u{fffd}:\u{fffd} \u{fffd}",
+        ] {
+            let _ = bearer_token(g);
+            let _ = get_with_token(g);
+        }
+        assert_eq!(bearer_token("x\nAuthorization: Bearer é\u{fffd}\n"), Some("é\u{fffd}"));
+    }
+
+    #[test]
+    fn with_a_token_metrics_needs_it_and_the_probes_stay_open() {
+        let with = |auth: &str| get_with_token(&format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{auth}\r\n\r\n"));
+        assert_eq!(with("Authorization: Bearer s3cret"), ("200 OK", false, "gpuless_x 1\n".into()));
+        assert_eq!(with("authorization: BEARER s3cret").0, "200 OK");
+        for refused in
+            ["", "Authorization: Bearer s3cre", "Authorization: Bearer s3cretx", "Authorization: Basic s3cret"]
+        {
+            let (status, challenge, body) = with(refused);
+            assert_eq!((status, challenge), ("401 Unauthorized", true), "{refused:?}");
+            assert!(!body.contains("gpuless_x") && body.ends_with('\n') && body.lines().count() == 1, "{body}");
+        }
+        // Refused without rendering the metrics.
+        let a = answer("GET /metrics HTTP/1.1\r\n\r\n", Some("t"), || Readiness::Ready, || panic!("rendered"));
+        assert_eq!(a.status, "401 Unauthorized");
+        assert_eq!(get_with_token("GET /healthz HTTP/1.1\r\n\r\n").0, "200 OK");
+        assert_eq!(get_with_token("GET /readyz HTTP/1.1\r\n\r\n").0, "200 OK");
+        assert_eq!(get_with_token("GET /nothing HTTP/1.1\r\n\r\n").0, "404 Not Found");
+        assert_eq!(get_with_token("POST /metrics HTTP/1.1\r\n\r\n").0, "404 Not Found");
+    }
+
+    #[test]
+    fn the_head_is_complete_at_the_request_line_unless_a_token_needs_the_headers() {
+        assert!(!head_complete(b"GET /metrics HT", false));
+        assert!(head_complete(b"GET /metrics HTTP/1.1\r\n", false));
+        assert!(!head_complete(b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer t\r\n", true));
+        assert!(head_complete(b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer t\r\n\r\n", true));
+        assert!(head_complete(b"GET /metrics HTTP/1.1\nAuthorization: Bearer t\n\n", true));
+        assert!(head_complete(b"GET /healthz HTTP/1.1\r\n", true), "the probes need no headers");
+        assert!(head_complete(b"\xff\xfe\n", true));
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //! - [`cache`]: content-addressed blobs in a memory and a disk tier.
 //! - [`functions`]: deployed functions (a registry beside the cache) and an executor's
 //!   `Deploy` and `Invoke`.
-//! - [`gate`]: the GPU's priority gate: best-effort sessions' segments wait for
+//! - [`gate`]: a GPU's priority gate: best-effort sessions' segments wait for
 //!   latency-critical ones.
+//! - [`gpus`]: the GPUs the server owns (each with its executors, pool, partitions and gate)
+//!   and what placement asks of them.
 //! - [`metrics`]: Prometheus metrics and their endpoint, which also answers health and
 //!   readiness probes (`/healthz`, `/readyz`).
 //! - [`tls`]: TLS on the TCP listener; TLS sessions are proxied to their executor.
@@ -27,6 +29,7 @@ pub mod control;
 pub mod executor;
 pub mod functions;
 pub mod gate;
+pub mod gpus;
 pub mod manager;
 pub mod metrics;
 pub mod pieces;
@@ -35,7 +38,6 @@ mod timeline;
 pub mod tls;
 pub mod warm;
 
-use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -95,7 +97,10 @@ async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
              session of that program left on the GPU (give each tenant its own token: tenants_file)"
         );
     }
-    let profiles = profile_sms();
+    let gpus = gpus::discover(&cfg.gpus).map_err(ServeError::Start)?;
+    for g in &gpus {
+        tracing::info!(gpu = g.index, visible = ?g.visible, nvml = ?g.nvml, profiles = g.profiles.len() / 2, "GPU");
+    }
     let mut plan = {
         let dirs = [std::path::Path::new(&cfg.cache.memory_dir), std::path::Path::new(&cfg.cache.disk_dir)];
         confine::Plan::new(&cfg.confine, &exe, &dirs).map_err(|e| ServeError::Start(format!("confinement: {e}")))?
@@ -106,7 +111,7 @@ async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
         tracing::warn!("{warning}");
     }
     tracing::info!("{}", plan.describe());
-    let mgr = Manager::with_confinement(cfg.clone(), exe, profiles, plan)
+    let mgr = Manager::with_confinement(cfg.clone(), exe, gpus, plan)
         .map_err(|e| ServeError::Start(format!("cache: {e}")))?;
     let mut tcp_addr = None;
     let mut tasks = Vec::new();
@@ -304,7 +309,14 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
     };
     let warm_key = m.warm_key(&h, &tenant);
     let function = warm::announced(&h.program).map(|f| warm::key(&tenant, f));
-    let grant = match m.admit(&h.partition, h.priority, function.as_deref(), warm_key.as_deref()).await {
+    let req = manager::Request {
+        partition: &h.partition,
+        gpu: h.gpu,
+        priority: h.priority,
+        function: function.as_deref(),
+        program: warm_key.as_deref(),
+    };
+    let grant = match m.admit(&req).await {
         Ok(g) => g,
         Err((c, e)) => {
             let outcome = match c {
@@ -318,12 +330,12 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
     };
     let tls = s.is_tls();
     m.metrics.tenant_sessions.get_or_create(&metrics::TenantName { tenant: tenant.clone() }).inc();
-    tracing::info!(session = grant.session, exec = grant.exec, peer, tls, tenant, program = h.program,
-        partition = %h.partition, priority = h.priority.name(), "session starts");
+    tracing::info!(session = grant.session, exec = grant.exec, gpu = grant.gpu, peer, tls, tenant,
+        program = h.program, partition = %h.partition, priority = h.priority.name(), "session starts");
     if tls {
         m.metrics.tls_sessions.inc();
     }
-    let start = Control::Start {
+    let start = Control::Start(control::SessionStart {
         session: grant.session,
         idle_ms: (m.cfg.idle_timeout_s * 1e3) as u64,
         keep_alive_ms: m.keep_alive_ms(&h),
@@ -333,7 +345,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         scoped: !m.cfg.tenants.is_empty(),
         priority: m.cfg.priority_policy,
         be_inflight: m.cfg.best_effort_inflight,
-    };
+    });
     let fd = match s.into_blocking_fd() {
         Ok(fd) => fd,
         Err(e) => {
@@ -347,37 +359,6 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         m.abandon(grant.session, grant.exec);
     }
     // Our copy of the connection closes here; the executor holds it now.
-}
-
-/// MIG profile names and ids of GPU 0 with their SM counts (NVML; empty without it).
-fn profile_sms() -> HashMap<String, u32> {
-    let mut out = HashMap::new();
-    if let Ok(report) = crate::partition::nvml::query() {
-        if let Some(gpu) = report.gpus.first() {
-            for p in gpu.effective_profiles() {
-                out.insert(p.name.clone(), p.sms);
-                out.insert(p.id.to_string(), p.sms);
-            }
-        }
-    }
-    out
-}
-
-/// Device memory used per process id on GPU 0 (NVML; empty without it).
-pub(crate) fn gpu_memory_by_pid() -> HashMap<u32, u64> {
-    use nvml_wrapper::enums::device::UsedGpuMemory;
-    let mut out = HashMap::new();
-    static NVML: std::sync::OnceLock<Option<nvml_wrapper::Nvml>> = std::sync::OnceLock::new();
-    if let Some(nvml) = NVML.get_or_init(|| nvml_wrapper::Nvml::init().ok()) {
-        if let Ok(dev) = nvml.device_by_index(0) {
-            for p in dev.running_compute_processes().unwrap_or_default() {
-                if let UsedGpuMemory::Used(b) = p.used_gpu_memory {
-                    out.insert(p.pid, b);
-                }
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -64,7 +64,7 @@ impl WarmSet {
         self.entries.push(Entry { exec, spec: spec.to_string(), function: function.to_string(), last_used: now });
         let mut out = Vec::new();
         while self.entries.len() > self.max {
-            match self.evict_lru() {
+            match self.evict_lru("") {
                 Some(e) => out.push(e),
                 None => break,
             }
@@ -85,6 +85,12 @@ impl WarmSet {
         Some(self.entries.remove(i).exec)
     }
 
+    /// Whether an executor warm with `function` on `spec` is in the set and has not expired at
+    /// `now` (placement prefers its GPU).
+    pub fn holds(&self, spec: &str, function: &str, now: Instant) -> bool {
+        self.entries.iter().any(|e| e.spec == spec && e.function == function && !expired(e, now, self.keep_alive))
+    }
+
     /// Removes and returns the executors unused for longer than the keep-alive at `now`.
     pub fn expire(&mut self, now: Instant) -> Vec<u64> {
         let keep = self.keep_alive;
@@ -99,14 +105,16 @@ impl WarmSet {
         self.entries.iter().map(|e| e.exec)
     }
 
-    /// When the least recently used executor was last used.
-    pub fn oldest(&self) -> Option<Instant> {
-        self.entries.iter().map(|e| e.last_used).min()
+    /// When the least recently used executor whose spec starts with `on` was last used.
+    pub fn oldest(&self, on: &str) -> Option<Instant> {
+        self.entries.iter().filter(|e| e.spec.starts_with(on)).map(|e| e.last_used).min()
     }
 
-    /// Removes and returns the least recently used executor.
-    pub fn evict_lru(&mut self) -> Option<u64> {
-        let (i, _) = self.entries.iter().enumerate().min_by_key(|(_, e)| e.last_used)?;
+    /// Removes and returns the least recently used executor whose spec starts with `on`
+    /// (`""`: of all; the manager's specs start with their GPU).
+    pub fn evict_lru(&mut self, on: &str) -> Option<u64> {
+        let (i, _) =
+            self.entries.iter().enumerate().filter(|(_, e)| e.spec.starts_with(on)).min_by_key(|(_, e)| e.last_used)?;
         Some(self.entries.remove(i).exec)
     }
 
@@ -191,7 +199,7 @@ mod tests {
         assert_eq!(w.take("whole", "b", s(3)), Some(2));
         assert!(w.insert(2, "whole", "b", s(4)).is_empty());
         assert_eq!(w.insert(4, "whole", "d", s(5)), vec![3]);
-        assert_eq!(w.evict_lru(), Some(2));
+        assert_eq!(w.evict_lru(""), Some(2));
         assert_eq!(w.clear(), vec![4]);
         // A cap of 0 keeps nothing: the executor itself is let go.
         let mut none = WarmSet::new(0, Duration::from_secs(60));

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use gpuless_analyzer::api::ApiFunction;
 
-use super::{contexts, create, new_handle, Step, INVALID_VALUE};
+use super::{create, new_handle, streams, Step, INVALID_VALUE};
 
 /// `cuGraphExecUpdate`'s result after the server's driver refused the update:
 /// `CU_GRAPH_EXEC_UPDATE_ERROR` (the driver's reason stays in the server's log).
@@ -117,7 +117,7 @@ pub(crate) unsafe fn write_capture_info(f: &ApiFunction, raw: &[u64], values: &[
             }
         };
         put32(at("captureStatus_out"), status);
-        put64(at("id_out"), contexts(|c| c.capture_ids.get(&stream).copied().unwrap_or(0)));
+        put64(at("id_out"), streams(|c| c.capture_ids.get(&stream).copied().unwrap_or(0)));
         put64(at("graph_out"), graph);
         put64(at("dependencies_out"), if kept.0.is_empty() { 0 } else { kept.0.as_ptr() as u64 });
         put64(at("edgeData_out"), if kept.1.is_empty() { 0 } else { kept.1.as_ptr() as u64 });

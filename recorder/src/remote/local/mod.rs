@@ -1,12 +1,11 @@
 //! The client's own part of each call: what it answers without the server, by the API table's
 //! class of the function — handles are client numbers, device queries come from the session's
-//! device description, contexts are tracked per thread, kernels are known from the code
-//! images the program loaded ([`super::modules`]). Calls whose result only the GPU has are
-//! [`Step::Wait`]; calls the client mode does not cover yet fail with
+//! device description, contexts are tracked per thread ([`contexts`]), kernels are known from
+//! the code images the program loaded ([`super::modules`]). Calls whose result only the GPU has
+//! are [`Step::Wait`]; calls the client mode does not cover yet fail with
 //! `CUDA_ERROR_NOT_SUPPORTED` and one `gpuless:` line naming the call (never a silent wrong
 //! answer).
 
-use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -23,9 +22,11 @@ use crate::capture::{self, Prim};
 use crate::slots::Slot;
 
 mod arrays;
+mod contexts;
 mod graphs;
 
 use arrays::{array_descriptor, remember_array};
+pub(crate) use contexts::{current_context, destroyed, primary_context};
 use graphs::{conditional_node, graph_memory};
 pub(crate) use graphs::{graph_update_failed, write_capture_info};
 
@@ -57,11 +58,9 @@ pub(crate) fn is_client_handle(h: u64) -> bool {
     (0x5000_0000..NEXT_HANDLE.load(Ordering::Relaxed)).contains(&h) && h % 0x10 == 0
 }
 
+/// What the client keeps about streams (contexts: [`contexts`]).
 #[derive(Default)]
-struct Contexts {
-    /// The primary context of device 0, once retained (same handle every time).
-    primary: Option<u64>,
-    retained: u32,
+struct Streams {
     /// Streams being captured.
     capturing: HashSet<u64>,
     /// Each capture's id (`cuStreamGetCaptureInfo`), unique in the process.
@@ -69,64 +68,20 @@ struct Contexts {
     /// Captures into an existing graph (`cuStreamBeginCaptureToGraph`): ending them hands
     /// back that graph.
     capture_into: HashMap<u64, u64>,
-    /// Context flags as the program set them (`cuDevicePrimaryCtxSetFlags`, `cuCtxSetFlags`,
-    /// `cuCtxCreate`); one device, so one value.
-    flags: u64,
-    /// `cuCtxSetCacheConfig`'s last value.
-    cache_config: u64,
     /// The flags each stream was created with (`cuStreamGetFlags`).
     stream_flags: HashMap<u64, u64>,
 }
 
-static CONTEXTS: Mutex<Option<Contexts>> = Mutex::new(None);
+static STREAMS: Mutex<Option<Streams>> = Mutex::new(None);
 
-fn contexts<R>(f: impl FnOnce(&mut Contexts) -> R) -> R {
-    let mut g = CONTEXTS.lock().unwrap_or_else(|e| e.into_inner());
-    f(g.get_or_insert_with(Contexts::default))
+fn streams<R>(f: impl FnOnce(&mut Streams) -> R) -> R {
+    let mut g = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(Streams::default))
 }
 
 thread_local! {
     /// The thread's stream capture mode (`CU_STREAM_CAPTURE_MODE_GLOBAL`, 0, at first).
     static CAPTURE_MODE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    /// The calling thread's current context (0: none): the top of its context stack. A plain
-    /// word, so that it is still there for calls made while the thread's locals are destroyed
-    /// (C++ static destructors at exit: cuFFT's plan cache calls `cuCtxGetCurrent`).
-    static CURRENT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-    /// The rest of the stack, below the top (`cuCtxPushCurrent`).
-    static BELOW: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The primary context's handle (the same every time; the driver's private table hands it out
-/// without a retain).
-pub(crate) fn primary_context() -> u64 {
-    contexts(|c| *c.primary.get_or_insert_with(new_handle))
-}
-
-/// The calling thread's current context (0: none).
-pub(crate) fn current_context() -> u64 {
-    CURRENT.with(std::cell::Cell::get)
-}
-
-/// Replaces the top of the stack; a null context pops it (as the driver does).
-fn set_current(ctx: u64) {
-    if ctx != 0 {
-        CURRENT.with(|c| c.set(ctx));
-    } else {
-        pop_current();
-    }
-}
-
-fn push_current(ctx: u64) {
-    let below = CURRENT.with(|c| c.replace(ctx));
-    if below != 0 {
-        let _ = BELOW.try_with(|b| b.borrow_mut().push(below));
-    }
-}
-
-/// Pops the top of the stack: the context that was current (0: none).
-fn pop_current() -> u64 {
-    let next = BELOW.try_with(|b| b.borrow_mut().pop()).ok().flatten().unwrap_or(0);
-    CURRENT.with(|c| c.replace(next))
 }
 
 /// Whether `f`'s stream argument is being captured.
@@ -140,7 +95,7 @@ pub(crate) fn captured(f: &ApiFunction, raw: &[u64]) -> bool {
 
 /// Whether stream `s` is being captured (`cuStreamBeginCapture`).
 pub(crate) fn is_capturing(s: u64) -> bool {
-    contexts(|c| c.capturing.contains(&s))
+    streams(|c| c.capturing.contains(&s))
 }
 
 /// Says once per function that client mode does not answer it yet; the call fails.
@@ -209,7 +164,7 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
         }
     }
     // SAFETY: forwarded from the caller.
-    if let Some(step) = unsafe { program_vmm(f, raw) } {
+    if let Some(step) = unsafe { super::vmm::call(f, raw) } {
         return step;
     }
     // SAFETY: forwarded from the caller.
@@ -247,42 +202,9 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
     step
 }
 
-/// The program's own virtual memory (`super::vmm`): the client's books decide what the driver
-/// would refuse; accepted calls go to the server. `None` for every other function.
-///
-/// # Safety
-/// `raw` are the program's arguments to `f`.
-unsafe fn program_vmm(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
-    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
-    let refused = |st: Option<u32>| Some(st.map_or(Step::Done(0), Step::Done));
-    match f.name {
-        "cuMemCreate" => {
-            if let Some(st) = super::vmm::create_refused(w(1), w(2)) {
-                return Some(Step::Done(st));
-            }
-            let h = new_handle();
-            // SAFETY: the program's out-pointer (checked non-null) and properties.
-            unsafe {
-                *(w(0) as *mut u64) = h;
-                super::vmm::created(h, w(1), w(2));
-            }
-            Some(Step::Done(0))
-        }
-        "cuMemRelease" => refused(super::vmm::release(w(0))),
-        "cuMemMap" => refused(super::vmm::map(w(0), w(1), w(2), w(3))),
-        "cuMemUnmap" => refused(super::vmm::unmap(w(0), w(1))),
-        "cuMemSetAccess" => {
-            refused((!super::vmm::mapped(w(0), w(1)) || w(2) == 0 || w(3) == 0).then_some(INVALID_VALUE))
-        }
-        // SAFETY: the program's out-pointer for the properties.
-        "cuMemGetAllocationPropertiesFromHandle" => Some(Step::Done(unsafe { super::vmm::properties(w(0), w(1)) })),
-        _ => None,
-    }
-}
-
 /// Whether `stream` captures into an existing graph (`cuStreamBeginCaptureToGraph`).
 pub(crate) fn captures_into_graph(stream: u64) -> bool {
-    contexts(|c| c.capture_into.contains_key(&stream))
+    streams(|c| c.capture_into.contains_key(&stream))
 }
 
 /// Writes `v` to out argument `i` at the width of its C type.
@@ -446,6 +368,10 @@ const DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: u32 = 101;
 /// Device, context, function and stream queries.
 unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
     let Some(d) = session::device() else { return Step::Done(session::NOT_INITIALIZED) };
+    // SAFETY: forwarded from the caller.
+    if let Some(st) = unsafe { contexts::query(f, raw) } {
+        return Step::Done(st);
+    }
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
     let dev_ok = |i: usize| w(i) as i32 == 0;
     // SAFETY (whole match): out-pointers of the program, written at their declared widths.
@@ -465,7 +391,7 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 0
             }
             // The flags the stream was created with; the default streams' are 0.
-            "cuStreamGetFlags" => match contexts(|c| c.stream_flags.get(&w(0)).copied()) {
+            "cuStreamGetFlags" => match streams(|c| c.stream_flags.get(&w(0)).copied()) {
                 Some(fl) => {
                     put(f, raw, 1, fl);
                     0
@@ -541,35 +467,6 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                     INVALID_DEVICE
                 }
             }
-            "cuDevicePrimaryCtxGetState" => {
-                put(f, raw, 1, contexts(|c| c.flags));
-                put(f, raw, 2, u64::from(contexts(|c| c.retained > 0)));
-                0
-            }
-            "cuCtxGetCurrent" => {
-                put(f, raw, 0, current_context());
-                0
-            }
-            "cuCtxGetDevice" => {
-                if current_context() == 0 && !(f.args.len() > 1 && w(1) != 0) {
-                    INVALID_CONTEXT
-                } else {
-                    put(f, raw, 0, 0);
-                    0
-                }
-            }
-            "cuCtxGetId" => {
-                put(f, raw, 1, w(0).max(current_context()));
-                0
-            }
-            "cuCtxGetFlags" => {
-                put(f, raw, 0, contexts(|c| c.flags));
-                0
-            }
-            "cuCtxGetCacheConfig" => {
-                put(f, raw, 0, contexts(|c| c.cache_config));
-                0
-            }
             "cuStreamIsCapturing" => {
                 put(f, raw, 1, u64::from(is_capturing(w(0))));
                 0
@@ -583,7 +480,7 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                     return Step::Wait;
                 } else {
                     put(f, raw, 1, 1); // CU_STREAM_CAPTURE_STATUS_ACTIVE
-                    put(f, raw, 2, contexts(|c| c.capture_ids.get(&w(0)).copied().unwrap_or(0)));
+                    put(f, raw, 2, streams(|c| c.capture_ids.get(&w(0)).copied().unwrap_or(0)));
                     0
                 }
             }
@@ -701,10 +598,7 @@ pub(super) unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
     let code_image = f.args.iter().any(|a| matches!(a.kind, ArgKind::Image | ArgKind::ImageFile));
     for (i, kind) in outs {
         let h = match (f.name, kind) {
-            ("cuDevicePrimaryCtxRetain", _) => contexts(|c| {
-                c.retained += 1;
-                *c.primary.get_or_insert_with(new_handle)
-            }),
+            ("cuDevicePrimaryCtxRetain", _) => contexts::retain_primary(),
             (_, HandleKind::Module | HandleKind::Library) if code_image => {
                 let h = new_handle();
                 modules::loaded(h);
@@ -729,7 +623,7 @@ pub(super) unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
             }
             ("cuLibraryGetModule", _) => w(1),
             // A capture into an existing graph ends in that graph.
-            ("cuStreamEndCapture", _) => contexts(|c| c.capture_into.remove(&w(0))).unwrap_or_else(new_handle),
+            ("cuStreamEndCapture", _) => streams(|c| c.capture_into.remove(&w(0))).unwrap_or_else(new_handle),
             ("cuArrayCreate" | "cuArray3DCreate", _) => {
                 let h = new_handle();
                 // SAFETY: the program's descriptor (2D: 24 bytes, 3D: 40 bytes).
@@ -741,17 +635,14 @@ pub(super) unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
         // SAFETY: the program's out-pointer for the handle.
         unsafe { put(f, raw, i, h) };
         if kind == HandleKind::Context && f.name != "cuDevicePrimaryCtxRetain" {
-            set_current(h); // cuCtxCreate makes the new context current
-            if let Some(fl) = f.args.iter().position(|a| a.name == "flags") {
-                contexts(|c| c.flags = w(fl));
-            }
+            contexts::created(f, raw, h); // pushed onto the thread's stack: current
         }
         if f.name == "cuStreamEndCapture" {
-            contexts(|c| c.capturing.remove(&w(0)));
+            streams(|c| c.capturing.remove(&w(0)));
         }
         if kind == HandleKind::Stream && f.name.starts_with("cuStreamCreate") {
             let fl = f.args.iter().position(|a| a.name.eq_ignore_ascii_case("flags")).map_or(0, w);
-            contexts(|c| c.stream_flags.insert(h, fl));
+            streams(|c| c.stream_flags.insert(h, fl));
         }
     }
     Step::Done(0)
@@ -802,21 +693,15 @@ unsafe fn address_lookup(f: &ApiFunction, raw: &[u64]) -> Step {
     }
 }
 
-/// Calls that change state the client keeps (current context, captures) or none at all.
+/// Calls that change state the client keeps (contexts: [`contexts::state_change`]; captures,
+/// the memory pool, kernel attributes) or none at all.
 unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    // SAFETY: forwarded from the caller.
+    if let Some(step) = unsafe { contexts::state_change(f, raw) } {
+        return step;
+    }
     match f.name {
-        "cuCtxSetCurrent" => set_current(w(0)),
-        "cuCtxPushCurrent" => push_current(w(0)),
-        "cuCtxPopCurrent" => {
-            let popped = pop_current();
-            // SAFETY: the program's out-pointer (may be null).
-            unsafe { put(f, raw, 0, popped) };
-            if popped == 0 {
-                return Step::Done(INVALID_CONTEXT);
-            }
-        }
-        "cuDevicePrimaryCtxRelease" => contexts(|c| c.retained = c.retained.saturating_sub(1)),
         "cuDeviceSetMemPool" => {
             if w(1) != super::driver::pool() && !is_client_handle(w(1)) {
                 return Step::Done(INVALID_VALUE);
@@ -828,18 +713,9 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
         // Arena memory's attributes are the arena's (`arena::before` answered them); any
         // other address is no allocation of the session.
         "cuPointerSetAttribute" => return Step::Done(INVALID_VALUE),
-        // The session's context stays on the server; the program's handle leaves its stack.
-        "cuCtxDestroy" => {
-            if w(0) == 0 {
-                return Step::Done(INVALID_CONTEXT);
-            }
-            if current_context() == w(0) {
-                pop_current();
-            }
-        }
         "cuStreamBeginCapture" | "cuStreamBeginCaptureToGraph" => {
             super::hostfn::began_capture(w(0));
-            contexts(|c| {
+            streams(|c| {
                 c.capturing.insert(w(0));
                 if f.name == "cuStreamBeginCaptureToGraph" {
                     c.capture_into.insert(w(0), w(1));
@@ -850,9 +726,6 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
                 c.capture_ids.insert(w(0), id);
             });
         }
-        "cuDevicePrimaryCtxSetFlags" => contexts(|c| c.flags = w(1)),
-        "cuCtxSetFlags" => contexts(|c| c.flags = w(0)),
-        "cuCtxSetCacheConfig" => contexts(|c| c.cache_config = w(0)),
         // Kept so that attribute queries stay local; the call goes to the server too.
         "cuFuncSetAttribute" | "cuKernelSetAttribute" => {
             let (h, attr, value) = if f.name == "cuFuncSetAttribute" { (w(0), w(1), w(2)) } else { (w(2), w(0), w(1)) };

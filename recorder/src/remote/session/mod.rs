@@ -63,6 +63,8 @@ pub(crate) const LOST: u32 = 999;
 const ENV_TOKEN: &str = "GPULESS_TOKEN";
 /// Environment: the partition asked for (`whole`, `sms:N`, a MIG profile).
 const ENV_PARTITION: &str = "GPULESS_REMOTE_PARTITION";
+/// The server's GPU to ask for (its index); unset: wherever the server places the session.
+const ENV_GPU: &str = "GPULESS_REMOTE_GPU";
 /// Environment: `best-effort` for that priority class.
 const ENV_PRIORITY: &str = "GPULESS_REMOTE_PRIORITY";
 /// Environment: where the counts are written at exit (one JSON object).
@@ -234,6 +236,7 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         program,
         // A live program's records go as it makes them.
         whole_segments: false,
+        gpu: std::env::var(ENV_GPU).ok().and_then(|v| v.trim().parse().ok()),
     };
     let welcome = conn.handshake(&hello).map_err(|e| e.to_string())?;
     state::set_device_sm(welcome.device.sm());
@@ -758,6 +761,7 @@ fn write_stats(sess: &Session, closed: Option<&protocol::SessionStats>) {
         "session": sess.welcome.session,
         "executor_pid": sess.welcome.executor_pid,
         "device": sess.welcome.device.name,
+        "gpu": sess.welcome.gpu,
         "calls": CALLS.load(Ordering::Relaxed),
         "sent": sess.sent,
         "local": LOCAL.load(Ordering::Relaxed),

@@ -163,10 +163,11 @@ impl Plan {
     }
 
     /// The command of an executor for partition `spec` run from `exe`, confined by the plan
-    /// (environment set on it afterwards is kept). GPULESS_EXECUTOR_WRAPPER (a command and its
-    /// arguments, split at white space) runs it under a tool: `strace -ff -o DIR/x`, perf,
+    /// (environment set on it afterwards is kept); with `minors`, its view holds only those
+    /// GPUs' device nodes ([`view::View::for_gpus`]). GPULESS_EXECUTOR_WRAPPER (a command and
+    /// its arguments, split at white space) runs it under a tool: `strace -ff -o DIR/x`, perf,
     /// compute-sanitizer (confined too).
-    pub fn executor_command(&self, exe: &Path, spec: &str) -> Command {
+    pub fn executor_command(&self, exe: &Path, spec: &str, minors: Option<&[u32]>) -> Command {
         let wrapper = std::env::var("GPULESS_EXECUTOR_WRAPPER").unwrap_or_default();
         let mut words = wrapper.split_whitespace();
         let mut cmd = match words.next() {
@@ -178,7 +179,10 @@ impl Plan {
             None => Command::new(exe),
         };
         cmd.arg("__executor").arg("--partition").arg(spec);
-        self.apply(&mut cmd);
+        match minors {
+            Some(m) if self.enabled => Plan { view: self.view.for_gpus(m), ..self.clone() }.apply(&mut cmd),
+            _ => self.apply(&mut cmd),
+        }
         if self.enabled {
             cmd.arg("--confined");
         }

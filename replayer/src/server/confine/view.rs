@@ -116,6 +116,33 @@ impl View {
         Ok(View { base: Some(c(base.as_os_str())?), steps })
     }
 
+    /// The view of an executor for the GPUs with these device minor numbers
+    /// (`/dev/nvidiaN`): the other GPUs' device nodes are left out, so a process that escaped
+    /// `CUDA_VISIBLE_DEVICES` still reaches no other GPU. The driver's shared nodes
+    /// (`nvidiactl`, `nvidia-uvm`, `nvidia-caps`, ...) stay.
+    pub fn for_gpus(&self, minors: &[u32]) -> View {
+        let other_gpu = |p: &CString| {
+            let name = p.as_bytes().rsplit(|&b| b == b'/').next().unwrap_or(b"");
+            match name.strip_prefix(b"nvidia") {
+                Some(n) if !n.is_empty() && n.iter().all(u8::is_ascii_digit) => {
+                    let minor = std::str::from_utf8(n).ok().and_then(|n| n.parse::<u32>().ok());
+                    !minor.is_some_and(|m| minors.contains(&m))
+                }
+                _ => false,
+            }
+        };
+        let steps = self
+            .steps
+            .iter()
+            .filter(|s| match s {
+                Step::File(p) | Step::Bind(_, p, _, _) => !other_gpu(p),
+                _ => true,
+            })
+            .cloned()
+            .collect();
+        View { base: self.base.clone(), steps }
+    }
+
     /// How many bind mounts the view has.
     pub fn binds(&self) -> usize {
         self.steps.iter().filter(|s| matches!(s, Step::Bind(..))).count()
@@ -271,4 +298,28 @@ fn c<S: AsRef<std::ffi::OsStr> + ?Sized>(s: &S) -> Result<CString, ConfineError>
     CString::new(s.as_ref().as_bytes()).map_err(|_| {
         ConfineError::Io(s.as_ref().to_string_lossy().into(), std::io::Error::other("a NUL byte in the path"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpus_view_keeps_its_device_nodes_and_the_drivers_shared_ones() {
+        let bind = |p: &str| Step::Bind(c(p).unwrap(), c(&format!("/v{p}")).unwrap(), false, 0);
+        let file = |p: &str| Step::File(c(&format!("/v{p}")).unwrap());
+        let names = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia12", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/null"];
+        let steps = names.iter().flat_map(|n| [file(n), bind(n)]).collect();
+        let v = View { base: None, steps }.for_gpus(&[1]);
+        let kept: Vec<String> = v
+            .steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Bind(src, ..) => Some(src.to_string_lossy().into_owned()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kept, ["/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/null"]);
+        assert_eq!(v.steps.len(), 8, "each kept node's file stays with its bind");
+    }
 }

@@ -90,6 +90,10 @@ pub struct Hello {
     /// repeated pieces as graphs. A trailing byte of the payload, absent from older clients
     /// (false).
     pub whole_segments: bool,
+    /// The server's GPU the session asks for (its index, as `gpuless devices` and the metrics
+    /// number them); `None`: wherever the server places it (docs/PROTOCOL.md, placement). A
+    /// trailing field: a Hello without it asks for none in particular.
+    pub gpu: Option<u32>,
 }
 
 /// The server's answer to [`Hello`]: the session.
@@ -108,6 +112,8 @@ pub struct Welcome {
     /// Whether the executor runs repeated pieces as graphs (cached-trace execution): then the
     /// client may send pieces it names by reference ([`Answer::pieces`]).
     pub cached_execution: bool,
+    /// The server's GPU the session runs on (its index). A trailing field: 0 where absent.
+    pub gpu: u32,
 }
 
 /// A call that failed on the server.
@@ -470,12 +476,14 @@ impl Message {
                 });
                 p.u64(h.arena_base).u64(h.arena_size).u32(h.recorded_sm).str(&h.program);
                 p.u8(u8::from(h.whole_segments));
+                p.u32(h.gpu.unwrap_or(u32::MAX));
             }
             Message::Welcome(w) => {
                 p.u64(w.session).u32(w.executor_pid).str(&w.server);
                 w.partition.put(&mut p);
                 w.device.put(&mut p);
                 p.u8(u8::from(w.cached_execution));
+                p.u32(w.gpu);
             }
             Message::Refused { code, message } | Message::Error { code, message } => {
                 p.u16(*code).str(message);
@@ -609,6 +617,7 @@ impl Message {
                 let (arena_base, arena_size, recorded_sm) = (g.u64()?, g.u64()?, g.u32()?);
                 let program = g.str()?;
                 let whole_segments = if g.remaining() > 0 { flag(&mut g, "whole_segments")? } else { false };
+                let gpu = if g.remaining() > 0 { Some(g.u32()?).filter(|&i| i != u32::MAX) } else { None };
                 Message::Hello(Hello {
                     protocol,
                     tool,
@@ -620,6 +629,7 @@ impl Message {
                     recorded_sm,
                     program,
                     whole_segments,
+                    gpu,
                 })
             }
             kind::WELCOME => {
@@ -627,6 +637,7 @@ impl Message {
                 let partition = PartitionInfo::get(&mut g)?;
                 let device = DeviceDescription::get(&mut g)?;
                 let cached_execution = flag(&mut g, "cached_execution")?;
+                let gpu = if g.remaining() > 0 { g.u32()? } else { 0 };
                 Message::Welcome(Box::new(Welcome {
                     session,
                     executor_pid,
@@ -634,6 +645,7 @@ impl Message {
                     partition,
                     device,
                     cached_execution,
+                    gpu,
                 }))
             }
             kind::REFUSED | kind::ERROR => {

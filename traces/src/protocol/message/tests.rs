@@ -15,6 +15,7 @@ fn samples() -> Vec<Message> {
             recorded_sm: 90,
             program: "resnet50".into(),
             whole_segments: true,
+            gpu: Some(1),
         }),
         Message::Welcome(Box::new(Welcome {
             session: 7,
@@ -34,6 +35,7 @@ fn samples() -> Vec<Message> {
                 attributes: vec![(16, 132), (75, 9), (76, 0)],
             },
             cached_execution: true,
+            gpu: 1,
         })),
         Message::Refused { code: code::AUTH, message: "wrong token".into() },
         Message::Segment { want_answer: true, zstd: false, records: vec![1, 2, 3] },
@@ -178,9 +180,31 @@ fn function_messages_keep_their_fields_and_refuse_bad_flags_and_cut_payloads() {
 fn an_older_hello_without_its_last_byte_says_no_whole_segments() {
     let Message::Hello(h) = &samples()[0] else { panic!("the first sample is a Hello") };
     let mut bytes = Message::Hello(h.clone()).encode();
-    assert_eq!(bytes.pop(), Some(1));
+    bytes.truncate(bytes.len() - 4);
     match Message::decode(kind::HELLO, 0, &bytes) {
-        Ok(Message::Hello(old)) => assert_eq!(old, Hello { whole_segments: false, ..h.clone() }),
+        Ok(Message::Hello(old)) => assert_eq!(old, Hello { gpu: None, ..h.clone() }),
         other => panic!("{other:?}"),
     }
+    assert_eq!(bytes.pop(), Some(1));
+    match Message::decode(kind::HELLO, 0, &bytes) {
+        Ok(Message::Hello(old)) => assert_eq!(old, Hello { whole_segments: false, gpu: None, ..h.clone() }),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A Welcome from a server before `gpu` (no trailing word) decodes as GPU 0; "any GPU" in a
+/// Hello round-trips as `None`.
+#[test]
+fn a_welcome_without_its_gpu_says_gpu_0_and_a_hello_may_ask_for_any() {
+    let Message::Welcome(w) = &samples()[1] else { panic!("the second sample is a Welcome") };
+    let w = Welcome { gpu: 3, ..(**w).clone() };
+    let mut bytes = Message::Welcome(Box::new(w.clone())).encode();
+    bytes.truncate(bytes.len() - 4);
+    match Message::decode(kind::WELCOME, 0, &bytes) {
+        Ok(Message::Welcome(old)) => assert_eq!(*old, Welcome { gpu: 0, ..w }),
+        other => panic!("{other:?}"),
+    }
+    let Message::Hello(h) = &samples()[0] else { panic!("the first sample is a Hello") };
+    let any = Hello { gpu: None, ..h.clone() };
+    assert_eq!(Message::decode(kind::HELLO, 0, &Message::Hello(any.clone()).encode()).ok(), Some(Message::Hello(any)));
 }
