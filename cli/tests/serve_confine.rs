@@ -71,12 +71,39 @@ fn a_warm_executor_is_confined_and_serves_sessions() {
         use std::os::unix::fs::MetadataExt;
         assert_eq!(std::fs::metadata(format!("/proc/{pid}/mem")).unwrap().uid(), 0);
     }
+    // The cache is in its view read-only: the server writes it.
+    let memory = std::fs::canonicalize(dir.path().join("cache/memory")).unwrap();
+    let mounts = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    // The innermost mount holding it (the stand-in's directory, a parent, may be bound already).
+    let cache_mount = mounts
+        .lines()
+        .filter(|l| l.split(' ').nth(4).is_some_and(|at| memory.starts_with(at)))
+        .max_by_key(|l| l.split(' ').nth(4).map_or(0, str::len))
+        .unwrap_or_else(|| panic!("no mount of {} in the executor's view:\n{mounts}", memory.display()));
+    let options = cache_mount.split(' ').nth(5).unwrap_or("");
+    assert!(options.split(',').any(|o| o == "ro"), "the cache is writable in the view: {cache_mount}");
     // And it serves: a remote replay verifies.
     let (rc, r, err) = remote_replay(&s.tcp, &trace, &[]);
     assert_eq!(rc, 0, "{r} {err}");
     let log = std::fs::read_to_string(&s._log).unwrap_or_default();
     assert!(log.contains("namespaces on") && log.contains("seccomp on"), "{log}");
     assert!(!log.contains("refused by the executor's seccomp filter"), "{log}");
+    // What the session uploaded is in the cache, written by the server (as root, the files
+    // are root's, not the executors' user's), and a second session finds it there.
+    use std::os::unix::fs::MetadataExt;
+    let blobs: Vec<std::fs::Metadata> = std::fs::read_dir(&memory)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().len() == 32)
+        .map(|e| e.metadata().unwrap())
+        .collect();
+    assert!(!blobs.is_empty(), "no blob in {}", memory.display());
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    assert!(blobs.iter().all(|m| m.uid() == me), "cache files not written by the server");
+    let (rc, again, err) = remote_replay(&s.tcp, &trace, &[]);
+    assert_eq!(rc, 0, "{again} {err}");
+    assert_eq!(again["traffic"]["blob_bytes"], 0, "the second session sent blobs again: {again}");
 }
 
 #[test]

@@ -110,24 +110,34 @@ impl WarmImages {
         Some(p)
     }
 
-    /// Remembers the images this session loaded for the next executors (most recent first,
-    /// at most 48), written whole and renamed.
+    /// The images this session loaded: (content hash, a library rather than a module).
+    pub fn loaded(&self) -> &[(Hash128, bool)] {
+        &self.loaded
+    }
+
+    /// Remembers the images this session loaded for the next executors ([`remember`]).
     pub fn remember(&self, dir: &Path) {
-        if self.loaded.is_empty() {
-            return;
+        remember(dir, &self.loaded);
+    }
+}
+
+/// Remembers the images `loaded` (content hash, a library) in the cache directory `dir` for the
+/// next executors (most recent first, at most 48), written whole and renamed. The server does
+/// it for its executors, which cannot write the cache (`Control::Images`).
+pub fn remember(dir: &Path, loaded: &[(Hash128, bool)]) {
+    if loaded.is_empty() {
+        return;
+    }
+    let mut list: Vec<(Hash128, bool)> = Vec::new();
+    for e in loaded.iter().copied().chain(remembered(dir)) {
+        if !list.contains(&e) && list.len() < KEPT {
+            list.push(e);
         }
-        let mut list: Vec<(Hash128, bool)> = Vec::new();
-        for e in self.loaded.iter().copied().chain(remembered(dir)) {
-            if !list.contains(&e) && list.len() < KEPT {
-                list.push(e);
-            }
-        }
-        let text: String =
-            list.iter().map(|(h, l)| format!("{h} {}\n", if *l { "library" } else { "module" })).collect();
-        let tmp = dir.join(format!("{FILE}.tmp{}", std::process::id()));
-        if std::fs::write(&tmp, text).is_ok() {
-            let _ = std::fs::rename(&tmp, dir.join(FILE));
-        }
+    }
+    let text: String = list.iter().map(|(h, l)| format!("{h} {}\n", if *l { "library" } else { "module" })).collect();
+    let tmp = dir.join(format!("{FILE}.tmp{}", std::process::id()));
+    if std::fs::write(&tmp, text).is_ok() {
+        let _ = std::fs::rename(&tmp, dir.join(FILE));
     }
 }
 

@@ -36,6 +36,38 @@ pub enum Control {
         /// Found.
         hits: Vec<Hash128>,
     },
+    /// Executor → server: blobs a session received, for the cache, in the sealed memfd that
+    /// comes with the message (`gpuless_traces::protocol::shm`): (hash, offset, length). The
+    /// server checks each against its hash and writes it (executors cannot write the cache:
+    /// their view holds it read-only), owned by the session's tenant.
+    Store(Vec<(Hash128, u64, u64)>),
+    /// Executor → server: the piece templates of a program (`piece::policy`), the first `len`
+    /// bytes of the sealed memfd that comes with the message, for the cache's `pieces/KEY`.
+    Templates {
+        /// The program's key.
+        key: Hash128,
+        /// Bytes.
+        len: u64,
+    },
+    /// Executor → server, waiting for [`Control::Registered`]: register the deployed function
+    /// `name` as the function file `hash` of `len` bytes, for the session's tenant.
+    Register {
+        /// The function's name.
+        name: String,
+        /// Its function file's blob.
+        hash: Hash128,
+        /// Its length.
+        len: u64,
+    },
+    /// Server → executor: the answer to [`Control::Register`] (empty, or why it failed), or to
+    /// [`Control::Barrier`].
+    Registered(String),
+    /// Executor → server, waiting for [`Control::Registered`]: everything sent before has been
+    /// applied (the blobs of earlier [`Control::Store`]s are in the cache).
+    Barrier,
+    /// Executor → server: the code images its session loaded (content hash, a library rather
+    /// than a module), to remember for the next executors (`replay::warm_images`).
+    Images(Vec<(Hash128, bool)>),
     /// Executor → server: latencies, microseconds: (0 = segment execution, 1 = request to
     /// answer), at most a few hundred per message.
     Samples(Vec<(u8, u32)>),
@@ -194,6 +226,30 @@ impl Control {
             Control::KeptProgram { program, resident_bytes, skipped_bytes } => {
                 p.u8(9).str(program).u64(*resident_bytes).u64(*skipped_bytes);
             }
+            Control::Store(entries) => {
+                p.u8(10).u32(entries.len() as u32);
+                for (h, off, len) in entries {
+                    p.u128(h.0).u64(*off).u64(*len);
+                }
+            }
+            Control::Templates { key, len } => {
+                p.u8(11).u128(key.0).u64(*len);
+            }
+            Control::Register { name, hash, len } => {
+                p.u8(12).str(name).u128(hash.0).u64(*len);
+            }
+            Control::Registered(error) => {
+                p.u8(13).str(error);
+            }
+            Control::Barrier => {
+                p.u8(14);
+            }
+            Control::Images(images) => {
+                p.u8(15).u32(images.len() as u32);
+                for (h, library) in images {
+                    p.u128(h.0).u8(u8::from(*library));
+                }
+            }
         }
         p.0
     }
@@ -244,6 +300,26 @@ impl Control {
             }
             8 => Control::Warm { function: g.str()? },
             9 => Control::KeptProgram { program: g.str()?, resident_bytes: g.u64()?, skipped_bytes: g.u64()? },
+            10 => {
+                let n = g.count(32)?;
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    entries.push((Hash128(g.u128()?), g.u64()?, g.u64()?));
+                }
+                Control::Store(entries)
+            }
+            11 => Control::Templates { key: Hash128(g.u128()?), len: g.u64()? },
+            12 => Control::Register { name: g.str()?, hash: Hash128(g.u128()?), len: g.u64()? },
+            13 => Control::Registered(g.str()?),
+            14 => Control::Barrier,
+            15 => {
+                let n = g.count(17)?;
+                let mut images = Vec::with_capacity(n);
+                for _ in 0..n {
+                    images.push((Hash128(g.u128()?), g.u8()? != 0));
+                }
+                Control::Images(images)
+            }
             t => return Err(g.error(format!("control message {t}"))),
         };
         g.end()?;
@@ -426,6 +502,18 @@ mod tests {
         assert_eq!(a.recv().unwrap().unwrap().0, done);
         assert_eq!(a.recv().unwrap().unwrap().0, cache);
         assert_eq!(a.recv().unwrap().unwrap().0, calls);
+        // What executors ask of the cache, and the server's answer.
+        for m in [
+            Control::Store(vec![(Hash128(3), 0, 10), (Hash128(4), 4096, 1)]),
+            Control::Templates { key: Hash128(5), len: 3 },
+            Control::Register { name: "resnet".into(), hash: Hash128(6), len: 77 },
+            Control::Registered("no room".into()),
+            Control::Barrier,
+            Control::Images(vec![(Hash128(8), true), (Hash128(9), false)]),
+        ] {
+            b.send(&m, None).unwrap();
+            assert_eq!(a.recv().unwrap().unwrap().0, m);
+        }
         drop(b);
         assert!(a.recv().unwrap().is_none());
     }

@@ -46,7 +46,9 @@ mod blobs;
 mod decoded;
 mod inflight;
 mod kept;
+mod notes;
 mod printed;
+use notes::{ask, keep_templates, Stored};
 mod pump;
 mod wire;
 
@@ -168,7 +170,9 @@ pub fn run(mut setup: Setup) -> i32 {
             warm_memory,
         );
         if !warm.loaded.is_empty() {
-            warm.remember(&setup.cache.disk);
+            // The server remembers them (the executor cannot write the cache), before the line.
+            let _ = setup.control.send(&Control::Images(warm.loaded().to_vec()), None);
+            let _ = ask(&setup.control, &Control::Barrier);
             // The executor's stderr is the server's log.
             eprintln!(
                 "gpuless executor: session {}: {} of {} code images were loaded before the session asked ({} loaded ahead unused)",
@@ -253,7 +257,6 @@ fn serve_one(
         last_seq: 0,
         exec_us: 0,
         samples: Vec::new(),
-        added: Vec::new(),
         hits: Vec::new(),
         control: &setup.control,
         cache: &setup.cache,
@@ -318,7 +321,7 @@ fn serve_one(
     s.timeline.write();
     if let Some(p) = s.pieces.as_mut() {
         p.count_into(&mut s.stats);
-        p.save();
+        keep_templates(s.control, p);
         if let Some(why) = &p.refusal {
             // The executor's stderr is the server's log.
             eprintln!("gpuless executor: session {session}: a repeated piece could not be captured ({why}); it ran record by record");
@@ -342,15 +345,15 @@ struct Session<'a> {
     last_seq: u64,
     exec_us: u64,
     samples: Vec<(u8, u32)>,
-    added: Vec<(Hash128, u64)>,
     hits: Vec<Hash128>,
     control: &'a Channel,
     cache: &'a Dirs,
     decoded: Decoded,
     /// Where the session's time went (`GPULESS_EXECUTOR_TIMELINE`).
     timeline: Timeline,
-    /// Cache copies being written in the background: what each added.
-    writers: Vec<std::thread::JoinHandle<Vec<(Hash128, u64)>>>,
+    /// Blobs for the cache being checked and packed in the background: each gives a sealed
+    /// memfd and where its blobs lie, for the server to write ([`Control::Store`]).
+    writers: Vec<std::thread::JoinHandle<Option<Stored>>>,
     /// Hash checks of shared-memory blobs not yet waited for ([`Session::verified`]).
     checks: Vec<std::sync::mpsc::Receiver<Option<Hash128>>>,
     /// The GPU's priority gate: a latency-critical session enters it while it has segments in
@@ -619,10 +622,16 @@ impl Session<'_> {
                         return fail(&w, code::BAD_MESSAGE, e);
                     }
                     self.flush_notes(true);
+                    if let Err(e) = self.ask(&Control::Barrier) {
+                        return fail(&w, code::EXECUTOR, format!("deploying `{name}`: {e}"));
+                    }
                     let held = stream.has_blob(&hash);
                     // A blob the tenant never sent is, for its deploy, one the server lacks.
                     let readable = held || self.owner.as_deref().is_none_or(|t| self.cache.owns(t, &hash));
-                    match self.functions.deploy(self.cache, &name, hash, len, held, readable) {
+                    let control = self.control;
+                    let register =
+                        |name: &str, hash, len| ask(control, &Control::Register { name: name.to_string(), hash, len });
+                    match self.functions.deploy(self.cache, &name, hash, len, held, readable, register) {
                         Ok(m) => send(&w, &m)?,
                         Err((c, e)) => return fail(&w, c, e),
                     }
@@ -674,12 +683,17 @@ impl Session<'_> {
                     if let Err(e) = self.verified() {
                         return fail(&w, code::BAD_MESSAGE, e);
                     }
+                    // What the session uploaded is in the cache before the client hears
+                    // `Closed`: its next session may start at once.
+                    self.flush_notes(true);
+                    let _ = self.ask(&Control::Barrier);
                     if let Some(mut p) = self.pieces.take() {
                         // A piece still open (records the client sent without an answer).
                         let r = self.exec_pieces(&mut p, stream, &[], true);
                         p.count_into(&mut self.stats);
                         // Kept before the client hears `Closed`: its next session may start at once.
-                        p.save();
+                        keep_templates(self.control, &mut p);
+                        let _ = self.ask(&Control::Barrier);
                         self.pieces = Some(p);
                         if let Err((c, e)) = r {
                             return fail(&w, c, e);
@@ -827,43 +841,6 @@ impl Session<'_> {
         let held = g.hold(Duration::ZERO, MAX_HOLD);
         if held >= Duration::from_micros(50) {
             self.sample(2, held.as_micros() as u64);
-        }
-    }
-
-    fn sample(&mut self, which: u8, us: u64) {
-        self.samples.push((which, us.min(u64::from(u32::MAX)) as u32));
-        if self.samples.len() >= SAMPLES {
-            let s = std::mem::take(&mut self.samples);
-            let _ = self.control.send(&Control::Samples(s), None);
-        }
-    }
-
-    /// Tells the server what was added to and found in the cache, and the latencies so far.
-    /// `wait`: also for the cache copies still being written.
-    fn flush_notes(&mut self, wait: bool) {
-        let (done, running): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.writers).into_iter().partition(|t| wait || t.is_finished());
-        self.writers = running;
-        for t in done {
-            self.added.extend(t.join().unwrap_or_default());
-        }
-        self.hits.append(&mut self.functions.hits);
-        let calls = self.functions.take_counts(wait);
-        if !calls.is_empty() {
-            let _ = self.control.send(&Control::Invocations(calls), None);
-        }
-        if !self.added.is_empty() || !self.hits.is_empty() {
-            // Large lists go in packets of a few thousand entries.
-            let (mut a, mut h) = (std::mem::take(&mut self.added), std::mem::take(&mut self.hits));
-            while !a.is_empty() || !h.is_empty() {
-                let added: Vec<_> = a.drain(..a.len().min(4096)).collect();
-                let hits: Vec<_> = h.drain(..h.len().min(4096)).collect();
-                let _ = self.control.send(&Control::Cache { added, hits }, None);
-            }
-        }
-        if !self.samples.is_empty() {
-            let s = std::mem::take(&mut self.samples);
-            let _ = self.control.send(&Control::Samples(s), None);
         }
     }
 }

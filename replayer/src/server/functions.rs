@@ -169,6 +169,9 @@ impl Functions {
     /// then `name` is registered. `in_session`: the session holds the blob (it was sent, but
     /// may not have reached the cache); `readable`: the cache's copy may serve this session
     /// (on a server with tenants, its tenant sent the bytes once).
+    /// The function is registered by `register` (the server does it for a confined executor:
+    /// `Control::Register`).
+    #[allow(clippy::too_many_arguments)]
     pub fn deploy(
         &mut self,
         cache: &Dirs,
@@ -177,6 +180,7 @@ impl Functions {
         len: u64,
         in_session: bool,
         readable: bool,
+        register: impl FnOnce(&str, Hash128, u64) -> Result<(), String>,
     ) -> End {
         check_name(name).map_err(|e| (code::FUNCTION, e))?;
         let Some(bytes) = cache.read(&hash).filter(|_| readable) else {
@@ -198,9 +202,7 @@ impl Functions {
             .map_err(|e| (code::FUNCTION, e.to_string()))?;
         let manifest = serde_json::to_string_pretty(&f.manifest)
             .map_err(|e| (code::EXECUTOR, format!("deploying `{name}`: its manifest: {e}")))?;
-        self.registry.register(name, hash, len).map_err(|e| {
-            (code::EXECUTOR, format!("deploying `{name}`: writing {}: {e}", self.registry.dir().join(name).display()))
-        })?;
+        register(name, hash, len).map_err(|e| (code::EXECUTOR, format!("deploying `{name}`: {e}")))?;
         Ok(Message::Deployed { name: name.to_string(), manifest })
     }
 

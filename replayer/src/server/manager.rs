@@ -65,6 +65,8 @@ struct SessionEntry {
     gpu: usize,
     /// That GPU's number ([`super::gpus::Gpu::index`]).
     gpu_index: u32,
+    /// Its tenant, on a server with tenants (what it uploads is marked as theirs).
+    tenant: Option<String>,
     sms: u32,
     priority: Priority,
     exec: u64,
@@ -401,7 +403,21 @@ impl Manager {
                     self.metrics.resident_skipped_bytes.inc_by(skipped_bytes);
                     self.keep_program(id, &program, resident_bytes);
                 }
-                Ok(Some((Control::Start { .. }, _))) => {}
+                Ok(Some((Control::Store(entries), fd))) => {
+                    let added = self.store(id, &entries, fd);
+                    let mut g = self.lock();
+                    for (h, n) in added {
+                        g.cache.added(h, n);
+                        self.metrics.upload_bytes.inc_by(n);
+                    }
+                }
+                Ok(Some((Control::Templates { key, len }, fd))) => self.templates(id, key, len, fd),
+                Ok(Some((Control::Register { name, hash, len }, _))) => self.register(id, &channel, &name, hash, len),
+                Ok(Some((Control::Barrier, _))) => self.barrier(id, &channel),
+                Ok(Some((Control::Images(images), _))) => {
+                    crate::replay::warm_images::remember(&self.cache_dirs.disk, &images)
+                }
+                Ok(Some((Control::Start { .. } | Control::Registered(_), _))) => {}
                 Ok(None) | Err(_) => break,
             }
         }
@@ -616,6 +632,8 @@ mod admit;
 pub use admit::Request;
 #[path = "manager_kept.rs"]
 mod kept;
+#[path = "manager_store.rs"]
+pub mod store;
 
 #[cfg(test)]
 #[path = "manager_tests.rs"]

@@ -28,6 +28,8 @@ pub struct Request<'a> {
     pub function: Option<&'a str>,
     /// The program it may find kept with its uploads ([`Manager::warm_key`]).
     pub program: Option<&'a str>,
+    /// Its tenant, on a server with tenants (its uploads are marked as theirs).
+    pub tenant: Option<&'a str>,
 }
 
 impl Manager {
@@ -160,6 +162,7 @@ impl Manager {
                             priority,
                             exec: 0,
                             started: Instant::now(),
+                            tenant: req.tenant.map(str::to_string),
                         },
                     );
                     break (id, *p, spec.clone());

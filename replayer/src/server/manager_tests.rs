@@ -47,6 +47,7 @@ fn serving(m: &Manager, spec: &str) -> (u64, u64, Channel) {
             spec: spec.into(),
             gpu: 0,
             gpu_index: 0,
+            tenant: None,
             sms: 0,
             priority: Priority::BestEffort,
             exec,
@@ -296,5 +297,5 @@ fn kept_executors_beyond_the_memory_bound_go_least_recently_used_first() {
 /// A request for the whole GPU, latency-critical, announcing `function` or `program`.
 fn admit_request<'a>(function: Option<&'a str>, program: Option<&'a str>) -> Request<'a> {
     const WHOLE: &PartitionRequest = &PartitionRequest::Whole;
-    Request { partition: WHOLE, gpu: None, priority: Priority::LatencyCritical, function, program }
+    Request { partition: WHOLE, gpu: None, priority: Priority::LatencyCritical, function, program, tenant: None }
 }

@@ -83,6 +83,9 @@ pub fn serve(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
 }
 
 async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Option<String>)) -> Result<(), ServeError> {
+    // What the server writes to the cache its executors (another user) read.
+    // SAFETY: umask has no preconditions.
+    unsafe { libc::umask(0o022) };
     // Certificate and key first: a server that cannot speak TLS as asked does not start.
     let tls = match (cfg.tls_cert.is_empty(), cfg.tls_key.is_empty()) {
         (false, false) => Some(
@@ -315,6 +318,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         priority: h.priority,
         function: function.as_deref(),
         program: warm_key.as_deref(),
+        tenant: (!m.cfg.tenants.is_empty()).then_some(tenant.as_str()),
     };
     let grant = match m.admit(&req).await {
         Ok(g) => g,

@@ -48,6 +48,8 @@ pub struct Pieces {
     /// Keys captured since the last answer (told to the client, which may send those pieces
     /// by reference).
     announced: Vec<Hash128>,
+    /// The key the program's templates are kept under (`policy::templates_file`).
+    key: Hash128,
 }
 
 impl Pieces {
@@ -60,6 +62,7 @@ impl Pieces {
             graphs: HashMap::new(),
             refusal: None,
             announced: Vec::new(),
+            key: Hash128::of(program.as_bytes()),
         }
     }
 
@@ -153,8 +156,9 @@ impl Pieces {
         s.records_graph = c.records_graph;
     }
 
-    /// Keeps the session's templates for the program's next session; once per session.
-    pub fn save(&mut self) {
-        self.policy.save();
+    /// The templates to keep for the program's next session, by the key the server keeps them
+    /// under ([`super::control::Control::Templates`]); once per session.
+    pub fn kept(&mut self) -> Option<(Hash128, Vec<u8>)> {
+        self.policy.kept().map(|(_, bytes)| (self.key, bytes))
     }
 }

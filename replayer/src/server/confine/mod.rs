@@ -6,8 +6,9 @@
 //! - in namespaces of its own (mount, network, IPC, UTS; where the server is not root, a user
 //!   namespace that maps only its own user), where it sees a file system of the driver's device
 //!   nodes, the system's libraries and configuration read-only, the executor binary, the cache
-//!   directories, and a private /tmp — nothing else of the host (no home directories, no other
-//!   sessions' files) and no network;
+//!   directories read-only (the server writes what sessions upload: `manager_store.rs`), and a
+//!   private /tmp — nothing else of the host (no home directories, no other sessions' files)
+//!   and no network;
 //! - with its environment cleared but for the driver's and gpuless's variables, no core dumps,
 //!   a bound on open files, `no_new_privs`, and not dumpable (another executor of the same user
 //!   cannot read its memory through /proc);
@@ -75,8 +76,9 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Resolves `cfg` for executors run from `exe` with the cache in `cache` (both tiers),
-    /// creating the view's mount point; the cache directories are given to the executors'
+    /// Resolves `cfg` for executors run from `exe` with the cache in `cache` (both tiers, which
+    /// executors read and the server writes), creating the view's mount point; the timeline
+    /// directory, if one is asked for, is given to the executors'
     /// user. Fails where executors would run as root without `allow_root`.
     pub fn new(cfg: &ConfineConfig, exe: &Path, cache: &[&Path]) -> Result<Plan, ConfineError> {
         // SAFETY: geteuid has no preconditions.
@@ -96,11 +98,15 @@ impl Plan {
         } else {
             None
         };
+        // The cache exists before its view is built (the server writes it; executors read it).
+        for dir in cache {
+            std::fs::create_dir_all(dir).map_err(|e| ConfineError::Io(dir.display().to_string(), e))?;
+        }
         if let Some((uid, gid)) = switch {
-            // The executors write the cache, and the timeline where one is asked for.
-            let timeline = std::env::var_os("GPULESS_EXECUTOR_TIMELINE").map(PathBuf::from);
-            for dir in cache.iter().copied().chain(timeline.as_deref()) {
-                give_tree(dir, uid, gid).map_err(|e| ConfineError::Io(dir.display().to_string(), e))?;
+            // The executors write the timeline where one is asked for; the cache they only read
+            // (the server writes it for them: `manager_store.rs`).
+            if let Some(dir) = std::env::var_os("GPULESS_EXECUTOR_TIMELINE").map(PathBuf::from) {
+                give_tree(&dir, uid, gid).map_err(|e| ConfineError::Io(dir.display().to_string(), e))?;
             }
         }
         let env = kept_env(&cfg.keep_env);
@@ -273,7 +279,7 @@ fn user_ids(name: &str) -> Result<(u32, u32), ConfineError> {
     Ok((pwd.pw_uid, pwd.pw_gid))
 }
 
-/// Gives `dir` and everything under it to `uid:gid` (the executors write the cache).
+/// Gives `dir` and everything under it to `uid:gid` (the executors write their timelines there).
 fn give_tree(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut stack: Vec<PathBuf> = vec![dir.to_path_buf()];

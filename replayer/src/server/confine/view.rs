@@ -85,7 +85,8 @@ impl View {
         wants.push(Want { path: exe.to_path_buf(), write: false });
         wants.extend(SYSTEM_READ_WRITE.iter().map(|p| Want { path: PathBuf::from(p), write: true }));
         wants.extend(cfg.read_write.iter().map(|p| Want { path: PathBuf::from(p), write: true }));
-        wants.extend(cache.iter().map(|p| Want { path: p.to_path_buf(), write: true }));
+        // The cache only to read: the server writes it (`manager_store.rs`).
+        wants.extend(cache.iter().map(|p| Want { path: p.to_path_buf(), write: false }));
 
         let mut b = Builder::default();
         b.steps.push(Step::Tmpfs(c("/")?, c("mode=0755,size=16m")?));

@@ -56,6 +56,8 @@ impl Session<'_> {
         fd: OwnedFd,
         entries: &[shm::Entry],
     ) -> Result<(), String> {
+        // The client's sealed memfd goes on to the server for the cache as it is.
+        let for_cache = fd.try_clone().map_err(|e| format!("the BlobShm memfd: {e}"))?;
         let map = shm::open(fd, entries)?;
         let blobs: Vec<(Hash128, BlobBytes)> = entries
             .iter()
@@ -69,7 +71,7 @@ impl Session<'_> {
         self.stats.blob_bytes_received += total;
         let (tx, rx) = std::sync::mpsc::channel();
         self.checks.push(rx);
-        self.cache_copy(blobs.clone(), Some(tx));
+        self.cache_copy(blobs.clone(), Some((tx, for_cache, entries.to_vec())));
         for (h, b) in blobs {
             stream.add_blob(h, b);
         }
@@ -87,40 +89,33 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Writes `blobs` into the cache on a background thread: the session goes on with them
-    /// meanwhile ([`Self::flush_notes`] reports them to the server once written). With `check`,
-    /// each blob's hash is checked first (on several threads for several blobs) and the first
-    /// that fails is sent there (`None`: all good); then only good blobs are written.
+    /// Sends `blobs` to the server for the cache (executors cannot write it: the server checks
+    /// each blob's hash in a sealed memfd and writes it, [`Control::Store`]), prepared on a
+    /// background thread: the session goes on with them meanwhile ([`Self::flush_notes`] sends
+    /// them once ready). With `check` (blobs that came in the client's sealed memfd, sent on as
+    /// it is), each blob's hash is checked first (on several threads for several blobs) and the
+    /// first that fails is sent there (`None`: all good); then none goes to the cache. Without,
+    /// the blobs (already checked) are packed into a new sealed memfd.
     pub(super) fn cache_copy(
         &mut self,
         blobs: Vec<(Hash128, BlobBytes)>,
-        check: Option<std::sync::mpsc::Sender<Option<Hash128>>>,
+        check: Option<(std::sync::mpsc::Sender<Option<Hash128>>, OwnedFd, Vec<shm::Entry>)>,
     ) {
-        let cache = self.cache.clone();
-        let owner = self.owner.clone();
         self.writers.push(std::thread::spawn(move || {
-            if let Some(tx) = check {
-                let threads = blobs.len().clamp(1, 8);
-                let bad: Option<Hash128> = std::thread::scope(|sc| {
-                    let parts: Vec<_> = blobs
-                        .chunks(blobs.len().div_ceil(threads).max(1))
-                        .map(|c| sc.spawn(move || c.iter().find(|(h, b)| Hash128::of(b) != *h).map(|(h, _)| *h)))
-                        .collect();
-                    parts.into_iter().find_map(|p| p.join().ok().flatten())
-                });
-                let _ = tx.send(bad);
-                if bad.is_some() {
-                    return Vec::new();
-                }
-            }
-            let written: Vec<(Hash128, u64)> =
-                blobs.iter().filter(|(h, b)| cache.write(h, b).is_ok()).map(|(h, b)| (*h, b.len() as u64)).collect();
-            if let Some(t) = &owner {
-                for (h, _) in &written {
-                    let _ = cache.own(t, h);
-                }
-            }
-            written
+            let Some((tx, fd, entries)) = check else {
+                let refs: Vec<(Hash128, &[u8])> = blobs.iter().map(|(h, b)| (*h, &b[..])).collect();
+                return crate::server::manager::store::sealed(&refs).ok();
+            };
+            let threads = blobs.len().clamp(1, 8);
+            let bad: Option<Hash128> = std::thread::scope(|sc| {
+                let parts: Vec<_> = blobs
+                    .chunks(blobs.len().div_ceil(threads).max(1))
+                    .map(|c| sc.spawn(move || c.iter().find(|(h, b)| Hash128::of(b) != *h).map(|(h, _)| *h)))
+                    .collect();
+                parts.into_iter().find_map(|p| p.join().ok().flatten())
+            });
+            let _ = tx.send(bad);
+            bad.is_none().then_some((fd, entries))
         }));
     }
 

@@ -132,9 +132,7 @@ impl Policy {
     /// The policy of a session of `program` (the client's command line; empty: nothing is kept
     /// across sessions), templates kept under `dir` (`None`: nowhere).
     pub fn new(program: &str, dir: Option<&Path>) -> Policy {
-        let file = dir
-            .filter(|_| !program.is_empty())
-            .map(|d| d.join("pieces").join(format!("{}", Hash128::of(program.as_bytes()))));
+        let file = dir.filter(|_| !program.is_empty()).map(|d| templates_file(d, Hash128::of(program.as_bytes())));
         let mut p = Policy {
             open: Vec::new(),
             stream: 0,
@@ -347,10 +345,24 @@ impl Policy {
     /// session; once per session. Written whole and renamed: a concurrent session reads the old
     /// templates or the new.
     pub fn save(&mut self) {
-        if std::mem::replace(&mut self.saved, true) {
-            return;
+        let Some((file, bytes)) = self.kept() else { return };
+        if let Some(parent) = file.parent() {
+            let _ = std::fs::create_dir_all(parent);
         }
-        let Some(file) = &self.file else { return };
+        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, &bytes).is_ok() {
+            let _ = std::fs::rename(&tmp, file);
+        }
+    }
+
+    /// What [`Self::save`] would write, and where, for a process that cannot write there
+    /// itself (a confined executor: the server writes it); once per session, `None` when there
+    /// is nothing to keep.
+    pub fn kept(&mut self) -> Option<(PathBuf, Vec<u8>)> {
+        if std::mem::replace(&mut self.saved, true) {
+            return None;
+        }
+        let file = self.file.clone()?;
         let mut bytes = Vec::new();
         let mut n = 0u32;
         bytes.extend_from_slice(&0u32.to_le_bytes());
@@ -365,22 +377,22 @@ impl Policy {
             n += 1;
         }
         if n == 0 {
-            return;
+            return None;
         }
         bytes[..4].copy_from_slice(&n.to_le_bytes());
-        if let Some(parent) = file.parent() {
-            let _ = std::fs::create_dir_all(parent);
-        }
-        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, &bytes).is_ok() {
-            let _ = std::fs::rename(&tmp, file);
-        }
+        Some((file, bytes))
     }
 
     /// Where the templates are kept, if anywhere.
     pub fn file(&self) -> Option<&Path> {
         self.file.as_deref()
     }
+}
+
+/// Where the templates of the program whose command line hashes to `key` are kept under the
+/// cache directory `dir`.
+pub fn templates_file(dir: &Path, key: Hash128) -> PathBuf {
+    dir.join("pieces").join(key.to_string())
 }
 
 /// The key templates are found by: the shape key of their first record alone.

@@ -1,0 +1,79 @@
+//! What an executor tells its server during a session: latency samples, the blobs and piece
+//! templates for the cache (which only the server writes: `manager_store.rs`), the blobs it
+//! found there, and questions it waits for ([`ask`]: a function's registration, a barrier).
+
+use super::*;
+
+/// Sends `m` to the server on `control` and waits for its [`Control::Registered`] answer (at
+/// most 60 s): `Ok` for an empty one, else why it failed.
+pub(super) fn ask(control: &Channel, m: &Control) -> Result<(), String> {
+    control.send(m, None).map_err(|e| format!("asking the server: {e}"))?;
+    loop {
+        match control.recv_timeout(Duration::from_secs(60)) {
+            Ok(Some((Control::Registered(e), _))) => return if e.is_empty() { Ok(()) } else { Err(e) },
+            Ok(Some(_)) => continue,
+            Ok(None) => return Err("no answer from the server within 60 s (or it closed the channel)".into()),
+            Err(e) => return Err(format!("waiting for the server: {e}")),
+        }
+    }
+}
+
+/// The session's piece templates go to the server on `control`, which keeps them for the
+/// program's next session (the executor cannot write the cache).
+pub(super) fn keep_templates(control: &Channel, p: &mut crate::server::pieces::Pieces) {
+    let Some((key, bytes)) = p.kept() else { return };
+    match crate::server::manager::store::sealed(&[(key, &bytes)]) {
+        Ok((fd, _)) => {
+            let m = Control::Templates { key, len: bytes.len() as u64 };
+            let _ = crate::server::manager::store::send_with(control, &m, &fd);
+        }
+        Err(e) => eprintln!("gpuless executor: the piece templates could not be kept: {e}"),
+    }
+}
+
+/// Blobs for the cache in a sealed memfd, and where each lies ([`Control::Store`]).
+pub(super) type Stored = (OwnedFd, Vec<shm::Entry>);
+
+impl Session<'_> {
+    pub(super) fn sample(&mut self, which: u8, us: u64) {
+        self.samples.push((which, us.min(u64::from(u32::MAX)) as u32));
+        if self.samples.len() >= SAMPLES {
+            let s = std::mem::take(&mut self.samples);
+            let _ = self.control.send(&Control::Samples(s), None);
+        }
+    }
+
+    /// [`ask`] on the session's control channel.
+    pub(super) fn ask(&self, m: &Control) -> Result<(), String> {
+        ask(self.control, m)
+    }
+
+    /// Sends the server the blobs for the cache ready so far, what was found in it, and the
+    /// latencies so far.
+    /// `wait`: also for the cache copies still being written.
+    pub(super) fn flush_notes(&mut self, wait: bool) {
+        let (done, running): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.writers).into_iter().partition(|t| wait || t.is_finished());
+        self.writers = running;
+        for (fd, entries) in done.into_iter().filter_map(|t| t.join().ok().flatten()) {
+            // Large lists go in packets of a few thousand entries, each with the memfd.
+            for part in entries.chunks(4096) {
+                let _ = crate::server::manager::store::send_with(self.control, &Control::Store(part.to_vec()), &fd);
+            }
+        }
+        self.hits.append(&mut self.functions.hits);
+        let calls = self.functions.take_counts(wait);
+        if !calls.is_empty() {
+            let _ = self.control.send(&Control::Invocations(calls), None);
+        }
+        // Large lists go in packets of a few thousand entries (what was added, the server
+        // knows: it wrote it).
+        for hits in std::mem::take(&mut self.hits).chunks(4096) {
+            let _ = self.control.send(&Control::Cache { added: Vec::new(), hits: hits.to_vec() }, None);
+        }
+        if !self.samples.is_empty() {
+            let s = std::mem::take(&mut self.samples);
+            let _ = self.control.send(&Control::Samples(s), None);
+        }
+    }
+}
