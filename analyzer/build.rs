@@ -24,6 +24,7 @@ const LOCAL_RULES: &[(&str, &str)] = &[
     ("handle", "Handle"),
     ("runtime", "Runtime"),
     ("link", "Link"),
+    ("share", "Share"),
 ];
 
 const REFUSALS: &[(&str, &str)] = &[

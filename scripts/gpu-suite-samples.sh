@@ -23,7 +23,8 @@
 # script's time: runs that would start after it are reported as not run. SAMPLES_NATIVE_JOBS (8),
 # SAMPLES_RECORD_JOBS (6) and SAMPLES_REMOTE_JOBS (4) run that many at a time; every run has
 # CUDA_CACHE_DISABLE=1. SAMPLES_KEEP=1 keeps the builds, run directories and traces (by default
-# only the text outputs stay in OUT_DIR). On an H100: ~60 s of builds, ~5.5 minutes in all.
+# only the text outputs stay in OUT_DIR). SAMPLES_GPUS=N runs the remote mode as a session of N
+# GPUs (`run --gpus N`: the sample sees N devices, as natively on an N-GPU machine). On an H100: ~60 s of builds, ~5.5 minutes in all.
 set -uo pipefail
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 here=$(dirname "$self")
@@ -82,7 +83,7 @@ worker_run() { # MODE NAME: one run in $S_OUT/run/NAME/MODE; record also replays
   case $mode in
     native | again) cmd=("${argv[@]}") ;;
     record) cmd=("$S_GL" record -o "$S_OUT/traces/$name.gl" -- "${argv[@]}") ;;
-    remote) cmd=(bash "$self" __hidden "$S_GL" run --remote "$S_ADDR" --json -- "${argv[@]}") ;;
+    remote) cmd=(bash "$self" __hidden "$S_GL" run --remote "$S_ADDR" --json ${S_GPUS:+--gpus "$S_GPUS"} -- "${argv[@]}") ;;
   esac
   t0=$(date +%s.%N)
   timeout -k 5 "$S_TIMEOUT" "${cmd[@]}" >stdout.txt 2>stderr.txt </dev/null
@@ -141,6 +142,7 @@ samples=$(cd "$2" && pwd) || exit 2
 mkdir -p "$3" && out=$(cd "$3" && pwd) || exit 2
 export S_OUT=$out S_LIST=${SAMPLES_LIST:-$here/samples/list.tsv} S_NORM=$here/samples/normalize.py
 export S_GL=$bin/gpuless S_TIMEOUT=${SAMPLES_TIMEOUT:-60} S_CUDA=${CUDA_HOME:-/usr/local/cuda}
+export S_GPUS=${SAMPLES_GPUS:-}
 export S_DEADLINE=$(($(date +%s) + ${SAMPLES_TOTAL:-480}))
 export PATH=$S_CUDA/bin:$PATH
 # JIT results cached by one run change what the next prints (ptxjit's linker log): no cache.

@@ -34,6 +34,8 @@
 #   out): executors' process status, a hostile session beside a victim, the seccomp filter.
 #   GPUs (issue 37, scripts/gpu-suite-gpus.sh; GPULESS_SUITE_SKIP_GPUS=1 leaves it out): a server
 #   owning every GPU, placement, --gpu, device nodes, 8 sessions on two GPUs against one.
+#   Devices (issue 37, scripts/gpu-suite-devices.sh; GPULESS_SUITE_SKIP_DEVICES=1 leaves it out): a
+#   session of two GPUs (multi_gpu, --gpu 1,0, PyTorch with DataParallel and NCCL, a refusal).
 #   CUDA samples (issue 34, scripts/gpu-suite-samples.sh, only with GPULESS_SUITE_SAMPLES=DIR, the
 #   folder scripts/samples/prepare.sh exports): every selected sample of NVIDIA/cuda-samples built
 #   here, native, recorded + replayed, and through the client, outputs compared normalized.
@@ -549,6 +551,14 @@ if [[ -f scripts/gpu-suite-gpus.sh && -z ${GPULESS_SUITE_SKIP_GPUS:-} ]]; then
   gprc=$?
   while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/gpus.txt")
   grep -q '^row|' "$out/gpus.txt" || row "gpus" FAIL "rc=$gprc $(tail -n 2 "$out/gpus.txt" | tr '\n' ' ')"
+fi
+# Issue 37: a session of several GPUs (scripts/gpu-suite-devices.sh): the program sees two
+# devices; its output through the client equals the native run's. One INFO row on one GPU.
+if [[ -f scripts/gpu-suite-devices.sh && -z ${GPULESS_SUITE_SKIP_DEVICES:-} ]]; then
+  timeout -k 10 "${GPULESS_DEVICES_TIMEOUT:-400}" bash scripts/gpu-suite-devices.sh "$bin" "$suite_bin" "$out/devices" >"$out/devices.txt" 2>&1
+  dvrc=$?
+  while IFS='|' read -r _ a b c; do row "$a" "$b" "$c"; done < <(grep '^row|' "$out/devices.txt")
+  grep -q '^row|' "$out/devices.txt" || row "devices" FAIL "rc=$dvrc $(tail -n 2 "$out/devices.txt" | tr '\n' ' ')"
 fi
 # Issue 35: what managed memory costs through the client (scripts/gpu-suite-managed-cost.sh:
 # managed_cost, 1 GiB, 5 steps; bytes per step against the array's size), with the compat rows.

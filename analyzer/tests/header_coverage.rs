@@ -125,11 +125,15 @@ fn every_function_has_one_disposition_and_local_answers_change_no_device_state()
             // A local answer of success for a call that changes device state would be a silent
             // success: only queries, host memory the client owns, what the arena keeps of its
             // allocations (their pointer attributes), the client's view of the session's one
-            // context, and the JIT linker (a host-side tool: its product reaches the device only
-            // through a later module load) may be answered locally.
+            // context, the JIT linker (a host-side tool: its product reaches the device only
+            // through a later module load) and shared memory handles (an import takes its
+            // reference on the server through its own record) may be answered locally.
             let harmless = f.is_query()
                 || f.sync == SyncClass::HostMemory
-                || matches!(rule, LocalRule::Context | LocalRule::Runtime | LocalRule::Address | LocalRule::Link);
+                || matches!(
+                    rule,
+                    LocalRule::Context | LocalRule::Runtime | LocalRule::Address | LocalRule::Link | LocalRule::Share
+                );
             assert!(harmless, "{} ({:?}) is answered locally by {rule:?} but changes device state", f.name, f.sync);
         }
         if f.level == ApiLevel::Driver {

@@ -109,10 +109,15 @@ enum Command {
         /// The partition to ask for: a MIG profile (`3g.71gb`), `sms:N` or `whole` (the default).
         #[arg(long, value_name = "PROFILE")]
         mig: Option<String>,
-        /// The server's GPU to run on (its index, as `gpuless devices` numbers them); default:
-        /// wherever the server places the session (docs/SERVING.md, placement).
-        #[arg(long, value_name = "INDEX")]
-        gpu: Option<u32>,
+        /// The server's GPU to run on (its index, as `gpuless devices` numbers them), or GPUs
+        /// (`1,0`: the program's device 0 is GPU 1, device 1 GPU 0); default: wherever the
+        /// server places the session (docs/SERVING.md, placement).
+        #[arg(long, value_name = "INDEX", value_delimiter = ',')]
+        gpu: Vec<u32>,
+        /// How many GPUs the program sees (devices 0..N, whole GPUs of one server; default 1,
+        /// or as many as --gpu names).
+        #[arg(long, value_name = "N")]
+        gpus: Option<u32>,
         /// The server's token (default: $GPULESS_TOKEN).
         #[arg(long)]
         token: Option<String>,
@@ -459,12 +464,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 replay::run(&trace, &opts, &part)
             }
         }
-        Command::Run { remote, tls_ca, mig, gpu, token, best_effort, stats, json, command } => {
+        Command::Run { remote, tls_ca, mig, gpu, gpus, token, best_effort, stats, json, command } => {
             let args = run::RunArgs {
                 remote,
                 tls_ca,
                 partition: mig,
                 gpu,
+                gpus,
                 token,
                 best_effort,
                 stats,

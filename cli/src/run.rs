@@ -55,8 +55,10 @@ pub struct RunArgs {
     pub tls_ca: Option<PathBuf>,
     /// The partition to ask for (`--mig`): a MIG profile, `sms:N` or `whole`.
     pub partition: Option<String>,
-    /// `--gpu`: the server's GPU to ask for.
-    pub gpu: Option<u32>,
+    /// `--gpu`: the server's GPUs to ask for (the program's devices 0.., in order).
+    pub gpu: Vec<u32>,
+    /// `--gpus`: how many GPUs the program sees.
+    pub gpus: Option<u32>,
     /// `--token` (else the inherited `GPULESS_TOKEN`).
     pub token: Option<String>,
     /// Ask for the best-effort priority class.
@@ -157,9 +159,15 @@ pub fn run(args: &RunArgs, cmd: &[String]) -> anyhow::Result<ExitCode> {
     if std::env::var_os("TRITON_LIBCUDA_PATH").is_none() {
         child.env("TRITON_LIBCUDA_PATH", &dir.0);
     }
-    match args.gpu {
-        Some(g) => child.env("GPULESS_REMOTE_GPU", g.to_string()),
-        None => child.env_remove("GPULESS_REMOTE_GPU"),
+    if args.gpu.is_empty() {
+        child.env_remove("GPULESS_REMOTE_GPU");
+    } else {
+        let list: Vec<String> = args.gpu.iter().map(u32::to_string).collect();
+        child.env("GPULESS_REMOTE_GPU", list.join(","));
+    }
+    match args.gpus {
+        Some(n) => child.env("GPULESS_REMOTE_GPUS", n.to_string()),
+        None => child.env_remove("GPULESS_REMOTE_GPUS"),
     };
     if let Some(t) = &args.trace {
         child.env("GPULESS_TRACE", t);

@@ -64,6 +64,8 @@ pub fn open(spec: &SessionSpec<'_>) -> anyhow::Result<(Connection, Welcome, Endp
         program: spec.program.clone(),
         whole_segments: spec.whole_segments,
         gpu: spec.gpu,
+        devices: 0,
+        more_gpus: Vec::new(),
     };
     let w = conn.handshake(&hello).with_context(|| format!("opening a session on {endpoint}"))?;
     Ok((conn, w, endpoint))

@@ -144,7 +144,11 @@ struct Deferred {
 }
 
 struct Arena {
-    layout: Layout,
+    /// One layout per device, over its slice of the range ([`gpuless_traces::devices`]): one
+    /// when recording, as many as a client's session has devices.
+    layouts: Vec<Layout>,
+    /// The device of the arena's memory when recording (its first allocation's): allocations
+    /// on another device pass through to the driver.
     device: Option<i32>,
     info: HashMap<u64, Info>,
     deferred: Vec<Deferred>,
@@ -160,6 +164,31 @@ static ARENA: Mutex<Option<Arena>> = Mutex::new(None);
 /// The reserved range, readable without the lock: base and size (0 when there is none).
 static BASE: AtomicU64 = AtomicU64::new(0);
 static SIZE: AtomicU64 = AtomicU64::new(0);
+/// Devices the range is split among (a client's session of several GPUs), set before
+/// [`reserve`].
+static DEVICES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+/// Splits the arena [`reserve`] makes among `n` devices: device `k`'s allocations come from
+/// slice `k` (a client's session of several GPUs).
+pub fn split_among(n: u32) {
+    DEVICES.store(n.max(1), Ordering::Relaxed);
+}
+
+impl Arena {
+    /// The layout of the slice holding `ptr` (the first for an address outside every slice).
+    fn layout(&self, ptr: u64) -> &Layout {
+        &self.layouts[self.slice(ptr)]
+    }
+    fn layout_mut(&mut self, ptr: u64) -> &mut Layout {
+        let k = self.slice(ptr);
+        &mut self.layouts[k]
+    }
+    fn slice(&self, ptr: u64) -> usize {
+        let (base, size) = (BASE.load(Ordering::Relaxed), SIZE.load(Ordering::Relaxed));
+        let k = gpuless_traces::devices::device_of(base, size, self.layouts.len() as u32, ptr).unwrap_or(0) as usize;
+        k.min(self.layouts.len().saturating_sub(1))
+    }
+}
 
 fn in_arena(ptr: u64) -> bool {
     let base = BASE.load(Ordering::Relaxed);
@@ -177,7 +206,7 @@ pub fn reservation(ptr: u64) -> Option<(u64, u64)> {
     if !in_arena(ptr) {
         return None;
     }
-    ARENA.lock().ok()?.as_ref()?.layout.reservation(ptr)
+    ARENA.lock().ok()?.as_ref()?.layout(ptr).reservation(ptr)
 }
 
 /// Whether `len` bytes at `p` may be copied or set: outside the arena the driver decides; in
@@ -208,7 +237,10 @@ unsafe fn address_reserve(out: u64, size: u64, align: u64, hint: u64) -> Option<
     if size == 0 || size % CHUNK != 0 || (align != 0 && (!align.is_power_of_two() || align % CHUNK != 0)) {
         return Some(INVALID_VALUE);
     }
-    let Some(addr) = a.layout.reserve(size, align, hint) else { return Some(OUT_OF_MEMORY) };
+    // In the current device's slice (the hint's, where it names one).
+    let k = if in_arena(hint) { a.slice(hint) } else { current().map_or(0, |(_, _, d)| d.max(0) as usize) };
+    let layout = a.layouts.get_mut(k)?;
+    let Some(addr) = layout.reserve(size, align, hint) else { return Some(OUT_OF_MEMORY) };
     // SAFETY: the program's out-pointer.
     unsafe { *(out as *mut u64) = addr };
     Some(SUCCESS)
@@ -221,7 +253,7 @@ unsafe fn address_free(ptr: u64, size: u64) -> Option<u32> {
     }
     let mut guard = ARENA.lock().ok()?;
     let a = guard.as_mut()?;
-    Some(if a.layout.unreserve(ptr, size) { SUCCESS } else { INVALID_VALUE })
+    Some(if a.layout_mut(ptr).unreserve(ptr, size) { SUCCESS } else { INVALID_VALUE })
 }
 
 /// The live arena allocation holding `ptr`: (base, size); `None` outside every one.
@@ -262,8 +294,10 @@ pub fn reserve() -> Option<(u64, u64)> {
             unsafe { (r.address_free)(got, size as usize) };
             continue;
         }
+        let n = DEVICES.load(Ordering::Relaxed).max(1);
+        let slice = gpuless_traces::devices::slice_size(size, n);
         *guard = Some(Arena {
-            layout: Layout::new(base, size),
+            layouts: (0..u64::from(n)).map(|k| Layout::new(base + k * slice, slice)).collect(),
             device: None,
             info: HashMap::new(),
             deferred: Vec::new(),
@@ -389,9 +423,16 @@ unsafe fn alloc(out: u64, size: u64, stream: Option<u64>, pool: Option<u64>) -> 
     }
     let mut guard = ARENA.lock().ok()?;
     let a = guard.as_mut()?;
-    if *a.device.get_or_insert(dev) != dev {
-        return None;
-    }
+    // A client's session of several devices: the current device's slice; recording: the
+    // arena's one device.
+    let slice = if a.layouts.len() > 1 {
+        usize::try_from(dev).ok().filter(|&k| k < a.layouts.len())?
+    } else {
+        if *a.device.get_or_insert(dev) != dev {
+            return None;
+        }
+        0
+    };
     // A stream-ordered allocation reports the pool it came from, as the driver's do.
     let pool = stream.map(|_| {
         pool.unwrap_or_else(|| {
@@ -401,7 +442,7 @@ unsafe fn alloc(out: u64, size: u64, stream: Option<u64>, pool: Option<u64>) -> 
             p as u64
         })
     });
-    match a.place(r, size) {
+    match a.place(r, size, slice) {
         Ok(addr) => {
             let id = a.next_id;
             a.next_id += 1;
@@ -436,25 +477,27 @@ unsafe fn alloc_pitch(out: u64, pitch_out: u64, width: u64, height: u64, elem: u
 }
 
 impl Arena {
-    /// Finds room for `size` bytes and maps what is new; OOM after giving back what it can.
-    fn place(&mut self, r: &real::Real, size: u64) -> Result<u64, u32> {
-        if !self.deferred.is_empty() && !self.layout.fits_mapped(size) {
+    /// Finds room for `size` bytes in slice `k` and maps what is new; OOM after giving back
+    /// what it can.
+    fn place(&mut self, r: &real::Real, size: u64, k: usize) -> Result<u64, u32> {
+        if !self.deferred.is_empty() && !self.layouts[k].fits_mapped(size) {
             self.release_all(r);
         }
+        let device = if self.layouts.len() > 1 { k as i32 } else { self.device.unwrap_or(0) };
         for attempt in 0..2 {
-            let p = self.layout.alloc(size).ok_or(OUT_OF_MEMORY)?;
+            let p = self.layouts[k].alloc(size).ok_or(OUT_OF_MEMORY)?;
             let Some((addr, len)) = p.map else { return Ok(p.addr) };
-            match map(r, self.device.unwrap_or(0), addr, len) {
+            match map(r, device, addr, len) {
                 Ok(()) => return Ok(p.addr),
                 Err(code) => {
-                    let back = self.layout.undo(Placed { addr: p.addr, map: p.map });
+                    let back = self.layouts[k].undo(Placed { addr: p.addr, map: p.map });
                     unmap_all(r, &back);
                     if attempt == 1 || code != OUT_OF_MEMORY {
                         return Err(code);
                     }
                     // Out of memory: give back kept chunks and pending async frees, then retry.
                     self.release_all(r);
-                    let kept = self.layout.trim();
+                    let kept = self.layouts[k].trim();
                     unmap_all(r, &kept);
                 }
             }
@@ -476,7 +519,7 @@ impl Arena {
                 unsafe { (r.event_synchronize)(ev) };
                 self.events.push(ev);
             }
-            if let Some(rel) = self.layout.free(d.addr) {
+            if let Some(rel) = self.layout_mut(d.addr).free(d.addr) {
                 self.forget(d.addr, rel.size);
                 unmap_all(r, &rel.unmap);
             }
@@ -558,7 +601,7 @@ unsafe fn free(ptr: u64) -> Option<u32> {
     if a.deferred.iter().any(|d| d.addr == ptr) {
         return Some(INVALID_VALUE);
     }
-    match a.layout.free(ptr) {
+    match a.layout_mut(ptr).free(ptr) {
         Some(rel) => {
             a.forget(ptr, rel.size);
             unmap_all(r, &rel.unmap);
@@ -575,7 +618,7 @@ unsafe fn free_async(ptr: u64, stream: u64) -> Option<u32> {
     let r = real::get()?;
     let mut guard = ARENA.lock().ok()?;
     let a = guard.as_mut()?;
-    if a.layout.find(ptr).is_none_or(|(base, _)| base != ptr) || a.deferred.iter().any(|d| d.addr == ptr) {
+    if a.layout(ptr).find(ptr).is_none_or(|(base, _)| base != ptr) || a.deferred.iter().any(|d| d.addr == ptr) {
         return Some(INVALID_VALUE);
     }
     if crate::remote::active() && crate::remote::graph_mem::is_graph_memory(ptr) {
@@ -639,7 +682,7 @@ fn release_deferred(stream: Option<u64>) {
             unsafe { (r.event_synchronize)(ev) };
             a.events.push(ev);
         }
-        if let Some(rel) = a.layout.free(d.addr) {
+        if let Some(rel) = a.layout_mut(d.addr).free(d.addr) {
             a.forget(d.addr, rel.size);
             unmap_all(r, &rel.unmap);
         }
@@ -661,7 +704,7 @@ struct Found {
 fn lookup(ptr: u64) -> Option<Option<Found>> {
     let guard = ARENA.lock().ok()?;
     let a = guard.as_ref()?;
-    Some(a.layout.find(ptr).map(|(base, size)| {
+    Some(a.layout(ptr).find(ptr).map(|(base, size)| {
         let i = a.info.get(&base);
         Found {
             base,
@@ -737,7 +780,7 @@ unsafe fn set_pointer_attribute(value: u64, attr: u64, ptr: u64) -> Option<u32> 
     }
     let mut guard = ARENA.lock().ok()?;
     let a = guard.as_mut()?;
-    let Some((base, _)) = a.layout.find(ptr) else { return Some(INVALID_VALUE) };
+    let Some((base, _)) = a.layout(ptr).find(ptr) else { return Some(INVALID_VALUE) };
     if attr != sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS as u64 || value == 0 {
         return Some(INVALID_VALUE);
     }

@@ -75,7 +75,7 @@ SAMPLE = {
     "graphMemoryFootprint": [(r"FOOTPRINT: \d+ bytes", "FOOTPRINT: <n> bytes")],
 }
 # Lines printed by concurrent host threads or device blocks, in an order that varies.
-SORTED = {"UnifiedMemoryStreams", "cdpSimplePrint", "threadMigration", "simplePrintf"}
+SORTED = {"UnifiedMemoryStreams", "cdpSimplePrint", "threadMigration", "simplePrintf", "cudaOpenMP"}
 
 
 def normalize(text, sample=None):

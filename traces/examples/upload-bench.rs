@@ -38,6 +38,8 @@ fn main() {
             program: String::new(),
             whole_segments: false,
             gpu: None,
+            devices: 0,
+            more_gpus: Vec::new(),
         };
         c.handshake(&hello).expect("session");
         let t0 = Instant::now();

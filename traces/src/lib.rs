@@ -18,6 +18,7 @@ pub mod arena;
 pub mod blob_bytes;
 pub mod completion;
 mod decode;
+pub mod devices;
 pub mod dump;
 mod encode;
 pub mod error;

@@ -450,7 +450,9 @@ pub enum LocalRule {
     Kernel,
     /// Pinned host memory the client allocates or registers itself.
     Host,
-    /// Addresses the client chooses or knows: the arena, module globals, pointer attributes.
+    /// Addresses the client chooses or knows: the arena, module globals, pointer attributes,
+    /// which devices reach a pool's arena memory (all of the session's that can: the executor
+    /// maps every device's slice for them).
     Address,
     /// Stream capture as the client tracks it (status, id, the thread's capture mode).
     Capture,
@@ -465,6 +467,12 @@ pub enum LocalRule {
     /// kinds; `gpuless_traces::protocol::link`: the requests and their answers, the driver's
     /// status, the linked image and what the driver wrote into the options).
     Link,
+    /// Physical memory shared within the process (`cuMemExportToShareableHandle` /
+    /// `cuMemImportFromShareableHandle`, as NCCL shares buffers between the devices of one
+    /// process): the client's descriptor stands for the handle, and an import sends the
+    /// executor a record of its own (`gpulessMemImport`) that takes a new reference of the same
+    /// memory there.
+    Share,
 }
 
 /// Why a [`Disposition::Refused`] function is refused.

@@ -126,6 +126,8 @@ pub fn hello(token: &str) -> Hello {
         program: "test".into(),
         whole_segments: false,
         gpu: None,
+        devices: 0,
+        more_gpus: Vec::new(),
     }
 }
 

@@ -68,7 +68,7 @@ pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
         "cuCtxSynchronize" if local::current_context() == 0 => Some(INVALID_CONTEXT),
         "cuMemcpyHtoD" | "cuMemcpyHtoDAsync" => device(arg("dstDevice")?, arg("ByteCount")?),
         "cuMemcpyDtoH" | "cuMemcpyDtoHAsync" => device(arg("srcDevice")?, arg("ByteCount")?),
-        "cuMemcpyDtoD" | "cuMemcpyDtoDAsync" => {
+        "cuMemcpyDtoD" | "cuMemcpyDtoDAsync" | "cuMemcpyPeer" | "cuMemcpyPeerAsync" => {
             let n = arg("ByteCount")?;
             device(arg("dstDevice")?, n).or_else(|| device(arg("srcDevice")?, n))
         }

@@ -6,6 +6,9 @@
 
 use std::ffi::c_void;
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use super::{local, modules};
 
 const SUCCESS: u32 = 0;
@@ -13,26 +16,54 @@ const INVALID_VALUE: u32 = 1;
 const OUT_OF_MEMORY: u32 = 2;
 const INVALID_CONTEXT: u32 = 201;
 
-/// The device's default memory pool handle (a client number, the same every time).
-pub(crate) fn pool() -> u64 {
-    static POOL: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *POOL.get_or_init(local::new_handle)
+/// Memory pools per device: the default pool's handle (a client number, the same every time)
+/// and the pool `cuDeviceSetMemPool` made current, where it is not the default.
+#[derive(Default)]
+struct Pools {
+    default: HashMap<u32, u64>,
+    current: HashMap<u32, u64>,
 }
 
-/// The pool `cuDeviceSetMemPool` made current (0: the default).
-static CURRENT_POOL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static POOLS: Mutex<Option<Pools>> = Mutex::new(None);
 
-/// The device's current memory pool (what `cuMemAllocAsync` takes from).
-pub(crate) fn current_pool() -> u64 {
-    match CURRENT_POOL.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => pool(),
-        p => p,
+fn pools<R>(f: impl FnOnce(&mut Pools) -> R) -> R {
+    let mut g = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(Pools::default))
+}
+
+/// Device `dev`'s default memory pool handle.
+pub(crate) fn pool(dev: u32) -> u64 {
+    pools(|p| *p.default.entry(dev).or_insert_with(local::new_handle))
+}
+
+/// Whether `h` is a device's default pool.
+pub(crate) fn is_default_pool(h: u64) -> bool {
+    pools(|p| p.default.values().any(|&d| d == h))
+}
+
+/// Device `dev`'s current memory pool (what `cuMemAllocAsync` takes from there).
+pub(crate) fn current_pool(dev: u32) -> u64 {
+    match pools(|p| p.current.get(&dev).copied()) {
+        Some(h) => h,
+        None => pool(dev),
     }
 }
 
-/// `cuDeviceSetMemPool(0, p)`: `p` is current from now on.
-pub(crate) fn set_current_pool(p: u64) {
-    CURRENT_POOL.store(if p == pool() { 0 } else { p }, std::sync::atomic::Ordering::Relaxed);
+/// `cuDeviceSetMemPool(dev, p)`: `p` is current there from now on (0: the default again).
+pub(crate) fn set_current_pool(dev: u32, h: u64) {
+    let default = pool(dev);
+    pools(|p| {
+        if h == 0 || h == default {
+            p.current.remove(&dev);
+        } else {
+            p.current.insert(dev, h);
+        }
+    });
+}
+
+/// A pool destroyed: no device's current pool any more.
+pub(crate) fn pool_destroyed(h: u64) {
+    pools(|p| p.current.retain(|_, c| *c != h));
 }
 
 /// The client's implementation of `cname` (NUL-terminated), or null.
@@ -137,16 +168,16 @@ extern "C" fn ctx_get_device(out: *mut i32) -> u32 {
         return INVALID_CONTEXT;
     }
     // SAFETY: checked non-null.
-    unsafe { *out = 0 };
+    unsafe { *out = local::current_device() as i32 };
     SUCCESS
 }
 
-extern "C" fn device_get_mem_pool(out: *mut u64, _dev: i32) -> u32 {
+extern "C" fn device_get_mem_pool(out: *mut u64, dev: i32) -> u32 {
     if out.is_null() {
         return INVALID_VALUE;
     }
     // SAFETY: checked non-null.
-    unsafe { *out = current_pool() };
+    unsafe { *out = current_pool(dev.max(0) as u32) };
     SUCCESS
 }
 

@@ -21,6 +21,7 @@
 
 mod checks;
 mod copies;
+pub(crate) mod devices;
 mod driver;
 pub(crate) mod graph_mem;
 mod host;

@@ -1,13 +1,16 @@
 //! NVML in client mode: the library also answers the NVML C API, for programs that load it as
 //! `libnvidia-ml.so.1` (`gpuless run` links that name to it as well) or find its exports first
 //! (it is preloaded). What PyTorch (`c10::cuda::DriverAPI`, `torch.cuda`) and tools such as
-//! `pynvml` ask: one device, the session's — its handle, index, name, UUID, PCI location,
-//! compute capability from the session's device description ([`session::device`]), with what
-//! the server's NVML said of the device there (its total memory as NVML counts it, the kernel
-//! driver's and NVML's versions); free memory from the server, asked as the driver's
-//! `cuMemGetInfo` is; no running processes, MIG mode disabled. What would need the server's
-//! NVML at every call (utilization, temperature, power) and the device node's minor number
-//! are `NVML_ERROR_NOT_SUPPORTED`.
+//! `pynvml` ask: the session's devices ([`devices`]: one, or as many as `gpuless run --gpus N`
+//! asked for), each with a handle of its own — its index, name, UUID, PCI location, compute
+//! capability from that device's description, with what the server's NVML said of the device
+//! there (its total memory as NVML counts it, the kernel driver's and NVML's versions); free
+//! memory from the server, asked as the driver's `cuMemGetInfo` is (for the calling thread's
+//! current device: the one the server's answer is about); peer-to-peer read, write and atomics
+//! between two devices as the server's driver answered them; no running processes, MIG mode
+//! disabled. What would need the server's NVML at every call (utilization, temperature, power),
+//! the device node's minor number, and another device's free memory are
+//! `NVML_ERROR_NOT_SUPPORTED`.
 //!
 //! `nvmlInit*` connects the session when the program asks NVML before `cuInit` (the same
 //! connection `cuInit` makes, once); a server that cannot be reached is one `gpuless:` line and
@@ -25,7 +28,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use gpuless_traces::protocol::DeviceDescription;
 use nvml_wrapper_sys::bindings as sys;
 
-use super::session;
+use super::{devices, session};
 use crate::hooks::{self, HOOKS};
 use crate::{capture, intercept, slots};
 
@@ -54,11 +57,35 @@ const PCI_INFO_V1: usize = 52;
 /// Successful `nvmlInit*` calls not yet matched by `nvmlShutdown`.
 static INITS: AtomicU32 = AtomicU32::new(0);
 
-/// The session's device: its handle is this byte's address.
-static DEVICE0: u8 = 0;
+/// Most devices NVML lists (a session of more shows its first `MAX_DEVICES`).
+const MAX_DEVICES: usize = 16;
 
-fn handle() -> Device {
-    std::ptr::addr_of!(DEVICE0).cast_mut().cast()
+/// The session's devices: device `k`'s handle is the address of byte `k`.
+static DEVICES: [u8; MAX_DEVICES] = [0; MAX_DEVICES];
+
+/// Device `k`'s handle (null past [`MAX_DEVICES`]).
+fn handle(k: u32) -> Device {
+    DEVICES.get(k as usize).map_or(std::ptr::null_mut(), |b| std::ptr::from_ref(b).cast_mut().cast())
+}
+
+/// The index of handle `h` among the first `count` devices; `None` for any other pointer.
+fn index_of(h: Device, count: u32) -> Option<u32> {
+    let k = (h as usize).checked_sub(DEVICES.as_ptr() as usize)?;
+    (k < MAX_DEVICES && (k as u64) < u64::from(count)).then_some(k as u32)
+}
+
+/// How many devices NVML lists: the session's, at most [`MAX_DEVICES`].
+fn count() -> u32 {
+    devices::count().min(MAX_DEVICES as u32)
+}
+
+/// The first of `count` devices, described by `describe`, for which `wanted` holds.
+fn find<'a>(
+    count: u32,
+    describe: impl Fn(u32) -> Option<&'a DeviceDescription>,
+    wanted: impl Fn(&DeviceDescription) -> bool,
+) -> Option<u32> {
+    (0..count).find(|&k| describe(k).is_some_and(&wanted))
 }
 
 /// A PCI bus id as NVML and `cuDeviceGetPCIBusId` write it (`NVML_DEVICE_PCI_BUS_ID_FMT`,
@@ -100,13 +127,15 @@ fn described() -> Result<&'static DeviceDescription, Ret> {
     session::device().ok_or(UNINITIALIZED)
 }
 
-/// The description behind handle `h`.
+/// The index of the device behind handle `h`.
+fn index(h: Device) -> Result<u32, Ret> {
+    described()?;
+    index_of(h, count()).ok_or(INVALID_ARGUMENT)
+}
+
+/// The description of the device behind handle `h`.
 fn device(h: Device) -> Result<&'static DeviceDescription, Ret> {
-    let d = described()?;
-    if h != handle() {
-        return Err(INVALID_ARGUMENT);
-    }
-    Ok(d)
+    devices::description(index(h)?).ok_or(INVALID_ARGUMENT)
 }
 
 fn init() -> Result<(), Ret> {
@@ -161,9 +190,13 @@ fn fill(dst: &mut [c_char], s: &str) {
     }
 }
 
-/// The free device memory of the session, asked of the server as `cuMemGetInfo` (the executor
-/// answers it for the session's partition), and the total from the description.
-fn memory(d: &DeviceDescription) -> Result<(u64, u64), Ret> {
+/// The free device memory of device `k`, asked of the server as `cuMemGetInfo` (the executor
+/// answers it for the session's partition on the calling thread's current device; another
+/// device's is not asked: `NOT_SUPPORTED`), and the total from its description `d`.
+fn memory(k: u32, d: &DeviceDescription) -> Result<(u64, u64), Ret> {
+    if k != super::local::current_device() {
+        return Err(NOT_SUPPORTED);
+    }
     let slot = hooks::slots_of_base("cuMemGetInfo")
         .iter()
         .copied()
@@ -292,19 +325,19 @@ nvml! {
         // SAFETY: the caller's out-pointer.
         unsafe { put(v, session::device().ok_or(UNINITIALIZED)?.driver_version) }
     }
-    /// One device: the session's.
-    fn nvmlDeviceGetCount(count: *mut c_uint) {
+    /// The session's devices.
+    fn nvmlDeviceGetCount(n: *mut c_uint) {
         described()?;
         // SAFETY: the caller's out-pointer.
-        unsafe { put(count, 1) }
+        unsafe { put(n, count()) }
     }
     /// As `nvmlDeviceGetCount`.
-    fn nvmlDeviceGetCount_v2(count: *mut c_uint) {
+    fn nvmlDeviceGetCount_v2(n: *mut c_uint) {
         described()?;
         // SAFETY: the caller's out-pointer.
-        unsafe { put(count, 1) }
+        unsafe { put(n, count()) }
     }
-    /// Device 0's handle.
+    /// Device `index`'s handle.
     fn nvmlDeviceGetHandleByIndex(index: c_uint, dev: *mut Device) {
         // SAFETY: forwarded.
         unsafe { by_index(index, dev) }
@@ -316,17 +349,16 @@ nvml! {
     }
     /// The device whose UUID is `uuid` (any case).
     fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, dev: *mut Device) {
-        let d = described()?;
+        described()?;
         if uuid.is_null() {
             return Err(INVALID_ARGUMENT);
         }
         // SAFETY: the caller's NUL-terminated string.
         let asked = unsafe { CStr::from_ptr(uuid) }.to_string_lossy();
-        if !asked.trim().eq_ignore_ascii_case(&d.nvml_uuid(session::on_mig())) {
-            return Err(NOT_FOUND);
-        }
+        let mig = session::on_mig();
+        let k = find(count(), devices::description, |d| asked.trim().eq_ignore_ascii_case(&d.nvml_uuid(mig)));
         // SAFETY: the caller's out-pointer.
-        unsafe { put(dev, handle()) }
+        unsafe { put(dev, handle(k.ok_or(NOT_FOUND)?)) }
     }
     /// The device at PCI bus id `id` (`[domain:]bus:device[.function]`).
     fn nvmlDeviceGetHandleByPciBusId(id: *const c_char, dev: *mut Device) {
@@ -349,11 +381,10 @@ nvml! {
         // SAFETY: the caller's buffer of `length` bytes.
         unsafe { put_str(uuid, length, &d.nvml_uuid(session::on_mig())) }
     }
-    /// 0.
-    fn nvmlDeviceGetIndex(dev: Device, index: *mut c_uint) {
-        device(dev)?;
+    /// The device's ordinal in the session (its CUDA device number too).
+    fn nvmlDeviceGetIndex(dev: Device, at: *mut c_uint) {
         // SAFETY: the caller's out-pointer.
-        unsafe { put(index, 0) }
+        unsafe { put(at, index(dev)?) }
     }
     /// Total from the description, free from the server, used the rest.
     fn nvmlDeviceGetMemoryInfo(dev: Device, mem: *mut sys::nvmlMemory_t) {
@@ -361,7 +392,7 @@ nvml! {
         if mem.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        let (total, free) = memory(d)?;
+        let (total, free) = memory(index(dev)?, d)?;
         // SAFETY: the caller's struct (checked not null).
         unsafe { put(mem, sys::nvmlMemory_t { total, free, used: total - free }) }
     }
@@ -375,7 +406,7 @@ nvml! {
         if unsafe { std::ptr::addr_of!((*mem).version).read_unaligned() } != MEMORY_V2 {
             return Err(VERSION_MISMATCH);
         }
-        let (total, free) = memory(d)?;
+        let (total, free) = memory(index(dev)?, d)?;
         let v = sys::nvmlMemory_v2_t { version: MEMORY_V2, total, reserved: 0, free, used: total - free };
         // SAFETY: as above.
         unsafe { put(mem, v) }
@@ -425,7 +456,7 @@ nvml! {
         device(dev)?;
         Err(NOT_SUPPORTED)
     }
-    /// Disabled, now and pending: the session's device is not partitioned further.
+    /// Disabled, now and pending: the session's devices are not partitioned further.
     fn nvmlDeviceGetMigMode(dev: Device, current: *mut c_uint, pending: *mut c_uint) {
         device(dev)?;
         // SAFETY: the caller's out-pointers.
@@ -459,15 +490,124 @@ nvml! {
         device(dev)?;
         Err(NOT_SUPPORTED)
     }
-    /// No NVLink seen from here (PyTorch requires the symbol when NVML loads).
+    /// What is at the other end of an active NVLink: a GPU where it is one of the session's
+    /// devices, else a switch; a link not active is `NOT_SUPPORTED` (PyTorch requires the
+    /// symbol when NVML loads).
     fn nvmlDeviceGetNvLinkRemoteDeviceType(dev: Device, link: c_uint, kind: *mut c_uint) {
-        device(dev)?;
-        Err(NOT_SUPPORTED)
+        let bus = nvlink(index(dev)?, link)?.ok_or(NOT_SUPPORTED)?;
+        let gpu = (0..count()).filter_map(devices::description).any(|d| parse_bus_id(&bus) == Some(pci_location(d)));
+        let t = if gpu {
+            sys::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_GPU
+        } else {
+            sys::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_SWITCH
+        };
+        // SAFETY: the caller's out-pointer.
+        unsafe { put(kind, t) }
     }
-    /// No NVLink seen from here (PyTorch requires the symbol when NVML loads).
+    /// What is at the other end of an active NVLink (the server's NVML's answer, in a session
+    /// of several devices); a link not active is `NOT_SUPPORTED` (PyTorch requires the symbol).
     fn nvmlDeviceGetNvLinkRemotePciInfo_v2(dev: Device, link: c_uint, pci: *mut sys::nvmlPciInfo_t) {
-        device(dev)?;
-        Err(NOT_SUPPORTED)
+        // SAFETY: the caller's struct.
+        unsafe { put(pci, remote_pci(dev, link)?) }
+    }
+    /// As `_v2` (NCCL looks this name up).
+    fn nvmlDeviceGetNvLinkRemotePciInfo(dev: Device, link: c_uint, pci: *mut sys::nvmlPciInfo_t) {
+        // SAFETY: the caller's struct.
+        unsafe { put(pci, remote_pci(dev, link)?) }
+    }
+    /// Whether NVLink `link` of the device is active, as the server's NVML said (a session of
+    /// several devices; none otherwise).
+    fn nvmlDeviceGetNvLinkState(dev: Device, link: c_uint, active: *mut c_uint) {
+        let up = nvlink(index(dev)?, link)?.is_some();
+        // SAFETY: the caller's out-pointer.
+        unsafe { put(active, c_uint::from(up)) }
+    }
+    /// An active link carries peer-to-peer traffic and its atomics and reaches system memory;
+    /// no SLI bridge.
+    fn nvmlDeviceGetNvLinkCapability(dev: Device, link: c_uint, capability: c_uint, result: *mut c_uint) {
+        let up = nvlink(index(dev)?, link)?.is_some();
+        // SAFETY: the caller's out-pointer.
+        unsafe { put(result, c_uint::from(up && capability != sys::nvmlNvLinkCapability_enum_NVML_NVLINK_CAP_SLI_BRIDGE)) }
+    }
+    /// Field values: each NVLink's state (`NVML_FI_DEV_NVLINK_GET_STATE`, which NCCL asks of
+    /// Hopper); every other field is `NOT_SUPPORTED` in its entry.
+    fn nvmlDeviceGetFieldValues(dev: Device, count: c_int, values: *mut sys::nvmlFieldValue_t) {
+        let k = index(dev)?;
+        if values.is_null() || count < 0 {
+            return Err(INVALID_ARGUMENT);
+        }
+        for i in 0..count as usize {
+            // SAFETY: the caller's array of `count` entries.
+            let v = unsafe { &mut *values.add(i) };
+            match (v.fieldId, nvlink(k, v.scopeId)) {
+                (sys::field_id::NVML_FI_DEV_NVLINK_GET_STATE, Ok(up)) => {
+                    v.valueType = sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT;
+                    v.value.uiVal = c_uint::from(up.is_some());
+                    v.nvmlReturn = SUCCESS;
+                }
+                _ => v.nvmlReturn = NOT_SUPPORTED,
+            }
+        }
+        Ok(())
+    }
+    /// Read, write and atomics between two of the session's devices, as the server's driver
+    /// answered `cuDeviceCanAccessPeer` and the native-atomics attribute; what the description
+    /// does not say (NVLink, PCI properties) is `NOT_SUPPORTED`.
+    fn nvmlDeviceGetP2PStatus(dev1: Device, dev2: Device, p2p_index: c_uint, status: *mut c_uint) {
+        let (src, dst) = (index(dev1)?, index(dev2)?);
+        let ok = p2p(src, dst, p2p_index, devices::can_access, devices::peer)?;
+        // SAFETY: the caller's out-pointer.
+        unsafe { put(status, if ok { P2P_OK } else { P2P_NOT_SUPPORTED }) }
+    }
+}
+
+/// The PCI information of what is at the other end of NVLink `link` of `dev`.
+fn remote_pci(dev: Device, link: c_uint) -> Result<sys::nvmlPciInfo_t, Ret> {
+    let bus = nvlink(index(dev)?, link)?.ok_or(NOT_SUPPORTED)?;
+    let (domain, b, d) = parse_bus_id(&bus).ok_or(NOT_SUPPORTED)?;
+    let mut p = pci_info(&DeviceDescription::default());
+    fill(&mut p.busIdLegacy, &bus_id_legacy(domain, b, d));
+    fill(&mut p.busId, &bus_id(domain, b, d));
+    (p.domain, p.bus, p.device) = (domain, b, d);
+    Ok(p)
+}
+
+/// NVLink `link` of device `k`: the remote end's bus id where it is active (`None`: not
+/// active); `INVALID_ARGUMENT` past NVML's links.
+fn nvlink(k: u32, link: c_uint) -> Result<Option<String>, Ret> {
+    if link >= sys::NVML_NVLINK_MAX_LINKS {
+        return Err(INVALID_ARGUMENT);
+    }
+    let more = session::more();
+    Ok(more.and_then(|m| m.links.iter().find(|l| l.device == k && l.link == link)).map(|l| l.remote_bus_id.clone()))
+}
+
+/// `CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED`.
+const P2P_NATIVE_ATOMICS: u32 = 3;
+/// `nvmlGpuP2PStatus_t`: `NVML_P2P_STATUS_OK`, `_NOT_SUPPORTED`.
+const P2P_OK: c_uint = sys::nvmlGpuP2PStatus_enum_NVML_P2P_STATUS_OK;
+const P2P_NOT_SUPPORTED: c_uint = sys::nvmlGpuP2PStatus_enum_NVML_P2P_STATUS_NOT_SUPPORTED;
+
+/// Whether device `src` reaches `dst` in NVML's sense `p2p_index` (read and write: peer access,
+/// `can_access`; atomics: also the native-atomics attribute, `peer`); a device does not reach
+/// itself. `NOT_SUPPORTED` for NVLink and PCI properties (the session does not know them),
+/// `INVALID_ARGUMENT` past NVML's indices.
+fn p2p(
+    src: u32,
+    dst: u32,
+    p2p_index: c_uint,
+    can_access: impl Fn(u32, u32) -> bool,
+    peer: impl Fn(u32, u32, u32) -> Option<i32>,
+) -> Result<bool, Ret> {
+    match p2p_index {
+        sys::nvmlGpuP2PCapsIndex_enum_NVML_P2P_CAPS_INDEX_READ
+        | sys::nvmlGpuP2PCapsIndex_enum_NVML_P2P_CAPS_INDEX_WRITE => Ok(src != dst && can_access(src, dst)),
+        sys::nvmlGpuP2PCapsIndex_enum_NVML_P2P_CAPS_INDEX_ATOMICS => {
+            Ok(src != dst && can_access(src, dst) && peer(src, dst, P2P_NATIVE_ATOMICS) == Some(1))
+        }
+        sys::nvmlGpuP2PCapsIndex_enum_NVML_P2P_CAPS_INDEX_NVLINK
+        | sys::nvmlGpuP2PCapsIndex_enum_NVML_P2P_CAPS_INDEX_PCI => Err(NOT_SUPPORTED),
+        _ => Err(INVALID_ARGUMENT),
     }
 }
 
@@ -477,11 +617,11 @@ nvml! {
 /// `dev` is null or a valid out-pointer.
 unsafe fn by_index(index: c_uint, dev: *mut Device) -> Result<(), Ret> {
     described()?;
-    if index != 0 {
+    if index >= count() {
         return Err(INVALID_ARGUMENT);
     }
     // SAFETY: the caller's out-pointer.
-    unsafe { put(dev, handle()) }
+    unsafe { put(dev, handle(index)) }
 }
 
 /// `nvmlDeviceGetHandleByPciBusId[_v2]`.
@@ -489,18 +629,16 @@ unsafe fn by_index(index: c_uint, dev: *mut Device) -> Result<(), Ret> {
 /// # Safety
 /// `id` is null or NUL-terminated; `dev` null or a valid out-pointer.
 unsafe fn by_bus_id(id: *const c_char, dev: *mut Device) -> Result<(), Ret> {
-    let d = described()?;
+    described()?;
     if id.is_null() {
         return Err(INVALID_ARGUMENT);
     }
     // SAFETY: the caller's NUL-terminated string.
     let asked = unsafe { CStr::from_ptr(id) }.to_string_lossy();
-    match parse_bus_id(&asked) {
-        None => Err(INVALID_ARGUMENT),
-        Some(at) if at != pci_location(d) => Err(NOT_FOUND),
-        // SAFETY: the caller's out-pointer.
-        Some(_) => unsafe { put(dev, handle()) },
-    }
+    let at = parse_bus_id(&asked).ok_or(INVALID_ARGUMENT)?;
+    let k = find(count(), devices::description, |d| pci_location(d) == at).ok_or(NOT_FOUND)?;
+    // SAFETY: the caller's out-pointer.
+    unsafe { put(dev, handle(k)) }
 }
 
 /// `nvmlDeviceGetComputeRunningProcesses*`: no processes.
@@ -590,6 +728,51 @@ mod tests {
         let mut tiny = [1 as c_char; 4];
         fill(&mut tiny, "abcdef");
         assert_eq!(s(&tiny), "abc");
+    }
+
+    #[test]
+    fn each_device_has_its_own_handle_and_index() {
+        let n = 3;
+        let handles: Vec<Device> = (0..n).map(handle).collect();
+        for (k, &h) in handles.iter().enumerate() {
+            assert!(!h.is_null());
+            assert_eq!(index_of(h, n), Some(k as u32));
+            assert_eq!(handles.iter().filter(|&&o| o == h).count(), 1, "handle {k} is distinct");
+        }
+        // A handle past the session's devices, past the table, or any other pointer is none.
+        assert_eq!(index_of(handle(n), n), None);
+        assert!(handle(MAX_DEVICES as u32).is_null());
+        assert_eq!(index_of(std::ptr::null_mut(), n), None);
+        let elsewhere = 0u8;
+        assert_eq!(index_of(std::ptr::from_ref(&elsewhere).cast_mut().cast(), n), None);
+        assert_eq!(index_of(handle(15), MAX_DEVICES as u32 + 4), Some(15));
+        // Lookups search every device, in order.
+        let at = |bus| DeviceDescription { uuid: [bus as u8; 16], attributes: vec![(33, bus)], ..Default::default() };
+        let descs = [at(1), at(2), at(2)];
+        let describe = |k: u32| descs.get(k as usize);
+        assert_eq!(find(3, describe, |d| pci_location(d) == (0, 2, 0)), Some(1));
+        assert_eq!(find(1, describe, |d| pci_location(d) == (0, 2, 0)), None, "only the first `count`");
+        let uuid = descs[0].nvml_uuid(false);
+        assert_eq!(find(3, describe, |d| d.nvml_uuid(false) == uuid), Some(0));
+        assert_eq!(find(3, describe, |_| false), None);
+    }
+
+    #[test]
+    fn peer_status_follows_the_drivers_answers() {
+        let (read, write, nvlink, atomics, pci) = (0, 1, 2, 3, 4);
+        // Device 0 reaches 1 with native atomics; 1 reaches 0 without; nothing reaches 2.
+        let can = |s: u32, d: u32| s != d && s < 2 && d < 2;
+        let peer = |s: u32, d: u32, a: u32| (a == P2P_NATIVE_ATOMICS).then_some(i32::from(s == 0 && d == 1));
+        let at = |s, d, i| p2p(s, d, i, can, peer);
+        assert_eq!((at(0, 1, read), at(0, 1, write), at(0, 1, atomics)), (Ok(true), Ok(true), Ok(true)));
+        assert_eq!((at(1, 0, read), at(1, 0, atomics)), (Ok(true), Ok(false)));
+        assert_eq!(
+            (at(0, 0, read), at(0, 2, write)),
+            (Ok(false), Ok(false)),
+            "not itself, not a device it cannot reach"
+        );
+        assert_eq!((at(0, 1, nvlink), at(0, 1, pci)), (Err(NOT_SUPPORTED), Err(NOT_SUPPORTED)));
+        assert_eq!(at(0, 1, 9), Err(INVALID_ARGUMENT));
     }
 
     #[test]

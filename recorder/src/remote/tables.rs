@@ -241,11 +241,11 @@ extern "C" fn primary_context(out: *mut u64, dev: i32) -> u32 {
     if out.is_null() {
         return INVALID_VALUE;
     }
-    if dev != 0 {
-        return 101; // CUDA_ERROR_INVALID_DEVICE: the session has one device
+    if !super::devices::valid(dev as u32 as u64) {
+        return 101; // CUDA_ERROR_INVALID_DEVICE: not one of the session's devices
     }
     // SAFETY: checked non-null.
-    unsafe { *out = local::primary_context() };
+    unsafe { *out = local::primary_of(dev as u32) };
     SUCCESS
 }
 
@@ -476,7 +476,14 @@ extern "C" fn integrity_check(runtime_version: u32, timestamp: u64, out: *mut [u
         return INVALID_VALUE;
     }
     let Some(d) = super::session::device() else { return 3 }; // CUDA_ERROR_NOT_INITIALIZED
-    let attr = |id: u32| local::attr(id).unwrap_or(0) as u32;
+                                                              // Every device of the session, in order.
+    let devices = (0..super::devices::count())
+        .filter_map(|k| {
+            let u = super::devices::description(k)?.uuid;
+            let attr = |id: u32| local::attr_of(k, id).unwrap_or(0) as u32;
+            Some(DeviceIds { uuid: u, pci_domain: attr(50), pci_bus: attr(33), pci_device: attr(34) })
+        })
+        .collect();
     let inputs = integrity::Inputs {
         driver_version: d.driver_version as u32,
         runtime_version,
@@ -487,7 +494,7 @@ extern "C" fn integrity_check(runtime_version: u32, timestamp: u64, out: *mut [u
         integrity_table: INTEGRITY_CHECK.as_ptr() as u64,
         check_fn: INTEGRITY_CHECK[1].0 as usize as u64,
         timestamp,
-        devices: vec![DeviceIds { uuid: d.uuid, pci_domain: attr(50), pci_bus: attr(33), pci_device: attr(34) }],
+        devices,
     };
     // SAFETY: checked non-null: the caller's 16-byte result.
     unsafe { *out = integrity::answer(&inputs) };

@@ -7,6 +7,13 @@
 //! reservation, of an unknown handle or past the handle's size is the driver's
 //! `CUDA_ERROR_INVALID_VALUE` at the call, copies into mapped ranges are accepted
 //! (`checks.rs`), and a handle's properties are the ones it was created with.
+//!
+//! Sharing within the process (what NCCL does between the devices of one process): a handle
+//! retained from an address is a new reference the executor takes from its own mapping there;
+//! a handle exported as a POSIX file descriptor is a memfd of the client's standing for it, and
+//! importing that descriptor makes a new handle the executor takes as its own export and import
+//! of the same memory ([`gpuless_traces::devices::MEM_IMPORT`]). Descriptors of other processes,
+//! and fabric handles, are refused.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -32,7 +39,12 @@ struct Books {
     handles: HashMap<u64, (u64, [u8; PROP_BYTES])>,
     /// Mapped ranges: address → (length, handle).
     maps: BTreeMap<u64, (u64, u64)>,
+    /// Handles exported as file descriptors: the memfd's inode → handle.
+    exported: HashMap<u64, u64>,
 }
+
+/// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
+const POSIX_FD: u64 = 1;
 
 static BOOKS: Mutex<Option<Books>> = Mutex::new(None);
 
@@ -69,8 +81,96 @@ pub(crate) unsafe fn call(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
         "cuMemSetAccess" => refused((!mapped(w(0), w(1)) || w(2) == 0 || w(3) == 0).then_some(INVALID_VALUE)),
         // SAFETY: the program's out-pointer for the properties.
         "cuMemGetAllocationPropertiesFromHandle" => Some(Step::Done(unsafe { properties(w(0), w(1)) })),
+        // SAFETY (three arms): the program's out-pointers.
+        "cuMemRetainAllocationHandle" => Some(Step::Done(unsafe { retain(w(0), w(1)) })),
+        "cuMemExportToShareableHandle" => Some(Step::Done(unsafe { export(f, w(0), w(1), w(2)) })),
+        "cuMemImportFromShareableHandle" => Some(Step::Done(unsafe { import(f, w(0), w(1), w(2)) })),
         _ => None,
     }
+}
+
+/// `cuMemRetainAllocationHandle(handle*, addr)`: a new handle of the memory mapped at `addr`
+/// (the executor retains it there when the record arrives).
+///
+/// # Safety
+/// `out` is null or the program's handle out-pointer.
+unsafe fn retain(out: u64, addr: u64) -> u32 {
+    let found = with(|b| {
+        let (&a, &(l, h)) = b.maps.range(..=addr).next_back()?;
+        (addr < a + l).then(|| b.handles.get(&h).copied()).flatten()
+    });
+    let Some((size, prop)) = found else { return INVALID_VALUE };
+    if out == 0 {
+        return INVALID_VALUE;
+    }
+    let h = local::new_handle();
+    with(|b| b.handles.insert(h, (size, prop)));
+    // SAFETY: the caller's contract.
+    unsafe { *(out as *mut u64) = h };
+    0
+}
+
+/// `cuMemExportToShareableHandle(shareable*, handle, type, flags)`: a POSIX file descriptor
+/// (a memfd of the client's) standing for the handle, for an import in this process.
+///
+/// # Safety
+/// `out` is null or the program's `int` out-pointer.
+unsafe fn export(f: &ApiFunction, out: u64, h: u64, kind: u64) -> u32 {
+    if !with(|b| b.handles.contains_key(&h)) {
+        return INVALID_HANDLE;
+    }
+    if kind != POSIX_FD {
+        return local::refused(f, "only POSIX file descriptors are shared, within the process");
+    }
+    if out == 0 {
+        return INVALID_VALUE;
+    }
+    // SAFETY: a NUL-terminated name; the descriptor is the program's to close.
+    let fd = unsafe { libc::memfd_create(c"gpuless-memhandle".as_ptr(), libc::MFD_CLOEXEC) };
+    let Some(ino) = inode(fd) else { return 2 }; // CUDA_ERROR_OUT_OF_MEMORY: no descriptor
+    with(|b| b.exported.insert(ino, h));
+    // SAFETY: the caller's contract.
+    unsafe { *(out as *mut i32) = fd };
+    0
+}
+
+/// `cuMemImportFromShareableHandle(handle*, osHandle, type)`: a descriptor this process
+/// exported becomes a new handle of the same memory.
+///
+/// # Safety
+/// `out` is null or the program's handle out-pointer.
+unsafe fn import(f: &ApiFunction, out: u64, os_handle: u64, kind: u64) -> u32 {
+    if kind != POSIX_FD {
+        return local::refused(f, "only POSIX file descriptors are shared, within the process");
+    }
+    let source = inode(os_handle as i32).and_then(|ino| with(|b| b.exported.get(&ino).copied()));
+    let Some(source) = source else {
+        return local::refused(f, "the descriptor is not one this process exported (sessions share no memory)");
+    };
+    let Some(facts) = with(|b| b.handles.get(&source).copied()) else { return INVALID_VALUE };
+    if out == 0 {
+        return INVALID_VALUE;
+    }
+    let h = local::new_handle();
+    let args = vec![gpuless_traces::Value::U64(h), gpuless_traces::Value::U64(source)];
+    if let Err(st) = super::session::tell(gpuless_traces::devices::MEM_IMPORT, args) {
+        return st;
+    }
+    with(|b| b.handles.insert(h, facts));
+    // SAFETY: the caller's contract.
+    unsafe { *(out as *mut u64) = h };
+    0
+}
+
+/// The inode of descriptor `fd` (`None`: not an open descriptor).
+fn inode(fd: i32) -> Option<u64> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: all-zero is a valid `stat`; fstat writes it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
 }
 
 /// `cuMemCreate(handle*, size, prop*, flags)` made handle `h`: its size and properties, as the

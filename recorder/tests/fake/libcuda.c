@@ -1,6 +1,7 @@
 /* A stand-in for libcuda.so.1 used to test the recorder's plumbing on machines without a GPU:
  * cuGetProcAddress_v2 resolves names to the functions below, which behave like a tiny device
- * (one allocation arena in host memory, one module with one kernel of known parameters).
+ * (one allocation arena in host memory, one module with one kernel of known parameters), or
+ * several (one per entry of CUDA_VISIBLE_DEVICES, each with memory of its own: see below).
  * It is never a stand-in for real GPU behaviour: that is proven by scripts/gpu-suite.sh. */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,33 +21,88 @@ static int kernel_token, wide_token, module_token, ctx_token;
 static int library_token, lib_kernel_token, lib_function_token;
 static int is_scale(const void *f) { return f == &kernel_token || f == &lib_kernel_token || f == &lib_function_token; }
 
+/* Several devices: a server's executor for a session of several GPUs is started with
+ * CUDA_VISIBLE_DEVICES listing them (comma-separated); each entry is a device (one when it is
+ * unset), whose name and UUID say its entry. Any two distinct devices reach each other. Device k
+ * has its own primary context and its own memory: the arena [ARENA, ARENA + 1 TiB) is cut into
+ * one slice per device (1 TiB / n rounded down to 2 MiB, as gpuless_traces::devices cuts it),
+ * and the first 4 MiB of slice k are device k's heap (devices 0..MEMDEV-1 have memory). */
+enum { MAXDEV = 16, MEMDEV = 4 };
+#define ARENA 0x640000000000ull
+static int ndev = 1;
+static unsigned long long slice = 1ull << 40;
+static unsigned char more_heap[MEMDEV - 1][4 << 20]; /* devices 1..'s memory (device 0's: heap) */
+static int more_ctx[MAXDEV];                         /* devices 1..'s primary contexts (0's: ctx_token) */
+static __thread int current_dev;                     /* the device of the thread's current context */
+__attribute__((constructor)) static void read_devices(void) {
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  for (ndev = 1; v && *v; v++) ndev += *v == ',' && ndev < MAXDEV;
+  slice = ((1ull << 40) / (unsigned)ndev) & ~((2ull << 20) - 1); }
+/* With one device every ordinal is it, as before devices were several (the stand-in's callers
+ * rely on it); with several, an ordinal past them is CUDA_ERROR_INVALID_DEVICE. */
+static int bad_dev(int d) { return ndev > 1 && (d < 0 || d >= ndev); }
+static int dev_of(int d) { return ndev > 1 ? d : 0; }
+/* Device d's entry of CUDA_VISIBLE_DEVICES and its length (null when it is unset or empty). */
+static const char *dev_entry(int d, int *len) {
+  const char *v = getenv("CUDA_VISIBLE_DEVICES");
+  if (!v || !*v) return 0;
+  for (int k = 0; k < d && v; k++) if ((v = strchr(v, ','))) v++;
+  if (v) *len = (int)strcspn(v, ",");
+  return v; }
+static void *primary(int d) { return d <= 0 ? (void *)&ctx_token : (void *)&more_ctx[d]; }
+/* The device of context c: -1 for none of the primary contexts. */
+static int ctx_dev(const void *c) {
+  for (int k = 0; k < ndev; k++) if (c == primary(k)) return k;
+  return -1; }
+/* Whether [p, p + n) lies in one device's heap in the arena. */
+static int in_arena_heap(CUdeviceptr p, size_t n) {
+  if (p < ARENA) return 0;
+  unsigned long long off = p - ARENA, k = off / slice;
+  return k < (unsigned)ndev && k < MEMDEV && off % slice + n <= sizeof heap; }
+
 CUresult cuInit(unsigned flags) { (void)flags; return 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
-CUresult cuDeviceGet(int *d, int ordinal) { *d = ordinal; return 0; }
-CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
+CUresult cuDeviceGet(int *d, int ordinal) { if (bad_dev(ordinal)) return 101; *d = ordinal; return 0; }
+CUresult cuDeviceGetCount(int *n) { *n = ndev; return 0; }
 /* A server's executor for one of several GPUs sees it through CUDA_VISIBLE_DEVICES: the
    stand-in's name and UUID say which. */
 CUresult cuDeviceGetName(char *name, int len, int dev) {
-  const char *v = getenv("CUDA_VISIBLE_DEVICES");
-  (void)dev;
-  if (v && *v) snprintf(name, (size_t)len, "Fake GPU %s", v); else strncpy(name, "Fake GPU", len);
+  int n = 0;
+  const char *v = dev_entry(dev_of(dev), &n);
+  if (bad_dev(dev)) return 101;
+  if (v) snprintf(name, (size_t)len, "Fake GPU %.*s", n, v); else strncpy(name, "Fake GPU", len);
   return 0; }
 CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
-  /* A real GPU's launch limits (threads per block, block and grid dimensions), sm_90, 1 else. */
+  /* A real GPU's launch limits (threads per block, block and grid dimensions), sm_90, 1 else;
+   * the PCI bus (33) tells devices apart. */
   static const int limits[] = {0, 1024, 1024, 1024, 64, 2147483647, 65535, 65535};
-  (void)dev;
-  *v = attr >= 1 && attr <= 7 ? limits[attr] : attr == 75 ? 9 : attr == 76 ? 0 : 1;
+  if (bad_dev(dev)) return 101;
+  *v = attr >= 1 && attr <= 7 ? limits[attr] : attr == 75 ? 9 : attr == 76 ? 0 : attr == 33 ? 1 + dev_of(dev) : 1;
   return 0; }
 CUresult cuDeviceGetUuid_v2(unsigned char *u, int dev) {
-  const char *v = getenv("CUDA_VISIBLE_DEVICES");
-  (void)dev; memset(u, 0xab, 16);
-  if (v && *v) u[15] = (unsigned char)atoi(v);
+  int n = 0;
+  const char *v = dev_entry(dev_of(dev), &n);
+  if (bad_dev(dev)) return 101;
+  memset(u, 0xab, 16);
+  if (v) u[15] = (unsigned char)atoi(v);
   return 0; }
-CUresult cuCtxGetCurrent(void **c) { *c = &ctx_token; return 0; }
+CUresult cuDeviceCanAccessPeer(int *can, int dev, int peer) {
+  if (dev < 0 || dev >= ndev || peer < 0 || peer >= ndev) return 101;
+  *can = dev != peer; return 0; }
+/* Distinct devices: performance rank 0 (attribute 1), every capability 1; a device and itself:
+ * CUDA_ERROR_INVALID_DEVICE, as the driver answers. */
+CUresult cuDeviceGetP2PAttribute(int *v, int attr, int src, int dst) {
+  if (src < 0 || src >= ndev || dst < 0 || dst >= ndev || src == dst) return 101;
+  *v = attr == 1 ? 0 : 1; return 0; }
+CUresult cuCtxGetCurrent(void **c) { *c = primary(current_dev); return 0; }
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
   if (heap_top + n > sizeof heap) return 2;
   *p = 0x7e0000000000ull + heap_top; heap_top += (n + 255) & ~(size_t)255; return 0; }
-static unsigned char *host(CUdeviceptr p) { return heap + (p - (p >= 0x7e0000000000ull ? 0x7e0000000000ull : 0x640000000000ull)); }
+/* Device memory: the driver's (cuMemAlloc, device 0's) or the arena's, in its device's heap. */
+static unsigned char *host(CUdeviceptr p) {
+  if (p >= 0x7e0000000000ull) return heap + (p - 0x7e0000000000ull);
+  unsigned long long off = p - ARENA, k = off / slice;
+  return k >= 1 && k < (unsigned)ndev && k < MEMDEV ? more_heap[k - 1] + off % slice : heap + off; }
 /* The legacy 32-bit ABI (before CUDA 3.2): a 32-bit device address and size. Only a program
  * that asks for the bare symbol by name gets it (cuGetProcAddress gives cuMemAlloc_v2). */
 CUresult cuMemAlloc(unsigned int *p, unsigned int n) { (void)n; *p = 0x1000u; return 0; }
@@ -90,10 +146,9 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *
   if (capturing && stream == capturing) return capture_copy(1, 0, src, dst, n);
   if (queued && queued < 64) { queue[queued].fn = 0; queue[queued].dst = dst; queue[queued].src = src; queue[queued++].n = n; return 0; }
   memcpy(host(dst), src, n); return 0; }
-/* Unified addresses: the heap's two ranges are device memory, anything else host memory. */
+/* Unified addresses: the heaps' ranges are device memory, anything else host memory. */
 static int is_device(CUdeviceptr p) {
-  return (p >= 0x7e0000000000ull && p < 0x7e0000000000ull + sizeof heap) ||
-         (p >= 0x640000000000ull && p < 0x640000000000ull + sizeof heap); }
+  return (p >= 0x7e0000000000ull && p < 0x7e0000000000ull + sizeof heap) || in_arena_heap(p, 1); }
 static unsigned char *unified(CUdeviceptr p) { return is_device(p) ? host(p) : (unsigned char *)(uintptr_t)p; }
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { memmove(unified(dst), unified(src), n); return 0; }
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, void *stream) {
@@ -173,10 +228,10 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
 /* FAKE_CUDA_SYNC_FAULT=1 makes every context synchronization report an illegal address, as a
  * kernel's fault surfaces at the next synchronization (for replay error reports). */
 CUresult cuCtxSynchronize(void) { drain(); flush_printf(); return getenv("FAKE_CUDA_SYNC_FAULT") ? 700 : 0; }
-CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
+CUresult cuCtxGetDevice(int *d) { *d = current_dev; return 0; }
 /* CUDA 13 hands out versions with new signatures for old names: cuGetProcAddress("cuCtxGetDevice")
  * gives cuCtxGetDevice_v2. cuCtxGetFlags_v2 stands for a version newer than the recorder's table. */
-CUresult cuCtxGetDevice_v2(int *d, void *ctx) { (void)ctx; *d = 0; return 0; }
+CUresult cuCtxGetDevice_v2(int *d, void *ctx) { int k = ctx ? ctx_dev(ctx) : -1; *d = k < 0 ? current_dev : k; return 0; }
 CUresult cuCtxGetFlags_v2(unsigned *f) { *f = 0; return 0; }
 CUresult cuMemFree_v2(CUdeviceptr p) { (void)p; return 0; }
 /* Native answer for the one 256-byte allocation the program makes. */
@@ -191,19 +246,22 @@ CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr
   if (m == MAP_FAILED || (CUdeviceptr)m != addr) { if (m != MAP_FAILED) munmap(m, n); *p = 0x100000000000ull; return 0; }
   *p = (addr == 0x640000000000ull && !reserved) ? addr : 0x100000000000ull; reserved = 1; return 0; }
 CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { (void)p; (void)n; return 0; }
-/* Physical allocations: handle k + 1 has size sizes[k] (0 once released). */
+/* Physical allocations: handle k + 1 has size sizes[k] (0 once released), on device
+ * handle_dev[k] (CUmemAllocationProp's location id, its fourth int). */
 static size_t sizes[256];
-static int nsizes;
+static int handle_dev[256], nsizes;
 CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f) {
-  (void)prop; (void)f;
+  (void)f;
   if (nsizes == (int)(sizeof sizes / sizeof sizes[0])) return 2;
-  sizes[nsizes++] = n; *h = (unsigned long long)nsizes; return 0; }
+  int dev = prop ? dev_of(((const int *)prop)[3]) : 0;
+  if (bad_dev(dev)) return 101;
+  handle_dev[nsizes] = dev; sizes[nsizes++] = n; *h = (unsigned long long)nsizes; return 0; }
 static size_t handle_size(unsigned long long h) { return h >= 1 && h <= (unsigned long long)nsizes ? sizes[h - 1] : 0; }
 CUresult cuMemRelease(unsigned long long h) { if (!handle_size(h)) return 400; sizes[h - 1] = 0; return 0; }
-/* 2 MiB granules; a handle's properties: pinned device memory on device 0. */
+/* 2 MiB granules; a handle's properties: pinned device memory on its device. */
 CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option) { (void)prop; (void)option; *g = 2 << 20; return 0; }
 CUresult cuMemGetAllocationPropertiesFromHandle(int *prop, unsigned long long h) {
-  (void)h; memset(prop, 0, 32); prop[0] = 1; prop[2] = 1; return 0; }
+  memset(prop, 0, 32); prop[0] = 1; prop[2] = 1; prop[3] = handle_size(h) ? handle_dev[h - 1] : 0; return 0; }
 static int pool_token;
 CUresult cuDeviceGetMemPool(void **pool, int dev) { (void)dev; *pool = &pool_token; return 0; }
 CUresult cuDeviceGetDefaultMemPool(void **pool, int dev) { (void)dev; *pool = &pool_token; return 0; }
@@ -221,7 +279,7 @@ static int nmaps;
 CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, unsigned long long h, unsigned long long f) {
   (void)f;
   if (off + n > handle_size(h)) return 1;
-  if (p < 0x640000000000ull || p + n > 0x640000000000ull + sizeof heap) return 2;
+  if (!in_arena_heap(p, n)) return 2;
   for (int i = 0; i < nmaps; i++)
     if (p < maps[i].p + maps[i].n && maps[i].p < p + n) return 1;
   if (nmaps == (int)(sizeof maps / sizeof maps[0])) return 2;
@@ -231,7 +289,12 @@ CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
   for (int i = 0; i < nmaps; i++)
     if (maps[i].p >= p && maps[i].p + maps[i].n <= p + n) { maps[i--] = maps[--nmaps]; mapped--; }
   return 0; }
-CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *d, size_t c) { (void)p; (void)n; (void)d; (void)c; return 0; }
+/* Access descriptors (CUmemAccessDesc: location type, id, flags), any number; with several
+ * devices each must name one. */
+CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *d, size_t c) {
+  (void)p; (void)n;
+  for (size_t i = 0; d && i < c; i++) if (bad_dev(((const int *)d)[3 * i + 1])) return 1;
+  return 0; }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = &ctx_token; return 0; }
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
 /* FAKE_CUDA_EVENT_US=n: waiting for an event takes n microseconds (the work before it still
@@ -271,7 +334,7 @@ static CUresult create_stream(void **s, int prio) { /* static: a recorder cannot
   return 0; }
 CUresult cuStreamCreateWithPriority(void **s, unsigned f, int prio) { (void)f; return create_stream(s, prio); }
 CUresult cuStreamCreate(void **s, unsigned f) { (void)f; return create_stream(s, 0); }
-CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) { *free_ = sizeof heap - heap_top; *total = sizeof heap; return 0; }
+CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) { *free_ = sizeof heap - (current_dev ? 0 : heap_top); *total = sizeof heap; return 0; }
 /* Exported only (the server's device description looks it up by name). */
 CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) { (void)dev; *bytes = sizeof heap; return 0; }
 /* 2D/3D copies between host memory and the heap, in the x86-64 layout of CUDA_MEMCPY2D_v2 and
@@ -643,14 +706,16 @@ CUresult cuLaunchKernelEx(const lcfg *c, void *f, void **params, void **extra) {
 
 /* The primary context's state, and how often the driver was asked for it. cuFakeSetActive is
  * unmodeled: it changes the state behind the recorder's back. */
-static int primary_active, state_queries;
-CUresult cuDevicePrimaryCtxRetain(void **c, int dev) { (void)dev; *c = &ctx_token; primary_active = 1; return 0; }
-CUresult cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; primary_active = 0; return 0; }
+static int primary_active[MAXDEV], state_queries;
+CUresult cuDevicePrimaryCtxRetain(void **c, int dev) {
+  if (bad_dev(dev)) return 101;
+  *c = primary(dev_of(dev)); primary_active[dev_of(dev)] = 1; return 0; }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { if (bad_dev(dev)) return 101; primary_active[dev_of(dev)] = 0; return 0; }
 CUresult cuDevicePrimaryCtxGetState(int dev, unsigned *flags, int *active) {
-  if (dev != 0) return 101;
+  if (dev < 0 || dev >= ndev) return 101;
   if (!flags || !active) return 1;
-  state_queries++; *flags = 4; *active = primary_active; return 0; }
-CUresult cuFakeSetActive(int a) { primary_active = a; return 0; }
+  state_queries++; *flags = 4; *active = primary_active[dev]; return 0; }
+CUresult cuFakeSetActive(int a) { primary_active[0] = a; return 0; }
 CUresult cuFakeStateQueries(int *n) { *n = state_queries; return 0; }
 
 /* What the replayer (gpuless replay, through cudarc: dlsym by name) calls beyond the above, so
@@ -658,7 +723,9 @@ CUresult cuFakeStateQueries(int *n) { *n = state_queries; return 0; }
 /* FAKE_CUDA_SET_CURRENT_FAILS makes making a context current fail (a session that cannot start). */
 CUresult cuCtxSetCurrent(void *c) {
   if (getenv("FAKE_CUDA_SET_CURRENT_FAILS")) return 201;
-  return !c || c == &ctx_token ? 0 : 201; }
+  int k = c ? ctx_dev(c) : 0;
+  if (k < 0) return 201;
+  current_dev = k; return 0; }
 
 /* A private export table as the driver hands them out (cuGetExportTable): its size in bytes,
  * then function slots; read-only after relocation, as the driver's are. */

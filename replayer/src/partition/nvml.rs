@@ -220,6 +220,27 @@ pub fn facts(uuids: &[String]) -> gpuless_traces::protocol::NvmlFacts {
     f
 }
 
+/// The active NVLinks of the device with one of these UUIDs: (link, the PCI bus id at the
+/// other end). Empty without NVML or NVLink.
+pub fn nvlinks(uuids: &[String]) -> Vec<(u32, String)> {
+    let Ok(nvml) = init(None) else { return Vec::new() };
+    let Some(dev) = uuids.iter().find_map(|u| nvml.device_by_uuid(u.as_str()).ok()) else { return Vec::new() };
+    // NVML_NVLINK_MAX_LINKS. The remote end's bus id is read raw: behind an NVSwitch a
+    // virtual machine sees `FFFFFFFF:FF:FF.0`, which nvml-wrapper's conversion refuses.
+    (0..18u32)
+        .filter_map(|l| {
+            dev.link_wrapper_for(l).is_active().ok().filter(|&a| a)?;
+            // SAFETY: all-zero is a valid nvmlPciInfo_t; a live device handle, a valid out-pointer.
+            let mut pci: nvml_wrapper_sys::bindings::nvmlPciInfo_t = unsafe { std::mem::zeroed() };
+            let r = unsafe { nvml.lib().nvmlDeviceGetNvLinkRemotePciInfo_v2(dev.handle(), l, &mut pci) };
+            (r == 0).then_some(())?;
+            // SAFETY: NVML writes a NUL-terminated string into the array.
+            let bus = unsafe { std::ffi::CStr::from_ptr(pci.busId.as_ptr()) };
+            Some((l, bus.to_string_lossy().into_owned()))
+        })
+        .collect()
+}
+
 /// Records a failed query as a warning and yields `None`.
 fn note<T>(warnings: &mut Vec<String>, call: &str, r: Result<T, NvmlError>) -> Option<T> {
     match r {

@@ -163,6 +163,12 @@ pub(crate) fn call(
         if rec.function.name() == gpuless_traces::model::FUNCTION_FOUND {
             return super::hostview::function_found(st, rec);
         }
+        if rec.function.name() == gpuless_traces::devices::SET_DEVICE {
+            return super::devices::set(st, rec);
+        }
+        if rec.function.name() == gpuless_traces::devices::MEM_IMPORT {
+            return super::vmm::import(st, rec);
+        }
         if rec.function.name() == gpuless_traces::protocol::link::LINK {
             return super::jit::call(st, trace, rec, report);
         }

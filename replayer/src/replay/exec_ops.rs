@@ -40,9 +40,16 @@ unsafe fn pool_of(st: &State, recorded: u64, seq: u64, what: &str) -> Result<sys
     if let Some(&p) = st.pools.get(&recorded) {
         return Ok(p);
     }
-    let mut pool = std::ptr::null_mut();
-    // SAFETY: a valid out-pointer; device 0 is the session's device.
-    check(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, 0) }, seq, what)?;
+    // A client's default pool: the current context's device's (a session of several devices
+    // names each record's device first).
+    let (mut pool, mut dev) = (std::ptr::null_mut(), 0);
+    // SAFETY: valid out-pointers; without a current context, device 0.
+    unsafe {
+        if sys::cuCtxGetDevice(&mut dev) != sys::CUresult::CUDA_SUCCESS {
+            dev = 0;
+        }
+        check(sys::cuDeviceGetDefaultMemPool(&mut pool, dev), seq, what)?;
+    }
     Ok(pool)
 }
 
@@ -87,7 +94,8 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
                 let (dst, src) = (st.stream(c.word("dst")?)?, st.stream(c.word("src")?)?);
                 check(sys::cuStreamCopyAttributes(dst, src), seq, name)?;
             }
-            // The session's contexts are one context on one device.
+            // Unified addresses: the arena's memory of every device is mapped for the others
+            // (`super::devices`), so a peer copy is a device-to-device copy.
             "cuMemcpyPeer" => {
                 let (dst, src) = (st.mem.translate(c.word("dstDevice")?), st.mem.translate(c.word("srcDevice")?));
                 check(sys::cuMemcpyDtoD_v2(dst, src, c.word("ByteCount")? as usize), seq, name)?;

@@ -24,6 +24,7 @@ pub const EXECUTED: &[&str] = &[
     "cuMemAddressFree",
     "cuMemCreate",
     "cuMemRelease",
+    "cuMemRetainAllocationHandle",
     "cuMemMap",
     "cuMemUnmap",
     "cuMemSetAccess",

@@ -79,6 +79,10 @@ pub struct Memory {
     pub adopted: u64,
     /// The program's physical allocations and what it mapped of them (`super::vmm`).
     pub vmm: super::vmm::ProgramVmm,
+    /// A session of several devices ([`gpuless_traces::devices`]): for each device, itself
+    /// and the devices that can reach its memory (the arena's slice `k` lives on device `k`).
+    /// Empty: one device, 0.
+    devices: Vec<Vec<i32>>,
 }
 
 /// This thread's stream-capture mode relaxed while it lives: memory is created and mapped for
@@ -115,15 +119,17 @@ fn prop() -> sys::CUmemAllocationProp {
 /// refuses it once).
 static CAPABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
-/// Creates physical memory for `[addr, addr + len)` (reserved, unmapped) and maps it. Like the
-/// recorder's arena (and `cuMemAlloc` memory on current GPUs), it is RDMA- and
-/// decompression-capable where the driver allows it, so pointer queries a client sends here
-/// answer as they did where the program was recorded.
-unsafe fn map(addr: u64, len: u64) -> Result<(), sys::CUresult> {
+/// Creates physical memory for `[addr, addr + len)` (reserved, unmapped) on device `on[0]`
+/// and maps it, readable and writable by every device of `on`. Like the recorder's arena (and
+/// `cuMemAlloc` memory on current GPUs), it is RDMA- and decompression-capable where the driver
+/// allows it, so pointer queries a client sends here answer as they did where the program was
+/// recorded.
+unsafe fn map(addr: u64, len: u64, on: &[i32]) -> Result<(), sys::CUresult> {
     let _relaxed = Relaxed::new();
     use std::sync::atomic::Ordering;
     let len = len as usize;
     let mut p = prop();
+    p.location.id = on.first().copied().unwrap_or(0);
     let capable = CAPABLE.load(Ordering::Relaxed);
     if capable {
         p.allocFlags.gpuDirectRDMACapable = 1;
@@ -147,11 +153,15 @@ unsafe fn map(addr: u64, len: u64) -> Result<(), sys::CUresult> {
         if r != sys::CUresult::CUDA_SUCCESS {
             return Err(r);
         }
-        let desc = sys::CUmemAccessDesc {
-            location: p.location,
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-        };
-        let r = sys::cuMemSetAccess(addr, len, &desc, 1);
+        let desc: Vec<sys::CUmemAccessDesc> = on
+            .iter()
+            .chain(on.is_empty().then_some(&0))
+            .map(|&d| sys::CUmemAccessDesc {
+                location: sys::CUmemLocation { type_: p.location.type_, id: d },
+                flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            })
+            .collect();
+        let r = sys::cuMemSetAccess(addr, len, desc.as_ptr(), desc.len());
         if r != sys::CUresult::CUDA_SUCCESS {
             sys::cuMemUnmap(addr, len);
             return Err(r);
@@ -226,6 +236,35 @@ impl Memory {
         None
     }
 
+    /// Splits the arena among a session's devices: `access[k]` is device `k` and the devices
+    /// that may read and write its memory.
+    pub fn set_devices(&mut self, access: Vec<Vec<i32>>) {
+        self.devices = access;
+    }
+
+    /// The devices arena memory at `addr` is created on (first) and mapped for.
+    fn on(&self, addr: u64) -> &[i32] {
+        let (Some(a), n) = (self.arena, self.devices.len() as u32) else { return &[] };
+        if n < 2 {
+            return &[];
+        }
+        let k = gpuless_traces::devices::device_of(a.base, a.size, n, addr).unwrap_or(0);
+        self.devices.get(k as usize).map_or(&[], |v| &v[..])
+    }
+
+    /// Memory made outside the arena (managed and mapped host memory re-created as device
+    /// memory) lives on the current context's device, mapped for every device that can reach
+    /// it.
+    fn current_on(&self) -> Vec<i32> {
+        if self.devices.len() < 2 {
+            return Vec::new();
+        }
+        let mut d = 0;
+        // SAFETY: a valid out-pointer; a context is current.
+        unsafe { sys::cuCtxGetDevice(&mut d) };
+        self.devices.get(d as usize).cloned().unwrap_or_default()
+    }
+
     /// Bytes of device memory in use at most during the replay so far.
     /// The most bytes it may hold at once, if limited.
     pub fn limit(&self) -> Option<u64> {
@@ -287,7 +326,7 @@ impl Memory {
                     if !self.chunks.contains_key(&chunk) {
                         self.charge(CHUNK, seq)?;
                         // SAFETY: a chunk of our reservation not mapped yet.
-                        unsafe { map(chunk, CHUNK) }.map_err(|r| self.oom(seq, CHUNK, r))?;
+                        unsafe { map(chunk, CHUNK, self.on(chunk)) }.map_err(|r| self.oom(seq, CHUNK, r))?;
                     }
                     let n = self.chunks.entry(chunk).or_insert(0);
                     if *n == 0 {
@@ -298,7 +337,7 @@ impl Memory {
                 Backing::Own { addr, len } => {
                     self.charge(len, seq)?;
                     // SAFETY: the recorder gave this range to one allocation only.
-                    unsafe { map(addr, len) }.map_err(|r| self.oom(seq, len, r))?;
+                    unsafe { map(addr, len, self.on(addr)) }.map_err(|r| self.oom(seq, len, r))?;
                 }
             }
             self.exact += 1;
@@ -401,7 +440,7 @@ impl Memory {
                 sys::cuMemAddressFree(got, len);
                 return None;
             }
-            if map(addr, size).is_err() {
+            if map(addr, size, &self.current_on()).is_err() {
                 sys::cuMemAddressFree(addr, len);
                 return None;
             }

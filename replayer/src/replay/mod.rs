@@ -7,6 +7,7 @@ mod blockhash;
 pub mod compat;
 pub mod crash;
 pub mod dataflow;
+pub mod devices;
 pub mod dryrun;
 pub(crate) mod exec;
 mod exec_array;
@@ -323,6 +324,9 @@ pub(crate) struct State {
     pub pinned: std::collections::BTreeMap<u64, u64>,
     /// A client's JIT links, by the client's handles (`jit.rs`); destroyed with the state.
     pub links: jit::Links,
+    /// A session of several devices: each device's primary context, by ordinal
+    /// ([`devices`]); empty for one device.
+    pub contexts: Vec<usize>,
 }
 
 impl State {
@@ -357,6 +361,7 @@ impl State {
             memory_nodes: HashMap::new(),
             pinned: Default::default(),
             links: Default::default(),
+            contexts: Vec::new(),
         }
     }
 
@@ -371,8 +376,9 @@ impl State {
     /// here: it names the last call executed before the synchronization and the last kernels
     /// launched, not the replayer's own `cuCtxSynchronize`.
     pub(crate) fn synchronize(&self) -> Result<(), ReplayError> {
-        // SAFETY: a plain synchronization of the current context.
-        let r = unsafe { sys::cuCtxSynchronize() };
+        // SAFETY: a plain synchronization of the current context (of every device's, in a
+        // session of several: the current one stays current).
+        let r = unsafe { devices::synchronize_all(&self.contexts) };
         if r == sys::CUresult::CUDA_SUCCESS {
             return Ok(());
         }

@@ -81,6 +81,12 @@ impl Stream {
         Ok(Stream { st, trace, report, queries: Vec::new(), capture: std::ptr::null_mut(), not_ready: false })
     }
 
+    /// Makes this a session of `n` devices ([`super::devices`]); device 0 is `device`, the one
+    /// it was created on.
+    pub fn use_devices(&mut self, device: Device, n: u32) -> Result<(), ReplayError> {
+        super::devices::use_devices(&mut self.st, device, n)
+    }
+
     /// Like [`Self::new`], for a session of a program whose executor is kept for its next
     /// session: its uploads are noted ([`super::resident`]), and it takes over what the last
     /// session of the program left (`carried`: the arena, held memory and the ranges that hold
@@ -272,6 +278,16 @@ impl Stream {
 /// (`memory_limit` where the partition has one), driver version and every attribute the
 /// driver answers (ids 1 up to the first run of 16 unanswered ids past the newest known).
 pub fn describe_device(memory_limit: Option<u64>) -> gpuless_traces::protocol::DeviceDescription {
+    let mut dev = 0i32;
+    // SAFETY: a valid out-pointer (no context current: device 0).
+    if unsafe { sys::cuCtxGetDevice(&mut dev) } != sys::CUresult::CUDA_SUCCESS {
+        dev = 0;
+    }
+    describe_device_at(dev, memory_limit)
+}
+
+/// [`describe_device`] of device `dev` of this process.
+pub fn describe_device_at(dev: i32, memory_limit: Option<u64>) -> gpuless_traces::protocol::DeviceDescription {
     type Attr = unsafe extern "C" fn(*mut i32, u32, i32) -> sys::CUresult;
     type Name = unsafe extern "C" fn(*mut std::ffi::c_char, i32, i32) -> sys::CUresult;
     type Uuid = unsafe extern "C" fn(*mut u8, i32) -> sys::CUresult;
@@ -280,12 +296,8 @@ pub fn describe_device(memory_limit: Option<u64>) -> gpuless_traces::protocol::D
     let ok = sys::CUresult::CUDA_SUCCESS;
     let mut d = gpuless_traces::protocol::DeviceDescription::default();
     // SAFETY: each entry point is typed with its C signature (enums as integers) and given
-    // valid out-pointers; device 0 of the current process is the session's device.
+    // valid out-pointers and a device of this process.
     unsafe {
-        let mut dev = 0i32;
-        if sys::cuCtxGetDevice(&mut dev) != ok {
-            dev = 0;
-        }
         if let Ok(f) = exec::raw_fn::<Attr>(b"cuDeviceGetAttribute\0", 0) {
             let mut misses = 0;
             for id in 1u32.. {

@@ -88,6 +88,13 @@ pub(crate) fn call(st: &mut State, c: &Call<'_>) -> Result<bool, ReplayError> {
                 check(sys::cuMemCreate(&mut h, c.word("size")? as usize, p, c.word("flags")?), seq, name)?;
                 st.mem.vmm.handles.insert(c.out_word("handle")?, h);
             }
+            // A new reference of the memory mapped at the address (its own handle to release).
+            "cuMemRetainAllocationHandle" => {
+                let mut h: sys::CUmemGenericAllocationHandle = 0;
+                let at = st.mem.translate(c.word("addr")?);
+                check(sys::cuMemRetainAllocationHandle(&mut h, at as *mut std::ffi::c_void), seq, name)?;
+                st.mem.vmm.handles.insert(c.out_word("handle")?, h);
+            }
             "cuMemRelease" => {
                 let h = handle(st, "handle")?;
                 st.mem.vmm.handles.remove(&c.word("handle")?);
@@ -124,6 +131,41 @@ pub(crate) fn call(st: &mut State, c: &Call<'_>) -> Result<bool, ReplayError> {
 }
 
 /// `cuMemGetAccess(flags*, location*, ptr)` for a client: the status and the flags.
+/// `gpulessMemImport(new, source)` ([`gpuless_traces::devices::MEM_IMPORT`]): `new` is a
+/// reference of `source`'s memory of its own, taken as the program took it — an export to a
+/// file descriptor and an import of it.
+pub(crate) fn import(st: &mut State, rec: &gpuless_traces::CallRecord) -> Result<(), ReplayError> {
+    let what = gpuless_traces::devices::MEM_IMPORT;
+    let word = |i: usize| match rec.args.get(i) {
+        Some(Value::U64(v) | Value::Size(v)) => Some(*v),
+        _ => None,
+    };
+    let bad = |problem: String| ReplayError::Unsupported { seq: rec.seq, what: what.into(), problem };
+    let (Some(new), Some(source)) = (word(0), word(1)) else {
+        return Err(bad(format!("expected two handles, found {:?}", rec.args)));
+    };
+    let Some(&real) = st.mem.vmm.handles.get(&source) else {
+        return Err(bad(format!("unknown allocation handle {source:#x}")));
+    };
+    // 1 = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR.
+    let posix = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    let mut fd: std::ffi::c_int = -1;
+    let mut h: sys::CUmemGenericAllocationHandle = 0;
+    // SAFETY: a live handle, valid out-pointers; the descriptor is closed after the import.
+    unsafe {
+        check(
+            sys::cuMemExportToShareableHandle((&mut fd as *mut std::ffi::c_int).cast(), real, posix, 0),
+            rec.seq,
+            what,
+        )?;
+        let r = sys::cuMemImportFromShareableHandle(&mut h, fd as usize as *mut std::ffi::c_void, posix);
+        libc::close(fd);
+        check(r, rec.seq, what)?;
+    }
+    st.mem.vmm.handles.insert(new, h);
+    Ok(())
+}
+
 pub(crate) fn get_access(st: &State, c: &Call<'_>) -> (i32, Vec<u64>) {
     let loc = match bytes(c, "location") {
         Ok(b) if b.len() >= LOCATION_BYTES => b,

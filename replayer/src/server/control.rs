@@ -7,7 +7,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use gpuless_traces::protocol::codec::{Get, Put};
-use gpuless_traces::protocol::message::{DeviceDescription, PartitionInfo, SessionStats};
+use gpuless_traces::protocol::message::{DeviceDescription, MoreDevices, PartitionInfo, SessionStats};
 use gpuless_traces::protocol::piece::policy::Hold;
 use gpuless_traces::protocol::ProtocolError;
 use gpuless_traces::Hash128;
@@ -24,6 +24,8 @@ pub enum Control {
         partition: PartitionInfo,
         /// The device as its sessions see it.
         device: DeviceDescription,
+        /// Its further devices (an executor for a session of several GPUs).
+        more: MoreDevices,
     },
     /// Executor → server: the GPU could not be initialized.
     Failed(String),
@@ -181,10 +183,11 @@ impl Control {
     fn encode(&self) -> Vec<u8> {
         let mut p = Put::default();
         match self {
-            Control::Ready { partition, device } => {
+            Control::Ready { partition, device, more } => {
                 p.u8(1);
                 partition.put(&mut p);
                 device.put(&mut p);
+                more.put(&mut p);
             }
             Control::Failed(m) => {
                 p.u8(2).str(m);
@@ -259,7 +262,11 @@ impl Control {
         use gpuless_traces::protocol::Message;
         let mut g = Get::new(b, "control");
         let m = match g.u8()? {
-            1 => Control::Ready { partition: PartitionInfo::get(&mut g)?, device: DeviceDescription::get(&mut g)? },
+            1 => Control::Ready {
+                partition: PartitionInfo::get(&mut g)?,
+                device: DeviceDescription::get(&mut g)?,
+                more: MoreDevices::get(&mut g)?,
+            },
             2 => Control::Failed(g.str()?),
             3 => Control::Start(SessionStart::get(&mut g)?),
             4 => {

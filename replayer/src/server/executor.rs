@@ -44,6 +44,7 @@ use gpuless_traces::protocol::piece::Cut;
 mod answer;
 mod blobs;
 mod decoded;
+mod devices;
 mod inflight;
 mod kept;
 mod notes;
@@ -97,6 +98,9 @@ pub fn run(mut setup: Setup) -> i32 {
     if setup.memory_limit.is_some() {
         device.nvml.total_mem = 0;
     }
+    // The session's further GPUs, where the server started this executor for several (asked
+    // before the filter is installed: NVML opens files the filter does not allow).
+    let more = devices::describe(&device, setup.memory_limit);
     // The driver is up: from here on the executor reads tenants' input, under its filter.
     if setup.seccomp {
         if let Err(e) = super::confine::seccomp::install() {
@@ -104,7 +108,7 @@ pub fn run(mut setup: Setup) -> i32 {
             return 1;
         }
     }
-    let ready = Control::Ready { partition: setup.partition.clone(), device: device.clone() };
+    let ready = Control::Ready { partition: setup.partition.clone(), device: device.clone(), more: more.clone() };
     if setup.control.send(&ready, None).is_err() {
         return 1;
     }
@@ -150,7 +154,9 @@ pub fn run(mut setup: Setup) -> i32 {
         } else {
             super::warm::key(&start.tenant, &hello.program)
         };
-        let pieces = start.cached.map(|hold| Pieces::new(&owner, &setup.cache.disk, hold));
+        // Pieces run as graphs on one stream of one device: not in a session of several.
+        let pieces =
+            start.cached.filter(|_| hello.devices <= 1).map(|hold| Pieces::new(&owner, &setup.cache.disk, hold));
         // On a server with tenants, cached blobs (code images loaded ahead among them) serve
         // only a tenant that has sent their bytes.
         let owner = start.scoped.then(|| start.tenant.clone());
@@ -159,7 +165,7 @@ pub fn run(mut setup: Setup) -> i32 {
         }
         let (done, functions, ended) = serve_one(
             &setup,
-            &device,
+            (&device, &more),
             (&mut gate, start.priority, start.be_inflight),
             (start.session, start.idle_ms, owner),
             hello,
@@ -224,7 +230,7 @@ pub fn run(mut setup: Setup) -> i32 {
 #[allow(clippy::too_many_arguments)]
 fn serve_one(
     setup: &Setup,
-    device: &gpuless_traces::protocol::DeviceDescription,
+    (device, more): (&gpuless_traces::protocol::DeviceDescription, &gpuless_traces::protocol::MoreDevices),
     (gate, priority, be_inflight): (&mut Option<Gate>, super::config::PriorityPolicy, u32),
     (session, idle_ms, owner): (u64, u64, Option<String>),
     hello: gpuless_traces::protocol::message::Hello,
@@ -281,10 +287,18 @@ fn serve_one(
         owner,
     };
     let keep = warm_memory.is_some();
+    // A session of several GPUs: its devices' contexts, its arena split among them.
+    let devices = hello.devices.max(1);
     let new_stream = match warm_memory {
         Some(carried) => Stream::new_warm(setup.device, meta, opts, carried),
         None => Stream::new(setup.device, meta, opts),
-    };
+    }
+    .and_then(|mut s| {
+        if devices > 1 {
+            s.use_devices(setup.device, devices)?;
+        }
+        Ok(s)
+    });
     let mut ended = None;
     let result = match (conn_of(fd), new_stream) {
         (Ok(conn), Ok(stream)) => {
@@ -297,9 +311,14 @@ fn serve_one(
                 cached_execution: s.pieces.is_some(),
                 // The server's number of this executor's GPU (`manager::spawn`).
                 gpu: std::env::var("GPULESS_GPU").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
+                more: if devices > 1 { more.clone() } else { Default::default() },
             };
             let mut stream = stream;
-            stream.parts().0.warm_images = std::mem::take(warm);
+            // Code images loaded ahead are device 0's modules: a session of several devices
+            // loads its own in the context it names.
+            if devices == 1 {
+                stream.parts().0.warm_images = std::mem::take(warm);
+            }
             let r = s.serve(conn, &mut stream, welcome, Duration::from_millis(idle_ms.max(1)));
             *warm = std::mem::take(&mut stream.parts().0.warm_images);
             if keep && r.is_ok() {

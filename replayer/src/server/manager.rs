@@ -48,6 +48,8 @@ struct Exec {
     spec: String,
     /// The GPU it runs on (a position in [`Manager::gpus`]).
     gpu: usize,
+    /// Its further GPUs, for a session of several (positions; empty for one GPU).
+    more: Vec<usize>,
     pid: u32,
     state: ExecState,
     channel: Arc<Channel>,
@@ -65,6 +67,8 @@ struct SessionEntry {
     gpu: usize,
     /// That GPU's number ([`super::gpus::Gpu::index`]).
     gpu_index: u32,
+    /// Its further GPUs, a session of several (positions in [`Manager::gpus`]).
+    more: Vec<usize>,
     /// Its tenant, on a server with tenants (what it uploads is marked as theirs).
     tenant: Option<String>,
     sms: u32,
@@ -133,6 +137,15 @@ pub struct Grant {
     pub channel: Arc<Channel>,
     /// The GPU it was placed on (its number).
     pub gpu: u32,
+    /// Its further GPUs (their numbers), a session of several.
+    pub more: Vec<u32>,
+}
+
+impl SessionEntry {
+    /// Whether the session uses GPU `p` (a position).
+    fn on(&self, p: usize) -> bool {
+        self.gpu == p || self.more.contains(&p)
+    }
 }
 
 fn rank(p: Priority) -> usize {
@@ -219,12 +232,15 @@ impl Manager {
                     g.execs
                         .values()
                         .filter(|e| {
-                            e.gpu == gpu && &e.spec == spec && matches!(e.state, ExecState::Starting | ExecState::Ready)
+                            e.gpu == gpu
+                                && e.more.is_empty()
+                                && &e.spec == spec
+                                && matches!(e.state, ExecState::Starting | ExecState::Ready)
                         })
                         .count()
                 };
                 for _ in have..*want {
-                    if let Err(e) = self.spawn(spec, gpu) {
+                    if let Err(e) = self.spawn(spec, gpu, &[]) {
                         tracing::error!(spec, gpu = self.gpus[gpu].index, error = %e, "could not start an executor");
                     }
                 }
@@ -234,17 +250,33 @@ impl Manager {
 
     /// Starts an executor process for `spec` on GPU `gpu` (a position in [`Manager::gpus`]);
     /// its reader thread follows it.
-    fn spawn(self: &Arc<Self>, spec: &str, gpu: usize) -> std::io::Result<u64> {
+    fn spawn(self: &Arc<Self>, spec: &str, gpu: usize, more: &[usize]) -> std::io::Result<u64> {
         let (chan, child_end) = control::pair()?;
         let on = &self.gpus[gpu];
-        let minors = on.minor.map(|m| [m]);
-        let mut cmd = self.confine.executor_command(&self.exe, spec, minors.as_ref().map(|m| &m[..]));
-        // Only its GPU is in the executor's view of CUDA (device 0 there); its number (the
-        // NVML index where known) says where a MIG profile is placed and what the Welcome says.
-        if let Some(v) = &on.visible {
-            cmd.env("CUDA_VISIBLE_DEVICES", v);
+        let all: Vec<&super::gpus::Gpu> =
+            std::iter::once(gpu).chain(more.iter().copied()).map(|p| &self.gpus[p]).collect();
+        let minors: Option<Vec<u32>> = all.iter().map(|g| g.minor).collect();
+        let mut cmd = self.confine.executor_command(&self.exe, spec, minors.as_deref());
+        // Only its GPUs are in the executor's view of CUDA (devices 0.. there, in the session's
+        // order); its number (the NVML index where known) says where a MIG profile is placed
+        // and what the Welcome says.
+        let visible: Option<Vec<&str>> = all.iter().map(|g| g.visible.as_deref()).collect();
+        match visible {
+            Some(v) => {
+                cmd.env("CUDA_VISIBLE_DEVICES", v.join(","));
+            }
+            None if !more.is_empty() => {
+                return Err(std::io::Error::other(
+                    "the server knows no CUDA identity of its GPUs (no NVML) to start an executor of several",
+                ));
+            }
+            None => {}
         }
         cmd.env("GPULESS_GPU", on.index.to_string());
+        if !more.is_empty() {
+            let idx: Vec<String> = more.iter().map(|&p| self.gpus[p].index.to_string()).collect();
+            cmd.env("GPULESS_MORE_GPUS", idx.join(","));
+        }
         if let Some(n) = on.nvml {
             cmd.env("GPULESS_GPU_NVML", n.to_string());
         }
@@ -287,6 +319,7 @@ impl Manager {
                 Exec {
                     spec: spec.to_string(),
                     gpu,
+                    more: more.to_vec(),
                     pid: child.id(),
                     state: ExecState::Starting,
                     channel: channel.clone(),
@@ -307,7 +340,7 @@ impl Manager {
     fn follow(self: Arc<Self>, id: u64, channel: Arc<Channel>, mut child: Child) {
         loop {
             match channel.recv() {
-                Ok(Some((Control::Ready { partition, device }, _))) => {
+                Ok(Some((Control::Ready { partition, device, more: _ }, _))) => {
                     let mut g = self.lock();
                     // The device's SM count (a green context's executor reports the whole device's).
                     let gpu = g.execs.get(&id).map_or(0, |e| e.gpu);
@@ -564,7 +597,7 @@ impl Manager {
         m.sms_in_use.set(g.load.iter().map(|l| i64::from(l.sms_in_use)).sum());
         for (n, gpu) in self.gpus.iter().enumerate() {
             let label = super::metrics::GpuLabel { gpu: gpu.index.to_string() };
-            m.gpu_sessions.get_or_create(&label).set(g.sessions.values().filter(|s| s.gpu == n).count() as i64);
+            m.gpu_sessions.get_or_create(&label).set(g.sessions.values().filter(|s| s.on(n)).count() as i64);
             m.gpu_sms_in_use.get_or_create(&label).set(i64::from(g.load[n].sms_in_use));
         }
         m.queue.set(g.waiting.iter().sum::<usize>() as i64);

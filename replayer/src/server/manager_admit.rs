@@ -4,7 +4,9 @@
 //! Placement (docs/SERVING.md): a session that names a GPU (`Hello::gpu`) goes there; else,
 //! among the GPUs where its partition fits now, to the one that holds an executor kept warm
 //! with its function or program, then the one with the fewest sessions, then the one with the
-//! most free memory (NVML), then the lowest number.
+//! most free memory (NVML), then the lowest number. A session of several GPUs
+//! (`Hello::devices`) takes whole GPUs: the ones it names, else the first ones in that order;
+//! its executor is started for it (never pooled, never kept).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +24,10 @@ pub struct Request<'a> {
     pub partition: &'a PartitionRequest,
     /// The GPU, if it names one.
     pub gpu: Option<u32>,
+    /// How many GPUs it asks for (0 or 1: one).
+    pub devices: u32,
+    /// The GPUs it names for its devices 1.. (with `gpu` for device 0).
+    pub more_gpus: &'a [u32],
     /// Its priority class.
     pub priority: Priority,
     /// The function it announced (the tenant's, [`crate::server::warm::key`]).
@@ -64,18 +70,45 @@ impl Manager {
 
     /// The GPUs `req` may go to, each with the spec and SMs it needs there.
     fn candidates(&self, req: &Request<'_>) -> Result<Vec<(usize, String, u32)>, Refusal> {
-        let positions: Vec<usize> = match req.gpu {
-            Some(i) => match self.gpus.iter().position(|g| g.index == i) {
-                Some(p) => vec![p],
-                None => {
-                    let have: Vec<String> = self.gpus.iter().map(|g| g.index.to_string()).collect();
-                    return Err((
-                        code::NO_PARTITION,
-                        format!("GPU {i} is not one of this server's (it serves GPU {})", have.join(", ")),
-                    ));
+        let wanted = req.devices.max(1) as usize;
+        let have = || self.gpus.iter().map(|g| g.index.to_string()).collect::<Vec<_>>().join(", ");
+        if wanted > 1 {
+            if *req.partition != PartitionRequest::Whole {
+                return Err((
+                    code::NO_PARTITION,
+                    format!("a session of {wanted} GPUs takes them whole, not `{}`", req.partition),
+                ));
+            }
+            if wanted > self.gpus.len() {
+                return Err((
+                    code::NO_PARTITION,
+                    format!("{wanted} GPUs asked for; this server owns {} (GPU {})", self.gpus.len(), have()),
+                ));
+            }
+        }
+        let named: Vec<u32> = req.gpu.into_iter().chain(req.more_gpus.iter().copied()).collect();
+        let positions: Vec<usize> = if named.is_empty() {
+            (0..self.gpus.len()).collect()
+        } else {
+            if wanted > 1 && named.len() != wanted {
+                return Err((code::NO_PARTITION, format!("{wanted} GPUs asked for, {} named", named.len())));
+            }
+            let mut out = Vec::new();
+            for i in named {
+                match self.gpus.iter().position(|g| g.index == i) {
+                    Some(p) if out.contains(&p) => {
+                        return Err((code::NO_PARTITION, format!("GPU {i} is named twice")));
+                    }
+                    Some(p) => out.push(p),
+                    None => {
+                        return Err((
+                            code::NO_PARTITION,
+                            format!("GPU {i} is not one of this server's (it serves GPU {})", have()),
+                        ));
+                    }
                 }
-            },
-            None => (0..self.gpus.len()).collect(),
+            }
+            out
         };
         let mut out = Vec::new();
         let mut first_refusal = None;
@@ -99,10 +132,12 @@ impl Manager {
     /// (starting one if none is warm).
     pub async fn admit(self: &Arc<Self>, req: &Request<'_>) -> Result<super::Grant, Refusal> {
         let candidates = self.candidates(req)?;
+        let wanted = req.devices.max(1) as usize;
+        let named = req.gpu.is_some();
         let priority = req.priority;
         let deadline = Instant::now() + Config::secs(self.cfg.queue_timeout_s);
         let mut queued = false;
-        let (session, gpu, spec) = loop {
+        let (session, gpu, more, spec) = loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
@@ -133,20 +168,26 @@ impl Manager {
                 let ahead = rank(priority) == 1 && g.waiting[0] > 0;
                 let room = g.sessions.len() < self.cfg.max_sessions && !ahead;
                 let now = Instant::now();
-                let best = candidates
+                let mut ranked: Vec<&(usize, String, u32)> = candidates
                     .iter()
                     .filter(|(p, _, sms)| {
                         let l = &g.load[*p];
                         *sms == 0 || l.total_sms.is_some_and(|t| l.sms_in_use + sms <= t)
                     })
-                    .min_by_key(|(p, spec, _)| {
+                    .collect();
+                // GPUs named for several devices keep their order: device k is the k-th named.
+                if !(named && wanted > 1) {
+                    ranked.sort_by_key(|(p, spec, _)| {
                         let kept = Self::kept_spec(*p, spec);
                         let warm = req.function.is_some_and(|f| g.warm.holds(&kept, f, now))
                             || req.program.is_some_and(|f| g.warm_programs.holds(&kept, f, now));
-                        let sessions = g.sessions.values().filter(|s| s.gpu == *p).count();
+                        let sessions = g.sessions.values().filter(|s| s.on(*p)).count();
                         let free = self.gpus[*p].nvml.and_then(|n| free.get(&n)).copied().unwrap_or(0);
                         (!warm, sessions, std::cmp::Reverse(free), self.gpus[*p].index)
                     });
+                }
+                let best = (ranked.len() >= wanted).then(|| ranked[0]);
+                let more: Vec<usize> = ranked.iter().skip(1).take(wanted - 1).map(|c| c.0).collect();
                 if let (true, Some((p, spec, sms))) = (room, best) {
                     leave(&mut g, queued);
                     let id = g.next_id;
@@ -158,6 +199,7 @@ impl Manager {
                             spec: spec.clone(),
                             gpu: *p,
                             gpu_index: self.gpus[*p].index,
+                            more: more.clone(),
                             sms: *sms,
                             priority,
                             exec: 0,
@@ -165,7 +207,7 @@ impl Manager {
                             tenant: req.tenant.map(str::to_string),
                         },
                     );
-                    break (id, *p, spec.clone());
+                    break (id, *p, more, spec.clone());
                 }
                 if !queued {
                     if g.waiting.iter().sum::<usize>() >= self.cfg.queue {
@@ -191,12 +233,14 @@ impl Manager {
                 ));
             }
         };
-        match self.take_executor(&spec, gpu, session, req.function, req.program).await {
+        match self.take_executor(&spec, (gpu, &more), session, req.function, req.program).await {
             Ok((exec, channel)) => {
                 if let Some(e) = self.lock().execs.get_mut(&exec) {
-                    e.kept_as = req.program.or(req.function).map(str::to_string);
+                    // An executor of several GPUs is never kept.
+                    e.kept_as = req.program.or(req.function).filter(|_| more.is_empty()).map(str::to_string);
                 }
-                Ok(super::Grant { session, exec, channel, gpu: self.gpus[gpu].index })
+                let more = more.iter().map(|&p| self.gpus[p].index).collect();
+                Ok(super::Grant { session, exec, channel, gpu: self.gpus[gpu].index, more })
             }
             Err(r) => {
                 let mut g = self.lock();
@@ -211,11 +255,13 @@ impl Manager {
     async fn take_executor(
         self: &Arc<Self>,
         spec: &str,
-        gpu: usize,
+        (gpu, more): (usize, &[usize]),
         session: u64,
         function: Option<&str>,
         program: Option<&str>,
     ) -> Result<(u64, Arc<Channel>), Refusal> {
+        // A session of several GPUs gets an executor started for it.
+        let (function, program) = if more.is_empty() { (function, program) } else { (None, None) };
         if let Some(p) = program {
             let warm = self.take_warm(spec, gpu, session, p, true);
             let start = if warm.is_some() { "warm" } else { "cold" };
@@ -240,7 +286,7 @@ impl Manager {
         let mut spawned = 0;
         let mut evicted = false;
         let on = Self::kept_spec(gpu, "");
-        let mine_here = |e: &Exec| e.spec == spec && e.gpu == gpu;
+        let mine_here = |e: &Exec| e.spec == spec && e.gpu == gpu && e.more == more;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -307,7 +353,7 @@ impl Manager {
                 let starting = g.execs.values().any(|e| mine_here(e) && matches!(e.state, ExecState::Starting));
                 drop(g);
                 if mine.is_none() && !starting {
-                    match self.spawn(spec, gpu) {
+                    match self.spawn(spec, gpu, more) {
                         Ok(id) => {
                             mine = Some(id);
                             spawned += 1;

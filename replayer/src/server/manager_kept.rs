@@ -22,6 +22,9 @@ impl Manager {
     /// the session) unless the session announced a function and keeping functions is on, or
     /// it is a live client's session of a program and warm constants are on.
     pub fn keep_alive_ms(&self, h: &Hello) -> u64 {
+        if h.devices > 1 {
+            return 0; // an executor of several GPUs serves one session
+        }
         let keep = match crate::server::warm::announced(&h.program) {
             Some(_) => self.cfg.function_keep_alive(),
             None => self.warm_program(h).and(self.cfg.program_keep_alive()),

@@ -32,6 +32,7 @@ fn serving(m: &Manager, spec: &str) -> (u64, u64, Channel) {
         exec,
         Exec {
             gpu: 0,
+            more: Vec::new(),
             spec: spec.into(),
             pid: NO_PID,
             state: ExecState::Busy(session),
@@ -47,6 +48,7 @@ fn serving(m: &Manager, spec: &str) -> (u64, u64, Channel) {
             spec: spec.into(),
             gpu: 0,
             gpu_index: 0,
+            more: Vec::new(),
             tenant: None,
             sms: 0,
             priority: Priority::BestEffort,
@@ -88,6 +90,8 @@ fn hello(program: &str, live: bool) -> Hello {
         program: program.into(),
         whole_segments: false,
         gpu: None,
+        devices: 0,
+        more_gpus: Vec::new(),
     }
 }
 
@@ -297,5 +301,14 @@ fn kept_executors_beyond_the_memory_bound_go_least_recently_used_first() {
 /// A request for the whole GPU, latency-critical, announcing `function` or `program`.
 fn admit_request<'a>(function: Option<&'a str>, program: Option<&'a str>) -> Request<'a> {
     const WHOLE: &PartitionRequest = &PartitionRequest::Whole;
-    Request { partition: WHOLE, gpu: None, priority: Priority::LatencyCritical, function, program, tenant: None }
+    Request {
+        partition: WHOLE,
+        gpu: None,
+        devices: 0,
+        more_gpus: &[],
+        priority: Priority::LatencyCritical,
+        function,
+        program,
+        tenant: None,
+    }
 }

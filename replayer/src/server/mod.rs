@@ -315,6 +315,8 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
     let req = manager::Request {
         partition: &h.partition,
         gpu: h.gpu,
+        devices: h.devices,
+        more_gpus: &h.more_gpus,
         priority: h.priority,
         function: function.as_deref(),
         program: warm_key.as_deref(),
@@ -334,7 +336,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
     };
     let tls = s.is_tls();
     m.metrics.tenant_sessions.get_or_create(&metrics::TenantName { tenant: tenant.clone() }).inc();
-    tracing::info!(session = grant.session, exec = grant.exec, gpu = grant.gpu, peer, tls, tenant,
+    tracing::info!(session = grant.session, exec = grant.exec, gpu = grant.gpu, more = ?grant.more, peer, tls, tenant,
         program = h.program, partition = %h.partition, priority = h.priority.name(), "session starts");
     if tls {
         m.metrics.tls_sessions.inc();

@@ -14,7 +14,8 @@
 # -lcuda), stream_sync and printf (shared cudart and -lcuda), big_copy, callbacks, bad_inputs
 # (shared cudart), issue 35's memory models and graph node kinds (also in the compatibility
 # list): managed_linked, mapped_mem, pools, graph_mem, conditional (shared cudart) and vmm
-# (shared cudart and -lcuda), and managed_cost (shared cudart; issue 35's cost probe for managed
+# (shared cudart and -lcuda), multi_gpu (issue 37's program of two devices: shared cudart and
+# -lcuda), and managed_cost (shared cudart; issue 35's cost probe for managed
 # memory, run on its own: `managed_cost [MiB] [STEPS]`), and libblock_arena.so (C, built with
 # $CC or cc: a preload library that takes the arena's address range, for the suite's bad-input
 # checks).
@@ -95,6 +96,7 @@ for p in managed_linked mapped_mem pools graph_mem conditional managed_cost host
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
 build vmm "${common[@]}" -cudart shared "$here/vmm.cu" -lcuda
+build multi_gpu "${common[@]}" -cudart shared "$here/multi_gpu.cu" -lcuda
 if "${CC:-cc}" -O2 -shared -fPIC -o "$out/libblock_arena.so" "$here/block_arena.c"; then
   echo "built libblock_arena.so" >&2
 else

@@ -29,8 +29,8 @@ pub mod tls;
 pub use client::{connect, Connection, Endpoint, Traffic};
 pub use frame::{read_frame, read_header, read_payload, write_frame, FrameHeader, FRAME_HEADER_LEN, MAX_FRAME};
 pub use message::{
-    Answer, CallError, DeviceDescription, Hello, HostCall, Message, NvmlFacts, Outputs, PartitionInfo,
-    PartitionRequest, Priority, QueryResult, SessionStats, Welcome,
+    Answer, CallError, DeviceDescription, Hello, HostCall, Message, MoreDevices, NvLinkFact, NvmlFacts, Outputs,
+    PartitionInfo, PartitionRequest, PeerFact, Priority, QueryResult, SessionStats, Welcome,
 };
 
 /// The protocol version this build speaks. A server refuses any other.

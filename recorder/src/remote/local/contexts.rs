@@ -1,9 +1,11 @@
 //! Contexts as the client keeps them: each thread's context stack (`cuCtxCreate` pushes the new
 //! context, `cuCtxPopCurrent` pops and makes the one below current, `cuCtxSetCurrent` replaces
 //! the top and with NULL pops it), the primary context's handle, retain count and flags, the
-//! contexts the program created and destroyed, and the queries about them. The session has one
-//! context on the server whatever the program creates; these books give the answers the driver
-//! gives on the program's side of it.
+//! contexts the program created and destroyed, each context's device, peer access between
+//! contexts, and the queries about them. The session has one context per device on the server
+//! (its primary context) whatever the program creates; these books give the answers the driver
+//! gives on the program's side of it. The calling thread's current device (the current
+//! context's) is kept beside its stack: the session tells the executor where it changes.
 //!
 //! A handle the program destroyed is answered as the driver answers it (measured on driver 580,
 //! `testdata/cuda/suite/driver_answers.c`): a destroyed context named as an argument is
@@ -12,7 +14,7 @@
 //! knows the handle. Client handles are never handed out twice, so a destroyed one stays one.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -23,18 +25,26 @@ use super::{is_client_handle, new_handle, put, Step, INVALID_CONTEXT};
 /// `CUDA_ERROR_CONTEXT_IS_DESTROYED`.
 const CONTEXT_IS_DESTROYED: u32 = 709;
 
+/// `CUDA_ERROR_PEER_ACCESS_UNSUPPORTED`, `_ALREADY_ENABLED`, `_NOT_ENABLED`.
+const PEER_ACCESS_UNSUPPORTED: u32 = 217;
+const PEER_ACCESS_ALREADY_ENABLED: u32 = 704;
+const PEER_ACCESS_NOT_ENABLED: u32 = 705;
+
 #[derive(Default)]
 struct Books {
-    /// The primary context of device 0, once retained (same handle every time).
-    primary: Option<u64>,
-    retained: u32,
-    /// Context flags as the program set them (`cuDevicePrimaryCtxSetFlags`, `cuCtxSetFlags`,
-    /// `cuCtxCreate`); one device, so one value.
-    flags: u64,
+    /// Each device's primary context, once asked for (same handle every time).
+    primary: HashMap<u32, u64>,
+    /// Retains of each device's primary context.
+    retained: HashMap<u32, u32>,
+    /// Context flags as the program set them per device (`cuDevicePrimaryCtxSetFlags`,
+    /// `cuCtxSetFlags`, `cuCtxCreate`).
+    flags: HashMap<u32, u64>,
     /// `cuCtxSetCacheConfig`'s last value.
     cache_config: u64,
-    /// Contexts the program created (`cuCtxCreate`) and has not destroyed.
-    created: HashSet<u64>,
+    /// Contexts the program created (`cuCtxCreate`) and has not destroyed, with their devices.
+    created: HashMap<u64, u32>,
+    /// Peer access the program enabled: (context, peer context).
+    peers: HashSet<(u64, u64)>,
     /// Contexts the program destroyed.
     destroyed_contexts: HashSet<u64>,
     /// Events the program destroyed (`cuEventDestroy`).
@@ -58,12 +68,19 @@ thread_local! {
     static CURRENT: Cell<u64> = const { Cell::new(0) };
     /// The rest of the stack, below the top (`cuCtxPushCurrent`, `cuCtxCreate`).
     static BELOW: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// The current context's device (0 with none).
+    static DEVICE: Cell<u32> = const { Cell::new(0) };
 }
 
-/// The primary context's handle (the same every time; the driver's private table hands it out
-/// without a retain).
+/// Device 0's primary context's handle (the same every time; the driver's private table hands
+/// it out without a retain).
 pub(crate) fn primary_context() -> u64 {
-    books(|b| *b.primary.get_or_insert_with(new_handle))
+    primary_of(0)
+}
+
+/// Device `dev`'s primary context's handle.
+pub(crate) fn primary_of(dev: u32) -> u64 {
+    books(|b| *b.primary.entry(dev).or_insert_with(new_handle))
 }
 
 /// The calling thread's current context (0: none).
@@ -71,11 +88,34 @@ pub(crate) fn current_context() -> u64 {
     CURRENT.with(Cell::get)
 }
 
+/// The device of the calling thread's current context (0 with none).
+pub(crate) fn current_device() -> u32 {
+    DEVICE.try_with(Cell::get).unwrap_or(0)
+}
+
+/// The device of context `ctx` (a primary context's or one the program created; 0 for any
+/// other).
+pub(crate) fn device_of(ctx: u64) -> u32 {
+    if ctx == 0 {
+        return 0;
+    }
+    books(|b| {
+        b.created.get(&ctx).copied().or_else(|| b.primary.iter().find(|(_, &h)| h == ctx).map(|(&d, _)| d)).unwrap_or(0)
+    })
+}
+
+/// `ctx` is current now: its device is the thread's current device.
+fn became_current(ctx: u64) {
+    let d = device_of(ctx);
+    let _ = DEVICE.try_with(|c| c.set(d));
+}
+
 /// Replaces the top of the stack (an empty stack gets `ctx` as its only entry); a null context
 /// pops it, so that the one below becomes current (as the driver does).
 fn set_current(ctx: u64) {
     if ctx != 0 {
         CURRENT.with(|c| c.set(ctx));
+        became_current(ctx);
     } else {
         pop_current();
     }
@@ -87,34 +127,63 @@ fn push_current(ctx: u64) {
     if below != 0 {
         let _ = BELOW.try_with(|b| b.borrow_mut().push(below));
     }
+    became_current(ctx);
 }
 
 /// Pops the top of the stack: the context that was current (0: none); the one below it is
 /// current afterwards.
 fn pop_current() -> u64 {
     let next = BELOW.try_with(|b| b.borrow_mut().pop()).ok().flatten().unwrap_or(0);
+    became_current(next);
     CURRENT.with(|c| c.replace(next))
 }
 
-/// `cuDevicePrimaryCtxRetain`'s handle: the primary context, retained once more.
-pub(super) fn retain_primary() -> u64 {
+/// `cuDevicePrimaryCtxRetain`'s handle: device `dev`'s primary context, retained once more.
+pub(super) fn retain_primary(dev: u32) -> u64 {
     books(|b| {
-        b.retained += 1;
-        *b.primary.get_or_insert_with(new_handle)
+        *b.retained.entry(dev).or_insert(0) += 1;
+        *b.primary.entry(dev).or_insert_with(new_handle)
     })
 }
 
-/// A context `f` (`cuCtxCreate`) created as `h`: pushed onto the thread's stack on top of the
-/// current one, its flags kept.
+/// A context `f` (`cuCtxCreate`) created as `h` on its device: pushed onto the thread's stack
+/// on top of the current one, its flags kept.
 pub(super) fn created(f: &ApiFunction, raw: &[u64], h: u64) {
-    push_current(h);
-    let flags = f.args.iter().position(|a| a.name == "flags").map(|i| raw.get(i).copied().unwrap_or(0));
+    let arg = |n: &str| f.args.iter().position(|a| a.name == n).map(|i| raw.get(i).copied().unwrap_or(0));
+    let (flags, dev) = (arg("flags"), arg("dev").unwrap_or(0) as u32);
     books(|b| {
-        b.created.insert(h);
+        b.created.insert(h, dev);
         if let Some(fl) = flags {
-            b.flags = fl;
+            b.flags.insert(dev, fl);
         }
     });
+    push_current(h);
+}
+
+/// `cuCtxEnablePeerAccess(peer, flags)` from the current context (`enable`), or
+/// `cuCtxDisablePeerAccess(peer)`: the memory of the session's devices is mapped for every
+/// device that can reach it, so this keeps the driver's answers (and errors) only.
+fn peer_access(peer: u64, flags: u64, enable: bool) -> u32 {
+    let current = current_context();
+    if current == 0 {
+        return INVALID_CONTEXT;
+    }
+    let known = |ctx: u64| books(|b| b.created.contains_key(&ctx) || b.primary.values().any(|&h| h == ctx));
+    if peer == 0 || !known(peer) {
+        return INVALID_CONTEXT;
+    }
+    if enable && flags != 0 {
+        return super::INVALID_VALUE;
+    }
+    let (me, other) = (device_of(current), device_of(peer));
+    if enable && !crate::remote::devices::can_access(me, other) {
+        return if me == other { super::INVALID_DEVICE } else { PEER_ACCESS_UNSUPPORTED };
+    }
+    books(|b| match enable {
+        true if !b.peers.insert((current, peer)) => PEER_ACCESS_ALREADY_ENABLED,
+        false if !b.peers.remove(&(current, peer)) => PEER_ACCESS_NOT_ENABLED,
+        _ => 0,
+    })
 }
 
 /// The driver's answer to a call that names a handle the program destroyed: a destroyed
@@ -162,7 +231,9 @@ pub(super) unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
     let st = unsafe {
         match f.name {
             "cuDevicePrimaryCtxGetState" => {
-                let (flags, active) = books(|b| (b.flags, b.retained > 0));
+                let dev = w(0) as u32;
+                let (flags, active) =
+                    books(|b| (b.flags.get(&dev).copied().unwrap_or(0), b.retained.get(&dev).is_some_and(|&n| n > 0)));
                 put(f, raw, 1, flags);
                 put(f, raw, 2, u64::from(active));
                 0
@@ -171,12 +242,13 @@ pub(super) unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
                 put(f, raw, 0, current);
                 0
             }
-            // The session's one device, whichever context (`cuCtxGetDevice_v2` names one).
+            // The current context's device (`cuCtxGetDevice_v2` names a context).
             "cuCtxGetDevice" => {
-                if current == 0 && !(f.args.len() > 1 && w(1) != 0) {
+                let ctx = if f.args.len() > 1 && w(1) != 0 { w(1) } else { current };
+                if ctx == 0 {
                     INVALID_CONTEXT
                 } else {
-                    put(f, raw, 0, 0);
+                    put(f, raw, 0, u64::from(device_of(ctx)));
                     0
                 }
             }
@@ -189,7 +261,8 @@ pub(super) unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
                 }
             },
             "cuCtxGetFlags" => {
-                put(f, raw, 0, books(|b| b.flags));
+                let dev = current_device();
+                put(f, raw, 0, books(|b| b.flags.get(&dev).copied().unwrap_or(0)));
                 0
             }
             "cuCtxGetCacheConfig" => {
@@ -221,7 +294,12 @@ pub(super) unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Option<Step> 
                 return Some(Step::Done(INVALID_CONTEXT));
             }
         }
-        "cuDevicePrimaryCtxRelease" => books(|b| b.retained = b.retained.saturating_sub(1)),
+        "cuDevicePrimaryCtxRelease" => books(|b| {
+            let n = b.retained.entry(w(0) as u32).or_insert(0);
+            *n = n.saturating_sub(1);
+        }),
+        "cuCtxEnablePeerAccess" => return Some(Step::Done(peer_access(w(0), w(1), true))),
+        "cuCtxDisablePeerAccess" => return Some(Step::Done(peer_access(w(0), 0, false))),
         // The session's context stays on the server; the program's handle leaves its stack,
         // and a context it created is destroyed from now on.
         "cuCtxDestroy" => {
@@ -233,7 +311,8 @@ pub(super) unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Option<Step> 
                 pop_current();
             }
             books(|b| {
-                if b.created.remove(&ctx) {
+                b.peers.retain(|&(c, p)| c != ctx && p != ctx);
+                if b.created.remove(&ctx).is_some() {
                     b.destroyed_contexts.insert(ctx);
                     ANY_DESTROYED.store(true, Ordering::Relaxed);
                 }
@@ -243,8 +322,15 @@ pub(super) unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Option<Step> 
             b.destroyed_events.insert(w(0));
             ANY_DESTROYED.store(true, Ordering::Relaxed);
         }),
-        "cuDevicePrimaryCtxSetFlags" => books(|b| b.flags = w(1)),
-        "cuCtxSetFlags" => books(|b| b.flags = w(0)),
+        "cuDevicePrimaryCtxSetFlags" => books(|b| {
+            b.flags.insert(w(0) as u32, w(1));
+        }),
+        "cuCtxSetFlags" => {
+            let dev = current_device();
+            books(|b| {
+                b.flags.insert(dev, w(0));
+            })
+        }
         "cuCtxSetCacheConfig" => books(|b| b.cache_config = w(0)),
         _ => return None,
     }
@@ -311,6 +397,28 @@ mod tests {
         })
         .join()
         .expect("the stack's thread");
+    }
+
+    #[test]
+    fn each_context_has_its_device() {
+        std::thread::spawn(|| {
+            let p1 = primary_of(1);
+            assert_ne!(p1, primary_context(), "a primary context per device");
+            assert_eq!(change("cuCtxSetCurrent", &[p1]), 0);
+            assert_eq!(current_device(), 1);
+            let h = new_handle();
+            created(func("cuCtxCreate"), &[0, 0, 2], h);
+            assert_eq!((current_context(), current_device()), (h, 2), "a context created on device 2");
+            assert_eq!(pop().1, h);
+            assert_eq!(current_device(), 1, "the one below is current again");
+            assert_eq!(device_of(primary_context()), 0);
+            // Without a session of several devices, no device reaches another.
+            assert_eq!(change("cuCtxEnablePeerAccess", &[primary_context(), 0]), PEER_ACCESS_UNSUPPORTED);
+            assert_eq!(change("cuCtxDisablePeerAccess", &[primary_context()]), PEER_ACCESS_NOT_ENABLED);
+            assert_eq!(change("cuCtxEnablePeerAccess", &[0x10, 0]), INVALID_CONTEXT, "not a context");
+        })
+        .join()
+        .expect("the thread");
     }
 
     #[test]

@@ -23,10 +23,13 @@ use crate::slots::Slot;
 
 mod arrays;
 mod contexts;
+mod device;
 mod graphs;
+mod pools;
 
 use arrays::{array_descriptor, remember_array};
-pub(crate) use contexts::{current_context, destroyed, primary_context};
+pub(crate) use contexts::{current_context, current_device, destroyed, primary_context, primary_of};
+pub(crate) use device::{attr, attr_of, bad_device};
 use graphs::{conditional_node, graph_memory};
 pub(crate) use graphs::{graph_update_failed, write_capture_info};
 
@@ -70,6 +73,8 @@ struct Streams {
     capture_into: HashMap<u64, u64>,
     /// The flags each stream was created with (`cuStreamGetFlags`).
     stream_flags: HashMap<u64, u64>,
+    /// The context each stream was created in (`cuStreamGetCtx`, `cuStreamGetDevice`).
+    stream_ctx: HashMap<u64, u64>,
 }
 
 static STREAMS: Mutex<Option<Streams>> = Mutex::new(None);
@@ -114,21 +119,6 @@ pub(crate) fn refused(f: &ApiFunction, why: &str) -> u32 {
         );
     }
     NOT_SUPPORTED
-}
-
-/// A session has one device, ordinal 0: a call naming any other gets the driver's
-/// `CUDA_ERROR_INVALID_DEVICE` (before anything else, refusals included, as the driver checks
-/// the device first).
-pub(crate) fn bad_device(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
-    // Managed memory's hints name the host as CU_DEVICE_CPU (-1).
-    let cpu_ok = matches!(f.name, "cuMemAdvise" | "cuMemPrefetchAsync");
-    let bad = f.args.iter().enumerate().any(|(i, a)| {
-        a.dir == Direction::In
-            && a.kind == ArgKind::Handle(HandleKind::Device)
-            && raw.get(i).is_some_and(|&d| d as i32 != 0 && !(cpu_ok && d as i32 == -1))
-    });
-    // The driver's own answer: cuDeviceGetMemPool checks the device as a plain value.
-    bad.then_some(if f.name == "cuDeviceGetMemPool" { INVALID_VALUE } else { INVALID_DEVICE })
 }
 
 /// The client's part of one call.
@@ -342,38 +332,29 @@ pub(crate) fn static_cstr(s: &str) -> *const u8 {
     leaked.as_ptr()
 }
 
-pub(crate) fn attr(id: u32) -> Option<i32> {
-    // Managed memory through the client (`shared.rs`): its kernels cannot read the program's
-    // pageable memory, nor the device the program's page tables; and its coherence is that of
-    // a device without concurrent managed access (the host's view is made whole at
-    // synchronizations, not while kernels run).
-    match id {
-        MANAGED_MEMORY => return Some(1),
-        PAGEABLE_MEMORY_ACCESS
-        | PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES
-        | DIRECT_MANAGED_MEM_ACCESS_FROM_HOST
-        | CONCURRENT_MANAGED_ACCESS => return Some(0),
-        _ => {}
-    }
-    session::device()?.attributes.iter().find(|a| a.0 == id).map(|a| a.1)
-}
-
-/// `CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY` and the attributes of pageable access.
-const MANAGED_MEMORY: u32 = 83;
-const PAGEABLE_MEMORY_ACCESS: u32 = 88;
-const CONCURRENT_MANAGED_ACCESS: u32 = 89;
-const PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES: u32 = 100;
-const DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: u32 = 101;
-
 /// Device, context, function and stream queries.
 unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
-    let Some(d) = session::device() else { return Step::Done(session::NOT_INITIALIZED) };
+    if session::device().is_none() {
+        return Step::Done(session::NOT_INITIALIZED);
+    }
     // SAFETY: forwarded from the caller.
     if let Some(st) = unsafe { contexts::query(f, raw) } {
         return Step::Done(st);
     }
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
-    let dev_ok = |i: usize| w(i) as i32 == 0;
+    let dev_ok = |i: usize| super::devices::valid(w(i));
+    // The device the query names (its first device argument), else the current one.
+    let devs: Vec<u32> = f
+        .args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.dir == Direction::In && a.kind == ArgKind::Handle(HandleKind::Device))
+        .map(|(i, _)| w(i) as u32)
+        .collect();
+    let dev = devs.first().copied().unwrap_or_else(current_device);
+    let Some(d) = super::devices::description(dev).or_else(session::device) else {
+        return Step::Done(session::NOT_INITIALIZED);
+    };
     // SAFETY (whole match): out-pointers of the program, written at their declared widths.
     unsafe {
         let st = match f.name {
@@ -382,12 +363,12 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 0
             }
             "cuDeviceGet" if dev_ok(1) => {
-                put(f, raw, 0, 0);
+                put(f, raw, 0, w(1) as u32 as u64);
                 0
             }
             "cuDeviceGet" => INVALID_DEVICE,
             "cuDeviceGetCount" => {
-                put(f, raw, 0, 1);
+                put(f, raw, 0, u64::from(super::devices::count()));
                 0
             }
             // The flags the stream was created with; the default streams' are 0.
@@ -422,7 +403,7 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 put(f, raw, 0, d.total_mem);
                 0
             }
-            "cuDeviceGetAttribute" => match attr(w(1) as u32) {
+            "cuDeviceGetAttribute" => match attr_of(dev, w(1) as u32) {
                 Some(v) => {
                     put(f, raw, 0, v as u32 as u64);
                     0
@@ -430,8 +411,8 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 None => INVALID_VALUE,
             },
             "cuDeviceComputeCapability" => {
-                put(f, raw, 0, attr(75).unwrap_or(0) as u32 as u64);
-                put(f, raw, 1, attr(76).unwrap_or(0) as u32 as u64);
+                put(f, raw, 0, attr_of(dev, 75).unwrap_or(0) as u32 as u64);
+                put(f, raw, 1, attr_of(dev, 76).unwrap_or(0) as u32 as u64);
                 0
             }
             "cuDeviceGetPCIBusId" => {
@@ -440,32 +421,69 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 0
             }
             "cuDeviceGetDefaultMemPool" => {
-                put(f, raw, 0, super::driver::pool());
+                put(f, raw, 0, super::driver::pool(dev));
                 0
             }
             "cuDeviceGetMemPool" => {
-                put(f, raw, 0, super::driver::current_pool());
+                put(f, raw, 0, super::driver::current_pool(dev));
                 0
             }
-            // One device: no peer. The driver answers a device with itself "cannot access".
+            // As the server's driver answered; a device "cannot access" itself.
             "cuDeviceCanAccessPeer" => {
-                put(f, raw, 0, 0);
+                let (a, b) = (w(1) as u32, w(2) as u32);
+                put(f, raw, 0, u64::from(super::devices::can_access(a, b)));
                 0
             }
-            // ... and refuses a P2P attribute between a device and itself.
-            "cuDeviceGetP2PAttribute" => INVALID_DEVICE,
+            // ... and a P2P attribute between a device and itself is refused.
+            "cuDeviceGetP2PAttribute" => {
+                let (a, b) = (w(2) as u32, w(3) as u32);
+                match super::devices::peer(a, b, w(1) as u32).filter(|_| a != b) {
+                    Some(v) => {
+                        put(f, raw, 0, v as u32 as u64);
+                        0
+                    }
+                    None if a == b || super::devices::count() < 2 => INVALID_DEVICE,
+                    None => INVALID_VALUE,
+                }
+            }
             "cuDeviceGetByPCIBusId" => {
                 // SAFETY: the program's NUL-terminated bus id (null: invalid).
                 let asked = if w(1) == 0 { String::new() } else { cstr(w(1)) };
                 let parsed = super::nvml::parse_bus_id(&asked);
+                let found = (0..super::devices::count()).find(|&k| {
+                    super::devices::description(k).is_some_and(|d| parsed == Some(super::nvml::pci_location(d)))
+                });
                 if w(1) == 0 || w(0) == 0 || parsed.is_none() {
                     INVALID_VALUE
-                } else if parsed == Some(super::nvml::pci_location(d)) {
-                    put(f, raw, 0, 0);
+                } else if let Some(k) = found {
+                    put(f, raw, 0, u64::from(k));
                     0
                 } else {
                     INVALID_DEVICE
                 }
+            }
+            // The context a stream was created in (the default streams: the current one).
+            "cuStreamGetCtx" | "cuStreamGetDevice" => {
+                let ctx =
+                    if w(0) <= 2 { Some(current_context()) } else { streams(|c| c.stream_ctx.get(&w(0)).copied()) };
+                match ctx {
+                    None => INVALID_HANDLE,
+                    Some(0) => INVALID_CONTEXT,
+                    Some(ctx) if f.name == "cuStreamGetDevice" => {
+                        put(f, raw, 1, u64::from(contexts::device_of(ctx)));
+                        0
+                    }
+                    Some(ctx) => {
+                        put(f, raw, 1, ctx);
+                        put(f, raw, 2, 0); // `_v2`: no green context
+                        0
+                    }
+                }
+            }
+            "cuMemPoolGetAccess" => {
+                let (st, fl) = pools::get_access(w(1), w(2));
+                put(f, raw, 0, fl);
+                st
             }
             "cuStreamIsCapturing" => {
                 put(f, raw, 1, u64::from(is_capturing(w(0))));
@@ -598,7 +616,7 @@ pub(super) unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
     let code_image = f.args.iter().any(|a| matches!(a.kind, ArgKind::Image | ArgKind::ImageFile));
     for (i, kind) in outs {
         let h = match (f.name, kind) {
-            ("cuDevicePrimaryCtxRetain", _) => contexts::retain_primary(),
+            ("cuDevicePrimaryCtxRetain", _) => contexts::retain_primary(w(1) as u32),
             (_, HandleKind::Module | HandleKind::Library) if code_image => {
                 let h = new_handle();
                 modules::loaded(h);
@@ -642,7 +660,15 @@ pub(super) unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
         }
         if kind == HandleKind::Stream && f.name.starts_with("cuStreamCreate") {
             let fl = f.args.iter().position(|a| a.name.eq_ignore_ascii_case("flags")).map_or(0, w);
-            streams(|c| c.stream_flags.insert(h, fl));
+            let ctx = current_context();
+            streams(|c| {
+                c.stream_flags.insert(h, fl);
+                c.stream_ctx.insert(h, ctx);
+            });
+        }
+        if f.name == "cuMemPoolCreate" {
+            // SAFETY: the program's pool properties.
+            unsafe { pools::created(h, w(1)) };
         }
     }
     Step::Done(0)
@@ -703,13 +729,15 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
     }
     match f.name {
         "cuDeviceSetMemPool" => {
-            if w(1) != super::driver::pool() && !is_client_handle(w(1)) {
+            if !super::driver::is_default_pool(w(1)) && !is_client_handle(w(1)) {
                 return Step::Done(INVALID_VALUE);
             }
-            super::driver::set_current_pool(w(1));
+            super::driver::set_current_pool(w(0) as u32, w(1));
         }
-        "cuMemPoolDestroy" if w(0) == super::driver::pool() => return Step::Done(INVALID_VALUE),
-        "cuMemPoolDestroy" if w(0) == super::driver::current_pool() => super::driver::set_current_pool(0),
+        "cuMemPoolDestroy" if super::driver::is_default_pool(w(0)) => return Step::Done(INVALID_VALUE),
+        "cuMemPoolDestroy" => super::driver::pool_destroyed(w(0)),
+        // SAFETY: the program's access descriptors.
+        "cuMemPoolSetAccess" => return Step::Done(unsafe { pools::set_access(w(0), w(1), w(2)) }),
         // Arena memory's attributes are the arena's (`arena::before` answered them); any
         // other address is no allocation of the session.
         "cuPointerSetAttribute" => return Step::Done(INVALID_VALUE),

@@ -82,7 +82,7 @@ pub(crate) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<V
         LOCAL.fetch_add(1, Ordering::Relaxed);
         return (0, None);
     }
-    sess.push_dirty();
+    sess.before_record();
     let seq = state::next_seq();
     sess.pending.push(record(slot, f, seq, args, Vec::new()));
     sess.pieces.pushed(&mut sess.pending, &mut sess.refs);
@@ -206,7 +206,7 @@ pub(crate) fn ask(f: &ApiFunction, name: &str, args: Vec<Value>) -> Result<Vec<u
         Err(0) => return Err(DEINITIALIZED),
         Err(st) => return Err(st),
     };
-    sess.push_dirty();
+    sess.before_record();
     let seq = sess.push_other(name, args);
     sess.push_pull();
     sess.waits += 1;
@@ -235,6 +235,7 @@ pub(crate) fn tell(name: &str, args: Vec<Value>) -> Result<(), u32> {
         Err(st) => return Err(st),
     };
     let was = sess.sendable();
+    sess.switch_device();
     sess.push_other(name, args);
     if was == 0 && sess.sendable() > 0 {
         super::FLUSH.notify_one();

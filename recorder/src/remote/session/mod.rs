@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use gpuless_analyzer::api::structs::MEMORYTYPE_HOST;
 use gpuless_analyzer::api::{ApiFunction, ArgKind, SyncClass};
-use gpuless_traces::protocol::{self, Answer, DeviceDescription, Endpoint, Hello, PartitionRequest, Priority, Welcome};
+use gpuless_traces::protocol::{
+    self, Answer, DeviceDescription, Endpoint, Hello, MoreDevices, PartitionRequest, Priority, Welcome,
+};
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, Hash128, Value};
 
 use super::copies::Target;
@@ -63,8 +65,11 @@ pub(crate) const LOST: u32 = 999;
 const ENV_TOKEN: &str = "GPULESS_TOKEN";
 /// Environment: the partition asked for (`whole`, `sms:N`, a MIG profile).
 const ENV_PARTITION: &str = "GPULESS_REMOTE_PARTITION";
-/// The server's GPU to ask for (its index); unset: wherever the server places the session.
+/// The server's GPU to ask for (its index), or GPUs (`1,0`: a session of two devices, device 0
+/// on GPU 1); unset: wherever the server places the session.
 const ENV_GPU: &str = "GPULESS_REMOTE_GPU";
+/// How many GPUs the session asks for (its devices 0..N; default 1, or as many as named).
+const ENV_GPUS: &str = "GPULESS_REMOTE_GPUS";
 /// Environment: `best-effort` for that priority class.
 const ENV_PRIORITY: &str = "GPULESS_REMOTE_PRIORITY";
 /// Environment: where the counts are written at exit (one JSON object).
@@ -116,6 +121,8 @@ struct Session {
     pull: Option<u64>,
     /// Waits that pulled.
     pulls: u64,
+    /// The device the last record was sent for (a session of several devices).
+    device: u32,
 }
 
 /// The session's state for the hot path, read without the lock: 0 before `cuInit`, 1
@@ -138,6 +145,8 @@ extern "C" fn in_child() {
 static SESSION: Mutex<Option<Result<Session, u32>>> = Mutex::new(None);
 /// The device description, readable without the session's lock.
 static DEVICE: OnceLock<DeviceDescription> = OnceLock::new();
+/// The session's further devices (a session of several GPUs).
+static MORE: OnceLock<MoreDevices> = OnceLock::new();
 /// The endpoint and why `cuInit` could not connect (for the statistics at exit).
 static UNREACHED: OnceLock<(String, String)> = OnceLock::new();
 /// Wakes the flusher when a segment gets its first record.
@@ -150,6 +159,11 @@ const ENV_FLUSH_US: &str = "GPULESS_REMOTE_FLUSH_US";
 /// The session's device, once connected.
 pub(crate) fn device() -> Option<&'static DeviceDescription> {
     DEVICE.get()
+}
+
+/// The session's further devices, once connected ([`super::devices`]).
+pub(crate) fn more() -> Option<&'static MoreDevices> {
+    MORE.get()
 }
 
 /// Whether the session runs on a MIG instance (its device's UUID is the instance's).
@@ -214,6 +228,22 @@ pub(super) fn init() -> u32 {
 }
 
 fn connect(endpoint: &str) -> Result<Session, String> {
+    let named: Vec<u32> = std::env::var(ENV_GPU)
+        .unwrap_or_default()
+        .split(',')
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.trim().parse().map_err(|_| format!("{ENV_GPU}={v:?} is not a GPU number")))
+        .collect::<Result<_, _>>()?;
+    let asked: u32 = match std::env::var(ENV_GPUS) {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| format!("{ENV_GPUS}={v:?} is not a count"))?,
+        _ => 0,
+    };
+    let devices = asked.max(named.len() as u32).max(1);
+    if !named.is_empty() && asked > 1 && named.len() as u32 != asked {
+        return Err(format!("{ENV_GPUS}={asked} but {} GPUs named in {ENV_GPU}", named.len()));
+    }
+    // Each device allocates from its own slice of the arena.
+    arena::split_among(devices);
     let (base, size) = arena::reserve().unwrap_or((0, 0));
     let t = timeout();
     let ep = Endpoint::parse(endpoint);
@@ -236,9 +266,18 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         program,
         // A live program's records go as it makes them.
         whole_segments: false,
-        gpu: std::env::var(ENV_GPU).ok().and_then(|v| v.trim().parse().ok()),
+        gpu: named.first().copied(),
+        devices: if devices > 1 { devices } else { 0 },
+        more_gpus: named.iter().skip(1).copied().collect(),
     };
     let welcome = conn.handshake(&hello).map_err(|e| e.to_string())?;
+    if welcome.more.count() != devices {
+        return Err(format!(
+            "{devices} GPUs asked for, the server gave {} (a server older than sessions of several GPUs?)",
+            welcome.more.count()
+        ));
+    }
+    let _ = MORE.set(welcome.more.clone());
     state::set_device_sm(welcome.device.sm());
     let _ = DEVICE.set(welcome.device.clone());
     let cached_execution = welcome.cached_execution;
@@ -263,6 +302,7 @@ fn connect(endpoint: &str) -> Result<Session, String> {
         pieces: super::pieces::ClientPieces::new(cached_execution),
         pull: None,
         pulls: 0,
+        device: 0,
     })
 }
 
@@ -599,7 +639,7 @@ fn push(
         Ok(sess) => sess,
         Err(st) => return (st, None),
     };
-    sess.push_dirty();
+    sess.before_record();
     let seq = state::next_seq();
     let was = sess.sendable();
     sess.pending.push(record(slot, f, seq, args, results));

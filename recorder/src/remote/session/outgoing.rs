@@ -79,8 +79,28 @@ pub(crate) fn mirror_host(addr: u64, len: u64) -> bool {
 }
 
 impl Session {
+    /// What goes before the next record of the program: the device it runs on, where that
+    /// changed (a session of several devices, [`gpuless_traces::devices::SET_DEVICE`]), and
+    /// the managed memory the host wrote.
+    pub(super) fn before_record(&mut self) {
+        self.switch_device();
+        self.push_dirty();
+    }
+
+    /// The calling thread's current device, where it is not the one the last record ran on.
+    pub(super) fn switch_device(&mut self) {
+        if self.welcome.more.devices.is_empty() {
+            return;
+        }
+        let d = crate::remote::local::current_device();
+        if d != self.device {
+            self.device = d;
+            self.push_other(gpuless_traces::devices::SET_DEVICE, vec![Value::Size(u64::from(d))]);
+        }
+    }
+
     /// Managed memory the host wrote goes before the next record (`shared.rs`).
-    pub(super) fn push_dirty(&mut self) {
+    fn push_dirty(&mut self) {
         if !crate::remote::shared::dirty() {
             return;
         }

@@ -79,6 +79,104 @@ impl DeviceDescription {
     }
 }
 
+/// What the driver says of an ordered pair of a session's devices: `cuDeviceGetP2PAttribute`'s
+/// answer for `attr`, or `cuDeviceCanAccessPeer`'s as attribute 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerFact {
+    /// The source device's ordinal in the session.
+    pub src: u32,
+    /// The destination device's ordinal.
+    pub dst: u32,
+    /// `CUdevice_P2PAttribute` (0: can access).
+    pub attr: u32,
+    /// The driver's answer.
+    pub value: i32,
+}
+
+/// An active NVLink of one of a session's devices, as the server's NVML sees it (NCCL reads
+/// its topology from these).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvLinkFact {
+    /// The device's ordinal in the session.
+    pub device: u32,
+    /// The link's number.
+    pub link: u32,
+    /// The PCI bus id of what is at the other end (`nvmlDeviceGetNvLinkRemotePciInfo`).
+    pub remote_bus_id: String,
+}
+
+/// A session's devices after its first (ordinals 1, 2, …): each one's description and the
+/// server's GPU it is, and what every ordered pair of the session's devices can do. Empty for
+/// a session of one device.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MoreDevices {
+    /// Devices 1.. as the session sees them.
+    pub devices: Vec<DeviceDescription>,
+    /// The server's GPU each of them is (its index; empty where an executor reports them).
+    pub gpus: Vec<u32>,
+    /// Pairs of devices (0.. included), by attribute.
+    pub peers: Vec<PeerFact>,
+    /// The active NVLinks of every device of the session (0.. included).
+    pub links: Vec<NvLinkFact>,
+}
+
+impl MoreDevices {
+    /// How many devices the session has (1 + the further ones).
+    pub fn count(&self) -> u32 {
+        1 + self.devices.len() as u32
+    }
+    /// The driver's answer for `attr` of the pair (`src`, `dst`), if it gave one.
+    pub fn peer(&self, src: u32, dst: u32, attr: u32) -> Option<i32> {
+        self.peers.iter().find(|p| p.src == src && p.dst == dst && p.attr == attr).map(|p| p.value)
+    }
+    /// Appends the fields (trailing fields of `Welcome` and of an executor's `Ready`).
+    pub fn put(&self, p: &mut Put) {
+        p.u32(self.devices.len() as u32);
+        for d in &self.devices {
+            d.put(p);
+        }
+        p.u32(self.gpus.len() as u32);
+        for g in &self.gpus {
+            p.u32(*g);
+        }
+        p.u32(self.peers.len() as u32);
+        for f in &self.peers {
+            p.u32(f.src).u32(f.dst).u32(f.attr).i32(f.value);
+        }
+        p.u32(self.links.len() as u32);
+        for l in &self.links {
+            p.u32(l.device).u32(l.link).str(&l.remote_bus_id);
+        }
+    }
+    /// Reads the fields [`Self::put`] wrote; none when the payload ends first (an older peer).
+    pub fn get(g: &mut Get<'_>) -> Result<Self, ProtocolError> {
+        if g.remaining() == 0 {
+            return Ok(MoreDevices::default());
+        }
+        let n = g.count(40)?;
+        let mut devices = Vec::with_capacity(n);
+        for _ in 0..n {
+            devices.push(DeviceDescription::get(g)?);
+        }
+        let n = g.count(4)?;
+        let mut gpus = Vec::with_capacity(n);
+        for _ in 0..n {
+            gpus.push(g.u32()?);
+        }
+        let n = g.count(16)?;
+        let mut peers = Vec::with_capacity(n);
+        for _ in 0..n {
+            peers.push(PeerFact { src: g.u32()?, dst: g.u32()?, attr: g.u32()?, value: g.i32()? });
+        }
+        let n = g.count(12)?;
+        let mut links = Vec::with_capacity(n);
+        for _ in 0..n {
+            links.push(NvLinkFact { device: g.u32()?, link: g.u32()?, remote_bus_id: g.str()? });
+        }
+        Ok(MoreDevices { devices, gpus, peers, links })
+    }
+}
+
 /// The partition a session runs on, as granted.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PartitionInfo {

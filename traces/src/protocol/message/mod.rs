@@ -5,7 +5,7 @@ use super::{ProtocolError, HELLO_MAGIC};
 use crate::model::Hash128;
 
 mod device;
-pub use device::{DeviceDescription, NvmlFacts, PartitionInfo};
+pub use device::{DeviceDescription, MoreDevices, NvLinkFact, NvmlFacts, PartitionInfo, PeerFact};
 
 /// Which part of a GPU a session asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +94,12 @@ pub struct Hello {
     /// number them); `None`: wherever the server places it (docs/PROTOCOL.md, placement). A
     /// trailing field: a Hello without it asks for none in particular.
     pub gpu: Option<u32>,
+    /// How many devices the session asks for (0 or 1: one); the program sees them as devices
+    /// 0.. (docs/PROTOCOL.md, "A session of several GPUs"). A trailing field.
+    pub devices: u32,
+    /// The server's GPUs it names for its devices 1.. (`gpu` names device 0's); empty: wherever
+    /// the server places them. A trailing field.
+    pub more_gpus: Vec<u32>,
 }
 
 /// The server's answer to [`Hello`]: the session.
@@ -114,6 +120,9 @@ pub struct Welcome {
     pub cached_execution: bool,
     /// The server's GPU the session runs on (its index). A trailing field: 0 where absent.
     pub gpu: u32,
+    /// The session's further devices (a session of several GPUs). A trailing field: none
+    /// where absent.
+    pub more: MoreDevices,
 }
 
 /// A call that failed on the server.
@@ -476,7 +485,10 @@ impl Message {
                 });
                 p.u64(h.arena_base).u64(h.arena_size).u32(h.recorded_sm).str(&h.program);
                 p.u8(u8::from(h.whole_segments));
-                p.u32(h.gpu.unwrap_or(u32::MAX));
+                p.u32(h.gpu.unwrap_or(u32::MAX)).u32(h.devices).u32(h.more_gpus.len() as u32);
+                for g in &h.more_gpus {
+                    p.u32(*g);
+                }
             }
             Message::Welcome(w) => {
                 p.u64(w.session).u32(w.executor_pid).str(&w.server);
@@ -484,6 +496,7 @@ impl Message {
                 w.device.put(&mut p);
                 p.u8(u8::from(w.cached_execution));
                 p.u32(w.gpu);
+                w.more.put(&mut p);
             }
             Message::Refused { code, message } | Message::Error { code, message } => {
                 p.u16(*code).str(message);
@@ -618,6 +631,13 @@ impl Message {
                 let program = g.str()?;
                 let whole_segments = if g.remaining() > 0 { flag(&mut g, "whole_segments")? } else { false };
                 let gpu = if g.remaining() > 0 { Some(g.u32()?).filter(|&i| i != u32::MAX) } else { None };
+                let devices = if g.remaining() > 0 { g.u32()? } else { 0 };
+                let mut more_gpus = Vec::new();
+                if g.remaining() > 0 {
+                    for _ in 0..g.count(4)? {
+                        more_gpus.push(g.u32()?);
+                    }
+                }
                 Message::Hello(Hello {
                     protocol,
                     tool,
@@ -630,6 +650,8 @@ impl Message {
                     program,
                     whole_segments,
                     gpu,
+                    devices,
+                    more_gpus,
                 })
             }
             kind::WELCOME => {
@@ -638,6 +660,7 @@ impl Message {
                 let device = DeviceDescription::get(&mut g)?;
                 let cached_execution = flag(&mut g, "cached_execution")?;
                 let gpu = if g.remaining() > 0 { g.u32()? } else { 0 };
+                let more = MoreDevices::get(&mut g)?;
                 Message::Welcome(Box::new(Welcome {
                     session,
                     executor_pid,
@@ -646,6 +669,7 @@ impl Message {
                     device,
                     cached_execution,
                     gpu,
+                    more,
                 }))
             }
             kind::REFUSED | kind::ERROR => {

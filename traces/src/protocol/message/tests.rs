@@ -16,6 +16,8 @@ fn samples() -> Vec<Message> {
             program: "resnet50".into(),
             whole_segments: true,
             gpu: Some(1),
+            devices: 2,
+            more_gpus: vec![0],
         }),
         Message::Welcome(Box::new(Welcome {
             session: 7,
@@ -36,6 +38,15 @@ fn samples() -> Vec<Message> {
             },
             cached_execution: true,
             gpu: 1,
+            more: MoreDevices {
+                devices: vec![DeviceDescription { name: "NVIDIA H100".into(), uuid: [8; 16], ..Default::default() }],
+                gpus: vec![0],
+                peers: vec![
+                    PeerFact { src: 0, dst: 1, attr: 0, value: 1 },
+                    PeerFact { src: 1, dst: 0, attr: 1, value: 0 },
+                ],
+                links: vec![NvLinkFact { device: 1, link: 17, remote_bus_id: "00000000:06:00.0".into() }],
+            },
         })),
         Message::Refused { code: code::AUTH, message: "wrong token".into() },
         Message::Segment { want_answer: true, zstd: false, records: vec![1, 2, 3] },
@@ -180,14 +191,22 @@ fn function_messages_keep_their_fields_and_refuse_bad_flags_and_cut_payloads() {
 fn an_older_hello_without_its_last_byte_says_no_whole_segments() {
     let Message::Hello(h) = &samples()[0] else { panic!("the first sample is a Hello") };
     let mut bytes = Message::Hello(h.clone()).encode();
+    // devices (4), the list of more GPUs (4 + 4 each)
+    let tail = 8 + 4 * h.more_gpus.len();
+    bytes.truncate(bytes.len() - tail);
+    let one = Hello { devices: 0, more_gpus: Vec::new(), ..h.clone() };
+    match Message::decode(kind::HELLO, 0, &bytes) {
+        Ok(Message::Hello(old)) => assert_eq!(old, one),
+        other => panic!("{other:?}"),
+    }
     bytes.truncate(bytes.len() - 4);
     match Message::decode(kind::HELLO, 0, &bytes) {
-        Ok(Message::Hello(old)) => assert_eq!(old, Hello { gpu: None, ..h.clone() }),
+        Ok(Message::Hello(old)) => assert_eq!(old, Hello { gpu: None, ..one.clone() }),
         other => panic!("{other:?}"),
     }
     assert_eq!(bytes.pop(), Some(1));
     match Message::decode(kind::HELLO, 0, &bytes) {
-        Ok(Message::Hello(old)) => assert_eq!(old, Hello { whole_segments: false, gpu: None, ..h.clone() }),
+        Ok(Message::Hello(old)) => assert_eq!(old, Hello { whole_segments: false, gpu: None, ..one }),
         other => panic!("{other:?}"),
     }
 }
@@ -197,9 +216,9 @@ fn an_older_hello_without_its_last_byte_says_no_whole_segments() {
 #[test]
 fn a_welcome_without_its_gpu_says_gpu_0_and_a_hello_may_ask_for_any() {
     let Message::Welcome(w) = &samples()[1] else { panic!("the second sample is a Welcome") };
-    let w = Welcome { gpu: 3, ..(**w).clone() };
+    let w = Welcome { gpu: 3, more: MoreDevices::default(), ..(**w).clone() };
     let mut bytes = Message::Welcome(Box::new(w.clone())).encode();
-    bytes.truncate(bytes.len() - 4);
+    bytes.truncate(bytes.len() - 16 - 4);
     match Message::decode(kind::WELCOME, 0, &bytes) {
         Ok(Message::Welcome(old)) => assert_eq!(*old, Welcome { gpu: 0, ..w }),
         other => panic!("{other:?}"),

@@ -1,0 +1,233 @@
+/* A session of two devices (cli/tests/run_remote_devices.rs runs it with
+ * `gpuless run --remote ... --gpus 2` against a server on the stand-in driver that owns two
+ * "GPUs"): the device count and ordinals, each device's name and UUID, peer access between them,
+ * each device's primary context and the current device, allocations in each device's slice of
+ * the client's arena (0x640000000000, 1 TiB split in two), an upload to device 1, a peer copy to
+ * device 0 and a download round-tripping the bytes, and enabling and disabling peer access; then
+ * NVML (`libnvidia-ml.so.1`): the same two devices, a handle each, found by index, UUID and PCI
+ * bus id, peer reads between them. Every function is looked up by its exported name in the
+ * libcuda.so.1 and libnvidia-ml.so.1 the program loads (the client library, under `gpuless run`). Prints `ok NAME` or `FAIL NAME got X` per check,
+ * `device K: NAME uuid[15]=B` per device, and `devices: done` at the end; exits 1 when a check
+ * failed, 2 when a symbol is missing or cuInit fails. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef void *CUcontext;
+typedef unsigned long long CUdeviceptr;
+
+/* The client's arena and the first address of device 1's slice. */
+#define ARENA 0x640000000000ull
+#define SLICE1 (ARENA + (1ull << 39))
+#define ARENA_END (ARENA + (1ull << 40))
+
+static void *lib;
+static int failed;
+
+static void *sym_in(void *from, const char *name) {
+  void *p = dlsym(from, name);
+  if (!p) {
+    fprintf(stderr, "FAILED dlsym %s\n", name);
+    exit(2);
+  }
+  return p;
+}
+
+static void *sym(const char *name) { return sym_in(lib, name); }
+
+/* One check: `ok NAME` when `good`, else `FAIL NAME got GOT`. */
+static void check(const char *name, int good, long long got) {
+  if (good) printf("ok %s\n", name);
+  else {
+    printf("FAIL %s got %lld\n", name, got);
+    failed = 1;
+  }
+}
+
+typedef void *nvmlDevice_t;
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+typedef struct {
+  char busIdLegacy[16];
+  unsigned domain, bus, device, pciDeviceId, pciSubSystemId;
+  char busId[32];
+} nvmlPciInfo_t;
+
+/* NVML's view of the session: two devices, device 1 named as CUDA names it (`cuda_name`);
+ * `set_current` makes `ctx0` or `ctx1` current, as cuCtxSetCurrent. */
+static void nvml_checks(const char *cuda_name, CUresult (*set_current)(CUcontext), CUcontext ctx0, CUcontext ctx1) {
+  void *nv = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+  check("nvml_dlopen", nv != NULL, 0);
+  if (!nv) return;
+  int (*init)(void) = sym_in(nv, "nvmlInit_v2");
+  int (*shutdown)(void) = sym_in(nv, "nvmlShutdown");
+  int (*count)(unsigned *) = sym_in(nv, "nvmlDeviceGetCount_v2");
+  int (*by_index)(unsigned, nvmlDevice_t *) = sym_in(nv, "nvmlDeviceGetHandleByIndex_v2");
+  int (*by_uuid)(const char *, nvmlDevice_t *) = sym_in(nv, "nvmlDeviceGetHandleByUUID");
+  int (*by_bus)(const char *, nvmlDevice_t *) = sym_in(nv, "nvmlDeviceGetHandleByPciBusId_v2");
+  int (*index)(nvmlDevice_t, unsigned *) = sym_in(nv, "nvmlDeviceGetIndex");
+  int (*name)(nvmlDevice_t, char *, unsigned) = sym_in(nv, "nvmlDeviceGetName");
+  int (*uuid)(nvmlDevice_t, char *, unsigned) = sym_in(nv, "nvmlDeviceGetUUID");
+  int (*pci)(nvmlDevice_t, nvmlPciInfo_t *) = sym_in(nv, "nvmlDeviceGetPciInfo_v3");
+  int (*memory)(nvmlDevice_t, nvmlMemory_t *) = sym_in(nv, "nvmlDeviceGetMemoryInfo");
+  int (*p2p)(nvmlDevice_t, nvmlDevice_t, int, int *) = sym_in(nv, "nvmlDeviceGetP2PStatus");
+
+  int r = init();
+  check("nvml_init", r == 0, r);
+  unsigned n = 0, at = 9;
+  r = count(&n);
+  check("nvml_count", r == 0 && n == 2, r ? r : (int)n);
+  nvmlDevice_t h0 = NULL, h1 = NULL, h2 = NULL, found = NULL;
+  r = by_index(0, &h0);
+  if (!r) r = by_index(1, &h1);
+  check("nvml_handles", r == 0 && h0 && h1 && h0 != h1, r);
+  r = by_index(2, &h2);
+  check("nvml_handle_2", r == 2, r); /* NVML_ERROR_INVALID_ARGUMENT */
+  r = index(h1, &at);
+  check("nvml_index_1", r == 0 && at == 1, r ? r : (int)at);
+  char got[96] = "";
+  r = name(h1, got, sizeof got);
+  check("nvml_name_1", r == 0 && !strcmp(got, cuda_name), r);
+  r = uuid(h1, got, sizeof got);
+  if (!r) r = by_uuid(got, &found);
+  check("nvml_by_uuid_1", r == 0 && found == h1, r);
+  nvmlPciInfo_t bus;
+  memset(&bus, 0, sizeof bus);
+  found = NULL;
+  r = pci(h1, &bus);
+  if (!r) r = by_bus(bus.busId, &found);
+  check("nvml_by_bus_1", r == 0 && found == h1, r);
+  int st = -1;
+  r = p2p(h0, h1, 0, &st); /* NVML_P2P_CAPS_INDEX_READ */
+  check("nvml_p2p_read_0_1", r == 0 && st == 0, r ? r : st);
+  /* Free memory is the server's answer for the current device: device 0's (the stand-in's
+   * cuMemAlloc heap holds something there), then device 1's (nothing: all free); another
+   * device's is not answered (NVML_ERROR_NOT_SUPPORTED). */
+  nvmlMemory_t mem = {0, 0, 0};
+  r = memory(h0, &mem);
+  check("nvml_memory_0", r == 0 && mem.total > 0 && mem.free < mem.total, r ? r : (int)(mem.total - mem.free));
+  r = set_current(ctx1);
+  memset(&mem, 0, sizeof mem);
+  if (!r) r = memory(h1, &mem);
+  check("nvml_memory_1", r == 0 && mem.total > 0 && mem.free == mem.total, r ? r : (int)(mem.total - mem.free));
+  r = memory(h0, &mem);
+  check("nvml_memory_other", r == 3, r);
+  set_current(ctx0);
+  r = shutdown();
+  check("nvml_shutdown", r == 0, r);
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (!lib) {
+    fprintf(stderr, "FAILED dlopen %s\n", dlerror());
+    return 2;
+  }
+  CUresult (*init)(unsigned) = sym("cuInit");
+  CUresult (*get_count)(int *) = sym("cuDeviceGetCount");
+  CUresult (*device_get)(int *, int) = sym("cuDeviceGet");
+  CUresult (*get_name)(char *, int, int) = sym("cuDeviceGetName");
+  CUresult (*get_uuid)(unsigned char *, int) = sym("cuDeviceGetUuid_v2");
+  CUresult (*can_access)(int *, int, int) = sym("cuDeviceCanAccessPeer");
+  CUresult (*p2p_attribute)(int *, int, int, int) = sym("cuDeviceGetP2PAttribute");
+  CUresult (*retain)(CUcontext *, int) = sym("cuDevicePrimaryCtxRetain");
+  CUresult (*set_current)(CUcontext) = sym("cuCtxSetCurrent");
+  CUresult (*get_device)(int *) = sym("cuCtxGetDevice");
+  CUresult (*mem_alloc)(CUdeviceptr *, size_t) = sym("cuMemAlloc_v2");
+  CUresult (*mem_free)(CUdeviceptr) = sym("cuMemFree_v2");
+  CUresult (*htod)(CUdeviceptr, const void *, size_t) = sym("cuMemcpyHtoD_v2");
+  CUresult (*dtoh)(void *, CUdeviceptr, size_t) = sym("cuMemcpyDtoH_v2");
+  CUresult (*peer_copy)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t) = sym("cuMemcpyPeer");
+  CUresult (*enable_peer)(CUcontext, unsigned) = sym("cuCtxEnablePeerAccess");
+  CUresult (*disable_peer)(CUcontext) = sym("cuCtxDisablePeerAccess");
+  CUresult (*ctx_sync)(void) = sym("cuCtxSynchronize");
+
+  CUresult r = init(0);
+  if (r) {
+    printf("FAIL cuInit got %d\n", r);
+    return 2;
+  }
+  int n = -1, d = -1;
+  r = get_count(&n);
+  check("count", r == 0 && n == 2, r ? r : n);
+  r = device_get(&d, 1);
+  check("device_get_1", r == 0 && d == 1, r ? r : d);
+  r = device_get(&d, 2);
+  check("device_get_2", r == 101, r);
+
+  char name[2][64] = {"", ""};
+  unsigned char uuid[2][16];
+  memset(uuid, 0, sizeof uuid);
+  for (int k = 0; k < 2; k++) {
+    r = get_name(name[k], sizeof name[k], k);
+    if (!r) r = get_uuid(uuid[k], k);
+    check(k ? "describe_1" : "describe_0", r == 0, r);
+    printf("device %d: %s uuid[15]=%d\n", k, name[k], uuid[k][15]);
+  }
+  check("names_differ", strcmp(name[0], name[1]) != 0, 0);
+  check("uuids_differ", memcmp(uuid[0], uuid[1], 16) != 0, 0);
+
+  int can = -1;
+  r = can_access(&can, 0, 1);
+  check("can_access_0_1", r == 0 && can == 1, r ? r : can);
+  can = -1;
+  r = can_access(&can, 0, 0);
+  check("can_access_0_0", r == 0 && can == 0, r ? r : can);
+  int v = -1;
+  r = p2p_attribute(&v, 2, 0, 1); /* CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED */
+  check("p2p_access_supported_0_1", r == 0 && v == 1, r ? r : v);
+  r = p2p_attribute(&v, 2, 0, 0);
+  check("p2p_attribute_0_0", r == 101, r);
+
+  CUcontext ctx0 = NULL, ctx1 = NULL;
+  r = retain(&ctx0, 0);
+  if (!r) r = retain(&ctx1, 1);
+  check("retain", r == 0 && ctx0 && ctx1, r);
+  check("contexts_differ", ctx0 != ctx1, 0);
+
+  enum { N = 4096 };
+  CUdeviceptr buf0 = 0, buf1 = 0;
+  r = set_current(ctx1);
+  if (!r) r = get_device(&d);
+  check("ctx_device_1", r == 0 && d == 1, r ? r : d);
+  r = mem_alloc(&buf1, N);
+  check("alloc_slice_1", r == 0 && buf1 >= SLICE1 && buf1 < ARENA_END, r ? r : (long long)buf1);
+  static unsigned char in[N], out[N];
+  for (int i = 0; i < N; i++) in[i] = (unsigned char)(i * 7 + 3);
+  r = htod(buf1, in, N);
+  check("upload_1", r == 0, r);
+
+  r = set_current(ctx0);
+  if (!r) r = get_device(&d);
+  check("ctx_device_0", r == 0 && d == 0, r ? r : d);
+  r = mem_alloc(&buf0, N);
+  check("alloc_slice_0", r == 0 && buf0 >= ARENA && buf0 < SLICE1, r ? r : (long long)buf0);
+  r = peer_copy(buf0, ctx0, buf1, ctx1, N);
+  check("copy_peer", r == 0, r);
+  r = dtoh(out, buf0, N);
+  check("download_0", r == 0, r);
+  int first = -1;
+  for (int i = 0; i < N && first < 0; i++)
+    if (in[i] != out[i]) first = i;
+  check("round_trip", first < 0, first);
+
+  r = enable_peer(ctx1, 0);
+  check("enable_peer", r == 0, r);
+  r = enable_peer(ctx1, 0);
+  check("enable_peer_again", r == 704, r); /* CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED */
+  r = disable_peer(ctx1);
+  check("disable_peer", r == 0, r);
+  r = disable_peer(ctx1);
+  check("disable_peer_again", r == 705, r); /* CUDA_ERROR_PEER_ACCESS_NOT_ENABLED */
+
+  r = mem_free(buf0);
+  if (!r) r = mem_free(buf1);
+  check("free", r == 0, r);
+  r = ctx_sync();
+  check("synchronize", r == 0, r);
+  nvml_checks(name[1], set_current, ctx0, ctx1);
+  printf("devices: done\n");
+  return failed;
+}

@@ -1,0 +1,38 @@
+//! What an executor started for a session of several GPUs says of them in its `Ready` (and
+//! so in the session's `Welcome`): devices 1.. described as device 0 is, with their NVML facts,
+//! every pair's peer facts, every device's active NVLinks (the topology NCCL reads from a
+//! client's NVML), and the server's numbers of the GPUs.
+
+use gpuless_traces::protocol::{DeviceDescription, MoreDevices, NvLinkFact};
+
+/// The further devices of this executor's process (none where it sees one), `device` being
+/// device 0.
+pub(super) fn describe(device: &DeviceDescription, memory_limit: Option<u64>) -> MoreDevices {
+    let mut more = crate::replay::devices::describe_more(memory_limit);
+    for d in &mut more.devices {
+        d.nvml = crate::partition::nvml::facts(&[d.nvml_uuid(false), d.nvml_uuid(true)]);
+        if memory_limit.is_some() {
+            d.nvml.total_mem = 0;
+        }
+    }
+    if !more.devices.is_empty() {
+        // NVLinks, for the topology NCCL reads from a client's NVML.
+        for (k, d) in std::iter::once(device).chain(&more.devices).enumerate() {
+            for (link, remote_bus_id) in crate::partition::nvml::nvlinks(&[d.nvml_uuid(false)]) {
+                more.links.push(NvLinkFact { device: k as u32, link, remote_bus_id });
+            }
+        }
+        eprintln!(
+            "gpuless executor: {} devices, {} active NVLinks, {} peer facts",
+            more.count(),
+            more.links.len(),
+            more.peers.len()
+        );
+    }
+    more.gpus = std::env::var("GPULESS_MORE_GPUS")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    more
+}
