@@ -686,7 +686,9 @@ fi
 if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unshare -m true 2>/dev/null; then
   nv="$(dirname "$0")/../testdata/workloads/nvml_query.py"
   python3 "$nv" >"$out/nvml.native.txt" 2>"$out/nvml.native.err"; rn=$?
-  hidden "$gl" run --remote "$addr" -- python3 "$nv" >"$out/nvml.remote.txt" 2>"$out/nvml.remote.err"; rr=$?
+  # A session of as many GPUs as the machine has: NVML lists what the program sees natively.
+  ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+  hidden "$gl" run --remote "$addr" --gpus "${ngpu:-1}" -- python3 "$nv" >"$out/nvml.remote.txt" 2>"$out/nvml.remote.err"; rr=$?
   if [ $rn -eq 0 ] && [ $rr -eq 0 ] && cmp -s "$out/nvml.native.txt" "$out/nvml.remote.txt"; then
     echo "row|client: NVML answers (count, name, UUID, bus id, capability, memory, torch) as natively|PASS|$(tr '\n' ' ' <"$out/nvml.remote.txt" | head -c 400)"
   else

@@ -238,7 +238,11 @@ unsafe fn address_reserve(out: u64, size: u64, align: u64, hint: u64) -> Option<
         return Some(INVALID_VALUE);
     }
     // In the current device's slice (the hint's, where it names one).
-    let k = if in_arena(hint) { a.slice(hint) } else { current().map_or(0, |(_, _, d)| d.max(0) as usize) };
+    let k = match a.layouts.len() {
+        1 => 0,
+        _ if in_arena(hint) => a.slice(hint),
+        _ => current().map_or(0, |(_, _, d)| d.max(0) as usize),
+    };
     let layout = a.layouts.get_mut(k)?;
     let Some(addr) = layout.reserve(size, align, hint) else { return Some(OUT_OF_MEMORY) };
     // SAFETY: the program's out-pointer.
