@@ -162,7 +162,8 @@ pub(super) fn created(f: &ApiFunction, raw: &[u64], h: u64) {
 
 /// `cuCtxEnablePeerAccess(peer, flags)` from the current context (`enable`), or
 /// `cuCtxDisablePeerAccess(peer)`: the memory of the session's devices is mapped for every
-/// device that can reach it, so this keeps the driver's answers (and errors) only.
+/// device that can reach it, so this keeps the driver's answers (and errors) only; disabling
+/// unmaps nothing (a kernel still reaches the peer's memory: more than the driver allows).
 fn peer_access(peer: u64, flags: u64, enable: bool) -> u32 {
     let current = current_context();
     if current == 0 {

@@ -344,14 +344,11 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
     let dev_ok = |i: usize| super::devices::valid(w(i));
     // The device the query names (its first device argument), else the current one.
-    let devs: Vec<u32> = f
+    let dev = f
         .args
         .iter()
-        .enumerate()
-        .filter(|(_, a)| a.dir == Direction::In && a.kind == ArgKind::Handle(HandleKind::Device))
-        .map(|(i, _)| w(i) as u32)
-        .collect();
-    let dev = devs.first().copied().unwrap_or_else(current_device);
+        .position(|a| a.dir == Direction::In && a.kind == ArgKind::Handle(HandleKind::Device))
+        .map_or_else(current_device, |i| w(i) as u32);
     let Some(d) = super::devices::description(dev).or_else(session::device) else {
         return Step::Done(session::NOT_INITIALIZED);
     };

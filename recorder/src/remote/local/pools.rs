@@ -2,7 +2,9 @@
 //! as the client answers it: each pool's device reads and writes it, other devices as the
 //! program set them (none at first), as the driver answers. Every allocation of a session
 //! comes from the arena, whose memory the executor maps for every device that can reach it,
-//! so nothing goes to the server: only the driver's answers and errors are kept.
+//! so nothing goes to the server: only the driver's answers and errors are kept. The one
+//! difference: a device given no access still reaches the memory (nothing is unmapped) — more
+//! than the driver allows, never less (docs/FIDELITY.md).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
