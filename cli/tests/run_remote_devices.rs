@@ -108,3 +108,20 @@ fn a_session_of_more_gpus_than_the_server_owns_is_refused() {
     assert!(ran.ok, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     ran.has("devices: done");
 }
+
+/// simpleCallback's pattern (it failed intermittently through the client with two devices on
+/// the GPU machine): a thread per workload on alternating devices queues copies and a host
+/// callback, the callback's own thread frees on the same device. Three sessions in a row, every
+/// workload's download checked.
+#[test]
+fn threads_and_host_callbacks_on_two_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "callbacks_mt", &["-ldl", "-lpthread"]);
+    let s = two_gpu_server(dir.path(), &libdir);
+    for round in 0..3 {
+        let ran = run_on_gpus(&s, &prog, "2");
+        let (out, err) = (&ran.stdout, &ran.stderr);
+        assert!(ran.ok, "round {round}: stdout:\n{out}\nstderr:\n{err}");
+        ran.has("callbacks_mt: 8 ok of 8 (8 done)");
+    }
+}
