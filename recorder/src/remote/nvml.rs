@@ -25,7 +25,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
-use gpuless_traces::protocol::DeviceDescription;
+use gpuless_traces::protocol::{DeviceDescription, NvLinkFact};
 use nvml_wrapper_sys::bindings as sys;
 
 use super::{devices, session};
@@ -490,19 +490,15 @@ nvml! {
         device(dev)?;
         Err(NOT_SUPPORTED)
     }
-    /// What is at the other end of an active NVLink: a GPU where it is one of the session's
-    /// devices, else a switch; a link not active is `NOT_SUPPORTED` (PyTorch requires the
-    /// symbol when NVML loads).
+    /// What is at the other end of an active NVLink, as the server's NVML said; a link not
+    /// active, or one NVML did not type, is `NOT_SUPPORTED` (PyTorch requires the symbol).
     fn nvmlDeviceGetNvLinkRemoteDeviceType(dev: Device, link: c_uint, kind: *mut c_uint) {
-        let bus = nvlink(index(dev)?, link)?.ok_or(NOT_SUPPORTED)?;
-        let gpu = (0..count()).filter_map(devices::description).any(|d| parse_bus_id(&bus) == Some(pci_location(d)));
-        let t = if gpu {
-            sys::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_GPU
-        } else {
-            sys::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_SWITCH
-        };
+        let l = nvlink(index(dev)?, link)?.ok_or(NOT_SUPPORTED)?;
+        if l.remote_type == u32::MAX {
+            return Err(NOT_SUPPORTED);
+        }
         // SAFETY: the caller's out-pointer.
-        unsafe { put(kind, t) }
+        unsafe { put(kind, l.remote_type) }
     }
     /// What is at the other end of an active NVLink (the server's NVML's answer, in a session
     /// of several devices); a link not active is `NOT_SUPPORTED` (PyTorch requires the symbol).
@@ -522,12 +518,16 @@ nvml! {
         // SAFETY: the caller's out-pointer.
         unsafe { put(active, c_uint::from(up)) }
     }
-    /// An active link carries peer-to-peer traffic and its atomics and reaches system memory;
-    /// no SLI bridge.
+    /// A link's capability as the server's NVML answered it for an active link (0 for a link
+    /// not active); past NVML's capabilities, `INVALID_ARGUMENT`.
     fn nvmlDeviceGetNvLinkCapability(dev: Device, link: c_uint, capability: c_uint, result: *mut c_uint) {
-        let up = nvlink(index(dev)?, link)?.is_some();
+        let l = nvlink(index(dev)?, link)?;
+        if capability >= sys::nvmlNvLinkCapability_enum_NVML_NVLINK_CAP_COUNT {
+            return Err(INVALID_ARGUMENT);
+        }
+        let v = l.is_some_and(|l| l.capabilities >> capability & 1 == 1);
         // SAFETY: the caller's out-pointer.
-        unsafe { put(result, c_uint::from(up && capability != sys::nvmlNvLinkCapability_enum_NVML_NVLINK_CAP_SLI_BRIDGE)) }
+        unsafe { put(result, c_uint::from(v)) }
     }
     /// Field values: each NVLink's state (`NVML_FI_DEV_NVLINK_GET_STATE`, which NCCL asks of
     /// Hopper); every other field is `NOT_SUPPORTED` in its entry.
@@ -563,8 +563,8 @@ nvml! {
 
 /// The PCI information of what is at the other end of NVLink `link` of `dev`.
 fn remote_pci(dev: Device, link: c_uint) -> Result<sys::nvmlPciInfo_t, Ret> {
-    let bus = nvlink(index(dev)?, link)?.ok_or(NOT_SUPPORTED)?;
-    let (domain, b, d) = parse_bus_id(&bus).ok_or(NOT_SUPPORTED)?;
+    let l = nvlink(index(dev)?, link)?.ok_or(NOT_SUPPORTED)?;
+    let (domain, b, d) = parse_bus_id(&l.remote_bus_id).ok_or(NOT_SUPPORTED)?;
     let mut p = pci_info(&DeviceDescription::default());
     fill(&mut p.busIdLegacy, &bus_id_legacy(domain, b, d));
     fill(&mut p.busId, &bus_id(domain, b, d));
@@ -572,14 +572,13 @@ fn remote_pci(dev: Device, link: c_uint) -> Result<sys::nvmlPciInfo_t, Ret> {
     Ok(p)
 }
 
-/// NVLink `link` of device `k`: the remote end's bus id where it is active (`None`: not
-/// active); `INVALID_ARGUMENT` past NVML's links.
-fn nvlink(k: u32, link: c_uint) -> Result<Option<String>, Ret> {
+/// NVLink `link` of device `k` as the server's NVML described it, where it is active (`None`:
+/// not active); `INVALID_ARGUMENT` past NVML's links.
+fn nvlink(k: u32, link: c_uint) -> Result<Option<&'static NvLinkFact>, Ret> {
     if link >= sys::NVML_NVLINK_MAX_LINKS {
         return Err(INVALID_ARGUMENT);
     }
-    let more = session::more();
-    Ok(more.and_then(|m| m.links.iter().find(|l| l.device == k && l.link == link)).map(|l| l.remote_bus_id.clone()))
+    Ok(session::more().and_then(|m| m.links.iter().find(|l| l.device == k && l.link == link)))
 }
 
 /// `CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED`.
@@ -591,7 +590,9 @@ const P2P_NOT_SUPPORTED: c_uint = sys::nvmlGpuP2PStatus_enum_NVML_P2P_STATUS_NOT
 /// Whether device `src` reaches `dst` in NVML's sense `p2p_index` (read and write: peer access,
 /// `can_access`; atomics: also the native-atomics attribute, `peer`); a device does not reach
 /// itself. `NOT_SUPPORTED` for NVLink and PCI properties (the session does not know them),
-/// `INVALID_ARGUMENT` past NVML's indices.
+/// `INVALID_ARGUMENT` past NVML's indices. (Measured on two H200s, NVML differs: a device
+/// reaches itself, NVLink is OK, PCI answers status NOT_SUPPORTED — not taken yet: the next
+/// step is the server's own statuses in the session's peer facts.)
 fn p2p(
     src: u32,
     dst: u32,

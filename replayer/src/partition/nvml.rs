@@ -220,23 +220,37 @@ pub fn facts(uuids: &[String]) -> gpuless_traces::protocol::NvmlFacts {
     f
 }
 
-/// The active NVLinks of the device with one of these UUIDs: (link, the PCI bus id at the
-/// other end). Empty without NVML or NVLink.
-pub fn nvlinks(uuids: &[String]) -> Vec<(u32, String)> {
+/// The active NVLinks of the device with one of these UUIDs, as NVML answers for each: the PCI
+/// bus id at the other end, its capabilities and the remote device's type (`device` 0: the
+/// caller says which device it is). Empty without NVML or NVLink.
+pub fn nvlinks(uuids: &[String]) -> Vec<gpuless_traces::protocol::NvLinkFact> {
     let Ok(nvml) = init(None) else { return Vec::new() };
     let Some(dev) = uuids.iter().find_map(|u| nvml.device_by_uuid(u.as_str()).ok()) else { return Vec::new() };
-    // NVML_NVLINK_MAX_LINKS. The remote end's bus id is read raw: behind an NVSwitch a
-    // virtual machine sees `FFFFFFFF:FF:FF.0`, which nvml-wrapper's conversion refuses.
+    // NVML_NVLINK_MAX_LINKS. Read raw: behind an NVSwitch a virtual machine sees the remote end
+    // as `FFFFFFFF:FF:FF.0`, which nvml-wrapper's conversion refuses.
     (0..18u32)
-        .filter_map(|l| {
-            dev.link_wrapper_for(l).is_active().ok().filter(|&a| a)?;
-            // SAFETY: all-zero is a valid nvmlPciInfo_t; a live device handle, a valid out-pointer.
-            let mut pci: nvml_wrapper_sys::bindings::nvmlPciInfo_t = unsafe { std::mem::zeroed() };
-            let r = unsafe { nvml.lib().nvmlDeviceGetNvLinkRemotePciInfo_v2(dev.handle(), l, &mut pci) };
-            (r == 0).then_some(())?;
-            // SAFETY: NVML writes a NUL-terminated string into the array.
-            let bus = unsafe { std::ffi::CStr::from_ptr(pci.busId.as_ptr()) };
-            Some((l, bus.to_string_lossy().into_owned()))
+        .filter_map(|link| {
+            dev.link_wrapper_for(link).is_active().ok().filter(|&a| a)?;
+            let lib = nvml.lib();
+            // SAFETY (block): a live device handle, valid out-pointers; all-zero is a valid
+            // nvmlPciInfo_t, and NVML writes a NUL-terminated bus id into it.
+            unsafe {
+                let h = dev.handle();
+                let mut pci: nvml_wrapper_sys::bindings::nvmlPciInfo_t = std::mem::zeroed();
+                (lib.nvmlDeviceGetNvLinkRemotePciInfo_v2(h, link, &mut pci) == 0).then_some(())?;
+                let remote_bus_id = std::ffi::CStr::from_ptr(pci.busId.as_ptr()).to_string_lossy().into_owned();
+                let mut capabilities = 0;
+                for c in 0..6u32 {
+                    let mut v = 0;
+                    if lib.nvmlDeviceGetNvLinkCapability(h, link, c, &mut v) == 0 && v == 1 {
+                        capabilities |= 1 << c;
+                    }
+                }
+                let mut t = 0;
+                let remote_type =
+                    if lib.nvmlDeviceGetNvLinkRemoteDeviceType(h, link, &mut t) == 0 { t } else { u32::MAX };
+                Some(gpuless_traces::protocol::NvLinkFact { device: 0, link, remote_bus_id, capabilities, remote_type })
+            }
         })
         .collect()
 }

@@ -18,8 +18,8 @@ pub(super) fn describe(device: &DeviceDescription, memory_limit: Option<u64>) ->
     if !more.devices.is_empty() {
         // NVLinks, for the topology NCCL reads from a client's NVML.
         for (k, d) in std::iter::once(device).chain(&more.devices).enumerate() {
-            for (link, remote_bus_id) in crate::partition::nvml::nvlinks(&[d.nvml_uuid(false)]) {
-                more.links.push(NvLinkFact { device: k as u32, link, remote_bus_id });
+            for l in crate::partition::nvml::nvlinks(&[d.nvml_uuid(false)]) {
+                more.links.push(NvLinkFact { device: k as u32, ..l });
             }
         }
         eprintln!(

@@ -103,6 +103,12 @@ pub struct NvLinkFact {
     pub link: u32,
     /// The PCI bus id of what is at the other end (`nvmlDeviceGetNvLinkRemotePciInfo`).
     pub remote_bus_id: String,
+    /// `nvmlDeviceGetNvLinkCapability`'s answers: bit `c` set where capability `c` (0 P2P
+    /// supported … 5 valid) answered 1.
+    pub capabilities: u32,
+    /// `nvmlDeviceGetNvLinkRemoteDeviceType` (0 GPU, 1 IBM NPU, 2 switch; `u32::MAX`: NVML did
+    /// not say).
+    pub remote_type: u32,
 }
 
 /// A session's devices after its first (ordinals 1, 2, …): each one's description and the
@@ -145,7 +151,7 @@ impl MoreDevices {
         }
         p.u32(self.links.len() as u32);
         for l in &self.links {
-            p.u32(l.device).u32(l.link).str(&l.remote_bus_id);
+            p.u32(l.device).u32(l.link).str(&l.remote_bus_id).u32(l.capabilities).u32(l.remote_type);
         }
     }
     /// Reads the fields [`Self::put`] wrote; none when the payload ends first (an older peer).
@@ -168,10 +174,12 @@ impl MoreDevices {
         for _ in 0..n {
             peers.push(PeerFact { src: g.u32()?, dst: g.u32()?, attr: g.u32()?, value: g.i32()? });
         }
-        let n = g.count(12)?;
+        let n = g.count(20)?;
         let mut links = Vec::with_capacity(n);
         for _ in 0..n {
-            links.push(NvLinkFact { device: g.u32()?, link: g.u32()?, remote_bus_id: g.str()? });
+            let (device, link, remote_bus_id) = (g.u32()?, g.u32()?, g.str()?);
+            let (capabilities, remote_type) = (g.u32()?, g.u32()?);
+            links.push(NvLinkFact { device, link, remote_bus_id, capabilities, remote_type });
         }
         Ok(MoreDevices { devices, gpus, peers, links })
     }
