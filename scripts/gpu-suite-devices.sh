@@ -16,6 +16,14 @@
 #                               streams and events across them, DataParallel, NCCL)
 #   devices: more than owned    `--gpus 3` on a server of two: refused, the program sees no
 #                               device and the message says why
+#   devices: two servers        two more servers of one GPU each (GPU 0, GPU 1) and a port
+#                               nothing listens on, as one list (`--remote A,DEAD,B`): multi_gpu's
+#                               output equals the native run's but for the lines beginning with
+#                               "peer" (the servers' GPUs do not reach each other), the dead
+#                               endpoint skipped with a line
+#   devices: two servers, PyTorch  the PyTorch program the same way: each stage's line against
+#                               the native run's (INFO: which stages match; DataParallel and NCCL
+#                               need memory both GPUs see while kernels run)
 # SUITE_BIN_DIR holds testdata/cuda/suite/build.sh's programs.
 set -uo pipefail
 bin=$(cd "$1" && pwd); sb=$(cd "$2" && pwd); out=$3
@@ -81,3 +89,38 @@ if [ "$(cat "$out/remote-3.rc")" != 0 ] && grep -q "3 GPUs asked for" "$out/remo
 else
   echo "row|devices: more than owned|FAIL|exit $(cat "$out/remote-3.rc"); $(tail -2 "$out/remote-3.err" | tr '\n' ' ')"
 fi
+
+# Two servers, one GPU each, as one device list.
+start_one() { # NAME GPU
+  "$gl" serve --gpus "$2" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$out/cache-$1" \
+    >"$out/serve-$1.addr" 2>"$out/serve-$1.log" &
+  pids+=($!)
+}
+pids=()
+start_one a 0
+start_one b 1
+trap 'kill $spid "${pids[@]}" 2>/dev/null; wait 2>/dev/null' EXIT
+for name in a b; do
+  for _ in $(seq 100); do grep -q "tcp=" "$out/serve-$name.addr" 2>/dev/null && break; sleep 0.1; done
+done
+a_addr=$(grep -o "tcp=[^ ]*" "$out/serve-a.addr" | cut -d= -f2)
+b_addr=$(grep -o "tcp=[^ ]*" "$out/serve-b.addr" | cut -d= -f2)
+list="$a_addr,127.0.0.1:1,$b_addr"
+run_list() { # NAME CMD...
+  local name=$1; shift
+  hidden timeout 240 "$gl" run --remote "$list" --json -- "$@" >"$out/$name.out" 2>"$out/$name.err"
+  echo $? >"$out/$name.rc"
+}
+run_list two-mg "$sb/multi_gpu"
+grep -v '^peer' "$out/native-mg.out" >"$out/native-mg-nopeer.out"; cp "$out/native-mg.rc" "$out/native-mg-nopeer.rc"
+grep -v '^peer' "$out/two-mg.out" >"$out/two-mg-nopeer.out"; cp "$out/two-mg.rc" "$out/two-mg-nopeer.rc"
+cp "$out/two-mg.err" "$out/two-mg-nopeer.err"
+if grep -q "skipping the GPU server at 127.0.0.1:1" "$out/two-mg.err"; then
+  compare "devices: two servers" "$out/native-mg-nopeer" "$out/two-mg-nopeer"
+else
+  echo "row|devices: two servers|FAIL|the dead endpoint was not skipped with a line: $(tail -2 "$out/two-mg.err" | tr '\n' ' ')"
+fi
+run_list two-torch python3 "$root/scripts/multi-gpu-torch.py"
+same=$(grep -v '^peer' "$out/native-torch.out" | grep -Fxf - "$out/two-torch.out" | cut -d: -f1 | tr '\n' ',' )
+differ=$(grep -v '^peer' "$out/native-torch.out" | grep -vFxf "$out/two-torch.out" | cut -d: -f1 | tr '\n' ',')
+echo "row|devices: two servers, PyTorch|INFO|exit $(cat "$out/two-torch.rc") (native $(cat "$out/native-torch.rc")); as native: $same differ: $differ"

@@ -24,7 +24,9 @@
 # SAMPLES_RECORD_JOBS (6) and SAMPLES_REMOTE_JOBS (4) run that many at a time; every run has
 # CUDA_CACHE_DISABLE=1. SAMPLES_KEEP=1 keeps the builds, run directories and traces (by default
 # only the text outputs stay in OUT_DIR). SAMPLES_GPUS=N runs the remote mode as a session of N
-# GPUs (`run --gpus N`: the sample sees N devices, as natively on an N-GPU machine). On an H100: ~60 s of builds, ~5.5 minutes in all.
+# GPUs (`run --gpus N`: the sample sees N devices, as natively on an N-GPU machine);
+# SAMPLES_ADDR=A,B runs it against servers started by the caller instead (one list: a session
+# across several servers). On an H100: ~60 s of builds, ~5.5 minutes in all.
 set -uo pipefail
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 here=$(dirname "$self")
@@ -199,7 +201,9 @@ echo "samples: native runs done at $((SECONDS - t_start)) s, ${#ok[@]} ok" >&2
 # gpuless: record + replay (6 at a time) beside remote runs (4 at a time, one server).
 export S_ADDR=''
 srv=
-if [[ $modes == *" remote "* ]]; then
+if [[ $modes == *" remote "* ]] && [ -n "${SAMPLES_ADDR:-}" ]; then
+  S_ADDR=$SAMPLES_ADDR
+elif [[ $modes == *" remote "* ]]; then
   "$S_GL" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$out/cache" >"$out/serve.out" 2>"$out/serve.log" &
   srv=$!
   for _ in $(seq 100); do grep -q "tcp=" "$out/serve.out" 2>/dev/null && break; sleep 0.1; done

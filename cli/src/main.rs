@@ -100,7 +100,9 @@ enum Command {
     /// signal N killed it); the session's statistics go to stderr, stdout is the program's.
     Run {
         /// The server: `HOST:PORT`, `tcp://HOST:PORT`, `tls://HOST:PORT` or `unix:PATH` (as
-        /// `replay --remote`).
+        /// `replay --remote`); or several, separated by commas (`a:7000,b:7000`): the program
+        /// sees every server's devices in order, a server that refuses is skipped with a line
+        /// (docs/PROTOCOL.md, "A session across several servers").
         #[arg(long, value_name = "ADDR")]
         remote: String,
         /// With a tls:// server: PEM file of the CAs to trust (default: $GPULESS_TLS_CA).
@@ -111,11 +113,11 @@ enum Command {
         mig: Option<String>,
         /// The server's GPU to run on (its index, as `gpuless devices` numbers them), or GPUs
         /// (`1,0`: the program's device 0 is GPU 1, device 1 GPU 0); default: wherever the
-        /// server places the session (docs/SERVING.md, placement).
+        /// server places the session (docs/SERVING.md, placement). One server only.
         #[arg(long, value_name = "INDEX", value_delimiter = ',')]
         gpu: Vec<u32>,
         /// How many GPUs the program sees (devices 0..N, whole GPUs of one server; default 1,
-        /// or as many as --gpu names).
+        /// or as many as --gpu names); with several servers, how many from each.
         #[arg(long, value_name = "N")]
         gpus: Option<u32>,
         /// The server's token (default: $GPULESS_TOKEN).

@@ -12,7 +12,7 @@
 //!
 //! | variable | value |
 //! |---|---|
-//! | `GPULESS_REMOTE` | the endpoint as given (`unix:PATH`, `HOST:PORT`, `tcp://HOST:PORT`, `tls://HOST:PORT`); its presence turns client mode on |
+//! | `GPULESS_REMOTE` | the endpoint as given (`unix:PATH`, `HOST:PORT`, `tcp://HOST:PORT`, `tls://HOST:PORT`), or several separated by commas; its presence turns client mode on |
 //! | `GPULESS_TLS_CA` | `--tls-ca` as an absolute path, else inherited (may be absent): the PEM file of the CAs a `tls://` server's certificate is checked against |
 //! | `GPULESS_TOKEN` | `--token`, else inherited (may be absent) |
 //! | `GPULESS_REMOTE_PARTITION` | `--mig` (a MIG profile, `sms:N`, `whole`); `whole` without it |
@@ -33,7 +33,9 @@
 //! `records_by_reference` (pieces this client sent as a key instead of their records), `call_us` (time the program spent in driver calls)
 //! and `wait_us` (the part of it waiting for answers after a segment was written), `failed` (why the session failed, or null) and
 //! `failure_said` (the library already said so on stderr; this command does not repeat it). A
-//! session that could not connect leaves `endpoint`, `calls`, `failed` and `failure_said`. This
+//! session that could not connect leaves `endpoint`, `calls`, `failed` and `failure_said`. A
+//! session across several servers gives the first server's object with the counts summed, the
+//! endpoints of the servers that took it in `endpoint`, and each server's object in `servers`. This
 //! command prints them to stderr (`--stats` in words, `--json` as one line; stdout is the
 //! program's), says when the session failed, and exits with the program's own status.
 
@@ -109,7 +111,17 @@ fn prepend(var: &str, first: &Path) -> OsString {
     s
 }
 
-/// Checks the endpoint's form (the library parses it again, the same way).
+/// Checks the endpoints' form: one, or several separated by commas (a session across several
+/// servers; the library parses them again, the same way).
+fn check_endpoints(list: &str) -> anyhow::Result<()> {
+    let all: Vec<&str> = list.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+    if all.is_empty() {
+        bail!("--remote {list:?}: no endpoint");
+    }
+    all.into_iter().try_for_each(check_endpoint)
+}
+
+/// Checks one endpoint's form.
 fn check_endpoint(addr: &str) -> anyhow::Result<()> {
     let hint = "expected HOST:PORT, tcp://HOST:PORT, tls://HOST:PORT or unix:PATH";
     if let Some(path) = addr.strip_prefix("unix:") {
@@ -130,10 +142,13 @@ pub fn run(args: &RunArgs, cmd: &[String]) -> anyhow::Result<ExitCode> {
     let Some((program, rest)) = cmd.split_first() else {
         bail!("no command given: gpuless run --remote ADDR -- CMD ARGS...")
     };
-    check_endpoint(&args.remote)?;
+    check_endpoints(&args.remote)?;
+    if args.remote.contains(',') && !args.gpu.is_empty() {
+        bail!("--gpu names GPUs of one server; with several servers give --gpus N (N from each)");
+    }
     // The library reads the CA file when the program first calls CUDA, maybe elsewhere.
     let tls_ca = match &args.tls_ca {
-        Some(f) if args.remote.starts_with("tls://") => Some(std::path::absolute(f)?),
+        Some(f) if args.remote.split(',').any(|e| e.trim().starts_with("tls://")) => Some(std::path::absolute(f)?),
         Some(_) => bail!("--tls-ca applies to TLS servers: give the address as tls://HOST:PORT"),
         None => None,
     };

@@ -5,7 +5,10 @@
 //! access between them, a primary context each, allocations in each device's slice of the arena,
 //! a peer copy between them, peer access enabled and disabled as the driver answers, and NVML
 //! listing both (a handle each, found by index, UUID and bus id). A session asking for more GPUs
-//! than the server owns is refused. What two real GPUs do is proven by
+//! than the server owns is refused. Two servers of one "GPU" each, given as one list (`--remote
+//! A,B`), give the program the same two devices, apart: no peer access, the copies between them
+//! through the client, an event of one ordering the other's stream; endpoints that cannot be
+//! reached or refuse the session are skipped with a line. What two real GPUs do is proven by
 //! scripts/gpu-suite-devices.sh on a machine of two.
 
 mod serve_harness;
@@ -124,4 +127,77 @@ fn threads_and_host_callbacks_on_two_devices() {
         assert!(ran.ok, "round {round}: stdout:\n{out}\nstderr:\n{err}");
         ran.has("callbacks_mt: 8 ok of 8 (8 done)");
     }
+}
+
+/// The `devices.c` checks of devices on different servers.
+const APART: &[&str] = &[
+    "apart_upload_1",
+    "apart_stream_0",
+    "apart_wait_event",
+    "apart_copy_async",
+    "apart_round_trip",
+    "apart_record_refused",
+];
+
+/// Two stand-in servers of one "GPU" each (GPU 0 and GPU 1), a port nothing listens on and a
+/// server that refuses clients without its token, as one list: the program sees the two GPUs as
+/// devices 0 and 1 and copies between them; the other two are skipped with a line each.
+#[test]
+fn the_devices_of_two_servers_are_one_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "devices", &["-ldl"]);
+    let a = Server::start(dir.path(), &libdir, &["--gpus", "0"], &[]);
+    let b = Server::start(dir.path(), &libdir, &["--gpus", "1"], &[]);
+    let token = dir.path().join("token");
+    std::fs::write(&token, "sesame\n").unwrap();
+    let locked = Server::start(dir.path(), &libdir, &["--token-file", token.to_str().unwrap()], &[]);
+    let dead = {
+        // A port that was free a moment ago: nothing listens there.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let list = format!("{},{dead},{},{}", a.tcp, locked.tcp, b.tcp);
+    // Four endpoints of one GPU each: the arena is cut in four.
+    let env = [("DEVICES_APART", "1"), ("DEVICES_SLICES", "4")];
+    let ran = run_client_at(&list, &[], &prog, &[], &env);
+    let (out, err) = (&ran.stdout, &ran.stderr);
+    assert!(ran.ok, "stdout:\n{out}\nstderr:\n{err}");
+    assert!(!out.lines().any(|l| l.starts_with("FAIL")), "stdout:\n{out}\nstderr:\n{err}");
+    for check in CHECKS.iter().chain(APART) {
+        ran.has(&format!("ok {check}"));
+    }
+    ran.has("device 0: Fake GPU 0 uuid[15]=0");
+    ran.has("device 1: Fake GPU 1 uuid[15]=1");
+    ran.has("devices: done");
+    assert!(err.contains(&format!("skipping the GPU server at {dead}")), "{err}");
+    assert!(err.contains(&format!("skipping the GPU server at {}", locked.tcp)), "{err}");
+    assert_eq!(err.matches("skipping the GPU server").count(), 2, "{err}");
+    // The event recorded on the other server's stream: refused, said once.
+    assert!(err.contains("cuEventRecord is not supported in client mode"), "{err}");
+    // The statistics: the two servers that took the session, each with its own counts.
+    let stats: serde_json::Value = err
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok().filter(|v: &serde_json::Value| v.is_object()))
+        .unwrap_or_else(|| panic!("no statistics in {err}"));
+    assert_eq!(stats["endpoint"], format!("{},{}", a.tcp, b.tcp).as_str(), "{stats}");
+    let servers = stats["servers"].as_array().unwrap_or_else(|| panic!("{stats}"));
+    assert_eq!(servers.len(), 2, "{stats}");
+    assert!(servers.iter().all(|s| s["sent"].as_u64().unwrap_or(0) > 0), "{stats}");
+}
+
+/// A list none of whose servers takes the session: the program sees no device, said once.
+#[test]
+fn a_list_of_servers_that_all_refuse_gives_no_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_libdir, prog) = support::build_program(dir.path(), "devices", &["-ldl"]);
+    let dead: Vec<String> =
+        (0..2).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string()).collect();
+    let ran = run_client_at(&dead.join(","), &[], &prog, &[], &[]);
+    assert!(!ran.ok);
+    assert!(ran.stdout.contains("FAIL cuInit got 100"), "{}", ran.stdout);
+    assert!(ran.stderr.contains("no server would take the session"), "{}", ran.stderr);
+    // `--gpu` names one server's GPUs.
+    let (code, _, err) = support::gpuless(&["run", "--remote", "127.0.0.1:1,127.0.0.1:2", "--gpu", "1", "--", "true"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--gpu names GPUs of one server"), "{err}");
 }

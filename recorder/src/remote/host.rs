@@ -243,6 +243,11 @@ pub(crate) fn promote(start: u64) -> bool {
     if a.mirrored {
         return true;
     }
+    if super::session::route::members() > 1 {
+        // Which server's kernels would read it? Each would need its own mirror, kept
+        // coherent with the others': not done (device-mapped host memory is, by address).
+        return false;
+    }
     if !super::shared::adopt(start, a.len) {
         return false;
     }
@@ -274,7 +279,8 @@ fn attribute(attr: u64, p: u64) -> Option<Result<u64, u32>> {
             4 if super::shared::contains(p) => Some(Ok(p)),
             4 => Some(Err(INVALID_VALUE)),
             8 => Some(Ok(u64::from(super::shared::contains(p)))),
-            9 => Some(Ok(0)),
+            // The device whose slice holds it.
+            9 => Some(Ok(u64::from(super::session::route::device_of_address(p).unwrap_or(0)))),
             13 => Some(Ok(1)),
             _ => None,
         };
@@ -366,6 +372,8 @@ pub(crate) unsafe fn write_pointer_answer(f: &ApiFunction, raw: &[u64], values: 
         (Vec::new(), 0)
     };
     let managed = super::shared::contains(p);
+    // The first device of the server that answered (the call's route).
+    let first = super::session::route::first_of(super::session::route::current().member);
     for (k, (out, v)) in outs.into_iter().zip(values.chunks_exact(3)).enumerate() {
         let n = (v[0] as usize).min(16);
         if out == 0 || n == 0 {
@@ -378,6 +386,13 @@ pub(crate) unsafe fn write_pointer_answer(f: &ApiFunction, raw: &[u64], values: 
         match ids.get(k) {
             Some(8) if managed => b[..8].copy_from_slice(&1u64.to_le_bytes()),
             Some(4) if managed => b[..8].copy_from_slice(&p.to_le_bytes()),
+            // A server of a session across several numbers its devices from 0.
+            Some(9) if first > 0 && n >= 4 => {
+                let d = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                if d >= 0 {
+                    b[..4].copy_from_slice(&(d + first as i32).to_le_bytes());
+                }
+            }
             _ => {}
         }
         // SAFETY: the program's value of the size the server's driver wrote.

@@ -231,11 +231,12 @@ pub(crate) fn late_read(seq: u64, src: u64, len: u64, stream: u64) {
     REGISTERED.lock().unwrap_or_else(|e| e.into_inner()).insert(seq, r);
 }
 
-/// Sets up the connection's handler and starts the poller.
+/// Sets up each server's connection's handler and starts its poller.
 fn start() {
-    let Some(link) = super::session::link() else { return };
-    super::link::lock(&link).set_host_calls(Box::new(run));
-    let _ = std::thread::Builder::new().name("gpuless-hostcalls".into()).spawn(move || poller(link));
+    for link in super::session::links() {
+        super::link::lock(&link).set_host_calls(Box::new(run));
+        let _ = std::thread::Builder::new().name("gpuless-hostcalls".into()).spawn(move || poller(link));
+    }
 }
 
 /// Runs a host call: its results are written where they go, then its functions run, in order,

@@ -550,11 +550,18 @@ nvml! {
         }
         Ok(())
     }
-    /// Read, write and atomics between two of the session's devices, as the server's driver
-    /// answered `cuDeviceCanAccessPeer` and the native-atomics attribute; what the description
-    /// does not say (NVLink, PCI properties) is `NOT_SUPPORTED`.
+    /// The server's NVML's own answer for the pair, where the session carries it (a session of
+    /// several GPUs of one server; devices of different servers answer `NOT_SUPPORTED`); else
+    /// read, write and atomics as the server's driver answered `cuDeviceCanAccessPeer` and the
+    /// native-atomics attribute, and `NOT_SUPPORTED` for what the description does not say.
     fn nvmlDeviceGetP2PStatus(dev1: Device, dev2: Device, p2p_index: c_uint, status: *mut c_uint) {
         let (src, dst) = (index(dev1)?, index(dev2)?);
+        if p2p_index <= sys::nvmlGpuP2PCapsIndex_enum_NVML_P2P_CAPS_INDEX_PCI {
+            if let Some(v) = devices::peer(src, dst, gpuless_traces::protocol::NVML_P2P_STATUS + p2p_index) {
+                // SAFETY: the caller's out-pointer.
+                return unsafe { put(status, v as c_uint) };
+            }
+        }
         let ok = p2p(src, dst, p2p_index, devices::can_access, devices::peer)?;
         // SAFETY: the caller's out-pointer.
         unsafe { put(status, if ok { P2P_OK } else { P2P_NOT_SUPPORTED }) }
@@ -590,9 +597,9 @@ const P2P_NOT_SUPPORTED: c_uint = sys::nvmlGpuP2PStatus_enum_NVML_P2P_STATUS_NOT
 /// Whether device `src` reaches `dst` in NVML's sense `p2p_index` (read and write: peer access,
 /// `can_access`; atomics: also the native-atomics attribute, `peer`); a device does not reach
 /// itself. `NOT_SUPPORTED` for NVLink and PCI properties (the session does not know them),
-/// `INVALID_ARGUMENT` past NVML's indices. (Measured on two H200s, NVML differs: a device
-/// reaches itself, NVLink is OK, PCI answers status NOT_SUPPORTED — not taken yet: the next
-/// step is the server's own statuses in the session's peer facts.)
+/// `INVALID_ARGUMENT` past NVML's indices: where the session does not carry the server's own
+/// statuses (measured on two H200s, NVML answers otherwise: a device reaches itself, NVLink is
+/// OK, PCI properties status NOT_SUPPORTED).
 fn p2p(
     src: u32,
     dst: u32,

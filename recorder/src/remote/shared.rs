@@ -446,9 +446,10 @@ fn bits(i: usize) -> Option<(&'static [AtomicU64], u64, u64)> {
     Some((unsafe { std::slice::from_raw_parts(b as *const AtomicU64, pages.div_ceil(64) as usize) }, s, n))
 }
 
-/// The bytes the host wrote since the last call: (address, bytes) of every dirty page's part
-/// of each managed allocation; the pages become read-only again.
-pub(crate) fn take_dirty() -> Vec<(u64, Vec<u8>)> {
+/// The bytes the host wrote since the last call to the allocations `mine` takes (by their
+/// start: those of one server, in a session across several): (address, bytes) of every dirty
+/// page's part of each; the pages become read-only again. Others stay dirty.
+pub(crate) fn take_dirty(mine: impl Fn(u64) -> bool) -> Vec<(u64, Vec<u8>)> {
     if DIRTY.swap(0, Ordering::AcqRel) == 0 {
         return Vec::new();
     }
@@ -456,6 +457,12 @@ pub(crate) fn take_dirty() -> Vec<(u64, Vec<u8>)> {
     let mut pages = Vec::new();
     for i in 0..USED.load(Ordering::Acquire) {
         let Some((words, s, n)) = bits(i) else { continue };
+        if !mine(s) {
+            if words.iter().any(|w| w.load(Ordering::Acquire) != 0) {
+                DIRTY.fetch_add(1, Ordering::AcqRel);
+            }
+            continue;
+        }
         let first = page_of(s);
         for (w, word) in words.iter().enumerate() {
             let mut m = word.swap(0, Ordering::AcqRel);
@@ -651,14 +658,14 @@ mod tests {
             *((a + len - 1) as *mut u8) = 9; // the last page
         }
         assert!(dirty());
-        let d = take_dirty();
+        let d = take_dirty(|_| true);
         let pages: Vec<u64> = d.iter().map(|(p, _)| page_of(*p)).collect();
         assert_eq!(pages, vec![page_of(a + 2 * PAGE), page_of(a + len - 1)], "{d:?}");
         // Parts of the allocation only: the last page's part ends at the allocation's end.
         let (last_at, last) = &d[1];
         assert_eq!(last_at + last.len() as u64, a + len);
         assert_eq!(*last.last().unwrap(), 9);
-        assert!(!dirty() && take_dirty().is_empty());
+        assert!(!dirty() && take_dirty(|_| true).is_empty());
         // A pull writes the device's bytes; the page stays read-only: the next write is seen.
         let mut pull = Vec::new();
         pull.extend_from_slice(&(a + 10).to_le_bytes());
@@ -671,7 +678,7 @@ mod tests {
             assert!(!dirty(), "a pull is not a host write");
             *((a + 11) as *mut u8) = 5;
         }
-        assert_eq!(take_dirty().len(), 1);
+        assert_eq!(take_dirty(|_| true).len(), 1);
         // A pull outside every allocation is ignored.
         let mut stray = Vec::new();
         stray.extend_from_slice(&(base + 7 * PAGE).to_le_bytes());

@@ -153,8 +153,14 @@ unsafe fn import(f: &ApiFunction, out: u64, os_handle: u64, kind: u64) -> u32 {
     }
     let h = local::new_handle();
     let args = vec![gpuless_traces::Value::U64(h), gpuless_traces::Value::U64(source)];
+    // The same memory, on the server that holds it (a session across several servers).
+    let home = super::session::route::home(source);
+    let _entered = home.map(|d| super::session::route::enter(super::session::route::split(d), false));
     if let Err(st) = super::session::tell(gpuless_traces::devices::MEM_IMPORT, args) {
         return st;
+    }
+    if let Some(d) = home {
+        super::session::route::set_home(h, d);
     }
     with(|b| b.handles.insert(h, facts));
     // SAFETY: the caller's contract.

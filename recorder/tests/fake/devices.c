@@ -5,7 +5,11 @@
  * the client's arena (0x640000000000, 1 TiB split in two), an upload to device 1, a peer copy to
  * device 0 and a download round-tripping the bytes, and enabling and disabling peer access; then
  * NVML (`libnvidia-ml.so.1`): the same two devices, a handle each, found by index, UUID and PCI
- * bus id, peer reads between them. Every function is looked up by its exported name in the
+ * bus id, peer reads between them.
+ * With DEVICES_APART=1 the two devices are on different servers (cli/tests/run_remote_servers.rs,
+ * `--remote A,B`): neither reaches the other (no peer access, NVML's P2P status not OK), the
+ * peer copy goes through the client, and streams of each device are ordered by an event of the
+ * other (`apart_streams`). Every function is looked up by its exported name in the
  * libcuda.so.1 and libnvidia-ml.so.1 the program loads (the client library, under `gpuless run`). Prints `ok NAME` or `FAIL NAME got X` per check,
  * `device K: NAME uuid[15]=B` per device, and `devices: done` at the end; exits 1 when a check
  * failed, 2 when a symbol is missing or cuInit fails. */
@@ -18,13 +22,17 @@ typedef int CUresult;
 typedef void *CUcontext;
 typedef unsigned long long CUdeviceptr;
 
-/* The client's arena and the first address of device 1's slice. */
+/* The client's arena (1 TiB) and device 1's slice of it: the second of DEVICES_SLICES (2 unless
+ * set: a session across several servers cuts one slice per device each could give). */
 #define ARENA 0x640000000000ull
-#define SLICE1 (ARENA + (1ull << 39))
-#define ARENA_END (ARENA + (1ull << 40))
+static unsigned long long slice_bytes = 1ull << 39;
+#define SLICE1 (ARENA + slice_bytes)
+#define ARENA_END (ARENA + 2 * slice_bytes)
 
 static void *lib;
 static int failed;
+/* The devices are on different servers (DEVICES_APART=1). */
+static int apart;
 
 static void *sym_in(void *from, const char *name) {
   void *p = dlsym(from, name);
@@ -100,7 +108,7 @@ static void nvml_checks(const char *cuda_name, CUresult (*set_current)(CUcontext
   check("nvml_by_bus_1", r == 0 && found == h1, r);
   int st = -1;
   r = p2p(h0, h1, 0, &st); /* NVML_P2P_CAPS_INDEX_READ */
-  check("nvml_p2p_read_0_1", r == 0 && st == 0, r ? r : st);
+  check("nvml_p2p_read_0_1", r == 0 && (apart ? st != 0 : st == 0), r ? r : st);
   /* Free memory is the server's answer for the current device: device 0's (the stand-in's
    * cuMemAlloc heap holds something there), then device 1's (nothing: all free); another
    * device's is not answered (NVML_ERROR_NOT_SUPPORTED). */
@@ -110,7 +118,8 @@ static void nvml_checks(const char *cuda_name, CUresult (*set_current)(CUcontext
   r = set_current(ctx1);
   memset(&mem, 0, sizeof mem);
   if (!r) r = memory(h1, &mem);
-  check("nvml_memory_1", r == 0 && mem.total > 0 && mem.free == mem.total, r ? r : (int)(mem.total - mem.free));
+  /* (Another server's stand-in keeps its own heap: device 1's there is its own business.) */
+  check("nvml_memory_1", r == 0 && mem.total > 0 && (apart || mem.free == mem.total), r ? r : (int)(mem.total - mem.free));
   r = memory(h0, &mem);
   check("nvml_memory_other", r == 3, r);
   set_current(ctx0);
@@ -118,8 +127,56 @@ static void nvml_checks(const char *cuda_name, CUresult (*set_current)(CUcontext
   check("nvml_shutdown", r == 0, r);
 }
 
+typedef void *CUstream;
+typedef void *CUevent;
+
+/* Devices on different servers: an upload on device 1's stream, an event there that device 0's
+ * stream waits for, an asynchronous copy to device 0 on that stream, the bytes back; an event
+ * of device 0 recorded on device 1's stream is refused (nothing runs it). */
+static void apart_streams(CUcontext ctx0, CUcontext ctx1, CUdeviceptr buf0, CUdeviceptr buf1) {
+  CUresult (*set_current)(CUcontext) = sym("cuCtxSetCurrent");
+  CUresult (*stream_create)(CUstream *, unsigned) = sym("cuStreamCreate");
+  CUresult (*event_create)(CUevent *, unsigned) = sym("cuEventCreate");
+  CUresult (*event_record)(CUevent, CUstream) = sym("cuEventRecord");
+  CUresult (*wait_event)(CUstream, CUevent, unsigned) = sym("cuStreamWaitEvent");
+  CUresult (*htod_async)(CUdeviceptr, const void *, size_t, CUstream) = sym("cuMemcpyHtoDAsync_v2");
+  CUresult (*copy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream) = sym("cuMemcpyAsync");
+  CUresult (*stream_sync)(CUstream) = sym("cuStreamSynchronize");
+  CUresult (*dtoh)(void *, CUdeviceptr, size_t) = sym("cuMemcpyDtoH_v2");
+  enum { N = 4096 };
+  static unsigned char in[N], out[N];
+  for (int i = 0; i < N; i++) in[i] = (unsigned char)(i * 13 + 5);
+  CUstream s0 = NULL, s1 = NULL;
+  CUevent e0 = NULL, e1 = NULL;
+  CUresult r = set_current(ctx1);
+  if (!r) r = stream_create(&s1, 1);
+  if (!r) r = event_create(&e1, 0);
+  if (!r) r = htod_async(buf1, in, N, s1);
+  if (!r) r = event_record(e1, s1);
+  check("apart_upload_1", r == 0, r);
+  r = set_current(ctx0);
+  if (!r) r = stream_create(&s0, 1);
+  if (!r) r = event_create(&e0, 0);
+  check("apart_stream_0", r == 0, r);
+  r = wait_event(s0, e1, 0);
+  check("apart_wait_event", r == 0, r);
+  r = copy_async(buf0, buf1, N, s0);
+  check("apart_copy_async", r == 0, r);
+  r = stream_sync(s0);
+  if (!r) r = dtoh(out, buf0, N);
+  int first = -1;
+  for (int i = 0; i < N && first < 0; i++)
+    if (in[i] != out[i]) first = i;
+  check("apart_round_trip", r == 0 && first < 0, r ? r : first);
+  r = event_record(e0, s1);
+  check("apart_record_refused", r == 801, r); /* CUDA_ERROR_NOT_SUPPORTED */
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  apart = getenv("DEVICES_APART") && atoi(getenv("DEVICES_APART"));
+  if (getenv("DEVICES_SLICES") && atoi(getenv("DEVICES_SLICES")) > 0)
+    slice_bytes = (1ull << 40) / (unsigned long long)atoi(getenv("DEVICES_SLICES"));
   lib = dlopen("libcuda.so.1", RTLD_NOW);
   if (!lib) {
     fprintf(stderr, "FAILED dlopen %s\n", dlerror());
@@ -171,13 +228,13 @@ int main(void) {
 
   int can = -1;
   r = can_access(&can, 0, 1);
-  check("can_access_0_1", r == 0 && can == 1, r ? r : can);
+  check("can_access_0_1", r == 0 && can == !apart, r ? r : can);
   can = -1;
   r = can_access(&can, 0, 0);
   check("can_access_0_0", r == 0 && can == 0, r ? r : can);
   int v = -1;
   r = p2p_attribute(&v, 2, 0, 1); /* CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED */
-  check("p2p_access_supported_0_1", r == 0 && v == 1, r ? r : v);
+  check("p2p_access_supported_0_1", r == 0 && v == !apart, r ? r : v);
   r = p2p_attribute(&v, 2, 0, 0);
   check("p2p_attribute_0_0", r == 101, r);
 
@@ -214,14 +271,15 @@ int main(void) {
   check("round_trip", first < 0, first);
 
   r = enable_peer(ctx1, 0);
-  check("enable_peer", r == 0, r);
+  check("enable_peer", r == (apart ? 217 : 0), r); /* CUDA_ERROR_PEER_ACCESS_UNSUPPORTED */
   r = enable_peer(ctx1, 0);
-  check("enable_peer_again", r == 704, r); /* CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED */
+  check("enable_peer_again", r == (apart ? 217 : 704), r); /* CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED */
   r = disable_peer(ctx1);
-  check("disable_peer", r == 0, r);
+  check("disable_peer", r == (apart ? 705 : 0), r);
   r = disable_peer(ctx1);
   check("disable_peer_again", r == 705, r); /* CUDA_ERROR_PEER_ACCESS_NOT_ENABLED */
 
+  if (apart) apart_streams(ctx0, ctx1, buf0, buf1);
   r = mem_free(buf0);
   if (!r) r = mem_free(buf1);
   check("free", r == 0, r);

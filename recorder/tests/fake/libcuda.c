@@ -76,8 +76,12 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
   /* A real GPU's launch limits (threads per block, block and grid dimensions), sm_90, 1 else;
    * the PCI bus (33) tells devices apart. */
   static const int limits[] = {0, 1024, 1024, 1024, 64, 2147483647, 65535, 65535};
+  int n = 0;
+  const char *gpu = dev_entry(dev_of(dev), &n);
   if (bad_dev(dev)) return 101;
-  *v = attr >= 1 && attr <= 7 ? limits[attr] : attr == 75 ? 9 : attr == 76 ? 0 : attr == 33 ? 1 + dev_of(dev) : 1;
+  /* The bus of the GPU CUDA_VISIBLE_DEVICES names: executors of two servers differ. */
+  int bus = 1 + (gpu ? atoi(gpu) : dev_of(dev));
+  *v = attr >= 1 && attr <= 7 ? limits[attr] : attr == 75 ? 9 : attr == 76 ? 0 : attr == 33 ? bus : 1;
   return 0; }
 CUresult cuDeviceGetUuid_v2(unsigned char *u, int dev) {
   int n = 0;

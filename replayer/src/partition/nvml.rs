@@ -255,6 +255,35 @@ pub fn nvlinks(uuids: &[String]) -> Vec<gpuless_traces::protocol::NvLinkFact> {
         .collect()
 }
 
+/// `nvmlGpuP2PCapsIndex_t`: read, write, NVLink, atomics, PCI properties.
+pub const P2P_INDICES: [u32; 5] = [0, 1, 2, 3, 4];
+
+/// What NVML answers `nvmlDeviceGetP2PStatus` for every ordered pair of the devices (each named
+/// by its UUIDs, first that NVML knows), a device with itself included, at every index of
+/// [`P2P_INDICES`]: `(src, dst, index, status)`, where NVML answers. (The driver answers a
+/// device with itself OK, and PCI properties between NVLink-connected GPUs NOT_SUPPORTED:
+/// the client repeats the server's own answers rather than derive them.)
+pub fn p2p_statuses(devices: &[Vec<String>]) -> Vec<(u32, u32, u32, u32)> {
+    let Ok(nvml) = init(None) else { return Vec::new() };
+    let handles: Vec<_> =
+        devices.iter().map(|uuids| uuids.iter().find_map(|u| nvml.device_by_uuid(u.as_str()).ok())).collect();
+    let lib = nvml.lib();
+    let mut out = Vec::new();
+    for (i, a) in handles.iter().enumerate() {
+        for (j, b) in handles.iter().enumerate() {
+            let (Some(a), Some(b)) = (a, b) else { continue };
+            for idx in P2P_INDICES {
+                let mut st = 0;
+                // SAFETY: live device handles and a valid out-pointer.
+                if unsafe { lib.nvmlDeviceGetP2PStatus(a.handle(), b.handle(), idx, &mut st) } == 0 {
+                    out.push((i as u32, j as u32, idx, st));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Records a failed query as a warning and yields `None`.
 fn note<T>(warnings: &mut Vec<String>, call: &str, r: Result<T, NvmlError>) -> Option<T> {
     match r {

@@ -22,6 +22,11 @@ pub struct Carried {
 }
 
 impl Carried {
+    /// The arena the memory lies in (base, size), if any.
+    pub fn arena(&self) -> Option<(u64, u64)> {
+        self.mem.arena_range()
+    }
+
     /// Lets the memory go (the executor ends, or serves another program).
     pub fn give_back(self) {
         self.mem.give_back();

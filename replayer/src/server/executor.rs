@@ -141,7 +141,13 @@ pub fn run(mut setup: Setup) -> i32 {
         // Only a session of the same function, without an arena of its own, finds the function
         // set up, and only a session of the same program its uploads; anything else starts
         // from nothing (what was kept is let go first).
-        let (functions, carried) = kept::take(kept.take(), announced.as_deref(), program.as_deref(), client_arena);
+        let (functions, carried) = kept::take(
+            kept.take(),
+            announced.as_deref(),
+            program.as_deref(),
+            client_arena,
+            Some((hello.arena_base, hello.arena_size)),
+        );
         // (A function kept set up is the same tenant's: the manager hands it to no other.)
         let functions = functions.unwrap_or_else(|| {
             Functions::new(&setup.cache, &start.tenant, setup.device, setup.memory_limit, client_arena)

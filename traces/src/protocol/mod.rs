@@ -30,7 +30,7 @@ pub use client::{connect, Connection, Endpoint, Traffic};
 pub use frame::{read_frame, read_header, read_payload, write_frame, FrameHeader, FRAME_HEADER_LEN, MAX_FRAME};
 pub use message::{
     Answer, CallError, DeviceDescription, Hello, HostCall, Message, MoreDevices, NvLinkFact, NvmlFacts, Outputs,
-    PartitionInfo, PartitionRequest, PeerFact, Priority, QueryResult, SessionStats, Welcome,
+    PartitionInfo, PartitionRequest, PeerFact, Priority, QueryResult, SessionStats, Welcome, NVML_P2P_STATUS,
 };
 
 /// The protocol version this build speaks. A server refuses any other.

@@ -28,7 +28,7 @@ mod graphs;
 mod pools;
 
 use arrays::{array_descriptor, remember_array};
-pub(crate) use contexts::{current_context, current_device, destroyed, primary_context, primary_of};
+pub(crate) use contexts::{current_context, current_device, destroyed, device_of, primary_context, primary_of};
 pub(crate) use device::{attr, attr_of, bad_device};
 use graphs::{conditional_node, graph_memory};
 pub(crate) use graphs::{graph_update_failed, write_capture_info};

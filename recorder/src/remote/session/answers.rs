@@ -39,22 +39,29 @@ pub(super) fn print_device_output(bytes: &[u8]) {
 /// As [`call`].
 pub(super) unsafe fn settle(seq: u64, f: &ApiFunction, raw: &[u64]) -> u32 {
     let mut g = lock();
-    let sess = match open_session(&mut g) {
-        Ok(sess) => sess,
-        Err(st) => return st,
-    };
-    sess.waits += 1;
-    *sess.waited_for.entry(f.name).or_insert(0) += 1;
-    sess.push_pull();
-    match sess.send(true) {
-        // SAFETY: forwarded from the caller.
-        Ok(Some(a)) => unsafe { sess.apply(seq, f, raw, a) },
-        Ok(None) => LOST,
-        Err(e) => {
-            sess.fail(&e);
-            LOST
+    // Every server the call went to (code loaded as a library goes to all).
+    for m in super::route::targets() {
+        let sess = match super::member(&mut g, m) {
+            Ok(sess) => sess,
+            Err(st) => return st,
+        };
+        sess.waits += 1;
+        *sess.waited_for.entry(f.name).or_insert(0) += 1;
+        sess.push_pull();
+        let st = match sess.send(true) {
+            // SAFETY: forwarded from the caller.
+            Ok(Some(a)) => unsafe { sess.apply(seq, f, raw, a) },
+            Ok(None) => LOST,
+            Err(e) => {
+                sess.fail(&e);
+                LOST
+            }
+        };
+        if st != 0 {
+            return st;
         }
     }
+    0
 }
 
 /// A call that needs the server's result: sends everything queued with it and waits. The

@@ -9,14 +9,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use gpuless_analyzer::api::structs::MEMORYTYPE_HOST;
 use gpuless_analyzer::api::{ApiFunction, ArgKind, SyncClass};
-use gpuless_traces::protocol::{
-    self, Answer, DeviceDescription, Endpoint, Hello, MoreDevices, PartitionRequest, Priority, Welcome,
-};
+use gpuless_traces::protocol::{self, Answer, DeviceDescription, MoreDevices, Welcome};
 use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, Hash128, Value};
 
 use super::copies::Target;
@@ -27,11 +25,16 @@ use crate::slots::Slot;
 use crate::{arena, capture, state};
 
 mod answers;
+mod connect;
 mod entry;
 mod outgoing;
+pub(crate) mod route;
+mod staged;
+mod stats;
 
 pub(crate) use answers::{ask, tell, wait};
 use answers::{print_device_output, settle, write_query};
+pub(super) use connect::init;
 pub(crate) use entry::proc_address;
 pub(crate) use outgoing::{mirror_host, targets};
 
@@ -121,9 +124,18 @@ struct Session {
     pull: Option<u64>,
     /// Waits that pulled.
     pulls: u64,
-    /// The device the last record was sent for (a session of several devices).
+    /// Its index among the servers' sessions ([`route`]).
+    member: usize,
+    /// The device the last record was sent for (a session of several devices), within this
+    /// server's session.
     device: u32,
 }
+
+/// The sessions the client holds: one per server, in the order the endpoints were given (one
+/// for the usual single server). Calls go to one of them ([`route`]).
+type Members = Vec<Session>;
+/// The sessions, locked.
+type Guard = MutexGuard<'static, Option<Result<Members, u32>>>;
 
 /// The session's state for the hot path, read without the lock: 0 before `cuInit`, 1
 /// running, 2 lost (every call fails with `LOST`), or a `CUresult` ≥ 100 `cuInit` failed with.
@@ -142,7 +154,7 @@ extern "C" fn in_child() {
 }
 
 /// `None` before `cuInit`; `Some(Err(code))` when it failed.
-static SESSION: Mutex<Option<Result<Session, u32>>> = Mutex::new(None);
+static SESSION: Mutex<Option<Result<Members, u32>>> = Mutex::new(None);
 /// The device description, readable without the session's lock.
 static DEVICE: OnceLock<DeviceDescription> = OnceLock::new();
 /// The session's further devices (a session of several GPUs).
@@ -168,10 +180,11 @@ pub(crate) fn more() -> Option<&'static MoreDevices> {
 
 /// Whether the session runs on a MIG instance (its device's UUID is the instance's).
 pub(crate) fn on_mig() -> bool {
-    matches!(&*lock(), Some(Ok(s)) if s.welcome.partition.kind == "mig")
+    let m = route::current().member;
+    matches!(&*lock(), Some(Ok(v)) if v.get(m).is_some_and(|s| s.welcome.partition.kind == "mig"))
 }
 
-fn lock() -> MutexGuard<'static, Option<Result<Session, u32>>> {
+fn lock() -> Guard {
     SESSION.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -180,163 +193,41 @@ fn timeout() -> Duration {
     Duration::from_secs(s.max(1))
 }
 
-/// `cuInit` (and `nvmlInit`): connects (once) and reserves the arena. 0, or the code every call
-/// then returns.
-pub(super) fn init() -> u32 {
-    let mut g = lock();
-    match &*g {
-        Some(Ok(_)) => return 0,
-        Some(Err(code)) => return *code,
-        None => {}
-    }
-    let endpoint = std::env::var(super::ENV_REMOTE).unwrap_or_default();
-    let r = connect(&endpoint);
-    *g = Some(match r {
-        Ok(s) => {
-            READY.store(1, Ordering::Release);
-            Ok(s)
-        }
-        Err(why) => {
-            eprintln!("gpuless: cannot use the GPU server at {endpoint}: {why}; the program sees no CUDA device");
-            let _ = UNREACHED.set((endpoint.clone(), why));
-            READY.store(NO_DEVICE, Ordering::Release);
-            Err(NO_DEVICE)
-        }
-    });
-    drop(g);
-    crate::exits::note_owner();
-    // SAFETY: registering plain extern "C" functions with the C library.
-    unsafe {
-        libc::atexit(at_exit);
-        libc::pthread_atfork(None, None, Some(in_child));
-    }
-    // A signal that ends the program (SIGTERM, a crash) ends the session as the exit would.
-    crate::signals::install();
-    if DEVICE.get().is_none() {
-        return NO_DEVICE;
-    }
-    let us = std::env::var(ENV_FLUSH_US).ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(100);
-    if us > 0 {
-        let _ =
-            std::thread::Builder::new().name("gpuless-flush".into()).spawn(move || flusher(Duration::from_micros(us)));
-    }
-    if state::enabled() {
-        // `gpuless record --remote`: the trace opens now, described by the session's device.
-        state::open(true);
-    }
-    0
-}
-
-fn connect(endpoint: &str) -> Result<Session, String> {
-    let named: Vec<u32> = std::env::var(ENV_GPU)
-        .unwrap_or_default()
-        .split(',')
-        .filter(|v| !v.trim().is_empty())
-        .map(|v| v.trim().parse().map_err(|_| format!("{ENV_GPU}={v:?} is not a GPU number")))
-        .collect::<Result<_, _>>()?;
-    let asked: u32 = match std::env::var(ENV_GPUS) {
-        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| format!("{ENV_GPUS}={v:?} is not a count"))?,
-        _ => 0,
-    };
-    let devices = asked.max(named.len() as u32).max(1);
-    if !named.is_empty() && asked > 1 && named.len() as u32 != asked {
-        return Err(format!("{ENV_GPUS}={asked} but {} GPUs named in {ENV_GPU}", named.len()));
-    }
-    // Each device allocates from its own slice of the arena.
-    arena::split_among(devices);
-    let (base, size) = arena::reserve().unwrap_or((0, 0));
-    let t = timeout();
-    let ep = Endpoint::parse(endpoint);
-    let mut conn = protocol::connect(&ep, t.min(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    conn.set_timeout(Some(t)).map_err(|e| e.to_string())?;
-    let program = std::env::args().take(4).collect::<Vec<_>>().join(" ");
-    let hello = Hello {
-        protocol: protocol::PROTOCOL_VERSION,
-        tool: format!("gpuless {} (client)", env!("CARGO_PKG_VERSION")),
-        token: std::env::var(ENV_TOKEN).unwrap_or_default(),
-        partition: PartitionRequest::parse(&std::env::var(ENV_PARTITION).unwrap_or_default()),
-        priority: if std::env::var(ENV_PRIORITY).is_ok_and(|v| v == "best-effort") {
-            Priority::BestEffort
-        } else {
-            Priority::LatencyCritical
-        },
-        arena_base: base,
-        arena_size: size,
-        recorded_sm: 0,
-        program,
-        // A live program's records go as it makes them.
-        whole_segments: false,
-        gpu: named.first().copied(),
-        devices: if devices > 1 { devices } else { 0 },
-        more_gpus: named.iter().skip(1).copied().collect(),
-    };
-    let welcome = conn.handshake(&hello).map_err(|e| e.to_string())?;
-    if welcome.more.count() != devices {
-        return Err(format!(
-            "{devices} GPUs asked for, the server gave {} (a server older than sessions of several GPUs?)",
-            welcome.more.count()
-        ));
-    }
-    let _ = MORE.set(welcome.more.clone());
-    state::set_device_sm(welcome.device.sm());
-    let _ = DEVICE.set(welcome.device.clone());
-    let cached_execution = welcome.cached_execution;
-    Ok(Session {
-        endpoint: endpoint.to_string(),
-        conn: Some(Arc::new(Mutex::new(conn))),
-        welcome,
-        pending: Vec::new(),
-        new_blobs: Vec::new(),
-        held: HashSet::new(),
-        outstanding: false,
-        complete: HashSet::new(),
-        unanswered: false,
-        failed: None,
-        closed: false,
-        sent: 0,
-        waits: 0,
-        waited_for: HashMap::new(),
-        server_exec_us: 0,
-        sent_since: 0,
-        refs: Vec::new(),
-        pieces: super::pieces::ClientPieces::new(cached_execution),
-        pull: None,
-        pulls: 0,
-        device: 0,
-    })
-}
-
-/// The session's connection, if it runs.
-pub(crate) fn link() -> Option<Link> {
+/// Every server's connection, while the session runs.
+pub(crate) fn links() -> Vec<Link> {
     match &*lock() {
-        Some(Ok(s)) if s.failed.is_none() && !s.closed => s.conn.clone(),
-        _ => None,
+        Some(Ok(v)) => v.iter().filter(|s| s.failed.is_none() && !s.closed).filter_map(|s| s.conn.clone()).collect(),
+        _ => Vec::new(),
     }
 }
 
 /// Whether the session is over (closed, failed or never started).
 pub(crate) fn ended() -> bool {
-    !matches!(&*lock(), Some(Ok(s)) if s.failed.is_none() && !s.closed)
+    !matches!(&*lock(), Some(Ok(v)) if v.iter().all(|s| s.failed.is_none() && !s.closed))
 }
 
-/// The connection broke outside a call (`why`): every later call fails.
+/// A connection broke outside a call (`why`): every later call fails.
 pub(crate) fn lost(why: &str) {
-    if let Some(Ok(sess)) = lock().as_mut() {
-        sess.fail(why);
+    if let Some(Ok(v)) = lock().as_mut() {
+        for sess in v.iter_mut() {
+            sess.fail(why);
+        }
     }
 }
 
-/// Sends what is queued now, without waiting for an answer.
+/// Sends what is queued now, to every server, without waiting for an answer.
 pub(crate) fn send_pending() {
-    drop(send_queued(lock()));
+    let mut g = lock();
+    for m in 0..route::members() {
+        g = send_queued(g, m);
+    }
 }
 
-/// Sends what the session holds queued (the session's lock `g` is let go while the segment is
+/// Sends what member `m` holds queued (the session's lock `g` is let go while the segment is
 /// written) and takes the lock again.
-fn send_queued(
-    mut g: MutexGuard<'static, Option<Result<Session, u32>>>,
-) -> MutexGuard<'static, Option<Result<Session, u32>>> {
-    let Some(Ok(sess)) = g.as_mut() else { return g };
+fn send_queued(mut g: Guard, m: usize) -> Guard {
+    let Some(Ok(sess)) = g.as_mut().map(|r| r.as_mut().map(|v| v.get_mut(m))) else { return g };
+    let Some(sess) = sess else { return g };
     if sess.failed.is_some() || sess.closed || sess.sendable() == 0 {
         return g;
     }
@@ -348,8 +239,10 @@ fn send_queued(
     let r = link::transmit(&mut conn, &out, false);
     drop(conn);
     let mut g = lock();
-    if let (Err(e), Some(Ok(sess))) = (r, g.as_mut()) {
-        sess.fail(&e);
+    if let (Err(e), Some(Ok(v))) = (r, g.as_mut()) {
+        if let Some(sess) = v.get_mut(m) {
+            sess.fail(&e);
+        }
     }
     g
 }
@@ -363,19 +256,21 @@ fn flusher(after: Duration) {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     let mut g = lock();
     loop {
-        let idle = |s: &mut Option<Result<Session, u32>>| match s {
-            Some(Ok(sess)) => sess.sendable() == 0 && sess.failed.is_none() && !sess.closed,
+        let idle = |s: &mut Option<Result<Members, u32>>| match s {
+            Some(Ok(v)) => v.iter().all(|sess| sess.sendable() == 0 && sess.failed.is_none() && !sess.closed),
             _ => false,
         };
         g = FLUSH.wait_while(g, idle).unwrap_or_else(|e| e.into_inner());
         drop(g);
         std::thread::sleep(after);
         g = lock();
-        let Some(Ok(sess)) = g.as_mut() else { return };
-        if sess.failed.is_some() || sess.closed {
+        let Some(Ok(v)) = g.as_mut() else { return };
+        if v.iter().any(|sess| sess.failed.is_some() || sess.closed) {
             return;
         }
-        g = send_queued(g);
+        for m in 0..v.len() {
+            g = send_queued(g, m);
+        }
     }
 }
 
@@ -434,6 +329,14 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     if let gpuless_analyzer::api::Disposition::Refused(r) = f.disposition {
         return local::bad_device(f, raw).unwrap_or_else(|| local::refused(f, r.why()));
     }
+    // Which server runs it (a session across several servers, `route.rs`).
+    let (to, all) = match route::decide(f, raw) {
+        route::Decision::One(r) => (r, false),
+        route::Decision::All(r) => (r, true),
+        // SAFETY: forwarded from the caller.
+        route::Decision::Apart => return unsafe { staged::apart(f, raw) },
+    };
+    let _entered = route::enter(to, all);
     let mut send = f.sent_by_client();
     // `gpuless record --remote`: every call is recorded too, as a local recording would.
     let tracing = state::enabled();
@@ -576,6 +479,10 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
             (st, seq)
         }
     };
+    if st == 0 {
+        // SAFETY: the program's out-pointers, written by the call that succeeded.
+        unsafe { route::created(f, raw) };
+    }
     if tracing {
         let results = traced.unwrap_or_else(|| unsafe { capture::outputs(f, raw, st) });
         let mut rec = record(slot, f, seq.unwrap_or_else(state::next_seq), kept, results);
@@ -614,13 +521,22 @@ fn record(slot: usize, f: &ApiFunction, seq: u64, args: Vec<Value>, results: Vec
     }
 }
 
-/// The running session, or the status a call gets without one: `NOT_INITIALIZED` before
-/// `cuInit`, `LOST` after a failure, success (nothing to do) once closed at exit.
-fn open_session<'a>(g: &'a mut MutexGuard<'static, Option<Result<Session, u32>>>) -> Result<&'a mut Session, u32> {
+/// The running session with the server the calling thread's call goes to ([`route::current`]),
+/// or the status a call gets without one: `NOT_INITIALIZED` before `cuInit`, `LOST` after a
+/// failure, success (nothing to do) once closed at exit.
+fn open_session(g: &mut Guard) -> Result<&mut Session, u32> {
+    member(g, route::current().member)
+}
+
+/// Member `m`'s running session, or the status a call gets without one (as [`open_session`]).
+fn member(g: &mut Guard, m: usize) -> Result<&mut Session, u32> {
     match g.as_mut() {
-        Some(Ok(sess)) if sess.closed => Err(0),
-        Some(Ok(sess)) if sess.failed.is_some() => Err(LOST),
-        Some(Ok(sess)) => Ok(sess),
+        Some(Ok(v)) => match v.get_mut(m) {
+            Some(sess) if sess.closed => Err(0),
+            Some(sess) if sess.failed.is_some() => Err(LOST),
+            Some(sess) => Ok(sess),
+            None => Err(LOST),
+        },
         _ => Err(NOT_INITIALIZED),
     }
 }
@@ -635,26 +551,33 @@ fn push(
     d2h: Option<(Target, bool)>,
 ) -> (u32, Option<u64>) {
     let mut g = lock();
-    let sess = match open_session(&mut g) {
-        Ok(sess) => sess,
-        Err(st) => return (st, None),
-    };
-    sess.before_record();
     let seq = state::next_seq();
-    let was = sess.sendable();
-    sess.pending.push(record(slot, f, seq, args, results));
-    sess.pieces.pushed(&mut sess.pending, &mut sess.refs);
-    if was == 0 && sess.sendable() > 0 {
-        FLUSH.notify_one();
+    let mut rec = Some(record(slot, f, seq, args, results));
+    let members = route::targets();
+    let last = members.end - 1;
+    for m in members {
+        let sess = match member(&mut g, m) {
+            Ok(sess) => sess,
+            Err(st) => return (st, None),
+        };
+        sess.before_record();
+        let was = sess.sendable();
+        // Code loaded as a library goes to every server: a copy of the record each.
+        let r = if m == last { rec.take() } else { rec.clone() };
+        sess.pending.extend(r);
+        sess.pieces.pushed(&mut sess.pending, &mut sess.refs);
+        if was == 0 && sess.sendable() > 0 {
+            FLUSH.notify_one();
+        }
+        if sess.pending.len() >= batch() {
+            if let Err(e) = sess.send(false) {
+                sess.fail(&e);
+                return (LOST, Some(seq));
+            }
+        }
     }
     if let Some((target, captured)) = d2h {
         targets().add(seq, target, captured);
-    }
-    if sess.pending.len() >= batch() {
-        if let Err(e) = sess.send(false) {
-            sess.fail(&e);
-            return (LOST, Some(seq));
-        }
     }
     (0, Some(seq))
 }
@@ -727,9 +650,11 @@ pub(crate) fn blob(kind: BlobKind, data: &[u8]) -> Value {
     let hash = Hash128::of(data);
     let r = BlobRef { hash, len: data.len() as u64 };
     let mut g = lock();
-    if let Some(Ok(sess)) = g.as_mut() {
-        if !sess.held.contains(&hash) && !sess.new_blobs.iter().any(|(h, _)| *h == hash) {
-            sess.new_blobs.push((hash, data.to_vec()));
+    for m in route::targets() {
+        if let Ok(sess) = member(&mut g, m) {
+            if !sess.held.contains(&hash) && !sess.new_blobs.iter().any(|(h, _)| *h == hash) {
+                sess.new_blobs.push((hash, data.to_vec()));
+            }
         }
     }
     Value::Blob(r)
@@ -747,10 +672,10 @@ pub(super) fn finish() {
         return;
     }
     let mut g = lock();
-    if matches!(g.as_ref(), Some(Ok(sess)) if sess.closed) {
+    if matches!(g.as_ref(), Some(Ok(v)) if v.iter().all(|s| s.closed)) {
         return;
     }
-    let Some(Ok(sess)) = g.as_mut() else {
+    let Some(Ok(v)) = g.as_mut() else {
         if let (Some((endpoint, why)), Some(path)) = (UNREACHED.get(), std::env::var_os(ENV_STATS)) {
             let j = serde_json::json!({
                 "endpoint": endpoint,
@@ -762,79 +687,46 @@ pub(super) fn finish() {
         }
         return;
     };
-    if sess.failed.is_none() && (sess.unanswered || !sess.pending.is_empty() || !sess.refs.is_empty()) {
-        sess.waits += 1;
-        match sess.send(true) {
-            Ok(Some(a)) => {
-                for e in a.errors.iter().take(3) {
-                    eprintln!(
-                        "gpuless: call #{} {} failed on the server: {} ({})",
-                        e.seq, e.function, e.message, e.code
-                    );
-                }
-            }
-            Ok(None) => {}
-            Err(e) => sess.fail(&e),
-        }
+    let mut closed = Vec::with_capacity(v.len());
+    for sess in v.iter_mut() {
+        closed.push(sess.close());
     }
-    let mut closed = None;
-    if let Some(conn) = sess.conn.as_ref() {
-        match link::lock(conn).close() {
-            Ok(stats) => closed = Some(stats),
-            Err(e) => eprintln!("gpuless: closing the session: {e}"),
-        }
-    }
-    sess.closed = true;
     FLUSH.notify_all();
-    write_stats(sess, closed.as_ref());
+    stats::write(v, &closed);
     super::waits::write();
     super::tables::print_counts();
 }
 
-/// The counts at exit; `closed`: the server's totals for the session (its `Closed`).
-fn write_stats(sess: &Session, closed: Option<&protocol::SessionStats>) {
-    let Some(path) = std::env::var_os(ENV_STATS) else { return };
-    let t = sess.conn.as_ref().map(|c| link::lock(c).traffic).unwrap_or_default();
-    let c = closed.cloned().unwrap_or_default();
-    let j = serde_json::json!({
-        "endpoint": sess.endpoint,
-        "session": sess.welcome.session,
-        "executor_pid": sess.welcome.executor_pid,
-        "device": sess.welcome.device.name,
-        "gpu": sess.welcome.gpu,
-        "calls": CALLS.load(Ordering::Relaxed),
-        "sent": sess.sent,
-        "local": LOCAL.load(Ordering::Relaxed),
-        "round_trips": t.round_trips,
-        "segments": t.segments,
-        "bytes_up": t.bytes_up,
-        "bytes_down": t.bytes_down,
-        "blob_bytes": t.blob_bytes,
-        "blob_hits": t.blob_hits,
-        "blob_misses": t.blob_misses,
-        "waits": sess.waits,
-        "waits_by_call": sess.waited_for,
-        "memo_hits": super::memo::hits(),
-        // Managed, mapped and mirrored pinned memory (`shared.rs`): allocations shared, their
-        // bytes, dirty pages sent up, waits that pulled.
-        "shared_allocations": super::shared::counts().0,
-        "shared_bytes": super::shared::counts().1,
-        "shared_pages_up": super::shared::counts().2,
-        "pulls": sess.pulls,
-        "server_exec_us": sess.server_exec_us,
-        // Cached-trace execution on the server (zero where it is off).
-        "pieces_graph": c.pieces_graph,
-        "pieces_captured": c.pieces_captured,
-        "pieces_eager": c.pieces_eager,
-        "records_graph": c.records_graph,
-        // Pieces this client sent by reference (a key instead of their records).
-        "pieces_by_reference": sess.pieces.refs,
-        "records_by_reference": sess.pieces.records_saved,
-        "call_us": CALL_NS.load(Ordering::Relaxed) / 1000,
-        "wait_us": link::WAIT_NS.load(Ordering::Relaxed) / 1000,
-        "failed": sess.failed,
-        // The library said the failure on stderr when it happened (`fail`).
-        "failure_said": sess.failed.is_some(),
-    });
-    let _ = std::fs::write(path, format!("{j}\n"));
+impl Session {
+    /// The last answer (errors the program never synchronized for are said), then the session
+    /// closed; the server's totals for it (its `Closed`).
+    fn close(&mut self) -> Option<protocol::SessionStats> {
+        if self.closed {
+            return None;
+        }
+        if self.failed.is_none() && (self.unanswered || !self.pending.is_empty() || !self.refs.is_empty()) {
+            self.waits += 1;
+            match self.send(true) {
+                Ok(Some(a)) => {
+                    for e in a.errors.iter().take(3) {
+                        eprintln!(
+                            "gpuless: call #{} {} failed on the server: {} ({})",
+                            e.seq, e.function, e.message, e.code
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => self.fail(&e),
+            }
+        }
+        let mut closed = None;
+        if let Some(conn) = self.conn.as_ref() {
+            match link::lock(conn).close() {
+                Ok(stats) => closed = Some(stats),
+                Err(e) => eprintln!("gpuless: closing the session at {}: {e}", self.endpoint),
+            }
+        }
+        self.closed = true;
+        closed
+    }
 }

@@ -92,7 +92,7 @@ impl Session {
         if self.welcome.more.devices.is_empty() {
             return;
         }
-        let d = crate::remote::local::current_device();
+        let d = super::route::current().device;
         if d != self.device {
             self.device = d;
             self.push_other(gpuless_traces::devices::SET_DEVICE, vec![Value::Size(u64::from(d))]);
@@ -104,7 +104,11 @@ impl Session {
         if !crate::remote::shared::dirty() {
             return;
         }
-        for (addr, bytes) in crate::remote::shared::take_dirty() {
+        // Each server's own: the allocation's address says its device (`route.rs`).
+        let me = self.member;
+        let mine =
+            |start: u64| super::route::device_of_address(start).map_or(0, |d| super::route::split(d).member) == me;
+        for (addr, bytes) in crate::remote::shared::take_dirty(mine) {
             let data = self.keep_blob(BlobKind::HostToDevice, &bytes);
             self.push_other(gpuless_traces::hostview::HOST_MEMORY, vec![Value::DevPtr(addr), data]);
         }

@@ -1,9 +1,9 @@
 //! What an executor started for a session of several GPUs says of them in its `Ready` (and
 //! so in the session's `Welcome`): devices 1.. described as device 0 is, with their NVML facts,
-//! every pair's peer facts, every device's active NVLinks (the topology NCCL reads from a
+//! every pair's peer facts (the driver's and NVML's P2P statuses), every device's active NVLinks (the topology NCCL reads from a
 //! client's NVML), and the server's numbers of the GPUs.
 
-use gpuless_traces::protocol::{DeviceDescription, MoreDevices, NvLinkFact};
+use gpuless_traces::protocol::{DeviceDescription, MoreDevices, NvLinkFact, PeerFact};
 
 /// The further devices of this executor's process (none where it sees one), `device` being
 /// device 0.
@@ -21,6 +21,17 @@ pub(super) fn describe(device: &DeviceDescription, memory_limit: Option<u64>) ->
             for l in crate::partition::nvml::nvlinks(&[d.nvml_uuid(false)]) {
                 more.links.push(NvLinkFact { device: k as u32, ..l });
             }
+        }
+        // NVML's own P2P statuses (NCCL reads them from a client's NVML).
+        let uuids: Vec<Vec<String>> =
+            std::iter::once(device).chain(&more.devices).map(|d| vec![d.nvml_uuid(false), d.nvml_uuid(true)]).collect();
+        for (src, dst, index, status) in crate::partition::nvml::p2p_statuses(&uuids) {
+            more.peers.push(PeerFact {
+                src,
+                dst,
+                attr: gpuless_traces::protocol::NVML_P2P_STATUS + index,
+                value: status as i32,
+            });
         }
         eprintln!(
             "gpuless executor: {} devices, {} active NVLinks, {} peer facts",

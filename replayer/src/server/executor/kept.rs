@@ -27,13 +27,18 @@ pub(super) fn take(
     announced: Option<&str>,
     program: Option<&str>,
     client_arena: bool,
+    arena: Option<(u64, u64)>,
 ) -> (Option<Functions>, Option<Carried>) {
     match kept.map(|(k, _)| k) {
         Some(Kept::Function(mut f)) if !client_arena && announced.is_some() && f.prepared_name() == announced => {
             f.reuse();
             (Some(*f), None)
         }
-        Some(Kept::Program { program: p, carried }) if program == Some(p.as_str()) => (None, Some(*carried)),
+        // Its memory is at its arena's addresses: a session over another arena (a server of a
+        // session across several servers gets a part of the client's) starts from nothing.
+        Some(Kept::Program { program: p, carried }) if program == Some(p.as_str()) && carried.arena() == arena => {
+            (None, Some(*carried))
+        }
         Some(Kept::Program { carried, .. }) => {
             carried.give_back();
             (None, None)

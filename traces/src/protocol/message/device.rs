@@ -111,6 +111,10 @@ pub struct NvLinkFact {
     pub remote_type: u32,
 }
 
+/// A [`PeerFact`]'s `attr` at `NVML_P2P_STATUS + i`: what the server's NVML answered
+/// `nvmlDeviceGetP2PStatus` for the pair at `nvmlGpuP2PCapsIndex_t` `i` (its status as the value).
+pub const NVML_P2P_STATUS: u32 = 0x100;
+
 /// A session's devices after its first (ordinals 1, 2, …): each one's description and the
 /// server's GPU it is, and what every ordered pair of the session's devices can do. Empty for
 /// a session of one device.

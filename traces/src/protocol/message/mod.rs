@@ -5,7 +5,7 @@ use super::{ProtocolError, HELLO_MAGIC};
 use crate::model::Hash128;
 
 mod device;
-pub use device::{DeviceDescription, MoreDevices, NvLinkFact, NvmlFacts, PartitionInfo, PeerFact};
+pub use device::{DeviceDescription, MoreDevices, NvLinkFact, NvmlFacts, PartitionInfo, PeerFact, NVML_P2P_STATUS};
 
 /// Which part of a GPU a session asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
