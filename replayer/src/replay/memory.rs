@@ -43,6 +43,10 @@ enum Kind {
 struct Arena {
     base: u64,
     size: u64,
+    /// The reservation holding it, freed with it: the arena itself, or the early reservation of
+    /// the default range it lies in (a server of a session across several servers gets a part
+    /// of the client's arena).
+    held: (u64, u64),
 }
 
 /// All allocations, keyed by recorded base address.
@@ -205,8 +209,10 @@ impl Memory {
     pub fn reserve_arena(&mut self, base: u64, size: u64) -> Option<String> {
         let early = EARLY.lock().ok().and_then(|mut e| e.take());
         if let Some((b, n)) = early {
-            if (b, n) == (base, size) {
-                self.arena = Some(Arena { base, size });
+            // The range, or a part of it (reserving a part again once a context is up may find
+            // the driver's heaps there).
+            if base >= b && size > 0 && base.saturating_add(size) <= b.saturating_add(n) {
+                self.arena = Some(Arena { base, size, held: (b, n) });
                 return None;
             }
             // SAFETY: the early reservation is not the trace's arena: give it back.
@@ -232,7 +238,7 @@ impl Memory {
                 base.saturating_add(size)
             ));
         }
-        self.arena = Some(Arena { base, size });
+        self.arena = Some(Arena { base, size, held: (base, size) });
         None
     }
 
@@ -651,7 +657,7 @@ impl Memory {
         }
         if let Some(a) = self.arena.take() {
             // SAFETY: our reservation, nothing mapped in it any more.
-            unsafe { sys::cuMemAddressFree(a.base, a.size as usize) };
+            unsafe { sys::cuMemAddressFree(a.held.0, a.held.1 as usize) };
         }
     }
 

@@ -186,6 +186,11 @@ impl Manager {
                         (!warm, sessions, std::cmp::Reverse(free), self.gpus[*p].index)
                     });
                 }
+                // Several GPUs not named: the placement picks which, their numbers the order (the
+                // program's device 0 is the lowest, as on the machine itself).
+                if !named && wanted > 1 && ranked.len() >= wanted {
+                    ranked[..wanted].sort_by_key(|(p, _, _)| self.gpus[*p].index);
+                }
                 let best = (ranked.len() >= wanted).then(|| ranked[0]);
                 let more: Vec<usize> = ranked.iter().skip(1).take(wanted - 1).map(|c| c.0).collect();
                 if let (true, Some((p, spec, sms))) = (room, best) {
