@@ -201,3 +201,31 @@ fn a_list_of_servers_that_all_refuse_gives_no_device() {
     assert_ne!(code, 0);
     assert!(err.contains("--gpu names GPUs of one server"), "{err}");
 }
+
+/// Two stand-in servers of two "GPUs" each as one list of four devices (`--gpus 2` from each):
+/// the program's own virtual memory on device 2 — the second server's device 0 — with the
+/// memory's location, the access descriptors and a device argument numbered as that server
+/// numbers its devices (the stand-in refuses an ordinal past its two).
+#[test]
+fn device_ordinals_reach_each_server_in_its_own_numbering() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "apart_vmm", &["-ldl"]);
+    let a = two_gpu_server(dir.path(), &libdir);
+    let b = two_gpu_server(dir.path(), &libdir);
+    let ran = run_client_at(&format!("{},{}", a.tcp, b.tcp), &["--gpus", "2"], &prog, &[], &[]);
+    let (out, err) = (&ran.stdout, &ran.stderr);
+    assert!(ran.ok, "stdout:\n{out}\nstderr:\n{err}");
+    for check in [
+        "count_4",
+        "device_2_current",
+        "vmm_create_on_2",
+        "vmm_map",
+        "vmm_set_access_2",
+        "vmm_round_trip",
+        "vmm_release",
+        "reset_2",
+    ] {
+        ran.has(&format!("ok {check}"));
+    }
+    ran.has("apart_vmm: done");
+}

@@ -54,11 +54,14 @@ static void *primary(int d) { return d <= 0 ? (void *)&ctx_token : (void *)&more
 static int ctx_dev(const void *c) {
   for (int k = 0; k < ndev; k++) if (c == primary(k)) return k;
   return -1; }
+/* A server of a session across several servers holds a part of the client's arena (a quarter
+ * of it at most, in CI): each part's memory starts at the start of a heap. */
+#define PART (1ull << 38)
 /* Whether [p, p + n) lies in one device's heap in the arena. */
 static int in_arena_heap(CUdeviceptr p, size_t n) {
   if (p < ARENA) return 0;
   unsigned long long off = p - ARENA, k = off / slice;
-  return k < (unsigned)ndev && k < MEMDEV && off % slice + n <= sizeof heap; }
+  return k < (unsigned)ndev && k < MEMDEV && off % slice % PART + n <= sizeof heap; }
 
 CUresult cuInit(unsigned flags) { (void)flags; return 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
@@ -106,7 +109,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 static unsigned char *host(CUdeviceptr p) {
   if (p >= 0x7e0000000000ull) return heap + (p - 0x7e0000000000ull);
   unsigned long long off = p - ARENA, k = off / slice;
-  return k >= 1 && k < (unsigned)ndev && k < MEMDEV ? more_heap[k - 1] + off % slice : heap + off; }
+  return k >= 1 && k < (unsigned)ndev && k < MEMDEV ? more_heap[k - 1] + off % slice % PART : heap + off % slice % PART; }
 /* The legacy 32-bit ABI (before CUDA 3.2): a 32-bit device address and size. Only a program
  * that asks for the bare symbol by name gets it (cuGetProcAddress gives cuMemAlloc_v2). */
 CUresult cuMemAlloc(unsigned int *p, unsigned int n) { (void)n; *p = 0x1000u; return 0; }
@@ -700,7 +703,8 @@ CUresult cuLinkDestroy(void *state) {
   return 0; }
 /* How many chunks are mapped: the program prints it, so a test sees the arena at work. */
 CUresult cuFakeMapped(int *n) { *n = mapped; return 0; }
-CUresult cuDevicePrimaryCtxReset_v2(int dev) { (void)dev; return 0; } /* not called: unmodeled probe */
+/* With several devices an ordinal past them is refused (a record of another server's numbering). */
+CUresult cuDevicePrimaryCtxReset_v2(int dev) { return bad_dev(dev) ? 101 : 0; }
 CUresult cuFakeUnmodeled(int x) { return x; }
 /* cuLaunchKernelEx: checks the function and reads the config; changes no memory. */
 typedef struct { unsigned gx, gy, gz, bx, by, bz, smem; void *stream; void *attrs; unsigned n; } lcfg;

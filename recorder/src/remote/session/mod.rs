@@ -357,6 +357,8 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     }
     if send {
         super::copies::normalize(f, &mut args);
+        // Device ordinals as the route's server numbers its devices.
+        route::localize(f, &mut args);
     }
     // A graph's memcpy node: host memory it reads is read at every launch (a late read); the
     // bytes it writes to host memory come back after every launch, as a captured copy's do.
@@ -468,6 +470,7 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
                 // A query answered locally when it can be, sent when it cannot.
                 // SAFETY: the program's arguments, unchanged so far.
                 args = unsafe { capture::inputs(f, raw) };
+                route::localize(f, &mut args);
             }
             // SAFETY: forwarded from the caller.
             let (st, seq) = unsafe { wait(slot, f, raw, args) };

@@ -213,6 +213,43 @@ pub(crate) unsafe fn created(f: &ApiFunction, raw: &[u64]) {
     }
 }
 
+/// Rewrites the device ordinals a record for the calling thread's route carries — device
+/// arguments and memory locations (`CUmemAllocationProp`, `CUmemPoolProps`, `CUmemLocation`,
+/// `CUmemAccessDesc`) — from the program's numbering to its server's own (which starts at 0).
+pub(crate) fn localize(f: &ApiFunction, args: &mut [gpuless_traces::Value]) {
+    use gpuless_traces::Value;
+    let first = first_of(current().member);
+    if first == 0 {
+        return;
+    }
+    // A `CUmemLocation { type, id }` at `at` in `b`: a device's id (type 1) made local.
+    let local = |b: &mut [u8], at: usize| {
+        let (Some(kind), Some(id)) = (b.get(at..at + 4), b.get(at + 4..at + 8)) else { return };
+        let (kind, id) = (
+            u32::from_le_bytes([kind[0], kind[1], kind[2], kind[3]]),
+            i32::from_le_bytes([id[0], id[1], id[2], id[3]]),
+        );
+        if kind == 1 && id >= first as i32 {
+            b[at + 4..at + 8].copy_from_slice(&(id - first as i32).to_le_bytes());
+        }
+    };
+    for (a, v) in f.args.iter().zip(args.iter_mut()) {
+        match (a.kind, v) {
+            (ArgKind::Handle(HandleKind::Device), Value::Handle(_, d)) if (*d as i32) >= first as i32 => {
+                *d = u64::from((*d as u32) - first);
+            }
+            (ArgKind::Struct("CUmemAllocationProp" | "CUmemPoolProps"), Value::Bytes(b)) => local(b, 8),
+            (ArgKind::Struct("CUmemLocation"), Value::Bytes(b)) => local(b, 0),
+            (ArgKind::Structs { ty: "CUmemAccessDesc", .. }, Value::Bytes(b)) => {
+                for k in 0..b.len() / 12 {
+                    local(b, k * 12);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Where `f` with arguments `raw` runs.
 pub(crate) fn decide(f: &ApiFunction, raw: &[u64]) -> Decision {
     let cur = local::current_device();
