@@ -190,13 +190,11 @@ fn fill(dst: &mut [c_char], s: &str) {
     }
 }
 
-/// The free device memory of device `k`, asked of the server as `cuMemGetInfo` (the executor
-/// answers it for the session's partition on the calling thread's current device; another
-/// device's is not asked: `NOT_SUPPORTED`), and the total from its description `d`.
+/// The free device memory of device `k`, asked of the server that holds it as `cuMemGetInfo`
+/// with `k` current there (the executor answers it for the session's partition), and the
+/// total from its description `d`.
 fn memory(k: u32, d: &DeviceDescription) -> Result<(u64, u64), Ret> {
-    if k != super::local::current_device() {
-        return Err(NOT_SUPPORTED);
-    }
+    let _on = session::route::enter(session::route::split(k), false);
     let slot = hooks::slots_of_base("cuMemGetInfo")
         .iter()
         .copied()
