@@ -4,11 +4,11 @@
 //!
 //! - **A linear copy** (`cuMemcpy`, `cuMemcpyPeer`, `cuMemcpyDtoD`, the host copies and their
 //!   asynchronous forms — the table's copies of one source, one destination and a byte count):
-//!   the stream's earlier work completes first (a synchronization where it lives), the source's
-//!   bytes come to the client (a download from the source's server, or the program's host
-//!   memory), and go to the destination (an upload to its server, or the host memory). The
-//!   call returns when the bytes are in place: an asynchronous copy between servers is a
-//!   synchronous one.
+//!   the source's bytes come to the client (a download from the source's server, or the
+//!   program's host memory) and go to the destination (an upload to its server, or the host
+//!   memory). On a stream of the destination's server the upload is queued on that stream, in
+//!   the copy's place; on any other stream, that stream's earlier work completes first and the
+//!   call returns when the bytes are in place.
 //! - **A stream waiting for an event of another server** (`cuStreamWaitEvent`): the client
 //!   waits for the event (`cuEventSynchronize` where it lives); the stream's later work is then
 //!   issued after it completed.
@@ -75,12 +75,31 @@ impl Linear {
     /// # Safety
     /// Host operands are the program's buffers of `len` bytes.
     unsafe fn run(&self) -> u32 {
-        // The copy's place in its stream: the work queued there before it completes first.
+        let Ok(len) = usize::try_from(self.len) else { return INVALID_VALUE };
+        let member = |d: u32| route::split(d).member;
+        let dst = route::device_of_address(self.dst).map(member);
+        // A stream of the destination's server keeps the copy in its place there: the upload
+        // is queued on it, and nothing waits for its earlier work (which cannot write the other
+        // server's source).
+        let on_dst = self.stream.filter(|&s| {
+            let home = if s <= 2 { Some(crate::remote::local::current_device()) } else { route::home(s) };
+            dst.is_some() && home.map(member) == dst
+        });
+        if let (Some(s), true) = (on_dst, route::device_of_address(self.src).is_some()) {
+            let mut staged = vec![0u8; len];
+            let st = synthetic("cuMemcpyDtoH_v2", &[staged.as_mut_ptr() as u64, self.src, self.len]);
+            if st != 0 {
+                return st;
+            }
+            // The bytes are taken at the call (a blob): the buffer may go after it.
+            return synthetic("cuMemcpyHtoDAsync_v2", &[self.dst, staged.as_ptr() as u64, self.len, s]);
+        }
+        // Otherwise the copy's place in its stream: the work queued there before it completes
+        // first.
         let st = synthetic("cuStreamSynchronize", &[self.stream.unwrap_or(0)]);
         if st != 0 {
             return st;
         }
-        let Ok(len) = usize::try_from(self.len) else { return INVALID_VALUE };
         let mut staged = Vec::new();
         let from = if route::device_of_address(self.src).is_some() {
             staged = vec![0u8; len];
