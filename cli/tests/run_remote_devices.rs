@@ -196,6 +196,19 @@ fn a_list_of_servers_that_all_refuse_gives_no_device() {
     assert!(!ran.ok);
     assert!(ran.stdout.contains("FAIL cuInit got 100"), "{}", ran.stdout);
     assert!(ran.stderr.contains("no server would take the session"), "{}", ran.stderr);
+    // A recording is of one server's session.
+    let trace = dir.path().join("t.gl");
+    let (code, out, err) = support::gpuless(&[
+        "record",
+        "--remote",
+        "127.0.0.1:1,127.0.0.1:2",
+        "-o",
+        trace.to_str().unwrap(),
+        "--",
+        prog.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("records a session of one server"), "{out}{err}");
     // `--gpu` names one server's GPUs.
     let (code, _, err) = support::gpuless(&["run", "--remote", "127.0.0.1:1,127.0.0.1:2", "--gpu", "1", "--", "true"]);
     assert_ne!(code, 0);

@@ -100,6 +100,11 @@ impl Ask {
 fn connect_all(list: &str) -> Result<Members, String> {
     let ask = Ask::from_env()?;
     let endpoints = expand(list);
+    if endpoints.len() > 1 && state::enabled() {
+        // A call across two servers runs as several calls of the client's: the trace would not
+        // be the program's.
+        return Err("`gpuless record --remote` records a session of one server; give one endpoint".into());
+    }
     if endpoints.len() > 1 && !ask.named.is_empty() {
         return Err(format!(
             "{ENV_GPU} names GPUs of one server; with several servers ({list}) ask for a count ({ENV_GPUS})"
