@@ -10,7 +10,8 @@
 # Runs, in order: each BE model alone (its throughput), RT alone at each share, then for each
 # policy RT with all BE clients at each share, at the arrival rate RT alone had (BE started first, counted only while RT is
 # measured). SCHED_UTILS (default "0.25 0.5"), SCHED_POLICIES (default "off gate preempt
-# preempt:4": a policy, with `:N` a best-effort window of N kernels), SCHED_BE (default
+# preempt:4": a policy, with `:N` a best-effort window of N kernels, with `:N:US` also a budget
+# of US microseconds of predicted GPU time, `preempt:0:300` the budget alone), SCHED_BE (default
 # "bert vgg19 train"), SCHED_SECONDS (RT's measured time, default 15). Prints one
 # `row|NAME|PASS, FAIL or INFO|detail` line each:
 #   sched: RT alone (share U)                p50/p99/p99.9 and the service time (INFO)
@@ -20,7 +21,12 @@
 #                                            dedicated GPU would run only RT while it is active:
 #                                            target ≥ 2 for the preempt policies
 #   sched: BE throughput with RT, POLICY (share U)     each model against alone (INFO)
-#   sched: preemption latency                 not measured yet (INFO)
+#   sched: preemption latency, POLICY (share U)   RT segment arrival at its executor to its first
+#                                            kernel's start on the GPU, from GPU timestamps
+#                                            (`serve --measure-preemption`), p50/p99/p99.9 from the
+#                                            server's histogram: target p99 <= 100 us for the
+#                                            preempt policies (PASS/FAIL), INFO for RT alone and
+#                                            the others
 # Writes OUT_DIR/sched.json (every run) and, with matplotlib, OUT_DIR/sched-cdf-U.png (RT
 # latency CDF alone and under each policy).
 set -uo pipefail
@@ -41,12 +47,22 @@ if ! python3 -c 'import torch, torchvision' 2>/dev/null || ! unshare -m true 2>/
 fi
 
 srv=""
-start_server() { # POLICY WINDOW
-  "$gl" serve --listen 127.0.0.1:0 --cache-dir "$out/cache" --priority-policy "$1" \
-    --best-effort-inflight "$2" >"$out/serve.out" 2>>"$out/serve.log" &
+start_server() { # POLICY WINDOW [BUDGET_US]
+  "$gl" serve --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --cache-dir "$out/cache" --priority-policy "$1" \
+    --best-effort-inflight "$2" --best-effort-budget-us "${3:-0}" --measure-preemption \
+    >"$out/serve.out" 2>>"$out/serve.log" &
   srv=$!
   for _ in $(seq 100); do grep -q "tcp=" "$out/serve.out" 2>/dev/null && break; sleep 0.1; done
   addr=$(grep -o "tcp=[^ ]*" "$out/serve.out" | cut -d= -f2)
+  metrics=$(grep -o "metrics=[^ ]*" "$out/serve.out" | cut -d= -f2)
+}
+scrape() { # FILE: the server's preemption histograms now
+  python3 - "http://$metrics/metrics" >"$1" 2>/dev/null <<'PY' || true
+import sys, urllib.request
+for line in urllib.request.urlopen(sys.argv[1], timeout=10).read().decode().splitlines():
+    if line.startswith("gpuless_preemption"):
+        print(line)
+PY
 }
 stop_server() { [ -n "$srv" ] && kill "$srv" 2>/dev/null && wait "$srv" 2>/dev/null; srv=""; }
 trap 'stop_server; kill $(jobs -p) 2>/dev/null' EXIT
@@ -60,8 +76,11 @@ wait_for() { # FILE... (at most 180 s)
   return 1
 }
 rt() { # UTIL OUT [RATE]: with RATE, that arrival rate (RT alone's at the share)
+  scrape "$2.m0"
   RT_UTIL=$1 RT_RATE=${3:-} RT_SECONDS=$secs RT_READY="$2.ready" hidden "$gl" run --remote "$addr" -- \
     python3 "$wl/rt_poisson.py" >"$2" 2>"$2.err"
+  sleep 0.5 # the executor's last samples reach the server after the session's end
+  scrape "$2.m1"
 }
 rate_of() { # FILE: the arrival rate RT alone used
   python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["rate_per_s"])' "$1" 2>/dev/null
@@ -87,9 +106,13 @@ stop_server
 # RT with every BE model under each policy.
 for p in $policies; do
   policy=${p%%:*}
-  window=0
-  [ "$p" != "$policy" ] && window=${p#*:}
-  start_server "$policy" "$window"
+  window=0 budget=0
+  if [ "$p" != "$policy" ]; then
+    rest=${p#*:}
+    window=${rest%%:*}
+    [ "$rest" != "$window" ] && budget=${rest#*:}
+  fi
+  start_server "$policy" "$window" "$budget"
   for u in $utils; do
     tag="$p-$u"
     go="$runs/$tag.go"; stop="$runs/$tag.stop"
@@ -158,7 +181,60 @@ for u in utils:
         print(f"row|sched: total work vs dedicated, {p} (share {u})|{verdict}|x{ratio:.2f} (RT {work_rt/1e3:.2f} s of GPU work, "
               f"BE {work_be/1e3:.2f} s at their speed alone)" + ("; target >= x2" if target else ""))
         print(f"row|sched: BE throughput with RT, {p} (share {u})|INFO|" + "; ".join(thr))
-print("row|sched: preemption latency (RT segment arrival to its first kernel, GPU timestamps)|INFO|not measured yet")
+def hist(path, name):
+    """Buckets {le: count} and the count of histogram NAME in a scrape."""
+    b, n = {}, 0
+    try:
+        for line in open(path):
+            if line.startswith(name + "_bucket"):
+                le = line.split('le="')[1].split('"')[0]
+                b[float("inf") if le == "+Inf" else float(le)] = float(line.split()[-1])
+            elif line.startswith(name + "_count"):
+                n = float(line.split()[-1])
+    except Exception:
+        pass
+    return b, n
+def preemption(run):
+    """The run's preemption latencies (the histogram's growth while it ran): p50/p99/p99.9 in
+    us (interpolated in the bucket), the share within 100 us, count, clock uncertainty bound."""
+    base = os.path.join(runs, run)
+    b0, n0 = hist(base + ".m0", "gpuless_preemption_seconds")
+    b1, n1 = hist(base + ".m1", "gpuless_preemption_seconds")
+    n = n1 - n0
+    if n <= 0:
+        return None
+    les = sorted(b1)
+    cum = [b1[le] - b0.get(le, 0.0) for le in les]
+    def q(p):
+        want, lo, below = p * n, 0.0, 0.0
+        for le, c in zip(les, cum):
+            if c >= want:
+                if le == float("inf"):
+                    return float("inf")
+                return (lo + (le - lo) * (want - below) / max(c - below, 1e-9)) * 1e6
+            lo, below = le, c
+        return float("inf")
+    within = next((c for le, c in zip(les, cum) if abs(le - 1e-4) < 1e-12), 0.0) / n
+    u0, _ = hist(base + ".m0", "gpuless_preemption_clock_uncertainty_seconds")
+    u1, _ = hist(base + ".m1", "gpuless_preemption_clock_uncertainty_seconds")
+    ul = sorted(u1)
+    top = next((le for le in ul if u1[le] - u0.get(le, 0.0) >= u1[ul[-1]] - u0.get(ul[-1], 0.0)), None) if ul else None
+    return {"p50_us": q(0.5), "p99_us": q(0.99), "p999_us": q(0.999), "within_100us": within, "count": int(n),
+            "clock_uncertainty_le_us": None if top is None else top * 1e6}
+for u in utils:
+    for label, run, target in [("RT alone", f"rt-alone-{u}.json", False)] + [
+            (p, f"rt-{p}-{u}.json", p.startswith("preempt")) for p in policies]:
+        r = preemption(run)
+        every[f"preemption_{run}"] = r
+        name = f"sched: preemption latency, {label} (share {u})"
+        if not r:
+            print(f"row|{name}|{'FAIL' if target else 'INFO'}|no stamps (serve --measure-preemption; the server's log says why)")
+            continue
+        ok = r["within_100us"] >= 0.99
+        verdict = ("PASS" if ok else "FAIL") if target else "INFO"
+        print(f"row|{name}|{verdict}|p50 {r['p50_us']:.0f} us, p99 {r['p99_us']:.0f} us, p99.9 {r['p999_us']:.0f} us; "
+              f"{100 * r['within_100us']:.1f} % within 100 us, {r['count']} segments; clock within "
+              f"+-{r['clock_uncertainty_le_us'] or 0:.0f} us" + ("; target p99 <= 100 us" if target else ""))
 json.dump(every, open(os.path.join(out, "sched.json"), "w"))
 try:
     import matplotlib

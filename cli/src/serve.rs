@@ -109,6 +109,14 @@ pub struct ServeArgs {
     /// (default 4; 0: no bound).
     #[arg(long, value_name = "N")]
     pub best_effort_inflight: Option<u32>,
+    /// With `preempt`: how much predicted GPU time of a best-effort session's kernels may be on
+    /// the GPU at once, in microseconds (default 0: no bound).
+    #[arg(long, value_name = "US")]
+    pub best_effort_budget_us: Option<u32>,
+    /// Measure latency-critical segments' preemption latency from GPU timestamps (arrival to
+    /// first kernel start; the `gpuless_preemption_seconds` metric).
+    #[arg(long)]
+    pub measure_preemption: bool,
     /// The user executors run as where the server runs as root (default `nobody`).
     #[arg(long, value_name = "USER")]
     pub executor_user: Option<String>,
@@ -191,6 +199,12 @@ pub fn run(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(n) = args.best_effort_inflight {
         cfg.best_effort_inflight = n;
+    }
+    if let Some(n) = args.best_effort_budget_us {
+        cfg.best_effort_budget_us = n;
+    }
+    if args.measure_preemption {
+        cfg.measure_preemption = true;
     }
     if let Some(u) = &args.executor_user {
         cfg.confine.user = u.clone();

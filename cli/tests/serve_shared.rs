@@ -179,7 +179,8 @@ fn a_best_effort_segment_stops_before_each_kernel_while_latency_critical_work_is
     wait_until(|| s.metric("gpuless_best_effort_hold_seconds_count") >= before + 20.0, "holds inside the segments");
 }
 
-/// Bounded best-effort work in flight (`serve --best-effort-inflight`, `executor/inflight.rs`):
+/// Bounded best-effort work in flight (`serve --best-effort-inflight`, `--best-effort-budget-us`,
+/// `executor/inflight.rs`):
 /// on the stand-in waiting for an event takes 200 µs (work still running), so a best-effort
 /// session with a window of 2 waits before nearly every kernel after its second; with no bound
 /// (0) it never does, and a latency-critical session never does.
@@ -187,20 +188,7 @@ fn a_best_effort_segment_stops_before_each_kernel_while_latency_critical_work_is
 fn best_effort_kernels_in_flight_are_bounded_by_the_window() {
     let (dir, _) = stand_in();
     let (libdir, bench) = support::build_program(dir.path(), "bench", &["-ldl"]);
-    let run = |s: &Server, class: &[&str]| {
-        let out = Command::new(GL)
-            .args(["run", "--remote", &s.tcp])
-            .args(class)
-            .arg("--")
-            .arg(&bench)
-            .arg("2")
-            .env("GPULESS_RECORDER", support::common::recorder_lib())
-            .env_remove("LD_LIBRARY_PATH")
-            .env_remove("LD_PRELOAD")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-    };
+    let run = |s: &Server, class: &[&str]| run_bench(s, &bench, class, "2");
     let waits = "gpuless_best_effort_window_seconds_count";
     let env = [("FAKE_CUDA_EVENT_US", "200")];
     let s = Server::start(dir.path(), &libdir, &["--best-effort-inflight", "2"], &env);
@@ -214,6 +202,14 @@ fn best_effort_kernels_in_flight_are_bounded_by_the_window() {
     run(&s, &["--best-effort"]);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(s.metric(waits), 0.0, "no bound: no waits");
+    drop(s);
+    // A budget of predicted GPU time instead: the stand-in's kernels measure 1.25 ms each (its
+    // elapsed time between two events), more than the 1 ms budget, so once measured each runs
+    // alone: every launch waits, as with a window of one.
+    let budget = ["--best-effort-inflight", "0", "--best-effort-budget-us", "1000"];
+    let s = Server::start(dir.path(), &libdir, &budget, &env);
+    run(&s, &["--best-effort"]);
+    wait_until(|| s.metric(waits) >= 400.0, "waits for the predicted GPU time in flight");
 }
 
 #[test]
@@ -227,6 +223,74 @@ fn with_the_priority_policy_off_best_effort_work_is_never_held() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(s.metric("gpuless_best_effort_hold_seconds_count"), 0.0, "{}", s.metrics());
     lc.close().unwrap();
+}
+
+/// Preemption stamps (`serve --measure-preemption`, `executor/stamps.rs`): a latency-critical
+/// session's segments get a stamp ahead of their first kernel, each a latency from the segment's
+/// arrival to the stamp, the GPU timer related to the host's clock by the executor's calibration
+/// (the stand-in's timer runs 7 s ahead of CLOCK_REALTIME: a latency of seconds means the
+/// relation was not applied); a busy stream is not stamped; a best-effort session never is; a
+/// server without the setting takes none.
+#[test]
+fn latency_critical_segments_are_stamped_where_the_server_measures_preemption() {
+    let (dir, _) = stand_in();
+    let (libdir, bench) = support::build_program(dir.path(), "bench", &["-ldl"]);
+    let run = |s: &Server, class: &[&str]| run_bench(s, &bench, class, "3");
+    let count = "gpuless_preemption_seconds_count";
+    let s = Server::start(dir.path(), &libdir, &["--measure-preemption"], &[]);
+    run(&s, &[]);
+    wait_until(|| s.metric(count) >= 1.0, "stamped segments");
+    let (n, sum) = (s.metric(count), s.metric("gpuless_preemption_seconds_sum"));
+    assert!(sum / n < 0.5, "a mean latency of {} s: the clock relation was not applied; {}", sum / n, s.metrics());
+    // The calibration's uncertainty is reported with them, and it is small on the stand-in.
+    assert!(s.metric("gpuless_preemption_clock_uncertainty_seconds_count") >= 1.0, "{}", s.metrics());
+    assert!(s.metric("gpuless_preemption_clock_uncertainty_seconds_sum") < 0.01, "{}", s.metrics());
+    // A best-effort session takes none.
+    run(&s, &["--best-effort"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.metric(count), n, "a best-effort session was stamped");
+    drop(s);
+    // Every stream busy with the session's own work: nothing to measure.
+    let s = Server::start(dir.path(), &libdir, &["--measure-preemption"], &[("FAKE_CUDA_STREAM_BUSY", "1")]);
+    run(&s, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.metric(count), 0.0, "a busy stream was stamped");
+    drop(s);
+    // Off by default.
+    let s = Server::start(dir.path(), &libdir, &[], &[]);
+    run(&s, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(s.metric(count), 0.0, "stamps without --measure-preemption");
+}
+
+/// An operator's MPS server serving the GPU (the stand-in's `CU_DEVICE_ATTRIBUTE_MPS_ENABLED`
+/// with FAKE_CUDA_MPS): the executors say so, the server reports it as a gauge and a line; 0
+/// without it.
+#[test]
+fn mps_serving_the_gpu_is_detected_and_reported() {
+    let (dir, _) = stand_in();
+    let s = Server::start(dir.path(), dir.path(), &[], &[("FAKE_CUDA_MPS", "1")]);
+    wait_until(|| s.metric("gpuless_gpu_mps{gpu=\"0\"}") == 1.0, "MPS reported");
+    drop(s);
+    let s = Server::start(dir.path(), dir.path(), &[], &[]);
+    wait_until(|| s.metrics().contains("gpuless_gpu_mps{gpu=\"0\"} 0"), "no MPS reported");
+}
+
+/// The stand-in's `bench` program through `gpuless run --remote` of `s` (`class`: its flags),
+/// running `inferences`; it must succeed.
+fn run_bench(s: &Server, bench: &std::path::Path, class: &[&str], inferences: &str) {
+    let out = Command::new(GL)
+        .args(["run", "--remote", &s.tcp])
+        .args(class)
+        .arg("--")
+        .arg(bench)
+        .arg(inferences)
+        .env("GPULESS_RECORDER", support::common::recorder_lib())
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
 }
 
 /// A latency-critical session with a segment in flight (sent without asking for an answer):

@@ -4,6 +4,7 @@
  * several (one per entry of CUDA_VISIBLE_DEVICES, each with memory of its own: see below).
  * It is never a stand-in for real GPU behaviour: that is proven by scripts/gpu-suite.sh. */
 #include <stdint.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,7 +16,7 @@ typedef int CUresult;
 typedef uint64_t CUdeviceptr;
 static unsigned char heap[4 << 20]; /* device memory: the driver's at 0x7e0000000000, the arena's at 0x640000000000 */
 static size_t heap_top = 256;
-static int kernel_token, wide_token, module_token, ctx_token;
+static int kernel_token, wide_token, module_token, ctx_token, stamp_token;
 /* A library holding scale too (cuLibraryLoadData): its CUkernel, and the function the driver
  * makes of it in the context (cuKernelGetFunction; a captured launch of the kernel names it). */
 static int library_token, lib_kernel_token, lib_function_token;
@@ -84,6 +85,8 @@ CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
   if (bad_dev(dev)) return 101;
   /* The bus of the GPU CUDA_VISIBLE_DEVICES names: executors of two servers differ. */
   int bus = 1 + (gpu ? atoi(gpu) : dev_of(dev));
+  /* MPS (133): off, unless FAKE_CUDA_MPS is set (an operator's MPS daemon). */
+  if (attr == 133) { *v = getenv("FAKE_CUDA_MPS") ? 1 : 0; return 0; }
   *v = attr >= 1 && attr <= 7 ? limits[attr] : attr == 75 ? 9 : attr == 76 ? 0 : attr == 33 ? bus : 1;
   return 0; }
 CUresult cuDeviceGetUuid_v2(unsigned char *u, int dev) {
@@ -178,6 +181,10 @@ CUresult cuMemAllocHost_v2(void **p, size_t n) {
   if (*p && npinned < 64) { pinned[npinned].p = *p; pinned[npinned++].n = n; }
   return *p ? 0 : 2; }
 CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+/* Mapped pinned memory: its device address is its host address (unified addressing). */
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) { (void)flags; return cuMemAllocHost_v2(p, n); }
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned flags) {
+  (void)flags; *d = (CUdeviceptr)(uintptr_t)p; return 0; }
 CUresult cuEventDestroy_v2(void *e) { (void)e; return 0; }
 /* Streams the program destroyed (handles 0x10, 0x20, ...: see create_stream); synchronizing
  * one is an invalid handle, as the driver's freed stream is. */
@@ -199,6 +206,7 @@ CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) { memset(host
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
   (void)m;
   if (!strcmp(name, "wide")) { *f = &wide_token; return 0; }
+  if (!strcmp(name, "gpuless_stamp")) { *f = &stamp_token; return 0; }
   if (strcmp(name, "scale")) return 500; *f = &kernel_token; return 0; }
 /* scale(float* data, float factor, int n): offsets 0, 8, 12; sizes 8, 4, 4 */
 CUresult cuFuncGetParamInfo(void *f, size_t i, size_t *off, size_t *size) {
@@ -217,10 +225,19 @@ static void run_scale(void **params) {
   float *d = (float *)host(*(CUdeviceptr *)params[0]);
   float k = *(float *)params[1]; int n = *(int *)params[2];
   for (int i = 0; i < n; i++) d[i] = d[i] * k + scale_bias; }
+/* The executor's preemption stamp (gpuless_stamp(unsigned long long *slot)): the "GPU timer" is
+ * CLOCK_REALTIME plus 7 s here (a GPU's is its own clock), written when the launch is made. */
+static CUresult run_stamp(void **params) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  unsigned long long *slot = (unsigned long long *)(uintptr_t)*(CUdeviceptr *)params[0];
+  *slot = (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec + 7000000000ull;
+  return 0; }
 static CUresult capture_launch(void *f, const unsigned *grid, const unsigned *block, unsigned smem, void **params);
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
   (void)extra;
+  if (f == &stamp_token) return run_stamp(params);
   if (!is_scale(f) && f != &wide_token) return 400;
   /* FAKE_CUDA_LAUNCH_US=n: every launch takes n microseconds (a kernel that runs a while). */
   static long launch_us = -1;

@@ -219,6 +219,25 @@ impl Stream {
         self.st.stream(rec_s).ok()
     }
 
+    /// A kernel-submitting record's shape: its function, its function (or graph) handle, and
+    /// its grid, block and shared memory, hashed; the kernel parameters are not part of it.
+    /// What the best-effort budget predicts a duration for (`server/executor/inflight.rs`).
+    pub(crate) fn kernel_shape(rec: &CallRecord) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        rec.function.api().map(|f| f.id.0).hash(&mut h);
+        for v in &rec.args {
+            match v {
+                gpuless_traces::Value::Dim(d) => (d.x, d.y, d.z).hash(&mut h),
+                gpuless_traces::Value::LaunchConfig(c) => {
+                    (c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z, c.shared_mem).hash(&mut h)
+                }
+                v => super::args::word(v).hash(&mut h),
+            }
+        }
+        h.finish()
+    }
+
     pub fn call(&mut self, rec: &CallRecord) -> Result<(), ReplayError> {
         self.report.calls += 1;
         if std::mem::take(&mut self.not_ready) && rec.function.name() == gpuless_traces::hostview::HOST_PULL {

@@ -185,6 +185,17 @@ pub struct Config {
     /// scenario on an H100 it kept RT p50/p99 within ×1.05 of RT alone where no bound let p99
     /// reach ×1.31 (docs/SCHEDULING.md).
     pub best_effort_inflight: u32,
+    /// Under policy `preempt`: how much predicted GPU time of a best-effort session's kernels
+    /// may be on the GPU at once, microseconds (each kernel's duration predicted from the
+    /// earlier runs of its shape; a kernel longer than it runs alone), so latency-critical work
+    /// arriving waits at most about that long, or one such kernel; 0 (the default): no bound.
+    /// Both bounds hold where both are set (docs/SCHEDULING.md).
+    pub best_effort_budget_us: u32,
+    /// Measure each latency-critical segment's preemption latency (its arrival at the executor
+    /// to its first kernel's start on the GPU) from GPU timestamps: a one-thread kernel ahead of
+    /// the segment's first kernel (`gpuless_preemption_seconds`; docs/SCHEDULING.md). Off by
+    /// default (the stamp costs a launch per segment).
+    pub measure_preemption: bool,
     /// The blob cache.
     pub cache: CacheConfig,
     /// The executor binary (default: this `gpuless`).
@@ -315,6 +326,8 @@ impl Default for Config {
             cached_hold: Default::default(),
             priority_policy: PriorityPolicy::Preempt,
             best_effort_inflight: 4,
+            best_effort_budget_us: 0,
+            measure_preemption: false,
             cache: CacheConfig::default(),
             executor: String::new(),
             tls_cert: String::new(),
@@ -548,6 +561,12 @@ mod tests {
         assert_eq!(Config::default().best_effort_inflight, 4);
         let c: Config = toml::from_str("best_effort_inflight = 0\n").unwrap();
         assert_eq!(c.best_effort_inflight, 0);
+        assert!(!Config::default().measure_preemption);
+        assert_eq!(Config::default().best_effort_budget_us, 0);
+        let c: Config = toml::from_str("best_effort_budget_us = 200\n").unwrap();
+        assert_eq!(c.best_effort_budget_us, 200);
+        let c: Config = toml::from_str("measure_preemption = true\n").unwrap();
+        assert!(c.measure_preemption);
         let c: Config = toml::from_str("priority_policy = \"gate\"\n").unwrap();
         assert_eq!(c.priority_policy, PriorityPolicy::Gate);
         assert!(toml::from_str::<Config>("priority_policy = \"sometimes\"\n").is_err());

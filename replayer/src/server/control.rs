@@ -26,6 +26,9 @@ pub enum Control {
         device: DeviceDescription,
         /// Its further devices (an executor for a session of several GPUs).
         more: MoreDevices,
+        /// Whether its contexts are clients of an operator's MPS server
+        /// (`CU_DEVICE_ATTRIBUTE_MPS_ENABLED`; docs/SCHEDULING.md).
+        mps: bool,
     },
     /// Executor → server: the GPU could not be initialized.
     Failed(String),
@@ -130,6 +133,9 @@ pub struct SessionStart {
     /// A best-effort session's kernels that may be on the GPU at once under policy
     /// `preempt` (0: no bound).
     pub be_inflight: u32,
+    /// A best-effort session's predicted GPU time that may be on the GPU at once under policy
+    /// `preempt`, microseconds (0: no bound; `executor/inflight.rs`).
+    pub be_budget_us: u32,
 }
 
 impl SessionStart {
@@ -152,7 +158,8 @@ impl SessionStart {
                 super::config::PriorityPolicy::Gate => 1,
                 super::config::PriorityPolicy::Preempt => 2,
             })
-            .u32(self.be_inflight);
+            .u32(self.be_inflight)
+            .u32(self.be_budget_us);
     }
 
     /// Reads what [`SessionStart::put`] wrote.
@@ -175,6 +182,7 @@ impl SessionStart {
                 _ => super::config::PriorityPolicy::Preempt,
             },
             be_inflight: g.u32()?,
+            be_budget_us: g.u32()?,
         })
     }
 }
@@ -183,11 +191,12 @@ impl Control {
     fn encode(&self) -> Vec<u8> {
         let mut p = Put::default();
         match self {
-            Control::Ready { partition, device, more } => {
+            Control::Ready { partition, device, more, mps } => {
                 p.u8(1);
                 partition.put(&mut p);
                 device.put(&mut p);
                 more.put(&mut p);
+                p.u8(u8::from(*mps));
             }
             Control::Failed(m) => {
                 p.u8(2).str(m);
@@ -266,6 +275,7 @@ impl Control {
                 partition: PartitionInfo::get(&mut g)?,
                 device: DeviceDescription::get(&mut g)?,
                 more: MoreDevices::get(&mut g)?,
+                mps: g.u8()? != 0,
             },
             2 => Control::Failed(g.str()?),
             3 => Control::Start(SessionStart::get(&mut g)?),
@@ -489,6 +499,7 @@ mod tests {
             scoped: true,
             priority: super::super::config::PriorityPolicy::Gate,
             be_inflight: 4,
+            be_budget_us: 300,
         });
         a.send(&start, Some(w.as_raw_fd())).unwrap();
         let (m, fd) = b.recv().unwrap().unwrap();
@@ -517,6 +528,12 @@ mod tests {
             Control::Registered("no room".into()),
             Control::Barrier,
             Control::Images(vec![(Hash128(8), true), (Hash128(9), false)]),
+            Control::Ready {
+                partition: PartitionInfo::default(),
+                device: DeviceDescription::default(),
+                more: MoreDevices::default(),
+                mps: true,
+            },
         ] {
             b.send(&m, None).unwrap();
             assert_eq!(a.recv().unwrap().unwrap().0, m);
@@ -539,6 +556,7 @@ mod tests {
                 scoped: true,
                 priority,
                 be_inflight: 4,
+                be_budget_us: 300,
             })
         };
         #[rustfmt::skip]
@@ -553,6 +571,7 @@ mod tests {
             1, // scoped
             1, // priority
             4, 0, 0, 0, // be_inflight
+            0x2c, 1, 0, 0, // be_budget_us
         ];
         let m = start(Some(Hold::Always), PriorityPolicy::Gate);
         assert_eq!(m.encode(), bytes);

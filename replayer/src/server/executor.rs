@@ -50,6 +50,7 @@ mod inflight;
 mod kept;
 mod notes;
 mod printed;
+mod stamps;
 use notes::{ask, keep_templates, Stored};
 mod pump;
 mod wire;
@@ -102,6 +103,21 @@ pub fn run(mut setup: Setup) -> i32 {
     // The session's further GPUs, where the server started this executor for several (asked
     // before the filter is installed: NVML opens files the filter does not allow).
     let more = devices::describe(&device, setup.memory_limit);
+    // Preemption stamps (`serve --measure-preemption`): the GPU's clock related to the host's
+    // now, while this executor alone is starting (a JIT of a few instructions; before the filter).
+    let mut calibrated = match std::env::var_os("GPULESS_MEASURE_PREEMPTION") {
+        None => None,
+        Some(_) => {
+            match setup.device.make_current().map_err(|e| e.to_string()).and_then(|()| stamps::calibrate(gate.as_ref()))
+            {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("gpuless executor: no preemption stamps: {e}");
+                    None
+                }
+            }
+        }
+    };
     // The driver is up: from here on the executor reads tenants' input, under its filter.
     if setup.seccomp {
         if let Err(e) = super::confine::seccomp::install() {
@@ -109,7 +125,8 @@ pub fn run(mut setup: Setup) -> i32 {
             return 1;
         }
     }
-    let ready = Control::Ready { partition: setup.partition.clone(), device: device.clone(), more: more.clone() };
+    let mps = devices::mps_enabled();
+    let ready = Control::Ready { partition: setup.partition.clone(), device: device.clone(), more: more.clone(), mps };
     if setup.control.send(&ready, None).is_err() {
         return 1;
     }
@@ -173,7 +190,7 @@ pub fn run(mut setup: Setup) -> i32 {
         let (done, functions, ended) = serve_one(
             &setup,
             (&device, &more),
-            (&mut gate, start.priority, start.be_inflight),
+            (&mut gate, start.priority, (start.be_inflight, start.be_budget_us), calibrated.as_mut()),
             (start.session, start.idle_ms, owner),
             hello,
             fd,
@@ -238,7 +255,12 @@ pub fn run(mut setup: Setup) -> i32 {
 fn serve_one(
     setup: &Setup,
     (device, more): (&gpuless_traces::protocol::DeviceDescription, &gpuless_traces::protocol::MoreDevices),
-    (gate, priority, be_inflight): (&mut Option<Gate>, super::config::PriorityPolicy, u32),
+    (gate, priority, be_inflight, calibrated): (
+        &mut Option<Gate>,
+        super::config::PriorityPolicy,
+        (u32, u32),
+        Option<&mut stamps::Calibrated>,
+    ),
     (session, idle_ms, owner): (u64, u64, Option<String>),
     hello: gpuless_traces::protocol::message::Hello,
     fd: OwnedFd,
@@ -261,6 +283,10 @@ fn serve_one(
         Priority::BestEffort => i32::MAX,
     });
     let opts = Options { no_verify: true, memory_limit: setup.memory_limit, stream_priority, ..Options::default() };
+    // A latency-critical session's segments are stamped where the server measures preemption.
+    let stamps = calibrated
+        .filter(|_| hello.priority == Priority::LatencyCritical)
+        .map(|c| stamps::Stamps::new(c, gate.as_ref()));
     let mut s = Session {
         stats: SessionStats::default(),
         partial: HashMap::new(),
@@ -281,17 +307,17 @@ fn serve_one(
         gate: if priority == super::config::PriorityPolicy::Off { None } else { gate.take() },
         preempt: priority == super::config::PriorityPolicy::Preempt,
         best_effort: hello.priority == Priority::BestEffort,
-        inflight: inflight::InFlight::new(
-            if hello.priority == Priority::BestEffort && priority == super::config::PriorityPolicy::Preempt {
-                be_inflight
-            } else {
-                0
-            },
-        ),
+        inflight: {
+            let bounded = hello.priority == Priority::BestEffort && priority == super::config::PriorityPolicy::Preempt;
+            let (window, budget_us) = if bounded { be_inflight } else { (0, 0) };
+            inflight::InFlight::new(window, budget_us)
+        },
         functions,
         only_invoked: true,
         pieces,
         owner,
+        stamps,
+        arrived_ns: None,
     };
     let keep = warm_memory.is_some();
     // A session of several GPUs: its devices' contexts, its arena split among them.
@@ -400,6 +426,11 @@ struct Session<'a> {
     owner: Option<String>,
     /// Cached-trace execution, when the server runs it ([`super::pieces`]).
     pieces: Option<Pieces>,
+    /// A latency-critical session's preemption stamps (`serve --measure-preemption`).
+    stamps: Option<stamps::Stamps>,
+    /// When the segment whose first kernel is not yet submitted arrived (`CLOCK_REALTIME`
+    /// nanoseconds), while stamps are taken.
+    arrived_ns: Option<u64>,
 }
 
 /// The first record naming a host buffer larger than the device's memory (`max` bytes): no real
@@ -502,6 +533,7 @@ impl Session<'_> {
                 self.only_invoked = false;
             }
             let t0 = Instant::now();
+            let arrived = self.stamps.is_some().then(stamps::realtime_ns);
             // While it executes, the client's replies to host calls are read by a pump.
             let _pump = (calls.used() && matches!(h.kind, kind::SEGMENT | kind::PIECE | kind::CLOSE | kind::INVOKE))
                 .then(|| pump::Pump::start(&reader, &kept, &calls));
@@ -534,6 +566,7 @@ impl Session<'_> {
                         .then(|| pump::Pump::start(&reader, &kept, &calls));
                     self.stats.segments += 1;
                     self.stats.records += records.len() as u64;
+                    self.arrived_ns = arrived;
                     self.at_gate();
                     // Execution time, without the decoding above or a hold at the gate.
                     let run0 = Instant::now();
@@ -577,6 +610,7 @@ impl Session<'_> {
                         }
                         self.sample(1, t0.elapsed().as_micros() as u64);
                         answered = Some(Instant::now());
+                        self.take_stamps();
                     }
                     self.timeline.segment(t0, records.len(), run0, ran, answered);
                 }
@@ -694,6 +728,7 @@ impl Session<'_> {
                         let _first = (_pump.is_none() && recs.iter().any(host_calls::record_registers))
                             .then(|| pump::Pump::start(&reader, &kept, &calls));
                         self.stats.records += recs.len() as u64;
+                        self.arrived_ns = arrived;
                         self.at_gate();
                         // One whole piece, as the client cut it: held (it is all here) and
                         // closed at its end, as the executor's own cut would close it.
@@ -727,6 +762,10 @@ impl Session<'_> {
                     }
                     if let Err(e) = stream.synchronize() {
                         return fail(&w, code::EXECUTOR, e.to_string());
+                    }
+                    if self.stamps.is_some() {
+                        self.take_stamps();
+                        let _ = self.control.send(&Control::Samples(std::mem::take(&mut self.samples)), None);
                     }
                     self.stats.executed += std::mem::take(&mut self.executed);
                     self.stats.launches = stream.report().launches;

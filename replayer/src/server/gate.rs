@@ -17,7 +17,7 @@
 //! that is all latency-critical work can find ahead of it. docs/SCHEDULING.md.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where an executor finds the gate (inherited from the server, after the control channel).
@@ -33,13 +33,33 @@ const STALE: Duration = Duration::from_secs(1);
 /// The byte latency-critical executors lock while a segment is in flight.
 const LOCK_AT: i64 = 2048;
 
-/// The shared page: a timestamp (the locks are the kernel's, on [`LOCK_AT`]).
+/// The shared page: a timestamp (the locks are the kernel's, on [`LOCK_AT`]), and the GPU's
+/// clock relation for preemption stamps (`executor/stamps.rs`).
 #[repr(C)]
 struct Page {
-    _reserved: AtomicU32,
+    /// Even while the clock relation below is whole; odd while an executor writes it.
+    clock_seq: AtomicU32,
     _pad: u32,
     /// CLOCK_MONOTONIC nanoseconds of the last latency-critical activity.
     last_ns: AtomicU64,
+    /// GPU timer minus `CLOCK_REALTIME`, nanoseconds.
+    clock_offset: AtomicI64,
+    /// The width of the round it was measured in, nanoseconds (0: none yet).
+    clock_width: AtomicU64,
+    /// CLOCK_MONOTONIC nanoseconds when it was measured.
+    clock_at: AtomicU64,
+}
+
+/// How fast a clock relation ages: the GPU timer drifts against `CLOCK_REALTIME` (1 to 11 µs per
+/// second measured on three H100s, `testdata/cuda/bench/preempt_probe.cu`); 20 µs/s is assumed.
+pub const CLOCK_DRIFT_NS_PER_S: u64 = 20_000;
+
+/// The uncertainty (±, nanoseconds) of a clock relation measured in a round `width_ns` wide,
+/// `age_ns` ago.
+pub fn clock_error(width_ns: u64, age_ns: u64) -> u64 {
+    width_ns / 2
+        + age_ns / 1_000_000_000 * CLOCK_DRIFT_NS_PER_S
+        + age_ns % 1_000_000_000 * CLOCK_DRIFT_NS_PER_S / 1_000_000_000
 }
 
 /// A mapping of the gate.
@@ -171,6 +191,39 @@ impl Gate {
     }
 }
 
+impl Gate {
+    /// The GPU's clock relation for preemption stamps, where an executor measured one: (GPU
+    /// timer − `CLOCK_REALTIME`, its uncertainty now: [`clock_error`]), nanoseconds.
+    pub fn clock(&self) -> Option<(i64, u64)> {
+        let p = self.page();
+        let s1 = p.clock_seq.load(Ordering::Acquire);
+        let offset = p.clock_offset.load(Ordering::Acquire);
+        let width = p.clock_width.load(Ordering::Acquire);
+        let at = p.clock_at.load(Ordering::Acquire);
+        let s2 = p.clock_seq.load(Ordering::Acquire);
+        (s1 == s2 && s1 % 2 == 0 && width > 0).then(|| (offset, clock_error(width, now_ns().saturating_sub(at))))
+    }
+
+    /// An executor's measurement of the clock relation, in a round `width` wide: kept where it
+    /// is more certain than the one kept, as that one has aged. Whether it was kept.
+    pub fn offer_clock(&self, offset: i64, width: u64) -> bool {
+        let p = self.page();
+        let s = p.clock_seq.load(Ordering::Acquire);
+        if s % 2 == 1 {
+            return false;
+        }
+        let better = self.clock().is_none_or(|(_, err)| clock_error(width, 0) < err);
+        if !better || p.clock_seq.compare_exchange(s, s + 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        p.clock_offset.store(offset, Ordering::Release);
+        p.clock_width.store(width.max(1), Ordering::Release);
+        p.clock_at.store(now_ns(), Ordering::Release);
+        p.clock_seq.store(s + 2, Ordering::Release);
+        true
+    }
+}
+
 impl Drop for Gate {
     fn drop(&mut self) {
         self.leave();
@@ -264,6 +317,25 @@ mod tests {
             libc::kill(lc, libc::SIGKILL);
             libc::waitpid(lc, std::ptr::null_mut(), 0);
         }
+    }
+
+    #[test]
+    fn the_clock_relation_keeps_the_narrowest_measurement() {
+        let (server, fd) = Gate::create().unwrap();
+        let other = Gate::map(std::fs::File::from(fd.try_clone().unwrap())).unwrap();
+        assert_eq!(server.clock(), None);
+        assert!(other.offer_clock(-1_500, 9_000));
+        let (offset, err) = server.clock().unwrap();
+        assert_eq!(offset, -1_500);
+        assert!((4_500..5_000).contains(&err), "{err}");
+        // A wider round (the GPU was busy) does not replace it; a narrower one does.
+        assert!(!server.offer_clock(40_000, 300_000));
+        assert_eq!(other.clock().unwrap().0, -1_500);
+        assert!(server.offer_clock(-1_200, 4_000));
+        assert_eq!(other.clock().unwrap().0, -1_200);
+        // It ages: 20 µs per second of drift allowed.
+        assert_eq!(clock_error(4_000, 3_000_000_000), 2_000 + 60_000);
+        assert_eq!(clock_error(4_000, 500_000_000), 2_000 + 10_000);
     }
 
     #[test]

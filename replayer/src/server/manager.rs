@@ -284,6 +284,9 @@ impl Manager {
         if self.cfg.mig_create && spec != "whole" && !spec.starts_with("sms:") {
             cmd.arg("--create-mig");
         }
+        if self.cfg.measure_preemption {
+            cmd.env("GPULESS_MEASURE_PREEMPTION", "1");
+        }
         cmd.env("GPULESS_CACHE_MEMORY", &self.cache_dirs.memory).env("GPULESS_CACHE_DISK", &self.cache_dirs.disk);
         cmd.stdin(std::process::Stdio::null());
         // The executor's stdout (a driver's or library's messages) goes to the server's log.
@@ -336,14 +339,31 @@ impl Manager {
         Ok(id)
     }
 
+    /// An executor of GPU `gpu` said whether MPS serves its contexts: the `gpuless_gpu_mps`
+    /// gauge, and a line the first time it is seen on (gpuless neither starts nor changes MPS).
+    fn saw_mps(&self, gpu: usize, mps: bool) {
+        let index = self.gpus.get(gpu).map_or(gpu as u32, |g| g.index);
+        let label = super::metrics::GpuLabel { gpu: index.to_string() };
+        let gauge = self.metrics.gpu_mps.get_or_create(&label);
+        if mps && gauge.get() == 0 {
+            tracing::warn!(
+                gpu = index,
+                "MPS is enabled on this GPU: sessions' kernels run concurrently through the operator's MPS server; \
+                 the priority gate still orders latency-critical and best-effort work (docs/SCHEDULING.md)"
+            );
+        }
+        gauge.set(i64::from(mps));
+    }
+
     /// The executor's control messages, until it exits.
     fn follow(self: Arc<Self>, id: u64, channel: Arc<Channel>, mut child: Child) {
         loop {
             match channel.recv() {
-                Ok(Some((Control::Ready { partition, device, more: _ }, _))) => {
+                Ok(Some((Control::Ready { partition, device, more: _, mps }, _))) => {
                     let mut g = self.lock();
                     // The device's SM count (a green context's executor reports the whole device's).
                     let gpu = g.execs.get(&id).map_or(0, |e| e.gpu);
+                    self.saw_mps(gpu, mps);
                     if let Some(l) = g.load.get_mut(gpu) {
                         if l.total_sms.is_none() && device.sm_count() > 0 {
                             l.total_sms = Some(device.sm_count());
@@ -379,16 +399,19 @@ impl Manager {
                 Ok(Some((Control::Samples(s), _))) => {
                     // The class of the session this executor serves, for the latencies by class.
                     let class = self.lock().sessions.values().find(|se| se.exec == id).map(|se| se.priority.name());
-                    for (k, us) in s {
-                        let h = match k {
-                            0 => &self.metrics.segment_seconds,
-                            1 => &self.metrics.answer_seconds,
-                            3 => &self.metrics.best_effort_window_seconds,
-                            _ => &self.metrics.best_effort_hold_seconds,
+                    for (k, v) in s {
+                        // Kinds 4 and 5 are nanoseconds, the others microseconds (`notes.rs`).
+                        let (h, unit) = match k {
+                            0 => (&self.metrics.segment_seconds, 1e-6),
+                            1 => (&self.metrics.answer_seconds, 1e-6),
+                            3 => (&self.metrics.best_effort_window_seconds, 1e-6),
+                            4 => (&self.metrics.preemption_seconds, 1e-9),
+                            5 => (&self.metrics.preemption_clock_seconds, 1e-9),
+                            _ => (&self.metrics.best_effort_hold_seconds, 1e-6),
                         };
-                        h.observe(f64::from(us) * 1e-6);
+                        h.observe(f64::from(v) * unit);
                         if let (1, Some(c)) = (k, class) {
-                            self.metrics.answer_seconds_by_class.get_or_create(&kind(c)).observe(f64::from(us) * 1e-6);
+                            self.metrics.answer_seconds_by_class.get_or_create(&kind(c)).observe(f64::from(v) * 1e-6);
                         }
                     }
                 }

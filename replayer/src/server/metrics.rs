@@ -114,6 +114,13 @@ fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(1e-6, 2.0, 24))
 }
 
+/// Buckets of 1, 2 and 5 per decade from 1 µs to 5 s: a latency target such as 100 µs is a
+/// bucket's bound.
+fn fine_seconds() -> Histogram {
+    let decades = (0..7).map(|d| 1e-6 * 10f64.powi(d));
+    Histogram::new(decades.flat_map(|b| [b, 2.0 * b, 5.0 * b]))
+}
+
 metrics! {
     /// Live sessions by priority class.
     sessions: Family<Kind, Gauge> = Family::default() => "sessions", "Live sessions by priority class";
@@ -126,6 +133,9 @@ metrics! {
     sms_in_use: Gauge = Gauge::default() => "partition_sms_in_use", "SMs held by soft partitions";
     /// Live sessions on each GPU.
     gpu_sessions: Family<GpuLabel, Gauge> = Family::default() => "gpu_sessions", "Live sessions by GPU";
+    /// 1 where the GPU's executors are clients of an operator's MPS server (what the last
+    /// executor started there said).
+    gpu_mps: Family<GpuLabel, Gauge> = Family::default() => "gpu_mps", "Whether MPS serves the GPU's executors";
     /// SMs held by soft partitions on each GPU.
     gpu_sms_in_use: Family<GpuLabel, Gauge> = Family::default()
         => "gpu_partition_sms_in_use", "SMs held by soft partitions, by GPU";
@@ -161,6 +171,13 @@ metrics! {
     /// another (`best_effort_inflight`), seconds (waits of 50 µs or more).
     best_effort_window_seconds: Histogram = seconds()
         => "best_effort_window_seconds", "Best-effort kernels held until one in flight finished";
+    /// From a latency-critical segment's arrival at its executor to its first kernel's start on
+    /// the GPU (GPU timestamps; `serve --measure-preemption`, docs/SCHEDULING.md), seconds.
+    preemption_seconds: Histogram = fine_seconds()
+        => "preemption_seconds", "Latency-critical segment arrival to its first kernel's start on the GPU";
+    /// The uncertainty (±) of the clock relation those were measured with, seconds.
+    preemption_clock_seconds: Histogram = fine_seconds()
+        => "preemption_clock_uncertainty_seconds", "Uncertainty of the GPU-to-host clock relation of preemption stamps";
     /// Sessions started over TLS (the server proxies them).
     tls_sessions: Counter = Counter::default() => "tls_sessions", "Sessions started over TLS";
     /// TLS handshakes that failed (`failed`) or did not finish in time (`timeout`).

@@ -351,6 +351,7 @@ async fn session<S: Handoff>(m: Arc<Manager>, mut s: S, peer: String, deadline: 
         scoped: !m.cfg.tenants.is_empty(),
         priority: m.cfg.priority_policy,
         be_inflight: m.cfg.best_effort_inflight,
+        be_budget_us: m.cfg.best_effort_budget_us,
     });
     let fd = match s.into_blocking_fd() {
         Ok(fd) => fd,

@@ -30,22 +30,9 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 command -v "$NVCC" >/dev/null || { echo "build.sh: nvcc not found: $NVCC" >&2; exit 2; }
 echo "using $("$NVCC" --version | tail -n 1)" >&2
-cuda=$(cd "$(dirname "$(readlink -f "$(command -v "$NVCC")")")/.." && pwd)
-
-# Library directories: the toolkit's lib64 (or lib, in the PyPI layout), and the driver stub
-# for linking -lcuda on machines whose libcuda.so is elsewhere or absent.
-link=()
-for d in "$cuda/lib64" "$cuda/lib" "$cuda/targets/x86_64-linux/lib"; do
-  [[ -d $d ]] && link+=(-L"$d" -Xlinker -rpath -Xlinker "$d")
-done
-for d in "$cuda/lib64/stubs" "$cuda/targets/x86_64-linux/lib/stubs"; do
-  [[ -f $d/libcuda.so ]] && { link+=(-L"$d"); break; }
-done
-# The PyPI layout ships libcudart.so.13 without the libcudart.so link name.
-if ! compgen -G "$cuda/lib*/libcudart.so" >/dev/null && [[ -f $cuda/lib/libcudart.so.13 ]]; then
-  mkdir -p "$out/.link" && ln -sf "$cuda/lib/libcudart.so.13" "$out/.link/libcudart.so"
-  link+=(-L"$out/.link")
-fi
+# shellcheck source=testdata/cuda/link.sh
+. "$here/../link.sh"
+cuda_link "$NVCC" "$out"
 # shellcheck disable=SC2206
 flags=(${EXTRA_NVCCFLAGS:-})
 # shellcheck disable=SC2206

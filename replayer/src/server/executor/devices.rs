@@ -47,3 +47,18 @@ pub(super) fn describe(device: &DeviceDescription, memory_limit: Option<u64>) ->
         .collect();
     more
 }
+
+/// Whether this executor's contexts are clients of an MPS server an operator runs (the
+/// current device's `CU_DEVICE_ATTRIBUTE_MPS_ENABLED`): then sessions' kernels run concurrently
+/// through it rather than time-sliced, which the server reports (docs/SCHEDULING.md).
+pub(super) fn mps_enabled() -> bool {
+    use cudarc::driver::sys;
+    let (mut dev, mut v) = (0, 0);
+    // SAFETY: valid out-pointers; the driver is initialized.
+    unsafe {
+        sys::cuCtxGetDevice(&mut dev) == sys::CUresult::CUDA_SUCCESS
+            && sys::cuDeviceGetAttribute(&mut v, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev)
+                == sys::CUresult::CUDA_SUCCESS
+            && v == 1
+    }
+}

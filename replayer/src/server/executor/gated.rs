@@ -8,11 +8,14 @@ use super::*;
 impl Session<'_> {
     /// [`Self::exec_one`], a best-effort session's kernels after latency-critical work.
     pub(super) fn exec_gated(&mut self, stream: &mut Stream, rec: &CallRecord) -> Result<(), (u16, String)> {
+        if self.arrived_ns.is_some() && super::super::gate::submits_kernels(rec) {
+            self.stamp(stream, rec);
+        }
         if !(self.best_effort && self.preempt && super::super::gate::submits_kernels(rec)) {
             return self.exec_one(stream, rec);
         }
         // At most the window's kernels on the GPU, then none while latency-critical work runs.
-        let waited = self.inflight.make_room();
+        let waited = self.inflight.make_room(Stream::kernel_shape(rec));
         if waited >= Duration::from_micros(50) {
             self.sample(3, waited.as_micros() as u64);
         }
@@ -81,6 +84,11 @@ impl Session<'_> {
                     if self.best_effort && self.preempt {
                         self.yield_to_latency_critical();
                     }
+                    if self.arrived_ns.is_some() {
+                        if let Some(rec) = recs.iter().find(|r| super::super::gate::submits_kernels(r)) {
+                            self.stamp(stream, rec);
+                        }
+                    }
                     let t = self.timeline.on().then(Instant::now);
                     match p.run(stream, recs) {
                         Ran::Eager(recs) => recs.iter().try_for_each(|rec| self.exec_gated(stream, rec))?,
@@ -97,6 +105,31 @@ impl Session<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The first kernel of a latency-critical segment (`rec`) is next: a preemption stamp ahead
+    /// of it on its stream (`stamps.rs`).
+    fn stamp(&mut self, stream: &Stream, rec: &CallRecord) {
+        let (Some(arrived), Some(s)) = (self.arrived_ns.take(), stream.live_stream_of(rec)) else { return };
+        if let Some(st) = self.stamps.as_mut() {
+            st.before_kernel(s, arrived);
+        }
+    }
+
+    /// After an answer: a calibration round, then the preemption latencies of the stamps the
+    /// GPU wrote so far to the server (sample kinds 4 and 5: the latency and the clock's
+    /// uncertainty, nanoseconds).
+    pub(super) fn take_stamps(&mut self) {
+        let Some(st) = self.stamps.as_mut() else { return };
+        st.recalibrate(self.gate.as_ref());
+        let (latencies, uncertainty) = st.take(self.gate.as_ref());
+        if latencies.is_empty() {
+            return;
+        }
+        for ns in latencies {
+            self.sample(4, ns);
+        }
+        self.sample(5, uncertainty);
     }
 
     /// Before work runs: a latency-critical session enters the priority gate, a best-effort

@@ -35,8 +35,12 @@ pub(super) fn keep_templates(control: &Channel, p: &mut crate::server::pieces::P
 pub(super) type Stored = (OwnedFd, Vec<shm::Entry>);
 
 impl Session<'_> {
-    pub(super) fn sample(&mut self, which: u8, us: u64) {
-        self.samples.push((which, us.min(u64::from(u32::MAX)) as u32));
+    /// A measurement for the server's histograms, by kind: 0 a segment's execution, 1 from a
+    /// synchronizing segment's arrival to its answer, 2 a best-effort hold at the gate, 3 a wait
+    /// in the best-effort window (microseconds); 4 a preemption latency, 5 the uncertainty of
+    /// the clock it was measured with (nanoseconds).
+    pub(super) fn sample(&mut self, which: u8, value: u64) {
+        self.samples.push((which, value.min(u64::from(u32::MAX)) as u32));
         if self.samples.len() >= SAMPLES {
             let s = std::mem::take(&mut self.samples);
             let _ = self.control.send(&Control::Samples(s), None);
