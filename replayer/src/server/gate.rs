@@ -176,16 +176,18 @@ impl Gate {
     }
 
     /// Best-effort work waits while latency-critical work is in flight or was active within
-    /// `grace`, for at most `max`. Returns how long it waited.
+    /// `grace`, for at most `max`. Returns how long it waited (zero where it did not).
     pub fn hold(&self, grace: Duration, max: Duration) -> Duration {
         let t0 = Instant::now();
         let p = self.page();
+        let mut held = false;
         loop {
             let idle_ns = now_ns().saturating_sub(p.last_ns.load(Ordering::Acquire));
             let busy = (idle_ns < STALE.as_nanos() as u64 && self.in_flight()) || idle_ns < grace.as_nanos() as u64;
             if !busy || t0.elapsed() >= max {
-                return t0.elapsed();
+                return if held { t0.elapsed() } else { Duration::ZERO };
             }
+            held = true;
             std::thread::sleep(Duration::from_micros(50));
         }
     }

@@ -747,7 +747,8 @@ int main() {
     if (const char* p = getenv("PROBES")) g_probes = std::max(10, atoi(p));
     parse_selection(getenv("SCENARIOS"));
     bool any_process = false;
-    for (const Variant& v : kVariants) any_process = any_process || wanted(std::string("process-") + v.tag);
+    for (const Variant& v : kVariants)
+        any_process = any_process || wanted(std::string("process-") + v.tag) || wanted(std::string("procgreen-") + v.tag);
     // Before the first CUDA call: a child of a process that has used CUDA cannot use it.
     if (any_process) start_be_process();
     init_gpu();

@@ -15,7 +15,7 @@ impl Session<'_> {
             return self.exec_one(stream, rec);
         }
         // At most the window's kernels on the GPU, then none while latency-critical work runs.
-        let waited = self.inflight.make_room(Stream::kernel_shape(rec));
+        let waited = self.inflight.make_room(|| Stream::kernel_shape(rec));
         if waited >= Duration::from_micros(50) {
             self.sample(3, waited.as_micros() as u64);
         }

@@ -82,22 +82,25 @@ impl InFlight {
         self.durations.get(&shape).map_or(self.budget_ns / 2, |&(mean, _)| mean)
     }
 
-    /// Before a kernel of `shape` is submitted: while a bound would be exceeded, waits for the
-    /// oldest kernel in flight. How long it waited.
-    pub fn make_room(&mut self, shape: u64) -> Duration {
-        let t = Instant::now();
+    /// Before a kernel of `shape` (asked only where a budget needs it) is submitted: while a
+    /// bound would be exceeded, waits for the oldest kernel in flight. How long it waited (zero
+    /// where it did not).
+    pub fn make_room(&mut self, shape: impl FnOnce() -> u64) -> Duration {
+        let shape = if self.budget_ns > 0 { shape() } else { 0 };
         let p = self.predict(shape);
         self.next = (shape, p);
+        let mut waited = None;
         while let Some(oldest) = self.events.front() {
             if !self.full(p) {
                 break;
             }
+            waited.get_or_insert_with(Instant::now);
             // SAFETY: an event this window created and recorded; a failure (the context is
             // gone) only ends the wait.
             unsafe { sys::cuEventSynchronize(oldest.event) };
             self.finished();
         }
-        t.elapsed()
+        waited.map_or(Duration::ZERO, |t| t.elapsed())
     }
 
     /// Whether a kernel predicted to take `p` ns must wait for the oldest in flight (there is
