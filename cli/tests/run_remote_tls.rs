@@ -134,6 +134,12 @@ fn an_untrusted_or_plain_server_is_one_line_and_no_device() {
     let at = format!("tls://127.0.0.1:{}", port(&elsewhere));
     let ran = run_client_at(&at, &["--tls-ca", cert.to_str().unwrap()], &prog, &["1"], &[]);
     no_device(&ran, &at, &["not valid for `127.0.0.1`"]);
+    // The same server as one of several a name stands for (`tls://NAME:PORT#ADDRESS:PORT`, what a
+    // name resolving to several addresses expands to): reached at the address, trusted for the
+    // name (which resolves nowhere).
+    let pinned = format!("tls://gpu.invalid:{0}#127.0.0.1:{0}", port(&elsewhere));
+    let ran = run_client_at(&pinned, &["--tls-ca", cert.to_str().unwrap()], &prog, &["1"], &[]);
+    assert!(ran.ok, "{pinned}: stderr:\n{}", ran.stderr);
     // A plain server: the handshake fails at once, and the program sees it — never a SIGPIPE
     // for a write to the connection the server closed (a race: several times).
     let plain = Server::start(dir.path(), &libdir, &[], &[]);

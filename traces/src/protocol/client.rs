@@ -25,20 +25,29 @@ pub enum Endpoint {
     /// signed by a CA in `ca` (a PEM file; `None`: the file `$GPULESS_TLS_CA` names) and name
     /// the host part of `addr`.
     Tls {
-        /// `HOST:PORT`.
+        /// `HOST:PORT`: the name the certificate must carry (and where to connect, without `at`).
         addr: String,
         /// The PEM file of trusted CA certificates.
         ca: Option<std::path::PathBuf>,
+        /// `ADDRESS:PORT` to connect to instead of resolving `addr` (`tls://HOST:PORT#ADDRESS:PORT`:
+        /// one server of several a name resolves to).
+        at: Option<String>,
     },
 }
 
 impl Endpoint {
-    /// Parses `unix:PATH`, `tls://HOST:PORT` (no CA file yet), `tcp://HOST:PORT` or `HOST:PORT`.
+    /// Parses `unix:PATH`, `tls://HOST:PORT` (no CA file yet; `tls://HOST:PORT#ADDRESS:PORT`
+    /// connects to ADDRESS and checks the certificate names HOST), `tcp://HOST:PORT` or
+    /// `HOST:PORT`.
     pub fn parse(s: &str) -> Self {
         if let Some(p) = s.strip_prefix("unix:") {
             Endpoint::Unix(p.into())
         } else if let Some(a) = s.strip_prefix("tls://") {
-            Endpoint::Tls { addr: a.to_string(), ca: None }
+            let (addr, at) = match a.split_once('#') {
+                Some((addr, at)) => (addr, Some(at.to_string())),
+                None => (a, None),
+            };
+            Endpoint::Tls { addr: addr.to_string(), ca: None, at }
         } else {
             Endpoint::Tcp(s.strip_prefix("tcp://").unwrap_or(s).to_string())
         }
@@ -50,7 +59,8 @@ impl std::fmt::Display for Endpoint {
         match self {
             Endpoint::Tcp(a) => write!(f, "{a}"),
             Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
-            Endpoint::Tls { addr, .. } => write!(f, "tls://{addr}"),
+            Endpoint::Tls { addr, at: None, .. } => write!(f, "tls://{addr}"),
+            Endpoint::Tls { addr, at: Some(at), .. } => write!(f, "tls://{addr}#{at}"),
         }
     }
 }
@@ -197,8 +207,9 @@ pub fn connect(endpoint: &Endpoint, timeout: Duration) -> Result<Connection, Pro
     let stream = match endpoint {
         Endpoint::Tcp(addr) => Stream::Tcp(connect_tcp(addr, timeout)?),
         Endpoint::Unix(p) => Stream::Unix(UnixStream::connect(p)?),
-        Endpoint::Tls { addr, ca } => {
-            let tls = super::tls::connect(connect_tcp(addr, timeout)?, addr, ca.as_deref(), timeout)?;
+        Endpoint::Tls { addr, ca, at } => {
+            let tcp = connect_tcp(at.as_deref().unwrap_or(addr), timeout)?;
+            let tls = super::tls::connect(tcp, addr, ca.as_deref(), timeout)?;
             return Connection::tls(tls);
         }
     };

@@ -354,8 +354,12 @@ mod tests {
     fn tls_endpoints_parse_and_print() {
         use super::super::Endpoint;
         let e = Endpoint::parse("tls://gpu1:7011");
-        assert_eq!(e, Endpoint::Tls { addr: "gpu1:7011".into(), ca: None });
+        assert_eq!(e, Endpoint::Tls { addr: "gpu1:7011".into(), ca: None, at: None });
         assert_eq!(e.to_string(), "tls://gpu1:7011");
+        // One server of several the name resolves to: connect there, check the name.
+        let e = Endpoint::parse("tls://gpus:7011#10.0.0.5:7011");
+        assert_eq!(e, Endpoint::Tls { addr: "gpus:7011".into(), ca: None, at: Some("10.0.0.5:7011".into()) });
+        assert_eq!(e.to_string(), "tls://gpus:7011#10.0.0.5:7011");
         assert_eq!(Endpoint::parse("tcp://gpu1:7011"), Endpoint::Tcp("gpu1:7011".into()));
         assert_eq!(Endpoint::parse("gpu1:7011"), Endpoint::Tcp("gpu1:7011".into()));
     }

@@ -153,17 +153,28 @@ fn connect_all(list: &str) -> Result<Members, String> {
     Ok(members)
 }
 
-/// The endpoints of `list`: its comma-separated entries, a TCP name that resolves to several
-/// addresses of one family (not loopback) standing for each of them.
+/// The endpoints of `list`: its comma-separated entries, a TCP or TLS name that resolves to
+/// several addresses of one family (not loopback) standing for each of them (a TLS one as
+/// `tls://NAME:PORT#ADDRESS:PORT`: connected to at the address, its certificate checked for the
+/// name).
 pub(super) fn expand(list: &str) -> Vec<String> {
+    expand_with(list, |hp| hp.to_socket_addrs().map(Iterator::collect).unwrap_or_default())
+}
+
+/// [`expand`] with the name resolution `resolve` (`HOST:PORT` to its addresses).
+fn expand_with(list: &str, resolve: impl Fn(&str) -> Vec<std::net::SocketAddr>) -> Vec<String> {
     let mut out = Vec::new();
     for e in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
         let plain = e.strip_prefix("tcp://").unwrap_or(e);
-        if plain.starts_with("unix:") || plain.starts_with("tls://") {
+        let (tls, plain) = match plain.strip_prefix("tls://") {
+            Some(p) => (true, p),
+            None => (false, plain),
+        };
+        if plain.starts_with("unix:") || plain.contains('#') {
             out.push(e.to_string());
             continue;
         }
-        let addrs: Vec<std::net::SocketAddr> = plain.to_socket_addrs().map(Iterator::collect).unwrap_or_default();
+        let addrs = resolve(plain);
         let v4: Vec<_> = addrs.iter().filter(|a| a.is_ipv4()).collect();
         let v6: Vec<_> = addrs.iter().filter(|a| a.is_ipv6()).collect();
         let group = if v4.len() > 1 { v4 } else { v6 };
@@ -173,7 +184,8 @@ pub(super) fn expand(list: &str) -> Vec<String> {
             .is_some_and(|(h, _)| h.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_err());
         if is_name && distinct.len() > 1 && !group.iter().any(|a| a.ip().is_loopback()) {
             let mut seen = HashSet::new();
-            out.extend(group.iter().filter(|a| seen.insert(**a)).map(|a| a.to_string()));
+            let each = group.iter().filter(|a| seen.insert(**a));
+            out.extend(each.map(|a| if tls { format!("tls://{plain}#{a}") } else { a.to_string() }));
         } else {
             out.push(e.to_string());
         }
@@ -295,6 +307,29 @@ fn merge(members: &[Session], counts: &[u32]) -> MoreDevices {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A name standing for several servers (a headless Service): each address a server; a TLS
+    /// one keeps the name its certificate is checked for.
+    #[test]
+    fn a_name_of_several_addresses_is_a_server_at_each() {
+        let resolve = |hp: &str| -> Vec<std::net::SocketAddr> {
+            match hp {
+                "gpus:7000" => vec!["10.0.0.5:7000".parse().unwrap(), "10.0.0.6:7000".parse().unwrap()],
+                "one:7000" => vec!["10.0.0.7:7000".parse().unwrap()],
+                "lo:7000" => vec!["127.0.0.1:7000".parse().unwrap(), "127.0.0.2:7000".parse().unwrap()],
+                _ => Vec::new(),
+            }
+        };
+        assert_eq!(expand_with("gpus:7000", resolve), ["10.0.0.5:7000", "10.0.0.6:7000"]);
+        assert_eq!(
+            expand_with("tls://gpus:7000", resolve),
+            ["tls://gpus:7000#10.0.0.5:7000", "tls://gpus:7000#10.0.0.6:7000"]
+        );
+        // One address, loopback, an address given, or a name already pinned: as written.
+        assert_eq!(expand_with("tls://one:7000,lo:7000", resolve), ["tls://one:7000", "lo:7000"]);
+        assert_eq!(expand_with("tls://gpus:7000#10.0.0.6:7000", resolve), ["tls://gpus:7000#10.0.0.6:7000"]);
+        assert_eq!(expand_with("10.0.0.5:7000", resolve), ["10.0.0.5:7000"]);
+    }
 
     #[test]
     fn a_list_is_its_entries_and_loopback_names_stay_one_server() {
