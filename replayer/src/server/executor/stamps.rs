@@ -174,13 +174,12 @@ pub(super) struct Stamps {
     pending: std::collections::VecDeque<Pending>,
     /// This executor's latest calibration (offset, width, when), where it has one.
     own: Option<(i64, u64, Instant)>,
-    /// The GPU's (offset, uncertainty), as its gate page had it when the session started.
-    shared: Option<(i64, u64)>,
+    /// The GPU's (offset, uncertainty, when read), as its gate page had it last (a session
+    /// without a policy has no gate: the one read when it started, aging).
+    shared: Option<(i64, u64, Instant)>,
     /// When the last round after an answer ran.
     last_round: Option<Instant>,
     said: bool,
-    /// Segments whose stream still ran the session's own work at their first kernel.
-    pub busy: u64,
 }
 
 impl Stamps {
@@ -192,10 +191,9 @@ impl Stamps {
             failed: Vec::new(),
             pending: Default::default(),
             own: c.own,
-            shared: gate.and_then(Gate::clock),
+            shared: gate.and_then(Gate::clock).map(|(o, e)| (o, e, Instant::now())),
             last_round: None,
             said: false,
-            busy: 0,
         }
     }
 
@@ -211,10 +209,7 @@ impl Stamps {
         // SAFETY: as above.
         match unsafe { sys::cuStreamQuery(stream) } {
             sys::CUresult::CUDA_SUCCESS => {}
-            sys::CUresult::CUDA_ERROR_NOT_READY => {
-                self.busy += 1;
-                return;
-            }
+            // The session's own work still runs there: not a wait for other sessions.
             _ => return,
         }
         let mut ctx = std::ptr::null_mut();
@@ -273,11 +268,12 @@ impl Stamps {
     /// uncertainty (±, nanoseconds) of the clock relation they were computed with; nothing
     /// without one.
     pub fn take(&mut self, gate: Option<&Gate>) -> (Vec<u64>, u64) {
-        if let Some(c) = gate.and_then(Gate::clock) {
-            self.shared = Some(c);
+        if let Some((o, e)) = gate.and_then(Gate::clock) {
+            self.shared = Some((o, e, Instant::now()));
         }
         let own = self.own.map(|(o, w, at)| (o, aged(w, at)));
-        let clock = match (self.shared, own) {
+        let shared = self.shared.map(|(o, e, at)| (o, e + aged(0, at)));
+        let clock = match (shared, own) {
             (Some(s), Some(o)) => Some(if s.1 <= o.1 { s } else { o }),
             (s, o) => s.or(o),
         };
