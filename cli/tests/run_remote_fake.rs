@@ -76,6 +76,15 @@ fn run_within(mut cmd: Command, dir: &Path, limit: Duration) -> Ran {
     }
 }
 
+/// The client's statistics (`gpuless run --json`): the JSON line on stderr.
+fn json_stats(ran: &Ran) -> serde_json::Value {
+    ran.stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON statistics line on stderr:\n{}", ran.stderr))
+}
+
 /// `gpuless run` with `args` (the command included), the real recorder library as the client,
 /// and neither the stand-in's directory on the library path nor a preload or token inherited.
 fn gpuless_run(args: &[&str]) -> Command {
@@ -108,12 +117,7 @@ fn a_linked_program_runs_remotely_with_its_native_output_and_few_round_trips() {
     );
     assert_eq!(ran.code, Some(0), "gpuless run failed; stderr:\n{}", ran.stderr);
     assert_eq!(ran.stdout, a, "remote output differs from native; stderr:\n{}", ran.stderr);
-    let stats: serde_json::Value = ran
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| panic!("no JSON statistics line on stderr:\n{}", ran.stderr));
+    let stats = json_stats(&ran);
     let n = |k: &str| stats[k].as_u64().unwrap_or_else(|| panic!("no number {k} in {stats}"));
     assert!(stats["failed"].is_null(), "{stats}");
     assert_eq!(stats["endpoint"], s.tcp.as_str(), "{stats}");
@@ -189,6 +193,31 @@ fn a_linked_program_runs_remotely_with_its_native_output_and_few_round_trips() {
     assert_eq!(r["results_unverified"], 0, "{r}");
     assert!(l["results_verified"].as_u64().unwrap_or(0) > 1, "{l}");
     assert_eq!(r["results_verified"], l["results_verified"], "local {l}\nremote {r}");
+}
+
+/// Over the Unix socket the client offers shared-memory rings and every later frame goes
+/// through them (one round trip more: the offer); `GPULESS_RING=0` keeps frames on the socket.
+/// Either way the program's output is the native one.
+#[test]
+fn over_the_unix_socket_frames_go_through_shared_memory_rings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = build(dir.path());
+    let native = Command::new(&prog).arg(ITERS.to_string()).env("LD_LIBRARY_PATH", &libdir).output().unwrap();
+    let a = String::from_utf8_lossy(&native.stdout).into_owned();
+    let s = Server::start(dir.path(), &libdir, &[], &[]);
+    let unix = format!("unix:{}", s.socket.display());
+    let p = prog.to_str().unwrap();
+    for (ring, extra_trips) in [("1", 1), ("0", 0)] {
+        let mut cmd = gpuless_run(&["--remote", &unix, "--json", "--", p, &ITERS.to_string()]);
+        cmd.env("GPULESS_RING", ring);
+        let ran = run_within(cmd, dir.path(), Duration::from_secs(60));
+        assert_eq!(ran.code, Some(0), "GPULESS_RING={ring}; stderr:\n{}", ran.stderr);
+        assert_eq!(ran.stdout, a, "GPULESS_RING={ring}: output differs from native; stderr:\n{}", ran.stderr);
+        let stats = json_stats(&ran);
+        assert_eq!(stats["rings"], ring == "1", "{stats}");
+        assert!(stats["failed"].is_null(), "{stats}");
+        assert_eq!(stats["round_trips"].as_u64(), Some(EXPECTED_ROUND_TRIPS + extra_trips), "{stats}");
+    }
 }
 
 #[test]

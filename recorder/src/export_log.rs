@@ -238,7 +238,37 @@ pub fn said_get(hex_id: &str, status: u32, table: usize) {
     } else {
         0
     };
-    eprintln!("gpuless: export-table-log get {hex_id} status {status} table {table:#x} first word {size}");
+    eprintln!(
+        "gpuless: export-table-log get {hex_id} status {status} table {table:#x} first word {size}; asked from {}",
+        callers()
+    );
+}
+
+/// The shared objects on the stack now, innermost first (each once): who asked for a table.
+fn callers() -> String {
+    unsafe extern "C" {
+        /// glibc's `backtrace(3)`.
+        fn backtrace(buffer: *mut *mut c_void, size: libc::c_int) -> libc::c_int;
+    }
+    let mut frames = [std::ptr::null_mut::<c_void>(); 32];
+    // SAFETY: a buffer of 32 slots.
+    let n = unsafe { backtrace(frames.as_mut_ptr(), frames.len() as libc::c_int) }.max(0) as usize;
+    let mut seen: Vec<String> = Vec::new();
+    for &f in &frames[..n] {
+        // SAFETY: dladdr only reads the loader's tables; `info` is written on success.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        if unsafe { libc::dladdr(f, &mut info) } == 0 || info.dli_fname.is_null() {
+            continue;
+        }
+        // SAFETY: a NUL-terminated name the loader keeps.
+        let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy();
+        let short = name.rsplit('/').next().unwrap_or(&name).to_string();
+        let off = f as usize - info.dli_fbase as usize;
+        if !seen.iter().any(|s| s.starts_with(&short)) {
+            seen.push(format!("{short}+{off:#x}"));
+        }
+    }
+    seen.join(" < ")
 }
 
 #[cfg(test)]

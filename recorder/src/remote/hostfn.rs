@@ -332,12 +332,21 @@ fn runner() -> mpsc::Sender<Job> {
 ///
 /// [`Connection::pump_host_calls`]: gpuless_traces::protocol::Connection::pump_host_calls
 fn poller(link: super::link::Link) {
-    let fd = super::link::lock(&link).poll_fd();
+    let (fd, rings) = {
+        let c = super::link::lock(&link);
+        (c.poll_fd(), c.uses_rings())
+    };
     loop {
         let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd; a timeout bounds the wait (bytes already read by a waiting
-        // thread, or held decrypted by a TLS session, are looked at below).
-        let n = unsafe { libc::poll(&mut p, 1, 20) };
+        // thread, or held decrypted by a TLS session, are looked at below). Frames through
+        // shared-memory rings wake no poll: the socket beside them is looked at every 100 µs.
+        let n = if rings {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            unsafe { libc::poll(&mut p, 1, 0) }
+        } else {
+            unsafe { libc::poll(&mut p, 1, 20) }
+        };
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return;
         }

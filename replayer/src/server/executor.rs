@@ -55,7 +55,7 @@ use notes::{ask, keep_templates, Stored};
 mod pump;
 mod wire;
 
-use wire::{conn_of, write_message, Ended, Writer};
+use wire::{conn_of, take_rings, write_message, Ended, Writer};
 
 use kept::Kept;
 
@@ -302,6 +302,7 @@ fn serve_one(
         decoded: Decoded::default(),
         timeline: Timeline::new(),
         writers: Vec::new(),
+        small: Vec::new(),
         checks: Vec::new(),
         // Without a policy the session takes no part in the gate (and the executor keeps it).
         gate: if priority == super::config::PriorityPolicy::Off { None } else { gate.take() },
@@ -345,6 +346,8 @@ fn serve_one(
                 // The server's number of this executor's GPU (`manager::spawn`).
                 gpu: std::env::var("GPULESS_GPU").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
                 more: if devices > 1 { more.clone() } else { Default::default() },
+                // Frames through shared memory on a Unix socket (`GPULESS_RING=0`: never).
+                rings: matches!(conn, Conn::Unix(_)) && std::env::var("GPULESS_RING").map_or(true, |v| v != "0"),
             };
             let mut stream = stream;
             // Code images loaded ahead are device 0's modules: a session of several devices
@@ -379,8 +382,9 @@ fn serve_one(
             eprintln!("gpuless executor: session {session}: a repeated piece could not be captured ({why}); it ran record by record");
         }
     }
-    if s.gate.is_some() {
-        *gate = s.gate.take();
+    if let Some(mut g) = s.gate.take() {
+        g.end_session();
+        *gate = Some(g);
     }
     let error = result.err().unwrap_or_default();
     let done = Control::Done { stats: s.stats.clone(), error };
@@ -406,6 +410,9 @@ struct Session<'a> {
     /// Blobs for the cache being checked and packed in the background: each gives a sealed
     /// memfd and where its blobs lie, for the server to write ([`Control::Store`]).
     writers: Vec<std::thread::JoinHandle<Option<Stored>>>,
+    /// Small blobs received and not yet handed to a writer: they go to the cache together
+    /// ([`Session::blob_part`]).
+    small: Vec<(Hash128, BlobBytes)>,
     /// Hash checks of shared-memory blobs not yet waited for ([`Session::verified`]).
     checks: Vec<std::sync::mpsc::Receiver<Option<Hash128>>>,
     /// The GPU's priority gate: a latency-critical session enters it while it has segments in
@@ -455,10 +462,7 @@ impl Session<'_> {
     fn serve(&mut self, conn: Conn, stream: &mut Stream, welcome: Welcome, idle: Duration) -> End {
         let max_download = if welcome.device.total_mem > 0 { welcome.device.total_mem } else { 1 << 40 };
         conn.set_read_timeout(Some(idle)).map_err(|e| e.to_string())?;
-        let read_half = match &conn {
-            Conn::Tcp(t) => Conn::Tcp(t.try_clone().map_err(|e| e.to_string())?),
-            Conn::Unix(u) => Conn::Unix(u.try_clone().map_err(|e| e.to_string())?),
-        };
+        let read_half = conn.try_clone().map_err(|e| e.to_string())?;
         // After each message the executor polls for the next one a while before it blocks:
         // a client's next segment usually follows within microseconds.
         let spin = Duration::from_micros(
@@ -653,12 +657,20 @@ impl Session<'_> {
                         return fail(&w, code::BAD_MESSAGE, e);
                     }
                 }
+                kind::RING_OFFER => match Message::decode(h.kind, h.flags, &payload) {
+                    Ok(Message::RingOffer { capacity }) => {
+                        if let Err(e) = take_rings(&reader, &w, capacity, idle) {
+                            return fail(&w, code::BAD_MESSAGE, e);
+                        }
+                    }
+                    _ => return fail(&w, code::BAD_MESSAGE, "bad RingOffer".into()),
+                },
                 kind::BLOB_SHM => {
                     let entries = match Message::decode(h.kind, h.flags, &payload) {
                         Ok(Message::BlobShm(e)) => e,
                         Ok(_) | Err(_) => return fail(&w, code::BAD_MESSAGE, "bad BlobShm".into()),
                     };
-                    let Some(fd) = pump::lock(&reader).get_mut().fds.pop_front() else {
+                    let Some(fd) = pump::lock(&reader).get_mut().take_fd() else {
                         return fail(
                             &w,
                             code::BAD_MESSAGE,

@@ -3,10 +3,12 @@
 //! Each session runs in its own executor process, so the GPU time-slices between their
 //! contexts and stream priorities (which act only inside one context) cannot order them. The
 //! gate orders them where work enters the GPU: a page of shared memory (a memfd the server
-//! creates and every executor inherits at [`GATE_FD`]). A latency-critical executor with a
-//! segment in flight holds a shared record lock on one byte of it (`fcntl`, `F_RDLCK`), which
-//! the kernel drops when the process ends however it ends, so no bookkeeping a killed executor
-//! leaves behind can hold anyone; the page also keeps the time of the last latency-critical
+//! creates and every executor inherits at [`GATE_FD`]). A latency-critical executor counts its
+//! segment in flight in the page (an atomic: no system call per round trip) and, from its
+//! session's first segment to its end, holds a shared record lock on one byte of it (`fcntl`,
+//! `F_RDLCK`), which the kernel drops when the process ends however it ends: a count with no
+//! lock held is one a killed executor left behind, and holds nobody (the first best-effort
+//! executor to see it clears it). The page also keeps the time of the last latency-critical
 //! activity. A best-effort executor holds its next segment while such a lock is held or
 //! latency-critical work was active within a short grace (the client's round trip between two
 //! segments), for at most a bound, so it always progresses; inside a segment it stops before
@@ -48,6 +50,8 @@ struct Page {
     clock_width: AtomicU64,
     /// CLOCK_MONOTONIC nanoseconds when it was measured.
     clock_at: AtomicU64,
+    /// Latency-critical segments in flight now, over every executor of the GPU.
+    in_flight: AtomicU32,
 }
 
 /// How fast a clock relation ages: the GPU timer drifts against `CLOCK_REALTIME` (1 to 11 µs per
@@ -67,7 +71,9 @@ pub struct Gate {
     map: memmap2::MmapMut,
     /// The gate's file (the locks are taken on it).
     file: std::fs::File,
-    /// Whether this process holds the lock now.
+    /// Whether this process holds the lock now (its session's first segment until its end).
+    locked: bool,
+    /// Whether this process counts a segment in flight now.
     entered: bool,
 }
 
@@ -131,7 +137,7 @@ impl Gate {
         // SAFETY: a shared mapping of a memfd only gpuless processes hold; every access goes
         // through atomics.
         let map = unsafe { memmap2::MmapMut::map_mut(&file)? };
-        Ok(Gate { map, file, entered: false })
+        Ok(Gate { map, file, locked: false, entered: false })
     }
 
     /// Sets this process's lock (`F_RDLCK`: latency-critical work in flight; `F_UNLCK`).
@@ -149,10 +155,14 @@ impl Gate {
     /// A latency-critical segment arrives: in flight until [`Self::leave`] (or this process
     /// ends).
     pub fn enter(&mut self) {
-        let p = self.page();
-        p.last_ns.store(now_ns(), Ordering::Release);
-        if !self.entered {
-            self.entered = self.set_lock(libc::F_RDLCK);
+        self.page().last_ns.store(now_ns(), Ordering::Release);
+        if !self.locked {
+            // The lock before the count: a count with no lock held is a dead executor's.
+            self.locked = self.set_lock(libc::F_RDLCK);
+        }
+        if !self.entered && self.locked {
+            self.page().in_flight.fetch_add(1, Ordering::AcqRel);
+            self.entered = true;
         }
     }
 
@@ -161,18 +171,36 @@ impl Gate {
         if self.entered {
             let p = self.page();
             p.last_ns.store(now_ns(), Ordering::Release);
-            self.set_lock(libc::F_UNLCK);
+            let _ = p.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
             self.entered = false;
+        }
+    }
+
+    /// The latency-critical session ended: its lock goes too.
+    pub fn end_session(&mut self) {
+        self.leave();
+        if self.locked {
+            self.set_lock(libc::F_UNLCK);
+            self.locked = false;
         }
     }
 
     /// Whether another process has latency-critical work in flight now (one that ended
     /// holds nothing: the kernel dropped its lock).
     pub fn in_flight(&self) -> bool {
+        let p = self.page();
+        if p.in_flight.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let mut l = lock_of(libc::F_WRLCK);
         // SAFETY: fcntl with a valid flock on our descriptor; it only reports.
         let r = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_GETLK, &mut l) };
-        r == 0 && l.l_type != libc::F_UNLCK as libc::c_short
+        let held = r == 0 && l.l_type != libc::F_UNLCK as libc::c_short;
+        if r == 0 && !held {
+            // Counted by executors that are gone (no lock is held): nobody is in flight.
+            p.in_flight.store(0, Ordering::Release);
+        }
+        held
     }
 
     /// Best-effort work waits while latency-critical work is in flight or was active within
@@ -228,7 +256,7 @@ impl Gate {
 
 impl Drop for Gate {
     fn drop(&mut self) {
-        self.leave();
+        self.end_session();
     }
 }
 
@@ -358,5 +386,41 @@ mod tests {
         std::thread::sleep(GRACE);
         let waited = be.hold(GRACE, Duration::from_millis(500));
         assert!(waited < Duration::from_millis(5), "held {waited:?} after the latency-critical executor died");
+    }
+
+    #[test]
+    fn a_latency_critical_session_between_round_trips_holds_nobody_though_it_keeps_its_lock() {
+        let (_server, fd) = Gate::create().unwrap();
+        let be = Gate::map(std::fs::File::from(fd.try_clone().unwrap())).unwrap();
+        // Entered, then answered (left), and alive: its lock stays for the session.
+        let lc = child_entering(&fd, |g| {
+            g.leave();
+            std::thread::sleep(Duration::from_secs(30));
+        });
+        let mut l = lock_of(libc::F_WRLCK);
+        // SAFETY: fcntl with a valid flock on our descriptor; it only reports.
+        assert_eq!(unsafe { libc::fcntl(be.file.as_raw_fd(), libc::F_GETLK, &mut l) }, 0);
+        assert_ne!(l.l_type, libc::F_UNLCK as libc::c_short, "the session's lock is gone");
+        // (The child reports once it entered; its leave follows.)
+        let t0 = Instant::now();
+        while be.page().in_flight.load(Ordering::Acquire) != 0 && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!be.in_flight(), "nothing is in flight between round trips");
+        // SAFETY: our child.
+        unsafe {
+            libc::kill(lc, libc::SIGKILL);
+            libc::waitpid(lc, std::ptr::null_mut(), 0);
+        }
+        // A dead executor's count is cleared by the first look.
+        let lc = child_entering(&fd, |_| std::thread::sleep(Duration::from_secs(30)));
+        assert!(be.in_flight());
+        // SAFETY: our child.
+        unsafe {
+            libc::kill(lc, libc::SIGKILL);
+            libc::waitpid(lc, std::ptr::null_mut(), 0);
+        }
+        assert!(!be.in_flight());
+        assert_eq!(be.page().in_flight.load(Ordering::Acquire), 0);
     }
 }

@@ -9,7 +9,8 @@
 # (-lcublas), streams (shared cudart) and streams_static (static cudart), globals, ptr_struct,
 # texture, graph, alloc_bench, segment, upload, fault (shared cudart; the last three for the
 # server section), ptr_attrs (shared cudart and -lcuda), oob, event_d2h, graph_query (issue 21's
-# fidelity section), managed, solver (issue 21's replay determinism), the compatibility programs
+# fidelity section), managed, solver (issue 21's replay determinism), small_copies (issue 34's
+# program bound by small synchronous copies, timed by the client section), the compatibility programs
 # of issue 34 (scripts/gpu-suite-compat.sh): driver_answers (C, driver API only: -cudart none
 # -lcuda), stream_sync and printf (shared cudart and -lcuda), big_copy, callbacks, bad_inputs
 # (shared cudart), issue 35's memory models and graph node kinds (also in the compatibility
@@ -67,7 +68,7 @@ build cublas_batched "${common[@]}" -cudart shared "$here/cublas_batched.cu" -lc
 build streams "${common[@]}" -cudart shared "$here/streams.cu"
 build streams_static "${common[@]}" -cudart static "$here/streams.cu"
 build ptr_attrs "${common[@]}" -cudart shared "$here/ptr_attrs.cu" -lcuda
-for p in globals ptr_struct texture graph alloc_bench segment upload fault oob event_d2h graph_query managed memcpy_default pitched crash quick_exit solver; do
+for p in globals ptr_struct texture graph alloc_bench segment upload fault oob event_d2h graph_query managed memcpy_default pitched crash quick_exit solver small_copies; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
 # Issue 34's compatibility programs: each run natively and through the client, outputs compared.

@@ -72,13 +72,18 @@ pub enum Stream {
     Tcp(TcpStream),
     /// Unix-domain.
     Unix(UnixStream),
+    /// Shared-memory rings beside a Unix socket ([`super::ring`]), after a
+    /// [`Message::RingOffer`] was taken.
+    Ring(super::ring::Ring),
 }
 
 impl Stream {
-    fn try_clone(&self) -> std::io::Result<Stream> {
+    /// Another handle on the same connection.
+    pub fn try_clone(&self) -> std::io::Result<Stream> {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Ring(r) => Stream::Ring(r.try_clone()?),
         })
     }
     /// Sets the read timeout (None: wait forever).
@@ -86,6 +91,10 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
             Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Ring(r) => {
+                r.set_read_timeout(t);
+                r.sock.set_read_timeout(t)
+            }
         }
     }
 }
@@ -95,6 +104,7 @@ impl std::os::fd::AsRawFd for Stream {
         match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Ring(r) => r.as_raw_fd(),
         }
     }
 }
@@ -123,8 +133,10 @@ impl Polled {
     fn recv(&mut self, buf: &mut [u8], flags: libc::c_int) -> std::io::Result<usize> {
         use std::os::fd::AsRawFd;
         let fd = self.stream.as_raw_fd();
-        if let Stream::Unix(_) = self.stream {
-            return super::shm::recv_with_fds(fd, buf, flags, &mut self.fds);
+        match &self.stream {
+            Stream::Unix(_) => return super::shm::recv_with_fds(fd, buf, flags, &mut self.fds),
+            Stream::Ring(r) => return r.read(buf, flags & libc::MSG_DONTWAIT == 0),
+            Stream::Tcp(_) => {}
         }
         // SAFETY: a valid socket and a buffer of buf.len() writable bytes.
         let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), flags) };
@@ -132,6 +144,30 @@ impl Polled {
             return Err(std::io::Error::last_os_error());
         }
         Ok(n as usize)
+    }
+}
+
+impl Polled {
+    /// Whether a read would return without waiting (bytes, the end or an error).
+    pub fn readable(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        if let Stream::Ring(r) = &self.stream {
+            return r.ready();
+        }
+        let mut p = libc::pollfd { fd: self.stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, no waiting.
+        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+    }
+
+    /// The descriptor a [`Message::BlobShm`] frame just read carries: the first that came with
+    /// the socket's bytes, or, when frames travel through rings, the next one on the socket
+    /// beside them.
+    pub fn take_fd(&mut self) -> Option<std::os::fd::OwnedFd> {
+        match (self.fds.pop_front(), &self.stream) {
+            (Some(fd), _) => Some(fd),
+            (None, Stream::Ring(r)) => r.recv_fd().ok(),
+            (None, _) => None,
+        }
     }
 }
 
@@ -166,6 +202,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Ring(r) => r.read(buf, true),
         }
     }
 }
@@ -175,12 +212,14 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Ring(r) => r.write(buf),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Stream::Tcp(s) => s.flush(),
             Stream::Unix(s) => s.flush(),
+            Stream::Ring(_) => Ok(()),
         }
     }
 }
@@ -239,11 +278,7 @@ impl ReadHalf {
     /// some ([`super::tls::TlsStream::ready`]: a readable socket may bring no message yet).
     fn ready(&self) -> std::io::Result<bool> {
         match self {
-            ReadHalf::Plain(_) => {
-                let mut p = libc::pollfd { fd: self.fd(), events: libc::POLLIN, revents: 0 };
-                // SAFETY: one valid pollfd, no waiting.
-                Ok(unsafe { libc::poll(&mut p, 1, 0) } > 0)
-            }
+            ReadHalf::Plain(p) => Ok(p.readable()),
             ReadHalf::Tls(s) => s.ready(),
         }
     }
@@ -318,6 +353,9 @@ pub struct Connection {
     /// Runs the host functions of a [`Message::HostCall`] (set by a client that registers
     /// host functions); [`Message::HostReturned`] follows when it returns.
     host_calls: Option<HostCallHandler>,
+    /// Whether large segments are compressed: not to a server on this host (a Unix socket, a
+    /// loopback address), where compressing costs the program more than the bytes do.
+    compress: bool,
 }
 
 /// What a client does with a [`HostCall`]: applies its outputs and runs its functions, in order;
@@ -345,8 +383,14 @@ impl Connection {
     fn halves(reader: ReadHalf, writer: WriteHalf) -> Self {
         let spin_max =
             Duration::from_micros(std::env::var("GPULESS_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(2000));
+        let compress = match &writer {
+            WriteHalf::Plain(Stream::Tcp(t)) => t.peer_addr().map_or(true, |a| !a.ip().is_loopback()),
+            WriteHalf::Plain(_) => false,
+            WriteHalf::Tls(_) => true,
+        };
         let reader = BufReader::with_capacity(1 << 16, reader);
         Connection {
+            compress,
             reader,
             spin_max,
             writer: BufWriter::with_capacity(1 << 16, writer),
@@ -381,7 +425,8 @@ impl Connection {
         for r in records {
             self.encoder.push(r);
         }
-        let (flags, bytes) = super::segment::wire(self.encoder.finish());
+        let batch = self.encoder.finish();
+        let (flags, bytes) = if self.compress { super::segment::wire(batch) } else { (0, batch) };
         self.send_segment_bytes(&bytes, flags, want_answer)
     }
 
@@ -420,7 +465,54 @@ impl Connection {
     /// Whether the connection can carry descriptors (a Unix socket): blobs can then travel
     /// through shared memory ([`Self::send_blobs_shm`]).
     pub fn can_share_memory(&self) -> bool {
-        matches!(self.writer.get_ref(), WriteHalf::Plain(Stream::Unix(_)))
+        matches!(self.writer.get_ref(), WriteHalf::Plain(Stream::Unix(_) | Stream::Ring(_)))
+    }
+
+    /// Whether frames travel through shared-memory rings ([`super::ring`]).
+    pub fn uses_rings(&self) -> bool {
+        matches!(self.writer.get_ref(), WriteHalf::Plain(Stream::Ring(_)))
+    }
+
+    /// Offers the executor frames through shared memory (a Unix-socket session whose
+    /// [`Welcome`] said `rings`) and, once it is ready, sends and reads every frame through them.
+    /// Where the rings cannot be made, the session stays on the socket and says why.
+    fn offer_rings(&mut self) -> Result<(), ProtocolError> {
+        use std::os::fd::AsRawFd;
+        self.writer.flush()?;
+        let WriteHalf::Plain(Stream::Unix(sock)) = self.writer.get_ref() else { return Ok(()) };
+        let sock = sock.try_clone()?;
+        let (ring, fd) = match sock.try_clone().and_then(|s| super::ring::Ring::create(s, super::ring::CAPACITY)) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("frames stay on the Unix socket: {e}");
+                return Ok(());
+            }
+        };
+        ring.set_read_timeout(sock.read_timeout()?);
+        let m = Message::RingOffer { capacity: super::ring::CAPACITY };
+        let mut frame = Vec::new();
+        write_frame(&mut frame, m.kind(), 0, &m.encode())?;
+        super::shm::send_with_fd(sock.as_raw_fd(), &frame, fd.as_raw_fd())?;
+        self.traffic.bytes_up += frame.len() as u64;
+        self.traffic.round_trips += 1;
+        match self.recv_one()? {
+            Message::RingReady => {}
+            Message::Error { code, message } => {
+                return Err(ProtocolError::Server(format!("ended the session (code {code}): {message}")))
+            }
+            m => return Err(ProtocolError::Unexpected { expected: "RingReady", got: m.name() }),
+        }
+        if !self.reader.buffer().is_empty() {
+            return Err(ProtocolError::Frame("bytes on the socket after RingReady".into()));
+        }
+        let spin = match self.reader.get_ref() {
+            ReadHalf::Plain(p) => p.spin,
+            ReadHalf::Tls(_) => Duration::ZERO,
+        };
+        let reader = ReadHalf::Plain(Polled::new(Stream::Ring(ring.try_clone()?), spin));
+        self.reader = BufReader::with_capacity(self.reader.capacity(), reader);
+        self.writer = BufWriter::with_capacity(self.writer.capacity(), WriteHalf::Plain(Stream::Ring(ring)));
+        Ok(())
     }
 
     /// Sends `blobs` through a sealed memfd ([`super::shm`]) and waits until the server holds
@@ -467,10 +559,18 @@ impl Connection {
         let mut frame = Vec::new();
         write_frame(&mut frame, m.kind(), 0, &m.encode())?;
         self.writer.flush()?;
-        let WriteHalf::Plain(sock) = self.writer.get_ref() else {
-            return Err(ProtocolError::Frame("shared-memory blobs need a Unix-socket connection".into()));
-        };
-        super::shm::send_with_fd(sock.as_raw_fd(), &frame, fd.as_raw_fd())?;
+        match self.writer.get_ref() {
+            // The descriptor goes beside the rings, before the frame that needs it.
+            WriteHalf::Plain(Stream::Ring(r)) => {
+                r.send_fd(fd.as_raw_fd())?;
+                self.writer.write_all(&frame)?;
+                self.writer.flush()?;
+            }
+            WriteHalf::Plain(sock) => super::shm::send_with_fd(sock.as_raw_fd(), &frame, fd.as_raw_fd())?,
+            WriteHalf::Tls(_) => {
+                return Err(ProtocolError::Frame("shared-memory blobs need a Unix-socket connection".into()))
+            }
+        }
         drop(fd);
         self.traffic.bytes_up += frame.len() as u64;
         self.traffic.round_trips += 1;
@@ -573,7 +673,12 @@ impl Connection {
         self.send(&Message::Hello(hello.clone()))?;
         self.traffic.round_trips += 1;
         match self.recv()? {
-            Message::Welcome(w) => Ok(*w),
+            Message::Welcome(w) => {
+                if w.rings && std::env::var("GPULESS_RING").map_or(true, |v| v != "0") {
+                    self.offer_rings()?;
+                }
+                Ok(*w)
+            }
             Message::Refused { code, message } | Message::Error { code, message } => {
                 Err(ProtocolError::Server(format!("refused the session (code {code}): {message}")))
             }

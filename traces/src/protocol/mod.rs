@@ -22,6 +22,7 @@ pub mod frame;
 pub mod link;
 pub mod message;
 pub mod piece;
+pub mod ring;
 pub mod segment;
 pub mod shm;
 pub mod tls;

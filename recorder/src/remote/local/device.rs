@@ -41,7 +41,28 @@ pub(crate) fn attr_of(dev: u32, id: u32) -> Option<i32> {
         | CONCURRENT_MANAGED_ACCESS => return Some(0),
         _ => {}
     }
-    super::super::devices::description(dev)?.attributes.iter().find(|a| a.0 == id).map(|a| a.1)
+    // Indexed once per device (programs ask thousands of times per second).
+    const DEVICES: usize = 16;
+    static BY_ID: [std::sync::OnceLock<Vec<Option<i32>>>; DEVICES] = [const { std::sync::OnceLock::new() }; DEVICES];
+    let index = |d: &gpuless_traces::protocol::DeviceDescription| {
+        let n = d.attributes.iter().map(|a| a.0 as usize + 1).max().unwrap_or(0).min(4096);
+        let mut v = vec![None; n];
+        for &(k, val) in &d.attributes {
+            if let Some(slot) = v.get_mut(k as usize) {
+                *slot = Some(val);
+            }
+        }
+        v
+    };
+    match BY_ID.get(dev as usize) {
+        Some(cell) => {
+            if cell.get().is_none() {
+                let _ = cell.set(index(super::super::devices::description(dev)?));
+            }
+            cell.get()?.get(id as usize).copied().flatten()
+        }
+        None => super::super::devices::description(dev)?.attributes.iter().find(|a| a.0 == id).map(|a| a.1),
+    }
 }
 
 /// `CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY` and the attributes of pageable access.

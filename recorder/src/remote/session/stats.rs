@@ -57,6 +57,7 @@ pub(super) fn write(members: &[Session], closed: &[Option<protocol::SessionStats
 /// One server's session's counts; `closed`: the server's totals for it (its `Closed`).
 fn one(sess: &Session, closed: Option<&protocol::SessionStats>) -> serde_json::Value {
     let t = sess.conn.as_ref().map(|c| link::lock(c).traffic).unwrap_or_default();
+    let rings = sess.conn.as_ref().is_some_and(|c| link::lock(c).uses_rings());
     let c = closed.cloned().unwrap_or_default();
     serde_json::json!({
         "endpoint": sess.endpoint,
@@ -68,6 +69,8 @@ fn one(sess: &Session, closed: Option<&protocol::SessionStats>) -> serde_json::V
         "sent": sess.sent,
         "local": LOCAL.load(Ordering::Relaxed),
         "round_trips": t.round_trips,
+        // Frames went through shared-memory rings (a Unix socket to a server that takes them).
+        "rings": rings,
         "segments": t.segments,
         "bytes_up": t.bytes_up,
         "bytes_down": t.bytes_down,

@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// Blobs smaller than this go to the cache in batches ([`Session::flush_small`]).
+const SMALL_BLOB: usize = 64 << 10;
+/// Small blobs per batch.
+const SMALL_BATCH: usize = 1024;
+
 impl Session<'_> {
     /// Whether the session or the cache holds `h` (loading it into the session from the cache).
     pub(super) fn find(&mut self, stream: &mut Stream, hashes: &[Hash128]) -> Vec<bool> {
@@ -163,8 +168,25 @@ impl Session<'_> {
             return Err(format!("blob {hash}: its {total} bytes do not hash to it"));
         }
         let whole = BlobBytes::from(whole);
-        self.cache_copy(vec![(hash, whole.clone())], None);
+        if whole.len() < SMALL_BLOB {
+            // A live client's small uploads (a few bytes each, every iteration): a writer thread
+            // and a sealed memfd apiece cost more than the copy itself, so they go in batches.
+            self.small.push((hash, whole.clone()));
+            if self.small.len() >= SMALL_BATCH {
+                self.flush_small();
+            }
+        } else {
+            self.cache_copy(vec![(hash, whole.clone())], None);
+        }
         stream.add_blob(hash, whole);
         Ok(())
+    }
+
+    /// Hands the small blobs gathered so far to a writer for the cache.
+    pub(super) fn flush_small(&mut self) {
+        if !self.small.is_empty() {
+            let batch = std::mem::take(&mut self.small);
+            self.cache_copy(batch, None);
+        }
     }
 }

@@ -56,6 +56,9 @@ impl Session<'_> {
     /// latencies so far.
     /// `wait`: also for the cache copies still being written.
     pub(super) fn flush_notes(&mut self, wait: bool) {
+        if wait {
+            self.flush_small();
+        }
         let (done, running): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.writers).into_iter().partition(|t| wait || t.is_finished());
         self.writers = running;

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-use gpuless_traces::protocol::client::Polled;
+use gpuless_traces::protocol::client::{Polled, Stream};
 use gpuless_traces::protocol::message::kind;
 use gpuless_traces::protocol::{read_header, read_payload, FrameHeader, Message};
 
@@ -57,19 +57,23 @@ impl Drop for Pump {
 }
 
 fn pump(reader: &Reader, kept: &Kept, calls: &HostCalls, stop: &AtomicBool) {
-    let fd = lock(reader).get_ref().stream.as_raw_fd();
+    let (fd, rings) = {
+        let r = lock(reader);
+        (r.get_ref().stream.as_raw_fd(), matches!(r.get_ref().stream, Stream::Ring(_)))
+    };
     while !stop.load(Ordering::Acquire) {
-        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd; the timeout bounds how long a stop waits.
-        unsafe { libc::poll(&mut p, 1, 2) };
+        if rings {
+            // Frames through shared memory wake no poll: look every 50 µs.
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        } else {
+            let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd; the timeout bounds how long a stop waits.
+            unsafe { libc::poll(&mut p, 1, 2) };
+        }
         let mut r = lock(reader);
         loop {
             let buffered = !r.buffer().is_empty();
-            let readable = buffered || {
-                let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-                // SAFETY: as above, without waiting.
-                unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
-            };
+            let readable = buffered || r.get_ref().readable();
             if !readable {
                 break;
             }

@@ -54,3 +54,34 @@ impl Drop for Ended {
         self.0.end();
     }
 }
+
+/// Takes a client's [`Message::RingOffer`] (`capacity` bytes each way, its memfd the next
+/// descriptor that came on the socket): answers [`Message::RingReady`] on the socket, then reads
+/// and writes every later frame through the rings ([`gpuless_traces::protocol::ring`]). `idle`
+/// is the session's read timeout. An offer that is not a sealed memfd of the right size, or that
+/// comes on anything but a Unix socket, is the client's error.
+pub(super) fn take_rings(
+    reader: &super::pump::Reader,
+    w: &Writer,
+    capacity: u64,
+    idle: std::time::Duration,
+) -> Result<(), String> {
+    use gpuless_traces::protocol::ring::Ring;
+    let mut r = super::pump::lock(reader);
+    let Conn::Unix(sock) = &r.get_ref().stream else {
+        return Err("a RingOffer on a connection that is not a Unix socket".into());
+    };
+    let sock = sock.try_clone().map_err(|e| e.to_string())?;
+    let fd = r.get_mut().fds.pop_front().ok_or("a RingOffer came without its memfd (SCM_RIGHTS)")?;
+    if !r.buffer().is_empty() {
+        return Err("frames after a RingOffer before RingReady".into());
+    }
+    let ring = Ring::accept(sock, &fd, capacity).map_err(|e| e.to_string())?;
+    ring.set_read_timeout(Some(idle));
+    let mut g = super::pump::lock(w);
+    write_frame(&mut *g, Message::RingReady.kind(), 0, &[]).map_err(|e| e.to_string())?;
+    g.flush().map_err(|e| e.to_string())?;
+    *g = BufWriter::with_capacity(g.capacity(), Conn::Ring(ring.try_clone().map_err(|e| e.to_string())?));
+    r.get_mut().stream = Conn::Ring(ring);
+    Ok(())
+}

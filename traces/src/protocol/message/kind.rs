@@ -40,6 +40,10 @@ pub const OUTPUT_PART: u16 = 18;
 pub const HOST_CALL: u16 = 19;
 /// [`super::Message::HostReturned`].
 pub const HOST_RETURNED: u16 = 20;
+/// [`super::Message::RingOffer`].
+pub const RING_OFFER: u16 = 21;
+/// [`super::Message::RingReady`].
+pub const RING_READY: u16 = 22;
 
 /// The name of frame kind `k`.
 pub fn kind_name(k: u16) -> &'static str {
@@ -64,6 +68,8 @@ pub fn kind_name(k: u16) -> &'static str {
         OUTPUT_PART => "OutputPart",
         HOST_CALL => "HostCall",
         HOST_RETURNED => "HostReturned",
+        RING_OFFER => "RingOffer",
+        RING_READY => "RingReady",
         _ => "unknown",
     }
 }

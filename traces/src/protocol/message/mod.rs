@@ -123,6 +123,9 @@ pub struct Welcome {
     /// The session's further devices (a session of several GPUs). A trailing field: none
     /// where absent.
     pub more: MoreDevices,
+    /// Whether the executor takes a [`Message::RingOffer`] (a session on a Unix socket: frames
+    /// through shared memory, [`super::ring`]). A trailing field: false where absent.
+    pub rings: bool,
 }
 
 /// A call that failed on the server.
@@ -406,6 +409,16 @@ pub enum Message {
         /// (id, offset, bytes) of late reads among them.
         data: Vec<(u64, u64, Vec<u8>)>,
     },
+    /// Client → executor, on a Unix socket after the [`Welcome`] (which said `rings`), with a
+    /// memfd attached: frames from now on go through the two rings of `capacity` bytes it holds
+    /// ([`super::ring`]). The client sends nothing more until [`Message::RingReady`].
+    RingOffer {
+        /// Bytes of each direction's ring.
+        capacity: u64,
+    },
+    /// Executor → client, the last frame on the socket: every later frame, each way, goes
+    /// through the rings.
+    RingReady,
 }
 
 /// Host functions the server reached, with the device-to-host results that came before them.
@@ -455,6 +468,8 @@ impl Message {
             Message::OutputPart { .. } => kind::OUTPUT_PART,
             Message::HostCall(_) => kind::HOST_CALL,
             Message::HostReturned { .. } => kind::HOST_RETURNED,
+            Message::RingOffer { .. } => kind::RING_OFFER,
+            Message::RingReady => kind::RING_READY,
         }
     }
 
@@ -497,6 +512,7 @@ impl Message {
                 p.u8(u8::from(w.cached_execution));
                 p.u32(w.gpu);
                 w.more.put(&mut p);
+                p.u8(u8::from(w.rings));
             }
             Message::Refused { code, message } | Message::Error { code, message } => {
                 p.u16(*code).str(message);
@@ -538,6 +554,10 @@ impl Message {
                     p.u64(*seq).bytes(bytes);
                 }
             }
+            Message::RingOffer { capacity } => {
+                p.u64(*capacity);
+            }
+            Message::RingReady => {}
             Message::HostReturned { ids, data } => {
                 p.u32(ids.len() as u32);
                 for id in ids {
@@ -661,6 +681,7 @@ impl Message {
                 let cached_execution = flag(&mut g, "cached_execution")?;
                 let gpu = if g.remaining() > 0 { g.u32()? } else { 0 };
                 let more = MoreDevices::get(&mut g)?;
+                let rings = g.remaining() > 0 && flag(&mut g, "rings")?;
                 Message::Welcome(Box::new(Welcome {
                     session,
                     executor_pid,
@@ -670,6 +691,7 @@ impl Message {
                     cached_execution,
                     gpu,
                     more,
+                    rings,
                 }))
             }
             kind::REFUSED | kind::ERROR => {
@@ -743,6 +765,8 @@ impl Message {
                 }
                 Message::HostCall(HostCall { ids, outputs })
             }
+            kind::RING_OFFER => Message::RingOffer { capacity: g.u64()? },
+            kind::RING_READY => Message::RingReady,
             kind::HOST_RETURNED => {
                 let n = g.count(8)?;
                 let mut ids = Vec::with_capacity(n);

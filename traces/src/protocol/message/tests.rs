@@ -53,6 +53,7 @@ fn samples() -> Vec<Message> {
                     remote_type: 2,
                 }],
             },
+            rings: true,
         })),
         Message::Refused { code: code::AUTH, message: "wrong token".into() },
         Message::Segment { want_answer: true, zstd: false, records: vec![1, 2, 3] },
@@ -74,6 +75,8 @@ fn samples() -> Vec<Message> {
         Message::HostCall(HostCall { ids: vec![17, 40], outputs: vec![(12, vec![5, 6, 7])] }),
         Message::HostCall(HostCall::default()),
         Message::HostReturned { ids: vec![17, 40], data: vec![(40, 0, vec![9; 5])] },
+        Message::RingOffer { capacity: 4 << 20 },
+        Message::RingReady,
         Message::BlobQuery(vec![Hash128(1), Hash128(u128::MAX)]),
         Message::BlobHave(vec![true, false]),
         Message::BlobData { hash: Hash128(5), total: 10, offset: 4, bytes: vec![1; 6] },
@@ -224,9 +227,9 @@ fn a_welcome_without_its_gpu_says_gpu_0_and_a_hello_may_ask_for_any() {
     let Message::Welcome(w) = &samples()[1] else { panic!("the second sample is a Welcome") };
     let w = Welcome { gpu: 3, more: MoreDevices::default(), ..(**w).clone() };
     let mut bytes = Message::Welcome(Box::new(w.clone())).encode();
-    bytes.truncate(bytes.len() - 16 - 4);
+    bytes.truncate(bytes.len() - 1 - 16 - 4);
     match Message::decode(kind::WELCOME, 0, &bytes) {
-        Ok(Message::Welcome(old)) => assert_eq!(*old, Welcome { gpu: 0, ..w }),
+        Ok(Message::Welcome(old)) => assert_eq!(*old, Welcome { gpu: 0, rings: false, ..w }),
         other => panic!("{other:?}"),
     }
     let Message::Hello(h) = &samples()[0] else { panic!("the first sample is a Hello") };
