@@ -13,7 +13,8 @@
 # always and only while busy; CLIENT_PIECES_ITERS hot iterations of their A-B-C-C-B-A runs,
 # default 100), CLIENT_RECORD=0 the `record --remote` rows (streams, pitched, memcpy_default,
 # torch.fft: recorded remotely, replayed here verified). CLIENT_TORCH_ROUNDS (default 1) runs each
-# PyTorch workload that many times natively and remotely, interleaved; the hot ratio of the medians.
+# PyTorch workload that many times natively and remotely, interleaved; the hot ratio of the medians
+# (CLIENT_TORCH_EXTRAS=0 leaves out ResNet-50's and BERT's further rows: floor, second run, policy).
 # For each program: the
 # native output, the same command in the namespace without gpuless (must see no GPU), and
 # with `gpuless run --remote` (must print what the native run printed); the client's counts
@@ -369,9 +370,13 @@ if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unsha
     case $t in
       resnet50)
         for r in "$(dirname "$0")/../.device/workloads/resnet50.py" "$(dirname "$0")/../../shared/workloads/resnet50.py"; do
-          if [ -f "$r" ]; then torch_row resnet50 "$r"; floor_row; second_run resnet50 "$r" $((2 << 20)); policy_row resnet50 "$r"; break; fi
+          if [ -f "$r" ]; then
+            torch_row resnet50 "$r"
+            if [ "${CLIENT_TORCH_EXTRAS:-1}" != 0 ]; then floor_row; second_run resnet50 "$r" $((2 << 20)); policy_row resnet50 "$r"; fi
+            break
+          fi
         done ;;
-      bert) python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py" && second_run bert "$wl/bert.py" ;;
+      bert) python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py" && [ "${CLIENT_TORCH_EXTRAS:-1}" != 0 ] && second_run bert "$wl/bert.py" ;;
       *) torch_row "$t" "$wl/$t.py" ;;
     esac
   done

@@ -25,6 +25,7 @@ pub mod piece;
 pub mod ring;
 pub mod segment;
 pub mod shm;
+pub mod stream;
 pub mod tls;
 
 pub use client::{connect, Connection, Endpoint, Traffic};
