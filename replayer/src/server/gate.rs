@@ -3,13 +3,13 @@
 //! Each session runs in its own executor process, so the GPU time-slices between their
 //! contexts and stream priorities (which act only inside one context) cannot order them. The
 //! gate orders them where work enters the GPU: a page of shared memory (a memfd the server
-//! creates and every executor inherits at [`GATE_FD`]). A latency-critical executor counts its
-//! segment in flight in the page (an atomic: no system call per round trip) and, from its
-//! session's first segment to its end, holds a shared record lock on one byte of it (`fcntl`,
-//! `F_RDLCK`), which the kernel drops when the process ends however it ends: a count with no
-//! lock held is one a killed executor left behind, and holds nobody (the first best-effort
-//! executor to see it clears it). The page also keeps the time of the last latency-critical
-//! activity. A best-effort executor holds its next segment while such a lock is held or
+//! creates and every executor inherits at [`GATE_FD`]). A latency-critical executor takes one of
+//! [`SLOTS`] slots for its session — an exclusive record lock on the slot's byte (`fcntl`,
+//! `F_WRLCK`), which the kernel drops when the process ends however it ends — and marks its
+//! segment in flight in the slot's word in the page (its pid; an atomic store, no system call per
+//! round trip). A marked slot whose lock nobody holds is one a killed executor left behind: it
+//! holds nobody, and the first best-effort executor to see it clears it. The page also keeps the
+//! time of the last latency-critical activity. A best-effort executor holds its next segment while such a lock is held or
 //! latency-critical work was active within a short grace (the client's round trip between two
 //! segments), for at most a bound, so it always progresses; inside a segment it stops before
 //! each kernel (a launch, a graph launch: [`submits_kernels`]) while the lock is held, so
@@ -32,8 +32,10 @@ pub const MAX_HOLD: Duration = Duration::from_millis(20);
 /// Latency-critical work in flight but inactive this long (one segment runs this long) no
 /// longer holds anyone.
 const STALE: Duration = Duration::from_secs(1);
-/// The byte latency-critical executors lock while a segment is in flight.
+/// The first of the slots' bytes (slot `i` locks byte `LOCK_AT + i`).
 const LOCK_AT: i64 = 2048;
+/// Latency-critical executors that can be in flight on one GPU at once (more run ungated).
+pub const SLOTS: usize = 64;
 
 /// The shared page: a timestamp (the locks are the kernel's, on [`LOCK_AT`]), and the GPU's
 /// clock relation for preemption stamps (`executor/stamps.rs`).
@@ -50,8 +52,8 @@ struct Page {
     clock_width: AtomicU64,
     /// CLOCK_MONOTONIC nanoseconds when it was measured.
     clock_at: AtomicU64,
-    /// Latency-critical segments in flight now, over every executor of the GPU.
-    in_flight: AtomicU32,
+    /// Per slot: the pid of the latency-critical executor whose segment is in flight, or 0.
+    in_flight: [AtomicU32; SLOTS],
 }
 
 /// How fast a clock relation ages: the GPU timer drifts against `CLOCK_REALTIME` (1 to 11 µs per
@@ -71,19 +73,19 @@ pub struct Gate {
     map: memmap2::MmapMut,
     /// The gate's file (the locks are taken on it).
     file: std::fs::File,
-    /// Whether this process holds the lock now (its session's first segment until its end).
-    locked: bool,
-    /// Whether this process counts a segment in flight now.
+    /// The slot this process holds (its session's first segment until its end).
+    slot: Option<usize>,
+    /// Whether this process marks a segment in flight now.
     entered: bool,
 }
 
 /// A record lock of `kind` (`F_RDLCK`, `F_WRLCK`, `F_UNLCK`) on the lock byte.
-fn lock_of(kind: i32) -> libc::flock {
+fn lock_of(slot: usize, kind: i32) -> libc::flock {
     // SAFETY: a plain C struct for which all-zero is valid.
     let mut l: libc::flock = unsafe { std::mem::zeroed() };
     l.l_type = kind as libc::c_short;
     l.l_whence = libc::SEEK_SET as libc::c_short;
-    l.l_start = LOCK_AT;
+    l.l_start = LOCK_AT + slot as i64;
     l.l_len = 1;
     l
 }
@@ -137,14 +139,22 @@ impl Gate {
         // SAFETY: a shared mapping of a memfd only gpuless processes hold; every access goes
         // through atomics.
         let map = unsafe { memmap2::MmapMut::map_mut(&file)? };
-        Ok(Gate { map, file, locked: false, entered: false })
+        Ok(Gate { map, file, slot: None, entered: false })
     }
 
-    /// Sets this process's lock (`F_RDLCK`: latency-critical work in flight; `F_UNLCK`).
-    fn set_lock(&self, kind: i32) -> bool {
-        let l = lock_of(kind);
+    /// Sets this process's lock on slot `slot`'s byte (`F_WRLCK`: the slot is ours; `F_UNLCK`).
+    fn set_lock(&self, slot: usize, kind: i32) -> bool {
+        let l = lock_of(slot, kind);
         // SAFETY: fcntl with a valid flock on our descriptor.
         unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETLK, &l) == 0 }
+    }
+
+    /// Whether another process holds slot `slot`'s lock.
+    fn held_by_other(&self, slot: usize) -> bool {
+        let mut l = lock_of(slot, libc::F_WRLCK);
+        // SAFETY: fcntl with a valid flock on our descriptor; it only reports.
+        let r = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_GETLK, &mut l) };
+        r == 0 && l.l_type != libc::F_UNLCK as libc::c_short
     }
 
     fn page(&self) -> &Page {
@@ -156,32 +166,31 @@ impl Gate {
     /// ends).
     pub fn enter(&mut self) {
         self.page().last_ns.store(now_ns(), Ordering::Release);
-        if !self.locked {
-            // The lock before the count: a count with no lock held is a dead executor's.
-            self.locked = self.set_lock(libc::F_RDLCK);
+        if self.slot.is_none() {
+            // The lock before the mark: a marked slot with no lock held is a dead executor's.
+            self.slot = (0..SLOTS).find(|&i| self.set_lock(i, libc::F_WRLCK));
         }
-        if !self.entered && self.locked {
-            self.page().in_flight.fetch_add(1, Ordering::AcqRel);
+        if let (false, Some(i)) = (self.entered, self.slot) {
+            self.page().in_flight[i].store(std::process::id(), Ordering::Release);
             self.entered = true;
         }
     }
 
     /// The latency-critical session answered (its work so far is done) or ended.
     pub fn leave(&mut self) {
-        if self.entered {
+        if let (true, Some(i)) = (self.entered, self.slot) {
             let p = self.page();
             p.last_ns.store(now_ns(), Ordering::Release);
-            let _ = p.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            p.in_flight[i].store(0, Ordering::Release);
             self.entered = false;
         }
     }
 
-    /// The latency-critical session ended: its lock goes too.
+    /// The latency-critical session ended: its slot goes too.
     pub fn end_session(&mut self) {
         self.leave();
-        if self.locked {
-            self.set_lock(libc::F_UNLCK);
-            self.locked = false;
+        if let Some(i) = self.slot.take() {
+            self.set_lock(i, libc::F_UNLCK);
         }
     }
 
@@ -189,18 +198,21 @@ impl Gate {
     /// holds nothing: the kernel dropped its lock).
     pub fn in_flight(&self) -> bool {
         let p = self.page();
-        if p.in_flight.load(Ordering::Acquire) == 0 {
-            return false;
+        let mut any = false;
+        for (i, w) in p.in_flight.iter().enumerate() {
+            let pid = w.load(Ordering::Acquire);
+            if pid == 0 {
+                continue;
+            }
+            if self.held_by_other(i) {
+                any = true;
+                break;
+            }
+            // Marked by an executor that is gone (no lock is held): cleared, unless a new owner
+            // of the slot marked it meanwhile.
+            let _ = w.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
         }
-        let mut l = lock_of(libc::F_WRLCK);
-        // SAFETY: fcntl with a valid flock on our descriptor; it only reports.
-        let r = unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_GETLK, &mut l) };
-        let held = r == 0 && l.l_type != libc::F_UNLCK as libc::c_short;
-        if r == 0 && !held {
-            // Counted by executors that are gone (no lock is held): nobody is in flight.
-            p.in_flight.store(0, Ordering::Release);
-        }
-        held
+        any
     }
 
     /// Best-effort work waits while latency-critical work is in flight or was active within
@@ -389,38 +401,40 @@ mod tests {
     }
 
     #[test]
-    fn a_latency_critical_session_between_round_trips_holds_nobody_though_it_keeps_its_lock() {
+    fn a_latency_critical_session_between_round_trips_holds_nobody_though_it_keeps_its_slot() {
         let (_server, fd) = Gate::create().unwrap();
         let be = Gate::map(std::fs::File::from(fd.try_clone().unwrap())).unwrap();
-        // Entered, then answered (left), and alive: its lock stays for the session.
+        let marked = |g: &Gate| g.page().in_flight.iter().filter(|w| w.load(Ordering::Acquire) != 0).count();
+        // Entered, then answered (left), and alive: its slot stays for the session.
         let lc = child_entering(&fd, |g| {
             g.leave();
             std::thread::sleep(Duration::from_secs(30));
         });
-        let mut l = lock_of(libc::F_WRLCK);
-        // SAFETY: fcntl with a valid flock on our descriptor; it only reports.
-        assert_eq!(unsafe { libc::fcntl(be.file.as_raw_fd(), libc::F_GETLK, &mut l) }, 0);
-        assert_ne!(l.l_type, libc::F_UNLCK as libc::c_short, "the session's lock is gone");
+        assert!(be.held_by_other(0), "the session's slot is gone");
         // (The child reports once it entered; its leave follows.)
         let t0 = Instant::now();
-        while be.page().in_flight.load(Ordering::Acquire) != 0 && t0.elapsed() < Duration::from_secs(5) {
+        while marked(&be) != 0 && t0.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(!be.in_flight(), "nothing is in flight between round trips");
-        // SAFETY: our child.
-        unsafe {
-            libc::kill(lc, libc::SIGKILL);
-            libc::waitpid(lc, std::ptr::null_mut(), 0);
-        }
-        // A dead executor's count is cleared by the first look.
-        let lc = child_entering(&fd, |_| std::thread::sleep(Duration::from_secs(30)));
+        // A second latency-critical executor takes another slot; in flight, it holds best-effort work.
+        let lc2 = child_entering(&fd, |_| std::thread::sleep(Duration::from_secs(30)));
+        assert!(be.held_by_other(1));
         assert!(be.in_flight());
+        // SAFETY: our children.
+        unsafe {
+            libc::kill(lc2, libc::SIGKILL);
+            libc::waitpid(lc2, std::ptr::null_mut(), 0);
+        }
+        // Killed inside its segment: its mark is cleared by the first look, and the first
+        // executor's slot is still its own.
+        assert!(!be.in_flight());
+        assert_eq!(marked(&be), 0);
+        assert!(be.held_by_other(0));
         // SAFETY: our child.
         unsafe {
             libc::kill(lc, libc::SIGKILL);
             libc::waitpid(lc, std::ptr::null_mut(), 0);
         }
-        assert!(!be.in_flight());
-        assert_eq!(be.page().in_flight.load(Ordering::Acquire), 0);
     }
 }
