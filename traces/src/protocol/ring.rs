@@ -36,6 +36,8 @@ pub const MAX_CAPACITY: u64 = 64 << 20;
 const HEADER: u64 = 4096;
 /// Longest single futex sleep: the socket is looked at (has the other end gone?) this often.
 const SLICE: Duration = Duration::from_millis(20);
+/// A wake-up that brought nothing is followed by this pause before the next wait.
+const PAUSE: Duration = Duration::from_micros(20);
 
 const HEAD: usize = 0;
 const TAIL: usize = 64;
@@ -281,8 +283,13 @@ impl Ring {
             sleeps.store(1, Ordering::SeqCst);
             if matches!(self.readable_bytes(), Ok((_, 0))) && m.word32(dir, CLOSED).load(Ordering::Acquire) == 0 {
                 futex_wait(sleeps, 1, left);
-                if matches!(self.readable_bytes(), Ok((_, 0))) && self.peer_gone() {
-                    return Ok(0);
+                if matches!(self.readable_bytes(), Ok((_, 0))) {
+                    if self.peer_gone() {
+                        return Ok(0);
+                    }
+                    // Woken with nothing to read (the other end may write the word at will):
+                    // a pause, so that it cannot keep this thread spinning.
+                    std::thread::sleep(PAUSE);
                 }
             }
             sleeps.store(0, Ordering::Relaxed);
@@ -323,8 +330,11 @@ impl Ring {
             waits.store(1, Ordering::SeqCst);
             if m.word64(dir, TAIL).load(Ordering::SeqCst) == tail {
                 futex_wait(waits, 1, SLICE);
-                if m.word64(dir, TAIL).load(Ordering::Acquire) == tail && self.peer_gone() {
-                    return Err(io::ErrorKind::BrokenPipe.into());
+                if m.word64(dir, TAIL).load(Ordering::Acquire) == tail {
+                    if self.peer_gone() {
+                        return Err(io::ErrorKind::BrokenPipe.into());
+                    }
+                    std::thread::sleep(PAUSE);
                 }
             }
             waits.store(0, Ordering::Relaxed);

@@ -97,8 +97,9 @@ impl Polled {
             return r.ready();
         }
         let mut p = libc::pollfd { fd: self.stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd, no waiting.
-        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & libc::POLLIN != 0 }
+        // SAFETY: one valid pollfd, no waiting. A hang-up or an error is readable too: the read
+        // returns at once with the end or the error.
+        unsafe { libc::poll(&mut p, 1, 0) > 0 && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 }
     }
 
     /// The descriptor a [`Message::BlobShm`] frame just read carries: the first that came with
