@@ -8,6 +8,12 @@
 //!
 //! Only for measurement runs: a slot taking more than six integer arguments, or floating-point
 //! ones, is not forwarded faithfully.
+//!
+//! With it, `GPULESS_EXPORT_TABLES_ANSWER=SLOT=VALUE[,SLOT=VALUE...]` makes the logged slots of
+//! those numbers return VALUE without calling the driver (to learn whether a library checks a
+//! slot's status and what it does without the slot), and every call's line also shows 32 bytes
+//! behind each pointer-like word the arguments point at (one level deeper) and the caller's
+//! libraries (the return addresses on the stack).
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -42,6 +48,25 @@ type Fn6 = unsafe extern "C" fn(u64, u64, u64, u64, u64, u64) -> u64;
 
 struct Entry {
     what: String,
+    slot: usize,
+}
+
+/// `GPULESS_EXPORT_TABLES_ANSWER`: slot number → the status returned instead of calling it.
+fn answers() -> &'static [(usize, u64)] {
+    static A: OnceLock<Vec<(usize, u64)>> = OnceLock::new();
+    A.get_or_init(|| {
+        std::env::var("GPULESS_EXPORT_TABLES_ANSWER")
+            .ok()
+            .map(|v| {
+                v.split(',')
+                    .filter_map(|kv| {
+                        let (k, v) = kv.split_once('=')?;
+                        Some((k.trim().parse().ok()?, v.trim().parse().ok()?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
 }
 
 static ENTRIES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
@@ -71,16 +96,30 @@ extern "C" fn logged<const K: usize>(a0: u64, a1: u64, a2: u64, a3: u64, a4: u64
     let args = [a0, a1, a2, a3, a4, a5];
     let before: Vec<Option<[u8; 32]>> =
         if n < LOGGED_CALLS { args.iter().map(|&a| peek(a)).collect() } else { Vec::new() };
-    // SAFETY: the real slot, with the caller's integer registers.
-    let r = unsafe { std::mem::transmute::<usize, Fn6>(real)(a0, a1, a2, a3, a4, a5) };
+    let (what, slot) = ENTRIES.lock().ok().and_then(|e| e.get(K).map(|e| (e.what.clone(), e.slot))).unwrap_or_default();
+    let answer = answers().iter().find(|(s, _)| *s == slot).map(|&(_, v)| v);
+    let r = match answer {
+        Some(v) => v,
+        // SAFETY: the real slot, with the caller's integer registers.
+        None => unsafe { std::mem::transmute::<usize, Fn6>(real)(a0, a1, a2, a3, a4, a5) },
+    };
     if n < LOGGED_CALLS {
-        let what = ENTRIES.lock().ok().and_then(|e| e.get(K).map(|e| e.what.clone())).unwrap_or_default();
-        let mut line = format!("gpuless: export-table-log {what} call {n}: args {args:x?} -> {r:#x}");
+        let how = if answer.is_some() { " (answered, driver not called)" } else { "" };
+        let mut line = format!("gpuless: export-table-log {what} call {n}{how}: args {args:x?} -> {r:#x}");
         for (i, b) in before.iter().enumerate() {
             if let Some(b) = b {
-                let after = peek(args[i]).map(|a| hex(&a)).unwrap_or_default();
-                line.push_str(&format!("; *a{i} {} -> {after}", hex(b)));
+                let after = peek(args[i]);
+                line.push_str(&format!("; *a{i} {} -> {}", hex(b), after.map(|a| hex(&a)).unwrap_or_default()));
+                for (w, word) in after.iter().flat_map(|a| a.chunks_exact(8)).enumerate() {
+                    let p = u64::from_le_bytes(word.try_into().unwrap_or([0; 8]));
+                    if let Some(deep) = peek(p) {
+                        line.push_str(&format!(" [a{i}.{w} -> {}]", hex(&deep)));
+                    }
+                }
             }
+        }
+        if answers().is_empty() || n == 0 {
+            line.push_str(&format!("; from {}", callers()));
         }
         eprintln!("{line}");
     }
@@ -219,13 +258,14 @@ static WRAPPER_FNS: [Fn6; WRAPPERS] = [
 ];
 
 /// A logging wrapper for `real` (named `what`), or `None` when all are taken.
-pub fn wrap(what: String, real: *mut c_void) -> Option<*mut c_void> {
+pub fn wrap(what: String, slot: usize, real: *mut c_void) -> Option<*mut c_void> {
     let mut e = ENTRIES.lock().ok()?;
     let k = e.len();
     if k >= WRAPPERS {
         return None;
     }
-    e.push(Entry { what });
+    eprintln!("gpuless: export-table-log {what} is {}", place(real as usize));
+    e.push(Entry { what, slot });
     REAL[k].store(real as usize, Ordering::Release);
     Some(WRAPPER_FNS[k] as *mut c_void)
 }
@@ -242,6 +282,18 @@ pub fn said_get(hex_id: &str, status: u32, table: usize) {
         "gpuless: export-table-log get {hex_id} status {status} table {table:#x} first word {size}; asked from {}",
         callers()
     );
+}
+
+/// `library+offset` of an address (its shared object and the offset from its load base).
+fn place(addr: usize) -> String {
+    // SAFETY: dladdr only reads the loader's tables; `info` is written on success.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return format!("{addr:#x}");
+    }
+    // SAFETY: a NUL-terminated name the loader keeps.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy();
+    format!("{name}+{:#x}", addr - info.dli_fbase as usize)
 }
 
 /// The shared objects on the stack now, innermost first (each once): who asked for a table.
@@ -278,7 +330,7 @@ mod tests {
         extern "C" fn add(a: u64, b: u64, _c: u64, _d: u64, _e: u64, _f: u64) -> u64 {
             a + b
         }
-        let w = super::wrap("test:1".into(), add as *mut std::ffi::c_void).unwrap();
+        let w = super::wrap("test:1".into(), 1, add as *mut std::ffi::c_void).unwrap();
         let f: super::Fn6 = unsafe { std::mem::transmute(w) };
         assert_eq!(unsafe { f(2, 3, 0, 0, 0, 0) }, 5);
         assert_ne!(super::WRAPPER_FNS[0] as usize, super::WRAPPER_FNS[1] as usize);

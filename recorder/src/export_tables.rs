@@ -170,7 +170,7 @@ pub unsafe fn after_get(raw: &[u64]) {
         }
         for (i, &v) in words.iter().enumerate() {
             if is_code(v) && log {
-                if let Some(t) = crate::export_log::wrap(format!("{name}:{i}"), v as *mut c_void) {
+                if let Some(t) = crate::export_log::wrap(format!("{name}:{i}"), i, v as *mut c_void) {
                     std::ptr::write_volatile((table + i * 8) as *mut usize, t as usize);
                 }
             } else if is_code(v) {

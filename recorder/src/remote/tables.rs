@@ -21,6 +21,7 @@
 //! | `263e8860` CONTEXT_CHECKS | 2 writes 0 to its first out-value and leaves the second; 3 returns 0 (the driver's answers) |
 //! | `d4082055` INTEGRITY_CHECK | 1 ([`gpuless_analyzer::integrity`]) |
 //! | `6e163fbe` "ToolsModule" (cuFFT) | 7 the functions of a module, each handed to the caller's callback |
+//! | `1734dc26` (cuBLASLt, fp16 GEMM set-up) | none: each of its 16 slots answers `CUDA_ERROR_NOT_SUPPORTED`, with which cuBLASLt computes as with the driver's (measured) |
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void};
@@ -188,8 +189,36 @@ const fn tools_module() -> [Word; 99] {
     t
 }
 
+/// Asked for by cuBLASLt while it sets up its first fp16 GEMMs (PyTorch's half-precision
+/// `nn.TransformerEncoder`). Natively (H200, driver 580, `GPULESS_EXPORT_TABLES=log:1734dc26`)
+/// it calls slot 4 (two heap objects returned through two out-pointers) then slot 13 (which
+/// writes into each the address of a kernel's name and a per-process tag), three times. Answering
+/// `CUDA_ERROR_NOT_SUPPORTED` from either or both slots instead, the program computed the same
+/// result as with the driver's slots (`GPULESS_EXPORT_TABLES_ANSWER`, docs/BENCHMARKS.md); a
+/// refused table crashes cuBLASLt. So the table is handed out, every slot answering
+/// `CUDA_ERROR_NOT_SUPPORTED` (said once per slot).
+static CUBLASLT_KERNELS: [Word; 17] = [
+    size(17),
+    f!(stub::<9, 1>),
+    f!(stub::<9, 2>),
+    f!(stub::<9, 3>),
+    f!(stub::<9, 4>),
+    f!(stub::<9, 5>),
+    f!(stub::<9, 6>),
+    f!(stub::<9, 7>),
+    f!(stub::<9, 8>),
+    f!(stub::<9, 9>),
+    f!(stub::<9, 10>),
+    f!(stub::<9, 11>),
+    f!(stub::<9, 12>),
+    f!(stub::<9, 13>),
+    f!(stub::<9, 14>),
+    f!(stub::<9, 15>),
+    f!(stub::<9, 16>),
+];
+
 /// The tables by UUID (hex, as `cuGetExportTable`'s 16 bytes print), in `stub`'s numbering.
-static TABLES: [(&str, &[Word]); 9] = [
+static TABLES: [(&str, &[Word]); 10] = [
     ("6bd5fb6c5bf4e74a8987d93912fd9df9", &CUDART_INTERFACE),
     ("42d85a8123f6cb478298f6e78a3aecdc", &TOOLS_TLS),
     ("a094798c2e742e7493f20800200c0a66", &CALLBACK_HOOKS),
@@ -199,6 +228,7 @@ static TABLES: [(&str, &[Word]); 9] = [
     ("f8cff95121468b4eb9e2fb469e7c0dd9", &CUBLAS_INIT),
     ("21318c60971432488ca641ff7324c8f2", &TOOLS_CONTEXT),
     ("6e163fbeb958444d835ce182aff1991e", &TOOLS_MODULE),
+    ("1734dc26800d47458726c0f1e7dd8bca", &CUBLASLT_KERNELS),
 ];
 
 /// `cuGetExportTable(out, id)` in client mode.
