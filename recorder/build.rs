@@ -100,7 +100,7 @@ fn main() {
             writeln!(
                 hooks,
                 "unsafe extern \"C\" fn hook_{slot}({sig}) -> u32 {{\n    \
-                 unsafe {{ crate::record::call({slot}, &[{raws}], |p| {{ let real = core::mem::transmute::<*mut c_void, unsafe extern \"C\" fn({tys}) -> u32>(p); real({names}) }}) }}\n}}"
+                 unsafe {{ crate::dispatch::call({slot}, &[{raws}], |p| {{ let real = core::mem::transmute::<*mut c_void, unsafe extern \"C\" fn({tys}) -> u32>(p); real({names}) }}) }}\n}}"
             )
             .unwrap();
             writeln!(

@@ -52,7 +52,8 @@ fn the_runtime_s_private_tables_answer_as_the_driver_does() {
     assert_eq!(line("module_functions_none"), ["0", "0"]);
     // cuBLASLt's fp16 set-up table: handed out (a refused one crashes cuBLASLt), every slot
     // refused with CUDA_ERROR_NOT_SUPPORTED and said once.
-    assert_eq!(line("cublaslt_table"), ["136", "801", "801", "1"]);
+    assert_eq!(line("cublaslt_size"), ["136"]);
+    assert_eq!(line("cublaslt_slots"), ["801", "801", "1"]);
     assert_eq!(
         stderr.matches("does not implement slot 4 of the driver's private table 1734dc26").count(),
         1,

@@ -421,7 +421,7 @@ unsafe fn alloc(out: u64, size: u64, stream: Option<u64>, pool: Option<u64>) -> 
         captured = cap != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // Recording, graph memory nodes belong to the driver; a client serves them from the
         // arena too (its executor keeps the memory for the graph's launches).
-        if st != sys::CUresult::CUDA_SUCCESS || (captured && !crate::remote::active()) {
+        if st != sys::CUresult::CUDA_SUCCESS || (captured && !crate::mode::active()) {
             return None;
         }
     }
@@ -456,7 +456,7 @@ unsafe fn alloc(out: u64, size: u64, stream: Option<u64>, pool: Option<u64>) -> 
             a.info.insert(addr, Info { ctx, id, pool, sync_memops: 1 });
             if captured {
                 // A client's allocation captured into a graph: graph memory.
-                crate::remote::graph_mem::captured(addr, size);
+                crate::graph_books::captured(addr, size);
             }
             // SAFETY: the program's out-pointer for the address.
             unsafe { *(out as *mut u64) = addr };
@@ -596,7 +596,7 @@ unsafe fn free(ptr: u64) -> Option<u32> {
     // `cuMemFree` waits for the work that may still use the memory.
     // SAFETY: no arguments; an error (no context) changes nothing.
     unsafe { (r.ctx_synchronize)() };
-    if crate::remote::active() && crate::remote::graph_mem::is_graph_memory(ptr) {
+    if crate::mode::active() && crate::graph_books::is_graph_memory(ptr) {
         // A graph's allocation freed outside the graph: kept for its next launch.
         return Some(SUCCESS);
     }
@@ -625,7 +625,7 @@ unsafe fn free_async(ptr: u64, stream: u64) -> Option<u32> {
     if a.layout(ptr).find(ptr).is_none_or(|(base, _)| base != ptr) || a.deferred.iter().any(|d| d.addr == ptr) {
         return Some(INVALID_VALUE);
     }
-    if crate::remote::active() && crate::remote::graph_mem::is_graph_memory(ptr) {
+    if crate::mode::active() && crate::graph_books::is_graph_memory(ptr) {
         // A graph's allocation (freed in a capture or after a launch): kept for its launches.
         return Some(SUCCESS);
     }
@@ -655,7 +655,7 @@ unsafe fn free_async(ptr: u64, stream: u64) -> Option<u32> {
             return Some(st as u32);
         }
         Some(ev)
-    } else if crate::remote::active() {
+    } else if crate::mode::active() {
         // A client's free captured into a graph is the graph's free node: the memory stays
         // for the graph's launches (the executor keeps it), its address never given again.
         return Some(SUCCESS);

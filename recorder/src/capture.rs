@@ -10,10 +10,11 @@ use gpuless_analyzer::api::structs::{self, Dims, KernelNode};
 use gpuless_analyzer::api::{ApiArg, ApiFunction, ArgKind, BufLen, CScalar, Direction, HandleKind, SyncClass};
 use gpuless_traces::{BlobKind, Dim3, KernelParams, LaunchAttr, LaunchConfig, Value};
 
+use crate::driver::libcuda_symbol;
 use crate::hooks::struct_size;
-use crate::intercept::libcuda_symbol;
 use crate::lane::{Lane, LAYOUTS};
-use crate::state;
+pub(crate) use crate::lane::{Layout, Packing};
+use crate::{sink, state};
 
 /// Longest C string read from an argument.
 const MAX_CSTR: usize = 4096;
@@ -234,11 +235,11 @@ unsafe fn input(f: &ApiFunction, a: &ApiArg, p: Prim, v: u64, raw: &[u64]) -> Va
             if let BufLen::Fixed(n) = len {
                 // A value behind a pointer (an attribute's: 4 or 8 bytes, the function decides):
                 // read as far as it is readable.
-                return state::blob(BlobKind::HostToDevice, &read_small(v, n as usize));
+                return sink::blob(BlobKind::HostToDevice, &read_small(v, n as usize));
             }
             // SAFETY: the driver reads `n` bytes from here for this call.
             let bytes = unsafe { std::slice::from_raw_parts(v as *const u8, n as usize) };
-            state::blob(BlobKind::HostToDevice, bytes)
+            sink::blob(BlobKind::HostToDevice, bytes)
         }
         ArgKind::Image => unsafe { image(v) },
         ArgKind::ImageFile => unsafe { image_file(v) },
@@ -289,7 +290,7 @@ unsafe fn output(f: &ApiFunction, a: &ApiArg, prim: Prim, p: u64, raw: &[u64]) -
             // SAFETY: the driver wrote `n` bytes here (synchronous copies complete on return).
             let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, n) };
             if state::capture_outputs() {
-                state::blob(BlobKind::DeviceToHost, bytes)
+                sink::blob(BlobKind::DeviceToHost, bytes)
             } else {
                 let h = gpuless_traces::Hash128::of(bytes);
                 Value::Digest(gpuless_traces::BlobRef { hash: h, len: n as u64 })
@@ -389,7 +390,7 @@ unsafe fn image(p: u64) -> Value {
         Ok(Image::Cubin(b)) | Ok(Image::Ptx(b)) => b,
         Err(_) => return Value::HostPtr(p),
     };
-    state::blob(BlobKind::CodeImage, bytes)
+    sink::blob(BlobKind::CodeImage, bytes)
 }
 
 /// A fatbin stored as the code the recording GPU runs (`GPULESS_CODE=all`: every entry).
@@ -397,10 +398,10 @@ fn fatbin_blob(bytes: &[u8]) -> Value {
     let sm = state::device_sm();
     if sm != 0 && !state::keep_all_code() {
         if let Ok(kept) = gpuless_fatbin::retain_for_sm(bytes, sm) {
-            return state::blob(BlobKind::CodeImage, &kept);
+            return sink::blob(BlobKind::CodeImage, &kept);
         }
     }
-    state::blob(BlobKind::CodeImage, bytes)
+    sink::blob(BlobKind::CodeImage, bytes)
 }
 
 /// A code image loaded from a file: the file's bytes as a blob (the path as well when the
@@ -410,7 +411,7 @@ unsafe fn image_file(p: u64) -> Value {
     let path = unsafe { cstr(p) };
     let Value::Str(name) = &path else { return path };
     match std::fs::read(name) {
-        Ok(bytes) => Value::List(vec![path.clone(), state::blob(BlobKind::CodeImage, &bytes)]),
+        Ok(bytes) => Value::List(vec![path.clone(), sink::blob(BlobKind::CodeImage, &bytes)]),
         Err(_) => path,
     }
 }
@@ -423,6 +424,10 @@ unsafe fn launch_config(p: u64) -> Value {
         None => Value::Null,
     }
 }
+
+/// Where a raw call's launch configuration lies in its batch's bytes when it has none
+/// (`raw::RawCall::config_at`).
+pub const NO_CONFIG: u32 = u32::MAX;
 
 /// A `CUlaunchConfig` as read at the call: its fields and its attribute array's bytes (kept by
 /// raw calls, turned into a [`Value::LaunchConfig`] on the writer thread).
@@ -438,7 +443,7 @@ pub(crate) struct RawConfig {
 
 impl RawConfig {
     /// Reads a configuration with `read` into `bytes`: the struct itself first, its attributes
-    /// after it. Returns where it starts, or `raw::NO_CONFIG` (nothing kept).
+    /// after it. Returns where it starts, or [`NO_CONFIG`] (nothing kept).
     pub(crate) fn stash(bytes: &mut Vec<u8>, read: impl FnOnce(&mut Vec<u8>) -> Option<RawConfig>) -> u32 {
         let at = bytes.len();
         bytes.resize(at + std::mem::size_of::<RawConfig>(), 0);
@@ -451,14 +456,14 @@ impl RawConfig {
             }
             None => {
                 bytes.truncate(at);
-                crate::raw::NO_CONFIG
+                NO_CONFIG
             }
         }
     }
 
     /// The configuration [`RawConfig::stash`] put at `at` in `bytes`, if any.
     pub(crate) fn unstash(bytes: &[u8], at: u32) -> Option<RawConfig> {
-        if at == crate::raw::NO_CONFIG {
+        if at == NO_CONFIG {
             return None;
         }
         let b = bytes.get(at as usize..at as usize + std::mem::size_of::<RawConfig>())?;
@@ -520,14 +525,6 @@ pub(crate) fn config_value(r: &RawConfig, bytes: &[u8]) -> Value {
 }
 
 type ParamInfo = unsafe extern "C" fn(*mut c_void, usize, *mut usize, *mut usize) -> u32;
-
-/// A kernel's parameter layout: (offset, size) of each parameter.
-/// Layouts live as long as the process (one per kernel handle): a launch refers to its
-/// kernel's without a reference count shared with the writer thread.
-pub(crate) type Layout = &'static [(u32, u32)];
-
-/// A layout and the bytes its parameters span (the packed size of a launch's parameters).
-pub(crate) type Packing = (Layout, u32);
 
 /// Parameter layout of a function or kernel handle, asked of the driver once per handle and
 /// kept in the thread's lane: a launch finds its kernel's in one cache line, without a lock.
@@ -721,23 +718,6 @@ unsafe fn tagged(f: &ApiFunction, a: &ApiArg, ty: &'static str, p: u64, raw: &[u
     Value::List(vec![s, v])
 }
 
-type PointerGetAttribute = unsafe extern "C" fn(*mut c_void, u32, u64) -> u32;
-
-/// Whether a unified address is host memory (pageable host memory is unknown to the driver).
-pub(crate) fn is_host(p: u64) -> bool {
-    const MEMORY_TYPE: u32 = 2; // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-    let f = libcuda_symbol("cuPointerGetAttribute\0");
-    if f.is_null() {
-        return false;
-    }
-    // SAFETY: the driver's function with this C signature; the real one, not our hook.
-    let f: PointerGetAttribute = unsafe { std::mem::transmute::<*mut c_void, PointerGetAttribute>(f) };
-    let mut t = 0u32;
-    // SAFETY: a valid out-pointer for a CUmemorytype.
-    let r = unsafe { f((&mut t as *mut u32).cast(), MEMORY_TYPE, p) };
-    r != 0 || t == structs::MEMORYTYPE_HOST
-}
-
 fn host_side(s: &structs::Side) -> bool {
     s.memory_type == structs::MEMORYTYPE_HOST
         || (s.memory_type == structs::MEMORYTYPE_UNIFIED && crate::unified::is_host(s.device))
@@ -767,7 +747,7 @@ unsafe fn copy_nd(ty: &str, p: u64) -> Value {
     let src = if host_side(&c.src) {
         // SAFETY: the driver reads these rows for this copy.
         match unsafe { gather(&c, &c.src) } {
-            Some(bytes) => state::blob(BlobKind::HostToDevice, &bytes),
+            Some(bytes) => sink::blob(BlobKind::HostToDevice, &bytes),
             None => Value::Null,
         }
     } else {
@@ -788,7 +768,7 @@ unsafe fn copy_nd_result(ty: &str, p: u64) -> Value {
     }
     // SAFETY: a synchronous copy has written these rows when it returns.
     match unsafe { gather(&c, &c.dst) } {
-        Some(bytes) if state::capture_outputs() => state::blob(BlobKind::DeviceToHost, &bytes),
+        Some(bytes) if state::capture_outputs() => sink::blob(BlobKind::DeviceToHost, &bytes),
         Some(bytes) => Value::Digest(gpuless_traces::BlobRef {
             hash: gpuless_traces::Hash128::of(&bytes),
             len: bytes.len() as u64,

@@ -34,27 +34,18 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use gpuless_analyzer::api::{self, ApiFunction, ApiId, ApiLevel, Return, Variant};
 use gpuless_traces::{CallRecord, Function, Value};
 
-use crate::{capture, intercept, loaded, record, state};
+use crate::{batches, capture, dl, lane, loaded, state};
 
 mod generated {
     //! The exported wrappers (`build.rs`, `RUNTIME_EXPORTS`).
     #![allow(clippy::all, unused_unsafe, non_snake_case)]
     include!(concat!(env!("OUT_DIR"), "/cudart_exports.rs"));
-}
-
-/// Records this module has queued: a process that only registered kernels and never called
-/// the driver leaves no trace file (`state::finish`).
-static RECORDED: AtomicU64 = AtomicU64::new(0);
-
-/// Number of annotation records queued so far.
-pub fn recorded() -> u64 {
-    RECORDED.load(Ordering::Relaxed)
 }
 
 /// Where a call goes.
@@ -129,8 +120,8 @@ fn resolve(f: &ApiFunction, owner: usize) -> Option<Target> {
 
 fn find(name: &str) -> Found {
     let Ok(cname) = CString::new(name) else { return Found::Nowhere };
-    let p = intercept::next_symbol(&cname);
-    if !p.is_null() && !intercept::is_ours(p) {
+    let p = dl::next_symbol(&cname);
+    if !p.is_null() && !dl::is_ours(p) {
         return Found::Certain(p as usize);
     }
     let objects = loaded::objects();
@@ -230,16 +221,19 @@ pub(crate) unsafe fn call(id: ApiId, raw: &[u64], real: impl FnOnce(*mut c_void)
         }
         return ret;
     }
+    // Client mode: what capturing needs of the session is lent before the first hooked call
+    // when a constructor registers kernels first.
+    crate::remote::install();
     let seq = state::next_seq();
     // Registrations are not timed (like folded queries): a program registers tens of thousands
     // of kernels at start-up, and their timestamps were a sixth of a PyTorch trace's call bytes.
     // Each carries the time its thread last read the clock.
-    let t0 = record::last_ns();
+    let t0 = lane::last_ns();
     // SAFETY: forwarded from the caller; the table's kinds read only what libcudart reads.
     let args = std::panic::catch_unwind(|| unsafe { capture::inputs(f, raw) });
-    let parent = record::enter(seq);
+    let parent = lane::enter(seq);
     let ret = real(target.addr as *mut c_void);
-    record::leave(parent);
+    lane::leave(parent);
     if f.name == "__cudaRegisterFatBinary" {
         remember(ret, owner);
     }
@@ -254,9 +248,9 @@ pub(crate) unsafe fn call(id: ApiId, raw: &[u64], real: impl FnOnce(*mut c_void)
         }
         Return::Void | Return::Status => Vec::new(),
     };
-    state::emit(CallRecord {
+    batches::emit(CallRecord {
         seq,
-        thread: record::tid(),
+        thread: lane::tid(),
         timestamp_ns: t0,
         duration_ns: 0,
         level: f.level,
@@ -268,6 +262,6 @@ pub(crate) unsafe fn call(id: ApiId, raw: &[u64], real: impl FnOnce(*mut c_void)
         results,
         repeat: 0,
     });
-    RECORDED.fetch_add(1, Ordering::Relaxed);
+    state::note_annotation();
     ret
 }

@@ -16,8 +16,8 @@ use std::sync::OnceLock;
 
 use std::ffi::c_void;
 
+use crate::call::Real;
 use crate::hooks::{HOOKS, SLOTS};
-use crate::record::Real;
 
 /// Environment variable choosing the diagnostics mode.
 pub const ENV_DIAG: &str = "GPULESS_DIAG";
@@ -123,8 +123,13 @@ pub fn lookup(via: &str, name: &std::ffi::CStr, ns: u64) {
     }
 }
 
-/// Writes the self-time table to stderr (at the end of a `selftime` recording).
-pub fn report() {
+/// Writes the self-time table to stderr (at the end of a `selftime` recording): `path_of`
+/// names the recording path of an API function's calls, `trampolines` are the counting
+/// trampolines' (index, name, driver kind, calls) (`unmodeled::trampolines`).
+pub fn report(
+    path_of: impl Fn(gpuless_analyzer::api::ApiId) -> &'static str,
+    trampolines: Vec<(usize, String, bool, u64)>,
+) {
     if diag() != Diag::SelfTime {
         return;
     }
@@ -143,13 +148,7 @@ pub fn report() {
         .filter_map(|(i, s)| {
             let calls = s.calls.load(Ordering::Relaxed);
             let h = HOOKS.get(i)?;
-            let path = if crate::fold::plan(h.func).is_some() {
-                "fold"
-            } else if crate::raw::plan(h.func).is_some() {
-                "raw"
-            } else {
-                "full"
-            };
+            let path = path_of(h.func);
             (calls > 0).then(|| (s.self_ns.load(Ordering::Relaxed), calls, h.symbol, path))
         })
         .collect();
@@ -165,7 +164,7 @@ pub fn report() {
             *ns as f64 / *n as f64
         );
     }
-    for (i, name, driver, calls) in crate::unmodeled::trampolines() {
+    for (i, name, driver, calls) in trampolines {
         let kind = if driver { "dtramp (new epoch)" } else { "tramp" };
         eprintln!("gpuless selftime: trampoline {i:>3} {kind:<18} {calls:>9} calls  {name}");
     }

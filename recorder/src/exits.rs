@@ -9,35 +9,19 @@
 //! program may call `_exit` inside its own signal handler.
 
 use std::ffi::{c_int, CStr};
-use std::sync::atomic::{AtomicU32, Ordering};
-
-/// The process whose driver calls are recorded or sent (0: none yet).
-static OWNER: AtomicU32 = AtomicU32::new(0);
-
-/// Notes the calling process as the one that records (or holds the session); the first wins.
-pub(crate) fn note_owner() {
-    let _ = OWNER.compare_exchange(0, std::process::id(), Ordering::Relaxed, Ordering::Relaxed);
-}
-
-/// Whether the calling process is the one that records (`getpid` asks the kernel: a `vfork`
-/// child gets its own pid).
-fn is_owner() -> bool {
-    let owner = OWNER.load(Ordering::Relaxed);
-    // SAFETY: getpid has no preconditions.
-    owner != 0 && owner == unsafe { libc::getpid() } as u32
-}
 
 type ExitFn = unsafe extern "C" fn(c_int) -> !;
 
 fn leave(name: &CStr, status: c_int) -> ! {
     // On the signal thread: `_exit` may be called inside a signal handler of the program's,
     // where finishing here could wait forever for a lock the interrupted code holds.
-    if is_owner() && crate::signals::finish_and_wait(crate::signals::EXIT) == crate::signals::Finished::NoThread {
+    if crate::owner::is_owner()
+        && crate::signals::finish_and_wait(crate::signals::EXIT) == crate::signals::Finished::NoThread
+    {
         // No signal thread yet: the trace has not opened (its records are still in memory).
-        crate::state::finish_now();
-        crate::remote::finish_at_signal();
+        crate::init::finish_process();
     }
-    let next = crate::intercept::next_symbol(name);
+    let next = crate::dl::next_symbol(name);
     if !next.is_null() {
         // SAFETY: the C library's `_exit` / `_Exit`, which never return.
         unsafe { std::mem::transmute::<*mut std::ffi::c_void, ExitFn>(next)(status) }

@@ -24,6 +24,8 @@ use gpuless_traces::CallRecord;
 
 use crate::capture::{read_scalar, write_scalar};
 use crate::lane::{Lane, MEMO};
+pub use crate::memo::{Answer, Key};
+use crate::memo::{Entry, MAX};
 
 /// The current epoch.
 #[inline(always)]
@@ -38,9 +40,6 @@ pub fn epoch() -> u64 {
 pub fn invalidate() {
     crate::hot::HOT.epoch.fetch_add(1, Ordering::Relaxed);
 }
-
-/// Most arguments a foldable query has in each direction.
-const MAX: usize = 4;
 
 /// How to read a foldable function's arguments from its raw words.
 #[derive(Debug, Clone, Copy)]
@@ -104,30 +103,6 @@ pub fn plan(id: api::ApiId) -> Option<&'static Plan> {
     PLANS.get_or_init(|| api::functions().iter().map(make_plan).collect()).get(usize::from(id.0))?.as_ref()
 }
 
-/// A question: the hook slot and the input words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Key {
-    slot: u32,
-    ins: [u64; MAX],
-}
-
-impl std::hash::Hash for Key {
-    // Word by word: the derived hash feeds the array to the hasher as bytes.
-    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        h.write_u64(u64::from(self.slot));
-        for w in self.ins {
-            h.write_u64(w);
-        }
-    }
-}
-
-/// An answer: status and output words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Answer {
-    status: u32,
-    outs: [u64; MAX],
-}
-
 /// The question a call asks.
 #[inline]
 fn question(plan: &Plan, slot: usize, raw: &[u64]) -> Key {
@@ -156,24 +131,6 @@ pub unsafe fn observe(plan: &Plan, slot: usize, raw: &[u64], status: u32) -> (Ke
         }
     }
     (key, ans)
-}
-
-/// A remembered question, its answer and the first record that gave it, with the repeats
-/// counted since the last hand-over. Immutable but for the counters: a changed answer makes a
-/// new entry. Aligned to a cache line, so that what a repeat reads and counts (the question,
-/// the answer, the counters: about 110 bytes) spans two lines, never three.
-#[repr(align(64))]
-pub(crate) struct Entry {
-    key: Key,
-    answer: Answer,
-    template: Arc<CallRecord>,
-    /// Counted by the owning thread without a lock (a plain load and store); taken with a swap
-    /// under the batch lock at a hand-over.
-    repeats: AtomicU32,
-    last_ns: AtomicU64,
-    /// The epoch in which the driver last gave this answer to a stable query (0: not stable,
-    /// or never): the memo answers for it only in that epoch.
-    confirmed: AtomicU64,
 }
 
 impl Entry {

@@ -17,7 +17,7 @@ use gpuless_analyzer::api::{ApiLevel, HandleKind};
 use gpuless_traces::model::FUNCTION_FOUND;
 use gpuless_traces::{CallRecord, Function, Value};
 
-use crate::intercept::libcuda_symbol;
+use crate::driver::libcuda_symbol;
 use crate::lane::Lane;
 use crate::state;
 
@@ -84,7 +84,7 @@ pub fn taken(h: u64, lane: &Lane) {
             rec.parent = lane.current.get();
             rec.args = vec![owner, Value::Str(name)];
             rec.results = vec![Value::Handle(HandleKind::Function, h)];
-            state::emit(rec);
+            crate::batches::emit(rec);
         }
     }
     drop(k);

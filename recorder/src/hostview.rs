@@ -12,16 +12,14 @@
 //! Reading managed memory from the host migrates it there, as the program's own reads do: a
 //! program with large managed allocations records slower (never differently). Regions beyond
 //! [`MAX_BYTES`] in all are not mirrored and a warning says so (their replay is not exact).
+//!
+//! This module keeps the regions and whose turn it is; the records are made by `mirror.rs`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use gpuless_analyzer::api::{self, ApiLevel};
-use gpuless_traces::hostview::{HOST_MEMORY, HOST_VIEW};
-use gpuless_traces::{BlobKind, BlobRef, CallRecord, Function, Hash128, Value};
-
-use crate::lane::Lane;
-use crate::state;
+use gpuless_analyzer::api;
+use gpuless_traces::Hash128;
 
 /// Most bytes mirrored in all (`GPULESS_HOSTVIEW_MAX` overrides; 1 GiB by default).
 pub const MAX_BYTES: u64 = 1 << 30;
@@ -125,30 +123,9 @@ pub unsafe fn track(op: Op, raw: &[u64]) {
     HOST_TURN.store(true, Ordering::Relaxed);
 }
 
-fn record(lane: &Lane, name: &str, args: Vec<Value>, results: Vec<Value>) {
-    let mut rec = CallRecord::new(state::next_seq(), ApiLevel::Other, Function::Other(name.to_string()));
-    rec.thread = lane.tid();
-    rec.timestamp_ns = state::now_ns();
-    rec.parent = lane.current.get();
-    rec.args = args;
-    rec.results = results;
-    state::emit(rec);
-}
-
-/// Before a call that may submit work: stores every region the host changed.
-pub fn before_submit(lane: &Lane) {
-    if !HOST_TURN.load(Ordering::Relaxed) {
-        return;
-    }
-    changed(|addr, bytes, _| {
-        let blob = state::blob(BlobKind::HostToDevice, bytes);
-        record(lane, HOST_MEMORY, vec![Value::DevPtr(addr), blob], Vec::new());
-    });
-}
-
 /// Calls `f(address, bytes, hash)` for every region whose bytes changed since it was last
 /// seen (by either side), and remembers their new hash.
-fn changed(mut f: impl FnMut(u64, &[u8], Hash128)) {
+pub(crate) fn changed(mut f: impl FnMut(u64, &[u8], Hash128)) {
     let Ok(mut r) = REGIONS.lock() else { return };
     for g in r.iter_mut() {
         // SAFETY: a live region the program allocated or registered for both sides.
@@ -167,12 +144,12 @@ pub fn device_turn() {
     HOST_TURN.store(false, Ordering::Relaxed);
 }
 
-/// After the program waited for the device: hashes every region the device changed.
-pub fn after_sync(lane: &Lane) {
+/// Whether the host may have written mirrored memory since the device last could.
+pub(crate) fn is_host_turn() -> bool {
+    HOST_TURN.load(Ordering::Relaxed)
+}
+
+/// The program waited for the device: the host may write mirrored memory again.
+pub(crate) fn host_turn() {
     HOST_TURN.store(true, Ordering::Relaxed);
-    changed(|addr, bytes, h| {
-        let len = bytes.len() as u64;
-        let digest = Value::Digest(BlobRef { hash: h, len });
-        record(lane, HOST_VIEW, vec![Value::DevPtr(addr), Value::Size(len)], vec![digest]);
-    });
 }

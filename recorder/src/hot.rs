@@ -5,8 +5,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8};
 
-use crate::slots::Slot;
-
 /// See the module documentation.
 #[repr(C, align(64))]
 pub(crate) struct Hot {
@@ -22,8 +20,9 @@ pub(crate) struct Hot {
     /// starts at 1 (0 marks an answer never confirmed). The driver-kind counting trampolines
     /// increment it too (`unmodeled.rs`, at [`EPOCH_AT`]).
     pub epoch: AtomicU64,
-    /// The slot entries, one per hook (`slots.rs`), once built; null before.
-    pub slots: AtomicPtr<Option<Slot>>,
+    /// The slot entries, one per hook, once built; null before. Untyped here: only `slots.rs`,
+    /// which builds them above this layer, reads them.
+    pub slots: AtomicPtr<()>,
 }
 
 /// The one instance.

@@ -4,111 +4,14 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
+use crate::dl::{is_ours, real_dlsym};
+use crate::driver::libcuda_symbol;
 use crate::hooks::{self, HOOKS};
-use crate::{state, unmodeled};
+use crate::{mode, state, unmodeled};
 
-type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 type GpaV2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> u32;
 type GpaV1 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> u32;
-
-/// Address of the C library's `dlsym`, resolved when this library is loaded (see `resolve`).
-static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
-
-/// Finds the C library's `dlsym` with `dlvsym`, which is not interposed.
-extern "C" fn resolve_real_dlsym() {
-    for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
-        // SAFETY: dlvsym with constant NUL-terminated strings.
-        let p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
-        if !p.is_null() {
-            REAL_DLSYM.store(p as usize, Ordering::Release);
-            return;
-        }
-    }
-}
-
-/// Runs `resolve_real_dlsym` when the loader maps this library, before any program code, so
-/// that `dlsym(RTLD_NEXT, ...)` can be forwarded from the first call on.
-#[used]
-#[unsafe(link_section = ".init_array")]
-static RESOLVE_AT_LOAD: extern "C" fn() = resolve_real_dlsym;
-
-/// The C library's `dlsym`.
-fn real_dlsym() -> Option<DlsymFn> {
-    let mut p = REAL_DLSYM.load(Ordering::Acquire);
-    if p == 0 {
-        resolve_real_dlsym();
-        p = REAL_DLSYM.load(Ordering::Acquire);
-    }
-    // SAFETY: a non-null address of the C library's dlsym.
-    (p != 0).then(|| unsafe { std::mem::transmute::<usize, DlsymFn>(p) })
-}
-
-/// `dlopen("libcuda.so.1")`, without loading it twice.
-fn libcuda() -> *mut c_void {
-    static HANDLE: AtomicUsize = AtomicUsize::new(0);
-    let h = HANDLE.load(Ordering::Acquire);
-    if h != 0 {
-        return h as *mut c_void;
-    }
-    // SAFETY: dlopen with a constant name.
-    let mut p = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    if p.is_null() {
-        // SAFETY: as above.
-        p = unsafe { libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY) };
-    }
-    HANDLE.store(p as usize, Ordering::Release);
-    p
-}
-
-/// libcuda's own export of `cname` (NUL-terminated), or null.
-pub fn libcuda_symbol(cname: &str) -> *mut c_void {
-    if crate::remote::active() {
-        // Client mode: "the driver" is the client's implementation of what the recorder asks.
-        return crate::remote::symbol(cname);
-    }
-    let (Some(dlsym), lib) = (real_dlsym(), libcuda()) else { return std::ptr::null_mut() };
-    if lib.is_null() || !cname.ends_with('\0') {
-        return std::ptr::null_mut();
-    }
-    // SAFETY: a valid handle and a NUL-terminated name.
-    unsafe { dlsym(lib, cname.as_ptr().cast()) }
-}
-
-/// The first definition of `name` in the global scope after this library:
-/// `dlsym(RTLD_NEXT, name)` asked by this library (the C library's `dlsym` takes the object
-/// searched after from its caller's address, which is here).
-pub(crate) fn next_symbol(name: &CStr) -> *mut c_void {
-    let Some(dlsym) = real_dlsym() else { return std::ptr::null_mut() };
-    // SAFETY: the C library's dlsym with a NUL-terminated name.
-    unsafe { dlsym(libc::RTLD_NEXT, name.as_ptr()) }
-}
-
-/// `name` in the object `handle` came from (`dlopen`'s handle), by the C library's `dlsym`.
-pub(crate) fn symbol_in(handle: *mut c_void, name: &CStr) -> *mut c_void {
-    let Some(dlsym) = real_dlsym() else { return std::ptr::null_mut() };
-    // SAFETY: the C library's dlsym with a handle from dlopen and a NUL-terminated name.
-    unsafe { dlsym(handle, name.as_ptr()) }
-}
-
-/// Whether `p` is an address inside this library (our own exports).
-pub(crate) fn is_ours(p: *mut c_void) -> bool {
-    static BASE: OnceLock<usize> = OnceLock::new();
-    let base = *BASE.get_or_init(|| base_of(is_ours as *const () as *mut c_void));
-    base != 0 && base_of(p) == base
-}
-
-fn base_of(p: *mut c_void) -> usize {
-    // SAFETY: dladdr only reads loader data; `info` is a valid out-pointer.
-    unsafe {
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(p, &mut info) == 0 {
-            return 0;
-        }
-        info.dli_fbase as usize
-    }
-}
 
 /// Interposed `dlsym`. `dlsym(RTLD_NEXT, name)` means "the next definition after the *caller*",
 /// which the C library finds from the return address; so that case jumps straight into the C
@@ -130,7 +33,7 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
         "jz {imp}",
         "jmp rax",
         imp = sym dlsym_impl,
-        real = sym REAL_DLSYM,
+        real = sym crate::dl::REAL_DLSYM,
     )
 }
 
@@ -267,9 +170,9 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     status: *mut c_int,
 ) -> u32 {
-    if crate::remote::active() {
+    if mode::active() {
         // SAFETY: the caller's arguments.
-        return unsafe { crate::remote::proc_address(symbol, pfn, version, flags, status) };
+        return unsafe { client_proc_address(symbol, pfn, version, flags, status) };
     }
     let real = load_real(&REAL_GPA_V2, "cuGetProcAddress_v2\0");
     if real == 0 {
@@ -294,9 +197,9 @@ pub unsafe extern "C" fn cuGetProcAddress(
     version: c_int,
     flags: u64,
 ) -> u32 {
-    if crate::remote::active() {
+    if mode::active() {
         // SAFETY: the caller's arguments (no status pointer in v1).
-        return unsafe { crate::remote::proc_address(symbol, pfn, version, flags, std::ptr::null_mut()) };
+        return unsafe { client_proc_address(symbol, pfn, version, flags, std::ptr::null_mut()) };
     }
     let real = load_real(&REAL_GPA_V1, "cuGetProcAddress\0");
     if real == 0 {
@@ -332,4 +235,68 @@ unsafe fn patch(r: u32, symbol: *const c_char, pfn: *mut *mut c_void) {
         // SAFETY: `pfn` is a valid out-pointer.
         unsafe { *pfn = substitute(name, p, false) };
     }
+}
+
+/// `cuGetProcAddress[_v2]` in client mode: the variant of the name the driver hands out for
+/// `version` — the newest whose `since` (cudaTypedefs.h's version) is at most `version`, the
+/// per-thread-default-stream one when `flags` asks for it and the name has one — else not found
+/// (`CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT` when the name exists only in newer versions).
+///
+/// # Safety
+/// As the driver's `cuGetProcAddress_v2`; `status` may be null.
+unsafe fn client_proc_address(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> u32 {
+    const PER_THREAD: u64 = 2; // CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+    const SYMBOL_NOT_FOUND: c_int = 1;
+    const VERSION_NOT_SUFFICIENT: c_int = 2;
+    if symbol.is_null() || pfn.is_null() {
+        return 1; // CUDA_ERROR_INVALID_VALUE
+    }
+    // SAFETY: the caller's NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_str().unwrap_or("");
+    let found: Result<*mut c_void, c_int> = match name {
+        "cuGetProcAddress" => Ok(cuGetProcAddress_v2 as *const () as *mut c_void),
+        _ => pick_variant(name, version.max(0) as u32, flags & PER_THREAD != 0)
+            .map(|i| HOOKS[i].hook.ptr())
+            .ok_or(if hooks::slots_of_base(name).is_empty() { SYMBOL_NOT_FOUND } else { VERSION_NOT_SUFFICIENT }),
+    };
+    // SAFETY: valid out-pointers (checked above; status may be null).
+    unsafe {
+        *pfn = *found.as_ref().unwrap_or(&std::ptr::null_mut());
+        if !status.is_null() {
+            *status = found.err().unwrap_or(0); // CU_GET_PROC_ADDRESS_SUCCESS
+        }
+    }
+    // Driver 580 answers success with a null pointer where a status says why; without one,
+    // not found.
+    if found.is_ok() || !status.is_null() {
+        0
+    } else {
+        hooks::NOT_FOUND
+    }
+}
+
+/// The hook slot `cuGetProcAddress(name, version, flags)` hands out: among the name's
+/// variants available at `version`, the newest; a per-thread one if asked for and there is one.
+fn pick_variant(name: &str, version: u32, per_thread: bool) -> Option<usize> {
+    let slots = hooks::slots_of_base(name);
+    let since = |i: usize| {
+        let h = &HOOKS[i];
+        gpuless_analyzer::api::get(h.func)
+            .and_then(|f| f.symbols.iter().find(|s| s.name == h.symbol))
+            .map_or(0, |s| s.since)
+    };
+    let pick = |pt: bool| {
+        slots
+            .iter()
+            .copied()
+            .filter(|&i| HOOKS[i].variant.per_thread == pt && since(i) <= version)
+            .max_by_key(|&i| (since(i), HOOKS[i].variant.version))
+    };
+    (if per_thread { pick(true) } else { None }).or_else(|| pick(false))
 }

@@ -8,14 +8,21 @@
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
-use crate::capture::Packing;
-use crate::fold::Entry;
+use crate::memo::Entry;
 use crate::tls;
 
 /// Entries of a thread's recent questions (`fold.rs`), by a hash of the question.
 pub(crate) const MEMO: usize = 2048;
 /// Entries of a thread's layout cache (`capture.rs`), by a hash of the function handle.
 pub(crate) const LAYOUTS: usize = 512;
+
+/// A kernel's parameter layout: (offset, size) of each parameter (`capture.rs`).
+/// Layouts live as long as the process (one per kernel handle): a launch refers to its
+/// kernel's without a reference count shared with the writer thread.
+pub(crate) type Layout = &'static [(u32, u32)];
+
+/// A layout and the bytes its parameters span (the packed size of a launch's parameters).
+pub(crate) type Packing = (Layout, u32);
 
 /// One thread's recording state. The fields every remembered query reads come first, in the
 /// first cache line (`repr(C)`, aligned to the line): such a query touches one line of it.
@@ -67,7 +74,7 @@ impl Lane {
 
     /// The time now, remembered as this thread's last.
     pub fn stamp(&self) -> u64 {
-        let t = crate::state::now_ns();
+        let t = crate::clock::now_ns();
         self.last_ns.set(t);
         t
     }
@@ -123,6 +130,27 @@ fn slow<R>(f: impl FnOnce(&Lane) -> R) -> R {
         }
         None => unreachable!("the lane's closure returned"),
     }
+}
+
+/// The last time this thread read the clock (0 before it did).
+pub(crate) fn last_ns() -> u64 {
+    with(|l| l.last_ns.get())
+}
+
+/// The caller's OS thread id (cached per thread).
+pub(crate) fn tid() -> u64 {
+    with(Lane::tid)
+}
+
+/// Marks the call `seq` as the one this thread is inside, so that driver calls made from it
+/// name it as their parent; returns the previous mark, for [`leave`].
+pub(crate) fn enter(seq: u64) -> Option<u64> {
+    with(|l| l.current.replace(Some(seq)))
+}
+
+/// Restores the mark [`enter`] replaced.
+pub(crate) fn leave(previous: Option<u64>) {
+    with(|l| l.current.set(previous));
 }
 
 #[cfg(test)]

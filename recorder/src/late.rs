@@ -15,7 +15,7 @@ use cudarc::driver::sys;
 use gpuless_analyzer::api::ApiFunction;
 use gpuless_traces::{BlobKind, CallRecord};
 
-use crate::intercept::libcuda_symbol;
+use crate::driver::libcuda_symbol;
 
 type LaunchHostFunc =
     unsafe extern "C" fn(sys::CUstream, Option<unsafe extern "C" fn(*mut c_void)>, *mut c_void) -> u32;
@@ -135,6 +135,6 @@ pub fn finish(late: Late, record: &mut CallRecord, complete: bool) {
     // SAFETY: the `Snap` of `before_copy`; its host function ran before the synchronization.
     let snap = unsafe { Box::from_raw(late.snap as *mut Snap) };
     if let Some(a) = record.args.get_mut(late.arg) {
-        *a = crate::state::blob(BlobKind::HostToDevice, &snap.bytes);
+        *a = crate::sink::blob(BlobKind::HostToDevice, &snap.bytes);
     }
 }

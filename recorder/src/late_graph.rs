@@ -103,7 +103,7 @@ unsafe fn host_source(p: u64) -> Option<Copy> {
 /// # Safety
 /// `raw` are the program's arguments to `f`.
 pub unsafe fn after(f: &ApiFunction, raw: &[u64], seq: u64) {
-    if crate::remote::active() {
+    if crate::mode::active() {
         return;
     }
     // SAFETY: the out-pointer of a handle the call wrote (checked non-null).
@@ -211,7 +211,7 @@ fn flat(src: u64, len: u64) -> Copy {
 /// Whether a launch of `f` with `raw` has late copies (its record then goes the full way).
 pub fn launches_late(f: &ApiFunction, raw: &[u64]) -> bool {
     f.name == "cuGraphLaunch"
-        && !crate::remote::active()
+        && !crate::mode::active()
         && BOOKS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -253,7 +253,7 @@ pub unsafe fn after_launch(raw: &[u64]) -> Option<LateLaunch> {
     let (exec, stream) = (raw.first().copied()?, raw.get(1).copied().unwrap_or(0));
     let copies = books(|b| b.execs.get(&exec).cloned())?;
     let launch = (*LAUNCH.get_or_init(|| {
-        let p = crate::intercept::libcuda_symbol("cuLaunchHostFunc\0");
+        let p = crate::driver::libcuda_symbol("cuLaunchHostFunc\0");
         // SAFETY: libcuda's export of this name has this C signature.
         (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, LaunchHostFunc>(p) })
     }))?;
@@ -288,7 +288,7 @@ pub fn finish(l: LateLaunch, record: &mut CallRecord, complete: bool) {
         .copies
         .iter()
         .zip(&r.bytes)
-        .map(|(c, b)| Value::List(vec![Value::U64(c.seq), crate::state::blob(BlobKind::HostToDevice, b)]))
+        .map(|(c, b)| Value::List(vec![Value::U64(c.seq), crate::sink::blob(BlobKind::HostToDevice, b)]))
         .collect();
     record.results.push(Value::List(list));
 }

@@ -12,8 +12,6 @@ use gpuless_analyzer::api::structs::Copy;
 use gpuless_analyzer::api::{ApiFunction, ArgKind, HandleKind, SyncClass};
 use gpuless_traces::CallRecord;
 
-use crate::state;
-
 struct Pending {
     record: CallRecord,
     /// (index into `record.results`, host address, length) of each host buffer to hash.
@@ -175,7 +173,7 @@ fn emit(mut p: Pending, complete: bool) {
             }
         }
     }
-    state::emit(p.record);
+    crate::batches::emit(p.record);
 }
 
 /// Writes the records still waiting (no synchronization came): their results stay unknown.

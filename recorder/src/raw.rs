@@ -20,7 +20,7 @@ pub const MAX_WORDS: usize = 11;
 /// [`RawCall::parent`] of a call made outside any other hooked call.
 pub const NO_PARENT: u64 = u64::MAX;
 /// [`RawCall::config_at`] of a call without a launch configuration.
-pub const NO_CONFIG: u32 = u32::MAX;
+pub use crate::capture::NO_CONFIG;
 
 /// How a function's calls are kept raw.
 #[derive(Debug, Clone, Copy)]
@@ -34,7 +34,7 @@ pub struct Plan {
 }
 
 fn make_plan(f: &ApiFunction) -> Option<Plan> {
-    // cuInit opens the trace: it takes the full path in `record::call`.
+    // cuInit opens the trace: it takes the full path in `record::hooked`.
     if f.args.len() > MAX_WORDS
         || f.name == "cuInit"
         || crate::arena::op(f.id).is_some()

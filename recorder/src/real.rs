@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use cudarc::driver::sys;
 
-use crate::intercept::libcuda_symbol;
+use crate::driver::libcuda_symbol;
 
 macro_rules! real_fns {
     ($($field:ident = $sym:literal fn($($t:ty),*);)*) => {

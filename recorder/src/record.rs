@@ -1,121 +1,31 @@
-//! The one function every hook calls: capture inputs, call the driver, capture outputs,
-//! queue the record. Internal failures never reach the program: it gets the driver's answer.
-
-use std::ffi::c_void;
+//! The driver-recording backend: one hooked call recorded on the way to the driver — inputs
+//! captured, the driver called, outputs captured, the record queued for the trace writer
+//! (`batches.rs`). The path is the slot's (`slots.rs`): folded query, raw call or full record.
+//! Internal failures never reach the program: it gets the driver's answer.
 
 use gpuless_analyzer::api::SyncClass;
 use gpuless_traces::{CallRecord, Function};
 
-use crate::hooks::{HOOKS, NOT_FOUND};
-use crate::lane::{self, Lane};
-use crate::{arena, capture, diag, fold, functions, hostview, pending, raw, slots, state};
+use crate::call::Real;
+use crate::hooks::HOOKS;
+use crate::lane::Lane;
+use crate::{arena, batches, capture, fold, functions, hostview, mirror, pending, raw, sink, slots, state};
 
-/// `CUDA_ERROR_UNKNOWN`: what a call answers when client mode fails inside it.
-const UNKNOWN: u32 = cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32;
-
-/// The last time this thread read the clock (0 before it did).
-pub(crate) fn last_ns() -> u64 {
-    lane::with(|l| l.last_ns.get())
-}
-
-/// The caller's OS thread id (cached per thread).
-pub(crate) fn tid() -> u64 {
-    lane::with(Lane::tid)
-}
-
-/// Marks the call `seq` as the one this thread is inside, so that driver calls made from it
-/// name it as their parent; returns the previous mark, for [`leave`].
-pub(crate) fn enter(seq: u64) -> Option<u64> {
-    lane::with(|l| l.current.replace(Some(seq)))
-}
-
-/// Restores the mark [`enter`] replaced.
-pub(crate) fn leave(previous: Option<u64>) {
-    lane::with(|l| l.current.set(previous));
-}
-
-/// Records one call of the hook in `slot`, whose raw arguments are `raw`; `real` performs
-/// the call itself, given the real function's address.
+/// One hooked call, recorded: the driver-recording backend's part of the call's trip
+/// (`dispatch.rs` chose it; `slots::Slot` says which recording path it takes).
 ///
 /// # Safety
-/// `raw` must be the arguments the program passed, in the API table's order; `real` must call
-/// the address it is given as the slot's C function.
-#[inline(always)]
-pub unsafe fn call(slot: usize, raw: &[u64], mut real: impl FnMut(*mut c_void) -> u32) -> u32 {
-    // One copy of the recording code for every hook: the hot calls share their instructions.
-    // SAFETY: forwarded from the caller.
-    unsafe { call_dyn(slot, raw, &mut real) }
-}
-
-/// The driver call of one hooked call: the hook's closure and the real function's address.
-pub(crate) struct Real<'a> {
-    f: &'a mut dyn FnMut(*mut c_void) -> u32,
-    p: *mut c_void,
-}
-
-impl<'a> Real<'a> {
-    /// A driver call through `f` at `p`.
-    pub(crate) fn new(f: &'a mut dyn FnMut(*mut c_void) -> u32, p: *mut c_void) -> Self {
-        Real { f, p }
-    }
-
-    /// Calls the driver.
-    #[inline(always)]
-    pub(crate) fn call(&mut self) -> u32 {
-        (self.f)(self.p)
-    }
-
-    /// The real function's address.
-    pub(crate) fn address(&self) -> *mut c_void {
-        self.p
-    }
-}
-
-/// [`call`], not generic over the driver call.
-///
-/// # Safety
-/// As [`call`].
-#[inline(never)]
-unsafe fn call_dyn(slot: usize, raw: &[u64], real: &mut dyn FnMut(*mut c_void) -> u32) -> u32 {
-    let Some(s) = slots::get(slot) else { return NOT_FOUND };
-    if crate::remote::active() {
-        // Client mode: no driver here; the session is the backend. A fault of ours becomes
-        // this call's error, never an abort of the program (a panic cannot cross the C ABI).
-        // SAFETY: forwarded from the caller.
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { crate::remote::call(slot, s, raw) }));
-        return r.unwrap_or_else(|_| {
-            eprintln!(
-                "gpuless: client mode failed inside {} (an internal error, printed above); the call returns \
-                 CUDA_ERROR_UNKNOWN",
-                s.func.name
-            );
-            UNKNOWN
-        });
-    }
-    let Some(p) = s.real(slot) else { return NOT_FOUND };
-    let mut real = Real::new(real, p);
-    lane::with(|lane| {
-        if s.timed {
-            // SAFETY: forwarded from the caller.
-            return diag::timed(slot, &mut real, |real| unsafe { hooked(slot, s, raw, real, lane) });
-        }
-        // SAFETY: forwarded from the caller.
-        unsafe { hooked(slot, s, raw, &mut real, lane) }
-    })
-}
-
-/// [`call`] itself.
-///
-/// # Safety
-/// As [`call`].
-unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane: &Lane) -> u32 {
+/// `raw` must be the arguments the program passed, in the API table's order; `real` calls the
+/// slot's real function with them.
+#[inline]
+pub(crate) unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane: &Lane) -> u32 {
     // SAFETY: the program's arguments.
     if s.export_table && unsafe { crate::export_tables::denied(raw) } {
         return 801; // CUDA_ERROR_NOT_SUPPORTED
     }
     let mirrored = hostview::active() && state::enabled();
     if mirrored && s.submits {
-        hostview::before_submit(lane);
+        mirror::before_submit(lane);
     }
     if let Some(i) = s.func_in {
         if state::enabled() {
@@ -174,7 +84,7 @@ unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lan
             hostview::device_turn();
         }
         if mirrored && (s.waits || s.func.sync == SyncClass::DeviceToHost) {
-            hostview::after_sync(lane);
+            mirror::after_sync(lane);
         }
     }
     status
@@ -183,7 +93,7 @@ unsafe fn hooked(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lan
 /// A call recorded in full on the calling thread.
 ///
 /// # Safety
-/// As [`call`].
+/// As [`hooked`].
 #[inline(never)]
 unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane: &Lane) -> u32 {
     let f = s.func;
@@ -199,7 +109,7 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
     lane.current.set(parent);
     let t1 = lane.stamp();
     if s.init && status == 0 {
-        state::open(true);
+        sink::open(Some(&sink::device_facts));
     }
     let mut late_launch = None;
     if status == 0 {
@@ -244,14 +154,14 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
     } else if status == 0 && capture::deferred_call(f, raw, &rec.args) {
         pending::defer(f, raw, rec);
     } else {
-        state::emit(rec);
+        batches::emit(rec);
     }
     if status == 0 && s.completes {
         pending::after(f, raw);
     }
     if s.waits || f.sync == SyncClass::DeviceToHost {
         // The program waits here anyway: hand this thread's records to the writer.
-        state::flush_thread(lane);
+        batches::flush_thread(lane);
     }
     status
 }
@@ -260,7 +170,7 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
 /// built by the writer (`raw.rs`).
 ///
 /// # Safety
-/// As [`call`].
+/// As [`hooked`].
 unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], real: &mut Real, lane: &Lane) -> u32 {
     let seq = state::next_seq();
     let t0 = state::now_ns();
@@ -274,7 +184,7 @@ unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], 
     let mut failed = false;
     // The parameters are read after the driver returned (they are the program's, unchanged,
     // until the call returns to it), straight into this thread's batch.
-    state::emit_raw(|bytes| {
+    batches::emit_raw(|bytes| {
         let start = bytes.len();
         let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             // SAFETY: forwarded from the caller; the call has not returned to the program.
@@ -304,7 +214,7 @@ unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], 
         pending::after(s.func, raw);
     }
     if s.waits {
-        state::flush_thread(lane);
+        batches::flush_thread(lane);
     }
     status
 }
@@ -312,7 +222,7 @@ unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], 
 /// The driver call, or the arena's answer for calls about arena memory.
 ///
 /// # Safety
-/// As [`call`].
+/// As [`hooked`].
 unsafe fn with_arena(s: &slots::Slot, raw: &[u64], real: &mut Real) -> u32 {
     let Some(op) = s.arena else { return real.call() };
     // SAFETY: forwarded from the caller.
@@ -330,7 +240,7 @@ unsafe fn with_arena(s: &slots::Slot, raw: &[u64], real: &mut Real) -> u32 {
 /// same question when the answer repeats (`fold.rs`).
 ///
 /// # Safety
-/// As [`call`].
+/// As [`hooked`].
 unsafe fn query(slot: usize, s: &slots::Slot, plan: &fold::Plan, raw: &[u64], real: &mut Real, lane: &Lane) -> u32 {
     let f = s.func;
     // Queries call no other hooked function: no need to mark this call as the current parent.
@@ -355,7 +265,7 @@ unsafe fn query(slot: usize, s: &slots::Slot, plan: &fold::Plan, raw: &[u64], re
         pending::after(f, raw);
     }
     let confirmed = if status == 0 { epoch } else { 0 };
-    if fold::repeat(&key, &answer, now, confirmed, lane) || state::fold(&key, &answer, now, confirmed, lane) {
+    if fold::repeat(&key, &answer, now, confirmed, lane) || batches::fold(&key, &answer, now, confirmed, lane) {
         return status;
     }
     // SAFETY: forwarded from the caller.
@@ -400,5 +310,5 @@ unsafe fn first_answer(
         results,
         repeat: 0,
     };
-    state::emit_query(rec, key, answer, confirmed, lane);
+    batches::emit_query(rec, key, answer, confirmed, lane);
 }

@@ -12,12 +12,22 @@
 //! (Python's SIGINT → KeyboardInterrupt, a runtime's SIGSEGV handler) keep their handler.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::OnceLock;
 
 const SIGNALS: [libc::c_int; 2] = [libc::SIGINT, libc::SIGTERM];
 /// Signals of a crash: the handler waits on the crashing thread for the trace.
 const CRASHES: [libc::c_int; 5] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT];
 /// How long a crashing thread waits for the trace to be finished.
 pub const CRASH_WAIT_MS: libc::c_int = 5000;
+
+/// What the signal thread runs to finish: the trace and the session (`init.rs` lends it at
+/// load; both lie above this layer).
+static FINISH: OnceLock<fn()> = OnceLock::new();
+
+/// Lends the signal thread what finishing the trace and the session is (once).
+pub(crate) fn on_finish(finish: fn()) {
+    let _ = FINISH.set(finish);
+}
 
 /// Write end of the pipe (-1: not installed).
 static PIPE_W: AtomicI32 = AtomicI32::new(-1);
@@ -102,8 +112,9 @@ fn install_once() {
         // SAFETY: reading one byte into a local from our pipe.
         while unsafe { libc::read(r, (&mut b as *mut u8).cast(), 1) } == 1 {
             let sig = libc::c_int::from(b);
-            crate::state::finish_now();
-            crate::remote::finish_at_signal();
+            if let Some(finish) = FINISH.get() {
+                finish();
+            }
             if CRASHES.contains(&sig) || b == EXIT {
                 // The crashing (or exiting) thread ends the process once told.
                 // SAFETY: one byte from a local into our pipe.

@@ -10,9 +10,10 @@ use std::sync::OnceLock;
 use gpuless_analyzer::api::{self, ApiFunction, ArgKind, Direction, HandleKind, SyncClass};
 
 use crate::diag::{diag, Diag};
+use crate::driver::libcuda_symbol;
 use crate::hooks::{HOOKS, SLOTS};
 use crate::hot::HOT;
-use crate::{arena, fold, hostview, intercept, pending, raw};
+use crate::{arena, fold, hostview, pending, raw};
 
 /// How a slot's calls are recorded.
 #[derive(Clone, Copy)]
@@ -76,7 +77,7 @@ impl Slot {
         if v != 0 {
             return Some(v as *mut c_void);
         }
-        let p = intercept::libcuda_symbol(HOOKS.get(slot)?.cname);
+        let p = libcuda_symbol(HOOKS.get(slot)?.cname);
         if p.is_null() {
             return None;
         }
@@ -171,7 +172,7 @@ pub fn get(slot: usize) -> Option<&'static Slot> {
 fn build() -> &'static [Option<Slot>; SLOTS] {
     static BUILT: OnceLock<Box<[Option<Slot>; SLOTS]>> = OnceLock::new();
     let all = BUILT.get_or_init(|| Box::new(std::array::from_fn(make)));
-    HOT.slots.store(all.as_ptr() as *mut Option<Slot>, Ordering::Release);
+    HOT.slots.store(all.as_ptr() as *mut (), Ordering::Release);
     all
 }
 

@@ -12,10 +12,13 @@
 //! A replay reads the direction back from the values (`replay::unified`), so a trace says what the
 //! copy did whatever the process it is replayed in has at those addresses.
 
-use gpuless_analyzer::api::{ApiFunction, ArgKind, BufLen, Direction, SyncClass};
+use std::ffi::c_void;
+
+use gpuless_analyzer::api::{structs, ApiFunction, ArgKind, BufLen, Direction, SyncClass};
 use gpuless_traces::{BlobKind, BlobRef, Hash128, Value};
 
-use crate::{arena, capture, hostview, state};
+use crate::driver::libcuda_symbol;
+use crate::{arena, hostview, mode, sink, state};
 
 /// Whether unified address `p` is host memory the recorder must capture: not the arena, not a
 /// region it mirrors (`hostview`), and host memory or unknown (pageable) to the driver. A
@@ -24,7 +27,7 @@ pub fn is_host(p: u64) -> bool {
     if p == 0 || arena::contains(p) {
         return false;
     }
-    crate::remote::active() || (!hostview::contains(p) && capture::is_host(p))
+    mode::active() || (!hostview::contains(p) && driver_says_host(p))
 }
 
 /// The `anybuf` destination of `f` when it is host memory: (address, length).
@@ -61,7 +64,7 @@ pub unsafe fn input(dir: Direction, l: BufLen, v: u64, raw: &[u64]) -> Value {
     let n = len(l, raw) as usize;
     // SAFETY: the copy reads these `n` bytes of host memory.
     let bytes = unsafe { std::slice::from_raw_parts(v as *const u8, n) };
-    state::blob(BlobKind::HostToDevice, bytes)
+    sink::blob(BlobKind::HostToDevice, bytes)
 }
 
 /// What a copy that has completed brought to host memory at `p` (`n` bytes): its hash, or its
@@ -73,7 +76,7 @@ pub unsafe fn written(p: u64, n: usize) -> Value {
     // SAFETY: the caller's contract.
     let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, n) };
     if state::capture_outputs() {
-        state::blob(BlobKind::DeviceToHost, bytes)
+        sink::blob(BlobKind::DeviceToHost, bytes)
     } else {
         Value::Digest(BlobRef { hash: Hash128::of(bytes), len: n as u64 })
     }
@@ -106,4 +109,22 @@ pub fn async_host_outs(f: &ApiFunction, raw: &[u64], args: &[Value]) -> Vec<(usi
             _ => None,
         })
         .collect()
+}
+
+type PointerGetAttribute = unsafe extern "C" fn(*mut c_void, u32, u64) -> u32;
+
+/// Whether the driver calls unified address `p` host memory (pageable host memory is unknown
+/// to it).
+fn driver_says_host(p: u64) -> bool {
+    const MEMORY_TYPE: u32 = 2; // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+    let f = libcuda_symbol("cuPointerGetAttribute\0");
+    if f.is_null() {
+        return false;
+    }
+    // SAFETY: the driver's function with this C signature; the real one, not our hook.
+    let f: PointerGetAttribute = unsafe { std::mem::transmute::<*mut c_void, PointerGetAttribute>(f) };
+    let mut t = 0u32;
+    // SAFETY: a valid out-pointer for a CUmemorytype.
+    let r = unsafe { f((&mut t as *mut u32).cast(), MEMORY_TYPE, p) };
+    r != 0 || t == structs::MEMORYTYPE_HOST
 }

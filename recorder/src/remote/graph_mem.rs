@@ -16,13 +16,11 @@
 //!   physical-memory reuse between graphs, which the client does not model: the client's are
 //!   zero exactly where the driver's are, and not smaller than what its graphs use.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
-
 use gpuless_analyzer::api::ApiFunction;
 
 use super::local::Step;
 use crate::arena;
+use crate::graph_books::books;
 
 const SUCCESS: u32 = 0;
 const INVALID_VALUE: u32 = 1;
@@ -34,64 +32,6 @@ const ALLOC_SIZE_AT: u64 = 104;
 const ALLOC_DPTR_AT: u64 = 112;
 /// `sizeof(CUDA_MEM_ALLOC_NODE_PARAMS)`.
 const ALLOC_PARAMS_BYTES: usize = 120;
-
-#[derive(Default)]
-struct Books {
-    /// Every graph allocation: address → size.
-    allocs: BTreeMap<u64, u64>,
-    /// Free nodes: node → the address it frees.
-    free_nodes: HashMap<u64, u64>,
-    /// Allocation nodes: node → its parameters as the driver answers them (`dptr` set).
-    alloc_nodes: HashMap<u64, Vec<u8>>,
-    /// Free nodes whose address an allocation node after them took again.
-    reused: HashSet<u64>,
-    /// The graph allocations of each graph.
-    graphs: HashMap<u64, Vec<u64>>,
-    /// The graph allocations of each executable graph, and whether it was launched.
-    execs: HashMap<u64, (Vec<u64>, bool)>,
-    /// Allocations captured since the last capture ended.
-    captured: Vec<u64>,
-    /// Memory reserved since the last trim, and the high-water marks.
-    reserved: u64,
-    used_high: u64,
-    reserved_high: u64,
-}
-
-static BOOKS: Mutex<Option<Books>> = Mutex::new(None);
-
-fn books<R>(f: impl FnOnce(&mut Books) -> R) -> R {
-    let mut g = BOOKS.lock().unwrap_or_else(|e| e.into_inner());
-    f(g.get_or_insert_with(Books::default))
-}
-
-impl Books {
-    /// Bytes of the graph allocations of launched, live executable graphs (each once).
-    fn used(&self) -> u64 {
-        let live: HashSet<u64> = self.execs.values().filter(|(_, l)| *l).flat_map(|(a, _)| a.iter().copied()).collect();
-        live.iter().map(|a| self.allocs.get(a).copied().unwrap_or(0)).sum()
-    }
-
-    fn account(&mut self) {
-        let used = self.used();
-        self.reserved = self.reserved.max(used);
-        self.used_high = self.used_high.max(used);
-        self.reserved_high = self.reserved_high.max(self.reserved);
-    }
-}
-
-/// Whether `addr` is the start of a graph allocation (its frees keep the memory).
-pub(crate) fn is_graph_memory(addr: u64) -> bool {
-    BOOKS.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|b| b.allocs.contains_key(&addr))
-}
-
-/// A stream-ordered allocation captured into a graph (`arena.rs`): graph memory of the graph
-/// the capture makes.
-pub(crate) fn captured(addr: u64, size: u64) {
-    books(|b| {
-        b.allocs.insert(addr, size);
-        b.captured.push(addr);
-    });
-}
 
 /// `cuGraphAddMemAllocNode`: the address (a freed one of the same graph the node depends on,
 /// else a new arena range) goes where the driver writes its own; the node is created.

@@ -41,33 +41,19 @@ mod tables;
 mod vmm;
 mod waits;
 
-use std::sync::atomic::{AtomicU8, Ordering};
-
 use gpuless_traces::{BlobKind, Value};
 
 use crate::slots::Slot;
 
-pub(crate) use driver::symbol;
-pub(crate) use session::proc_address;
+pub use crate::mode::{active, ENV_REMOTE};
 
-/// Environment: the server's endpoint (`unix:PATH`, `HOST:PORT`, or `tls://HOST:PORT` with the
-/// CA file in `GPULESS_TLS_CA`); set, the library is a client.
-pub const ENV_REMOTE: &str = "GPULESS_REMOTE";
-
-/// 0 not asked yet, 1 client mode, 2 not.
-static MODE: AtomicU8 = AtomicU8::new(0);
-
-/// Whether this process is a client of a `gpuless serve` (`GPULESS_REMOTE` is set).
-#[inline]
-pub fn active() -> bool {
-    match MODE.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let on = std::env::var_os(ENV_REMOTE).is_some_and(|v| !v.is_empty());
-            MODE.store(if on { 1 } else { 2 }, Ordering::Relaxed);
-            on
-        }
+/// Lends the layers below the backends what they need of the client ([`crate::mode::Client`]):
+/// [`driver`]'s entry points as "the driver", and the session's store of captured blobs. Once
+/// per process; called by every way into client mode that can come first (a hooked call,
+/// NVML, the runtime's registrations), so that nothing below asks before it is done.
+pub(crate) fn install() {
+    if active() && crate::mode::client().is_none() {
+        crate::mode::lend(crate::mode::Client { symbol: driver::symbol, blob });
     }
 }
 
@@ -85,20 +71,9 @@ pub(crate) fn finish_at_signal() {
 /// # Safety
 /// `raw` are the program's arguments to the slot's function, in the API table's order.
 pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
+    install();
     // SAFETY: forwarded from the caller.
     unsafe { session::call(slot, s, raw) }
-}
-
-/// Fills a trace's device facts from the session's device description (`gpuless record
-/// --remote`).
-pub(crate) fn describe(meta: &mut gpuless_traces::TraceMeta) {
-    if let Some(d) = session::device() {
-        meta.gpu_name = d.name.clone();
-        meta.sm = d.sm();
-        meta.uuid = d.uuid.to_vec();
-        meta.driver_version = d.driver_version;
-        meta.extra.push(("recorded_through".into(), "gpuless serve session (client mode)".into()));
-    }
 }
 
 /// A blob captured from the program's memory (a host-to-device payload, a code image): kept

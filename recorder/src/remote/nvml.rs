@@ -30,7 +30,7 @@ use nvml_wrapper_sys::bindings as sys;
 
 use super::{devices, session};
 use crate::hooks::{self, HOOKS};
-use crate::{capture, intercept, slots};
+use crate::{capture, dl, slots};
 
 type Ret = sys::nvmlReturn_t;
 type Device = sys::nvmlDevice_t;
@@ -243,10 +243,10 @@ fn real(name: &str) -> Result<*mut c_void, Ret> {
         LIB.store(h, Ordering::Release);
     }
     let name = CStr::from_bytes_with_nul(name.as_bytes()).map_err(|_| FUNCTION_NOT_FOUND)?;
-    let p = if h == 1 { std::ptr::null_mut() } else { intercept::symbol_in(h as *mut c_void, name) };
+    let p = if h == 1 { std::ptr::null_mut() } else { dl::symbol_in(h as *mut c_void, name) };
     match p {
         // This library found under the real one's name: there is no other.
-        _ if h == 1 || intercept::is_ours(p) => Err(LIBRARY_NOT_FOUND),
+        _ if h == 1 || dl::is_ours(p) => Err(LIBRARY_NOT_FOUND),
         p if p.is_null() => Err(FUNCTION_NOT_FOUND),
         p => Ok(p),
     }
@@ -270,6 +270,7 @@ macro_rules! nvml {
                     Err(e) => e,
                 };
             }
+            super::install();
             #[allow(unused_variables)]
             unsafe fn imp($($a: $t),*) -> Result<(), Ret> $body
             // SAFETY: forwarded from the caller.

@@ -29,7 +29,7 @@ pub(in crate::remote) fn init() -> u32 {
         Some(Err(code)) => return *code,
         None => {}
     }
-    let endpoint = std::env::var(crate::remote::ENV_REMOTE).unwrap_or_default();
+    let endpoint = std::env::var(crate::mode::ENV_REMOTE).unwrap_or_default();
     let r = connect_all(&endpoint);
     *g = Some(match r {
         Ok(v) => {
@@ -44,7 +44,7 @@ pub(in crate::remote) fn init() -> u32 {
         }
     });
     drop(g);
-    crate::exits::note_owner();
+    crate::owner::note_owner();
     // SAFETY: registering plain extern "C" functions with the C library.
     unsafe {
         libc::atexit(at_exit);
@@ -62,7 +62,7 @@ pub(in crate::remote) fn init() -> u32 {
     }
     if state::enabled() {
         // `gpuless record --remote`: the trace opens now, described by the session's device.
-        state::open(true);
+        crate::sink::open(Some(&describe));
     }
     0
 }
@@ -302,6 +302,18 @@ fn merge(members: &[Session], counts: &[u32]) -> MoreDevices {
         }
     }
     m
+}
+
+/// Fills a trace's device facts from the session's device description (`gpuless record
+/// --remote`).
+fn describe(meta: &mut gpuless_traces::TraceMeta) {
+    if let Some(d) = DEVICE.get() {
+        meta.gpu_name = d.name.clone();
+        meta.sm = d.sm();
+        meta.uuid = d.uuid.to_vec();
+        meta.driver_version = d.driver_version;
+        meta.extra.push(("recorded_through".into(), "gpuless serve session (client mode)".into()));
+    }
 }
 
 #[cfg(test)]

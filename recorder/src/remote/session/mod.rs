@@ -26,7 +26,6 @@ use crate::{arena, capture, state};
 
 mod answers;
 mod connect;
-mod entry;
 mod outgoing;
 pub(crate) mod route;
 mod staged;
@@ -35,7 +34,6 @@ mod stats;
 pub(crate) use answers::{ask, tell, wait};
 use answers::{print_device_output, settle, write_query};
 pub(super) use connect::init;
-pub(crate) use entry::proc_address;
 pub(crate) use outgoing::{mirror_host, targets};
 
 /// A segment goes out (without waiting) when it holds this many records.
@@ -495,13 +493,13 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
         if st == 0 && capture::deferred_call(f, raw, &rec.args) {
             crate::pending::defer(f, raw, rec);
         } else {
-            state::emit(rec);
+            crate::batches::emit(rec);
         }
         if st == 0 && s.completes {
             crate::pending::after(f, raw);
         }
         if s.waits || f.sync == SyncClass::DeviceToHost {
-            crate::lane::with(state::flush_thread);
+            crate::lane::with(crate::batches::flush_thread);
         }
     }
     st
@@ -510,7 +508,7 @@ unsafe fn call_timed(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
 fn record(slot: usize, f: &ApiFunction, seq: u64, args: Vec<Value>, results: Vec<Value>) -> CallRecord {
     CallRecord {
         seq,
-        thread: crate::record::tid(),
+        thread: crate::lane::tid(),
         timestamp_ns: state::now_ns(),
         duration_ns: 0,
         level: f.level,

@@ -125,7 +125,7 @@ impl Session {
     pub(super) fn push_other(&mut self, name: &str, args: Vec<Value>) -> u64 {
         let seq = state::next_seq();
         let mut rec = CallRecord::new(seq, gpuless_analyzer::api::ApiLevel::Other, Function::Other(name.to_string()));
-        rec.thread = crate::record::tid();
+        rec.thread = crate::lane::tid();
         rec.args = args;
         self.pending.push(rec);
         self.pieces.pushed(&mut self.pending, &mut self.refs);
