@@ -321,10 +321,13 @@ lockstep_rows() { # NAME SCRIPT
   fi
   for via in ${CLIENT_LOCKSTEP_VIA:-tcp unix}; do
     a=$addr; [ "$via" = unix ] && a=$uaddr
-    res=$(LOCKSTEP_CPUS=${CLIENT_LOCKSTEP_CPUS:-} python3 "$here/lockstep.py" "$it" "$out/$name.ls-$via" "python3 $script" "hidden $gl run --remote $a -- python3 $script")
+    # The remote run's wait log: what its hot synchronizations cost, measured inside the process
+    # (independent of how fast this host runs it today).
+    local waits="$out/$name.ls-$via.waits.jsonl"
+    res=$(LOCKSTEP_CPUS=${CLIENT_LOCKSTEP_CPUS:-} python3 "$here/lockstep.py" "$it" "$out/$name.ls-$via" "python3 $script" "GPULESS_REMOTE_WAITS=$waits hidden $gl run --remote $a -- python3 $script")
     local v
-    v=$(python3 - "$res" <<'PY'
-import json, sys
+    v=$(python3 - "$res" "$waits" "$it" <<'PY'
+import json, statistics, sys
 try:
     r = json.loads(sys.argv[1])
 except Exception:
@@ -332,8 +335,21 @@ except Exception:
 if r.get("ok"):
     same = r["checksum_a"] == r["checksum_b"]
     ok = same and r["ratio"] <= 1.05
-    print(("PASS" if ok else "FAIL") + f"|x{r['ratio']:.3f} ({r['median_b_ms']:.3f} vs {r['median_a_ms']:.3f} ms; median of the "
-          f"per-inference ratios x{r['median_of_ratios']:.3f}; p90 {r['p90_b_ms']:.3f} vs {r['p90_a_ms']:.3f} ms; checksums equal: {same})")
+    d = (f"x{r['ratio']:.3f} ({r['median_b_ms']:.3f} vs {r['median_a_ms']:.3f} ms; median of the "
+         f"per-inference ratios x{r['median_of_ratios']:.3f}; p90 {r['p90_b_ms']:.3f} vs {r['p90_a_ms']:.3f} ms; checksums equal: {same})")
+    try:
+        # Each hot inference ends with one cuCtxSynchronize; the waits since the previous one
+        # (other synchronizations inside the inference) belong to it.
+        w = [json.loads(l) for l in open(sys.argv[2])]
+        ends = [i for i, x in enumerate(w) if x["call"] == "cuCtxSynchronize"][-int(sys.argv[3]):]
+        per = [(sum(x["wait_us"] for x in w[a + 1:b + 1]), b - a) for a, b in zip(ends, ends[1:])]
+        last = [w[b] for b in ends]
+        d += (f"; per hot inference (median): {statistics.median(p for p, _ in per):.0f} us waiting in "
+              f"{statistics.median(n for _, n in per):.0f} synchronization(s), the last one {statistics.median(x['wait_us'] for x in last):.0f} us "
+              f"for {statistics.median(x['records'] for x in last):.0f} records sent with it (executor ran {statistics.median(x['exec_us'] for x in last):.0f} us)")
+    except Exception as e:
+        d += f"; no wait log ({e})"
+    print(("PASS" if ok else "FAIL") + "|" + d)
 else:
     print("FAIL|" + r.get("why", "failed"))
 PY
