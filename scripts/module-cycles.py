@@ -3,11 +3,15 @@
 
     scripts/module-cycles.py [CRATE_SRC_DIR]      (default: recorder/src)
 
-Reads every .rs file under the directory, takes `crate::a::b` and `super::...` paths as edges
-from its module to the longest module path they name, and prints the strongly connected
+Reads every .rs file under the directory, takes `crate::a::b`, `super::...` and `self::...` paths
+(grouped imports such as `use super::{a, b::c}` expanded) as edges from its module to the longest
+module path they name — or, for a path that names an item of a module rather than a module (a
+child using its parent's `super::lock`), to that module — and prints the strongly connected
 components of more than one module (each a cycle of imports), largest first, then the edges
 between top-level modules that lie on a cycle, with how many references each has: the places
-to cut. Text matching, not a Rust parser: a path inside a comment or string counts too.
+to cut. A parent's `mod child;` is no edge; its uses of the child's items are. Comments and
+inline `#[cfg(test)]` modules are left out. Text matching, not a Rust parser: a path inside a
+string literal counts.
 """
 import collections
 import os
@@ -30,28 +34,108 @@ def modules(src):
     return mods
 
 
+def without_comments(text):
+    """The source without `/* */` blocks and `//` line comments (outside string literals)."""
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    out = []
+    for line in text.split("\n"):
+        quoted, i = False, 0
+        while i < len(line):
+            c = line[i]
+            if c == "\\" and quoted:
+                i += 2
+                continue
+            if c == '"':
+                quoted = not quoted
+            elif not quoted and line.startswith("//", i):
+                line = line[:i]
+                break
+            i += 1
+        out.append(line)
+    return "\n".join(out)
+
+
+def expand(path):
+    """`a::{b, c::{d, e}}` as the paths it names: a::b, a::c::d, a::c::e."""
+    path = path.replace(" ", "").replace("\n", "")
+    i = path.find("{")
+    if i < 0:
+        return [path]
+    depth, parts, start = 0, [], i + 1
+    for j in range(i, len(path)):
+        if path[j] == "{":
+            depth += 1
+        elif path[j] == "}":
+            depth -= 1
+            if depth == 0:
+                parts.append(path[start:j])
+                break
+        elif path[j] == "," and depth == 1:
+            parts.append(path[start:j])
+            start = j + 1
+    head = path[:i]
+    return [q for p in parts if p for q in expand(head + p)]
+
+
+def without_tests(text):
+    """The source without its inline `#[cfg(test)] mod NAME { ... }` modules (test-only imports)."""
+    while True:
+        m = re.search(r"#\[cfg\(test\)\]\s*mod\s+[A-Za-z_][A-Za-z0-9_]*\s*\{", text)
+        if not m:
+            return text
+        depth, j = 0, m.end() - 1
+        while j < len(text):
+            if text[j] == "{":
+                depth += 1
+            elif text[j] == "}":
+                depth -= 1
+                if depth == 0:
+                    break
+            j += 1
+        text = text[: m.start()] + text[j + 1 :]
+
+
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+def paths(text):
+    """Every `crate::`, `super::` and `self::` path in the source, grouped imports expanded."""
+    found = []
+    for u in re.findall(r"\buse\s+([^;]*);", text):
+        found.extend(p for p in expand(u) if re.match(r"(crate|super|self)::", p))
+    rest = re.sub(r"\buse\s+[^;]*;", " ", text)
+    found.extend(re.findall(r"\b(?:crate|super|self)(?:::" + IDENT + r")+", rest))
+    return found
+
+
 def edges(mods):
     e = collections.defaultdict(collections.Counter)
     for m, f in mods.items():
-        text = open(f, encoding="utf-8").read()
+        text = without_tests(without_comments(open(f, encoding="utf-8").read()))
         parts = m.split("::")
-        refs = [(list(), r) for r in re.findall(r"crate::([a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)*)", text)]
         is_mod = f.endswith("mod.rs")
-        for r in re.findall(r"\bsuper::((?:super::)*[a-z_][a-z0-9_]*(?:::[a-z_][a-z0-9_]*)*)", text):
-            segs = r.split("::")
-            base = parts if is_mod else parts[:-1]
-            base = base[:-1] if is_mod else base
-            while segs and segs[0] == "super":
-                base, segs = base[:-1], segs[1:]
-            refs.append((base, "::".join(segs)))
-        for base, r in refs:
-            segs = r.split("::")
-            for k in range(len(segs), 0, -1):
+        for p in paths(text):
+            segs = [x.split(" as ")[0] for x in p.split("::")]
+            if segs[0] == "crate":
+                base, segs = [], segs[1:]
+            else:
+                base = list(parts)
+                if segs[0] == "self":
+                    segs = segs[1:]
+                    if not is_mod:
+                        base = parts  # self:: in a file module: its own (inline) children
+                else:
+                    while segs and segs[0] == "super":
+                        base, segs = base[:-1], segs[1:]
+            # The longest module the path names; a path naming an item: the module holding it.
+            target = None
+            for k in range(len(segs), -1, -1):
                 cand = "::".join(base + segs[:k])
                 if cand in mods:
-                    if cand != m:
-                        e[m][cand] += 1
+                    target = cand
                     break
+            if target and target != m:
+                e[m][target] += 1
     return e
 
 
