@@ -454,11 +454,12 @@ if [ -n "${CLIENT_TORCH:-1}" ] && python3 -c 'import torch' 2>/dev/null && unsha
         for r in "$wl/resnet50.py" "$(dirname "$0")/../.device/workloads/resnet50.py" "$(dirname "$0")/../../shared/workloads/resnet50.py"; do
           if [ -f "$r" ]; then
             torch_row resnet50 "$r"
-            if [ "${CLIENT_TORCH_EXTRAS:-1}" != 0 ]; then floor_row; second_run resnet50 "$r" $((2 << 20)); policy_row resnet50 "$r"; fi
+            # The extras read the first pair's files: none with CLIENT_TORCH_PAIR=0.
+            if [ "${CLIENT_TORCH_EXTRAS:-1}" != 0 ] && [ "${CLIENT_TORCH_PAIR:-1}" != 0 ]; then floor_row; second_run resnet50 "$r" $((2 << 20)); policy_row resnet50 "$r"; fi
             break
           fi
         done ;;
-      bert) python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py" && [ "${CLIENT_TORCH_EXTRAS:-1}" != 0 ] && second_run bert "$wl/bert.py" ;;
+      bert) python3 -c 'import transformers' 2>/dev/null && torch_row bert "$wl/bert.py" && [ "${CLIENT_TORCH_EXTRAS:-1}" != 0 ] && [ "${CLIENT_TORCH_PAIR:-1}" != 0 ] && second_run bert "$wl/bert.py" ;;
       *) torch_row "$t" "$wl/$t.py" ;;
     esac
   done

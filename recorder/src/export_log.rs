@@ -118,9 +118,7 @@ extern "C" fn logged<const K: usize>(a0: u64, a1: u64, a2: u64, a3: u64, a4: u64
                 }
             }
         }
-        if answers().is_empty() || n == 0 {
-            line.push_str(&format!("; from {}", callers()));
-        }
+        line.push_str(&format!("; from {}", callers()));
         eprintln!("{line}");
     }
     r
@@ -284,16 +282,21 @@ pub fn said_get(hex_id: &str, status: u32, table: usize) {
     );
 }
 
-/// `library+offset` of an address (its shared object and the offset from its load base).
-fn place(addr: usize) -> String {
+/// The shared object holding an address (its path) and the address's offset from its load base.
+fn object_of(addr: usize) -> Option<(String, usize)> {
     // SAFETY: dladdr only reads the loader's tables; `info` is written on success.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     if unsafe { libc::dladdr(addr as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
-        return format!("{addr:#x}");
+        return None;
     }
     // SAFETY: a NUL-terminated name the loader keeps.
-    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy();
-    format!("{name}+{:#x}", addr - info.dli_fbase as usize)
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    Some((name, addr - info.dli_fbase as usize))
+}
+
+/// `library+offset` of an address.
+fn place(addr: usize) -> String {
+    object_of(addr).map_or_else(|| format!("{addr:#x}"), |(name, off)| format!("{name}+{off:#x}"))
 }
 
 /// The shared objects on the stack now, innermost first (each once): who asked for a table.
@@ -307,15 +310,8 @@ fn callers() -> String {
     let n = unsafe { backtrace(frames.as_mut_ptr(), frames.len() as libc::c_int) }.max(0) as usize;
     let mut seen: Vec<String> = Vec::new();
     for &f in &frames[..n] {
-        // SAFETY: dladdr only reads the loader's tables; `info` is written on success.
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        if unsafe { libc::dladdr(f, &mut info) } == 0 || info.dli_fname.is_null() {
-            continue;
-        }
-        // SAFETY: a NUL-terminated name the loader keeps.
-        let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_string_lossy();
+        let Some((name, off)) = object_of(f as usize) else { continue };
         let short = name.rsplit('/').next().unwrap_or(&name).to_string();
-        let off = f as usize - info.dli_fbase as usize;
         if !seen.iter().any(|s| s.starts_with(&short)) {
             seen.push(format!("{short}+{off:#x}"));
         }
