@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compatibility programs of issues 34 and 35 on the device machine: each of
-# testdata/cuda/suite's driver_answers, stream_sync, printf, big_copy, callbacks and bad_inputs
-# (issue 34) and managed_linked, mapped_mem, vmm, pools, graph_mem and conditional (issue 35:
+# testdata/cuda/suite's driver_answers, stream_sync, printf, big_copy, callbacks, bad_inputs
+# and ipc (issue 34) and managed_linked, mapped_mem, vmm, pools, graph_mem and conditional (issue 35:
 # memory models and graph node kinds) runs natively, through `gpuless run --remote` in a mount
 # namespace without the driver (against a `gpuless serve` on this machine's GPU, loopback TCP),
 # and under `gpuless record` (then `gpuless replay` of the trace); the outputs are compared line
@@ -10,7 +10,7 @@
 #   scripts/gpu-suite-compat.sh BIN_DIR SUITE_BIN OUT_DIR
 #
 # BIN_DIR holds gpuless and libgpuless_recorder.so; SUITE_BIN the programs built by
-# testdata/cuda/suite/build.sh. COMPAT_PROGRAMS chooses the programs (default: all twelve),
+# testdata/cuda/suite/build.sh. COMPAT_PROGRAMS chooses the programs (default: all thirteen),
 # COMPAT_RECORD=0 leaves out record and replay, COMPAT_TIMEOUT limits every run (default 120 s).
 # Prints one `row|NAME|PASS or FAIL|detail` line a check:
 #   compat: NAME native      the program's own checks pass natively (exit status 0)
@@ -32,7 +32,7 @@ out=$(cd "$out" && pwd)
 gl="$bin/gpuless"
 rec="$bin/libgpuless_recorder.so"
 lim=(timeout -k 5 "${COMPAT_TIMEOUT:-120}")
-programs=${COMPAT_PROGRAMS:-driver_answers stream_sync printf big_copy callbacks bad_inputs managed_linked mapped_mem vmm pools graph_mem conditional}
+programs=${COMPAT_PROGRAMS:-driver_answers stream_sync printf big_copy callbacks bad_inputs ipc managed_linked mapped_mem vmm pools graph_mem conditional}
 
 # ---- exports: the driver's names against the client library's ------------------------------
 exports() { # LIBRARY: its defined dynamic symbol names, one a line, sorted, without versions

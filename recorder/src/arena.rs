@@ -260,6 +260,25 @@ unsafe fn address_free(ptr: u64, size: u64) -> Option<u32> {
     Some(if a.layout_mut(ptr).unreserve(ptr, size) { SUCCESS } else { INVALID_VALUE })
 }
 
+/// A range of `size` bytes (a multiple of the chunk) reserved in the arena for memory mapped
+/// from elsewhere (client mode: another process's memory, `remote/ipc.rs`), in the current
+/// device's slice; `None` without an arena or room.
+pub fn reserve_range(size: u64) -> Option<u64> {
+    let mut out = 0u64;
+    // SAFETY: a valid out-pointer.
+    match unsafe { address_reserve(&raw mut out as u64, size, CHUNK, 0) } {
+        Some(SUCCESS) => Some(out),
+        _ => None,
+    }
+}
+
+/// Gives back a range [`reserve_range`] reserved; whether it was one.
+pub fn free_range(addr: u64, size: u64) -> bool {
+    // SAFETY: no pointer is written.
+    let freed = unsafe { address_free(addr, size) };
+    freed == Some(SUCCESS)
+}
+
 /// The live arena allocation holding `ptr`: (base, size); `None` outside every one.
 pub fn allocation(ptr: u64) -> Option<(u64, u64)> {
     if !in_arena(ptr) {

@@ -7,7 +7,10 @@
 
 use gpuless_analyzer::api::ApiFunction;
 
-use super::{host, local, modules};
+use super::attributes::attr;
+use super::context_books::{current_context, destroyed};
+use super::handles::is_client_handle;
+use super::{host, modules, streams, vmm};
 use crate::arena;
 
 const INVALID_VALUE: u32 = 1;
@@ -28,7 +31,7 @@ const MAX_DYNAMIC_SHARED: u32 = 8;
 /// `raw` are the program's arguments to `f` (a launch configuration's pointer is read).
 pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
     // A context or event the program destroyed (the server no longer knows the handle).
-    if let Some(st) = local::destroyed(f, raw) {
+    if let Some(st) = destroyed(f, raw) {
         return Some(st);
     }
     let arg = |name: &str| f.args.iter().position(|a| a.name == name).and_then(|i| raw.get(i).copied());
@@ -38,7 +41,7 @@ pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
     // A capture into an existing graph may end without asking for the graph.
     let optional = match f.name {
         "cuCtxPopCurrent" | "cuMemGetInfo" => true,
-        "cuStreamEndCapture" => local::captures_into_graph(raw.first().copied().unwrap_or(0)),
+        "cuStreamEndCapture" => streams::captures_into_graph(raw.first().copied().unwrap_or(0)),
         _ => false,
     };
     if outs.peek().is_some() && outs.all(|p| p == 0) && !optional {
@@ -65,7 +68,7 @@ pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
             let cluster = unsafe { cluster_dims(config) };
             launch(arg("f").unwrap_or(0), grid, [w(3), w(4), w(5)], w(6)).or_else(|| clusters(grid, cluster?))
         }
-        "cuCtxSynchronize" if local::current_context() == 0 => Some(INVALID_CONTEXT),
+        "cuCtxSynchronize" if current_context() == 0 => Some(INVALID_CONTEXT),
         "cuMemcpyHtoD" | "cuMemcpyHtoDAsync" => device(arg("dstDevice")?, arg("ByteCount")?),
         "cuMemcpyDtoH" | "cuMemcpyDtoHAsync" => device(arg("srcDevice")?, arg("ByteCount")?),
         "cuMemcpyDtoD" | "cuMemcpyDtoDAsync" | "cuMemcpyPeer" | "cuMemcpyPeerAsync" => {
@@ -87,10 +90,10 @@ pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
 
 /// A launch of function `h` with this grid, block and dynamic shared memory.
 fn launch(h: u64, grid: [u32; 3], block: [u32; 3], shared: u32) -> Option<u32> {
-    if !local::is_client_handle(h) {
+    if !is_client_handle(h) {
         return Some(INVALID_HANDLE);
     }
-    let limit = |id: u32| local::attr(id).map(|v| v as u32);
+    let limit = |id: u32| attr(id).map(|v| v as u32);
     let threads = block.iter().map(|&b| u64::from(b)).product::<u64>();
     if threads == 0 || limit(MAX_THREADS_PER_BLOCK).is_some_and(|m| threads > u64::from(m)) {
         return Some(INVALID_VALUE);
@@ -157,7 +160,7 @@ fn device(p: u64, len: u64) -> Option<u32> {
     let end = p.checked_add(len)?;
     let inside = match arena::allocation(p) {
         Some((base, size)) => end <= base + size,
-        None => modules::in_globals(p) || host::is_pinned(p) || super::vmm::mapped(p, len),
+        None => modules::in_globals(p) || host::is_pinned(p) || vmm::mapped(p, len),
     };
     (!inside || p == 0).then_some(INVALID_VALUE)
 }

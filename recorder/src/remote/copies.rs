@@ -15,7 +15,8 @@ use gpuless_analyzer::api::structs::{self, Copy, Dims, Side};
 use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, SyncClass};
 use gpuless_traces::Value;
 
-use super::local::{unsupported, Step};
+use super::step::{unsupported, Step};
+use super::streams;
 use crate::arena;
 
 /// The 2D/3D copy struct argument of `f` (its index and shape), if it has one.
@@ -71,7 +72,7 @@ pub(crate) unsafe fn plan(f: &ApiFunction, raw: &[u64]) -> Step {
     }
     if f.sync == SyncClass::CopyAnyDirection {
         Step::Wait
-    } else if super::local::captured(f, raw) {
+    } else if streams::captured(f, raw) {
         unsupported(
             f,
             "asynchronous 2D/3D copies into host memory captured into a graph are not returned to the client yet",

@@ -9,7 +9,9 @@ use std::ffi::c_void;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{local, modules};
+use super::context_books::{current_context, current_device};
+use super::handles::new_handle;
+use super::{modules, streams};
 
 const SUCCESS: u32 = 0;
 const INVALID_VALUE: u32 = 1;
@@ -33,7 +35,7 @@ fn pools<R>(f: impl FnOnce(&mut Pools) -> R) -> R {
 
 /// Device `dev`'s default memory pool handle.
 pub(crate) fn pool(dev: u32) -> u64 {
-    pools(|p| *p.default.entry(dev).or_insert_with(local::new_handle))
+    pools(|p| *p.default.entry(dev).or_insert_with(new_handle))
 }
 
 /// Whether `h` is a device's default pool.
@@ -127,7 +129,7 @@ extern "C" fn create(out: *mut u64, size: usize, _prop: *const c_void, _flags: u
     }
     let _ = size;
     // SAFETY: checked non-null.
-    unsafe { *out = local::new_handle() };
+    unsafe { *out = new_handle() };
     SUCCESS
 }
 
@@ -156,7 +158,7 @@ extern "C" fn ctx_get_current(out: *mut u64) -> u32 {
         return INVALID_VALUE;
     }
     // SAFETY: checked non-null.
-    unsafe { *out = local::current_context() };
+    unsafe { *out = current_context() };
     SUCCESS
 }
 
@@ -164,11 +166,11 @@ extern "C" fn ctx_get_device(out: *mut i32) -> u32 {
     if out.is_null() {
         return INVALID_VALUE;
     }
-    if local::current_context() == 0 {
+    if current_context() == 0 {
         return INVALID_CONTEXT;
     }
     // SAFETY: checked non-null.
-    unsafe { *out = local::current_device() as i32 };
+    unsafe { *out = current_device() as i32 };
     SUCCESS
 }
 
@@ -186,7 +188,7 @@ extern "C" fn event_create(out: *mut u64, _flags: u32) -> u32 {
         return INVALID_VALUE;
     }
     // SAFETY: checked non-null.
-    unsafe { *out = local::new_handle() };
+    unsafe { *out = new_handle() };
     SUCCESS
 }
 
@@ -195,7 +197,7 @@ extern "C" fn stream_is_capturing(stream: u64, out: *mut u32) -> u32 {
         return INVALID_VALUE;
     }
     // SAFETY: checked non-null.
-    unsafe { *out = u32::from(local::is_capturing(stream)) };
+    unsafe { *out = u32::from(streams::is_capturing(stream)) };
     SUCCESS
 }
 

@@ -18,7 +18,7 @@
 
 use gpuless_analyzer::api::ApiFunction;
 
-use super::local::Step;
+use super::step::Step;
 use crate::arena;
 use crate::graph_books::books;
 
@@ -33,18 +33,19 @@ const ALLOC_DPTR_AT: u64 = 112;
 /// `sizeof(CUDA_MEM_ALLOC_NODE_PARAMS)`.
 const ALLOC_PARAMS_BYTES: usize = 120;
 
-/// `cuGraphAddMemAllocNode`: the address (a freed one of the same graph the node depends on,
-/// else a new arena range) goes where the driver writes its own; the node is created.
+/// `cuGraphAddMemAllocNode`'s address (a freed one of the same graph the node depends on, else
+/// a new arena range), written where the driver writes its own; `Err`: the call's status. The
+/// node is then made as any handle (`local.rs`), and [`placed`] once it is.
 ///
 /// # Safety
-/// `raw` are the program's arguments to `f` (`cuGraphAddMemAllocNode`).
-pub(crate) unsafe fn alloc_node(f: &ApiFunction, raw: &[u64]) -> Step {
+/// `raw` are the program's arguments to `cuGraphAddMemAllocNode`.
+pub(crate) unsafe fn place(raw: &[u64]) -> Result<u64, u32> {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
-    let (graph, deps, n, p) = (w(1), w(2), w(3), w(4));
+    let (deps, n, p) = (w(2), w(3), w(4));
     // SAFETY: the program's CUDA_MEM_ALLOC_NODE_PARAMS, checked non-null.
     let size = if p == 0 { 0 } else { unsafe { std::ptr::read_unaligned((p + ALLOC_SIZE_AT) as *const u64) } };
     if size == 0 || (n != 0 && deps == 0) {
-        return Step::Done(INVALID_VALUE);
+        return Err(INVALID_VALUE);
     }
     // SAFETY: the program's array of `n` dependencies (checked non-null when n > 0).
     let deps: &[u64] = if n == 0 { &[] } else { unsafe { std::slice::from_raw_parts(deps as *const u64, n as usize) } };
@@ -62,8 +63,8 @@ pub(crate) unsafe fn alloc_node(f: &ApiFunction, raw: &[u64]) -> Step {
             // SAFETY: a valid out-pointer and a size, as for cuMemAlloc.
             match unsafe { arena::before(arena::Op::Alloc, &[&mut addr as *mut u64 as u64, size], false) } {
                 Some(SUCCESS) => {}
-                Some(st) => return Step::Done(st),
-                None => return Step::Done(OUT_OF_MEMORY),
+                Some(st) => return Err(st),
+                None => return Err(OUT_OF_MEMORY),
             }
             books(|b| b.allocs.insert(addr, size));
             addr
@@ -71,22 +72,28 @@ pub(crate) unsafe fn alloc_node(f: &ApiFunction, raw: &[u64]) -> Step {
     };
     // SAFETY: as above; the address goes where the driver writes it.
     unsafe { std::ptr::write_unaligned((p + ALLOC_DPTR_AT) as *mut u64, addr) };
-    // SAFETY: forwarded from the caller.
-    let step = unsafe { super::local::create(f, raw) };
-    if matches!(step, Step::Done(SUCCESS)) {
-        // SAFETY: the program's parameters (checked non-null) and the node handle just written.
-        let (params, node) = unsafe {
-            (
-                std::slice::from_raw_parts(p as *const u8, ALLOC_PARAMS_BYTES).to_vec(),
-                std::ptr::read_unaligned(w(0) as *const u64),
-            )
-        };
-        books(|b| {
-            b.graphs.entry(graph).or_default().push(addr);
-            b.alloc_nodes.insert(node, params);
-        });
-    }
-    step
+    Ok(addr)
+}
+
+/// The allocation node [`place`] placed at `addr` was made: noted for its graph, its
+/// parameters kept for `cuGraphMemAllocNodeGetParams`.
+///
+/// # Safety
+/// `raw` are the program's arguments to `cuGraphAddMemAllocNode`, which succeeded.
+pub(crate) unsafe fn placed(raw: &[u64], addr: u64) {
+    let w = |i: usize| raw.get(i).copied().unwrap_or(0);
+    let (graph, p) = (w(1), w(4));
+    // SAFETY: the program's parameters (checked non-null) and the node handle just written.
+    let (params, node) = unsafe {
+        (
+            std::slice::from_raw_parts(p as *const u8, ALLOC_PARAMS_BYTES).to_vec(),
+            std::ptr::read_unaligned(w(0) as *const u64),
+        )
+    };
+    books(|b| {
+        b.graphs.entry(graph).or_default().push(addr);
+        b.alloc_nodes.insert(node, params);
+    });
 }
 
 /// `cuGraphMemAllocNodeGetParams` (`alloc`) and `cuGraphMemFreeNodeGetParams` of a node the

@@ -12,7 +12,8 @@
 //!   memory) is ordinary memory of this process, cheap staging for copies, until the device
 //!   uses it: a launch whose parameter words point into it ([`mirror_reached`]), a request for
 //!   its device pointer or a registration with `DEVICEMAP` mirrors it from then on
-//!   ([`promote`]: its pages adopted by `shared.rs`, `gpulessHostMirror` to the executor).
+//!   ([`promote`]: its pages adopted by `shared.rs`, `gpulessHostMirror` to the executor, sent
+//!   by the session through what it lends here at install, [`lend_mirror`]).
 //!
 //! Pointer queries: arena memory is device memory (what only the server's driver knows — the
 //! mapping's size, handle types, access flags — is asked of it); pinned memory answers from the
@@ -24,7 +25,9 @@ use std::sync::Mutex;
 use gpuless_analyzer::api::ApiFunction;
 use gpuless_traces::Value;
 
-use super::local::{unsupported, Step};
+use super::context_books::primary_context;
+use super::step::{unsupported, Step};
+use super::{route, shared};
 use crate::arena;
 
 /// `CU_MEMHOSTALLOC_DEVICEMAP`, `CU_MEMHOSTREGISTER_DEVICEMAP`.
@@ -50,6 +53,16 @@ static LOW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(u64
 static HIGH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// How many unmirrored allocations the registry holds.
 static MAPPED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How the session tells the executor to back pinned memory with device memory at its address
+/// before the next record (`gpulessHostMirror`): `false` without a session. Lent once, when
+/// client mode is installed (`trip::install`).
+static MIRROR: std::sync::OnceLock<fn(u64, u64) -> bool> = std::sync::OnceLock::new();
+
+/// Lends [`promote`] the session's way of mirroring pinned memory on the server.
+pub(crate) fn lend_mirror(mirror: fn(u64, u64) -> bool) {
+    let _ = MIRROR.set(mirror);
+}
 
 /// Adds an allocation to the registry (counting the ones the device may use unmirrored, and
 /// widening the bounds a launch's words are tested against before any lookup).
@@ -105,8 +118,7 @@ pub(crate) unsafe fn memory(f: &ApiFunction, raw: &[u64]) -> Step {
             let len = w(1).max(1);
             let flags = if f.name == "cuMemHostAlloc" { w(2) } else { 0 };
             // SAFETY: the program's out-pointer (checked non-null) and size.
-            let mirrored =
-                if flags & DEVICEMAP != 0 { unsafe { super::shared::alloc_mirrored(w(0), len) } } else { None };
+            let mirrored = if flags & DEVICEMAP != 0 { unsafe { shared::alloc_mirrored(w(0), len) } } else { None };
             if let Some(st) = mirrored {
                 if st == SUCCESS {
                     // SAFETY: written just now.
@@ -141,10 +153,10 @@ pub(crate) unsafe fn memory(f: &ApiFunction, raw: &[u64]) -> Step {
             };
             drop_at(w(0));
             if a.mirrored && arena::contains(w(0)) {
-                super::shared::free_mirrored(w(0));
+                shared::free_mirrored(w(0));
             } else {
                 if a.mirrored {
-                    super::shared::remove(w(0));
+                    shared::remove(w(0));
                 }
                 // SAFETY: pages this module mapped.
                 unsafe { libc::munmap(w(0) as *mut libc::c_void, a.len as usize) };
@@ -170,7 +182,7 @@ pub(crate) unsafe fn memory(f: &ApiFunction, raw: &[u64]) -> Step {
             drop_at(w(0));
             if a.mirrored {
                 // The program's pages, writable again.
-                super::shared::remove(w(0));
+                shared::remove(w(0));
             }
             Step::Done(SUCCESS)
         }
@@ -243,19 +255,19 @@ pub(crate) fn promote(start: u64) -> bool {
     if a.mirrored {
         return true;
     }
-    if super::session::route::members() > 1 {
+    if route::members() > 1 {
         // Which server's kernels would read it? Each would need its own mirror, kept
         // coherent with the others': not done (device-mapped host memory is, by address).
         return false;
     }
-    if !super::shared::adopt(start, a.len) {
+    if !shared::adopt(start, a.len) {
         return false;
     }
     if let Some(e) = registry().get_mut(&start) {
         e.mirrored = true;
     }
     MAPPED.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    super::session::mirror_host(start, a.len)
+    MIRROR.get().is_some_and(|mirror| mirror(start, a.len))
 }
 
 /// Bytes the driver writes for pointer attribute `attr`.
@@ -276,18 +288,18 @@ fn attribute(attr: u64, p: u64) -> Option<Result<u64, u32>> {
             2 => Some(Ok(u64::from(gpuless_analyzer::api::structs::MEMORYTYPE_DEVICE))),
             3 => Some(Ok(p)),
             // Managed memory: the host address is the device address.
-            4 if super::shared::contains(p) => Some(Ok(p)),
+            4 if shared::contains(p) => Some(Ok(p)),
             4 => Some(Err(INVALID_VALUE)),
-            8 => Some(Ok(u64::from(super::shared::contains(p)))),
+            8 => Some(Ok(u64::from(shared::contains(p)))),
             // The device whose slice holds it.
-            9 => Some(Ok(u64::from(super::session::route::device_of_address(p).unwrap_or(0)))),
+            9 => Some(Ok(u64::from(route::device_of_address(p).unwrap_or(0)))),
             13 => Some(Ok(1)),
             _ => None,
         };
     }
     let Some((start, a)) = find(p) else { return Some(Err(INVALID_VALUE)) };
     Some(match attr {
-        1 => Ok(super::local::primary_context()),
+        1 => Ok(primary_context()),
         2 => Ok(u64::from(gpuless_analyzer::api::structs::MEMORYTYPE_HOST)),
         3 | 4 => Ok(p),
         7 => Ok(a.id),
@@ -371,9 +383,9 @@ pub(crate) unsafe fn write_pointer_answer(f: &ApiFunction, raw: &[u64], values: 
     } else {
         (Vec::new(), 0)
     };
-    let managed = super::shared::contains(p);
+    let managed = shared::contains(p);
     // The first device of the server that answered (the call's route).
-    let first = super::session::route::first_of(super::session::route::current().member);
+    let first = route::first_of(route::current().member);
     for (k, (out, v)) in outs.into_iter().zip(values.chunks_exact(3)).enumerate() {
         let n = (v[0] as usize).min(16);
         if out == 0 || n == 0 {

@@ -21,6 +21,9 @@
 //! addresses, kept kernel and variable names), options cuda.h does not know, and options of one
 //! input that the driver writes through (an input's own logs) are refused
 //! (`CUDA_ERROR_NOT_SUPPORTED`, said once).
+//!
+//! Above the session: the client's part names a linker step ([`super::step::Step::Link`]) and the
+//! call's trip (`trip.rs`) runs it here.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -32,7 +35,9 @@ use gpuless_traces::protocol::link::{JitOption, LinkAnswer, LinkInput, LinkReque
 use gpuless_traces::BlobRef;
 use gpuless_traces::{BlobKind, Value};
 
-use super::{local, session};
+use super::handles::new_handle;
+use super::session;
+use super::step::refused;
 
 const INVALID_VALUE: u32 = 1;
 const FILE_NOT_FOUND: u32 = 301;
@@ -95,7 +100,7 @@ pub(crate) unsafe fn call(f: &ApiFunction, raw: &[u64]) -> u32 {
                     Err(st) => st,
                 }
             }
-            _ => local::refused(f, "not a step of the JIT linker"),
+            _ => refused(f, "not a step of the JIT linker"),
         }
     }
 }
@@ -143,7 +148,7 @@ unsafe fn read_options(
             None => Some("a JIT option cuda.h 13.0 does not know is not served"),
         };
         if let Some(why) = why {
-            return Err(local::refused(f, why));
+            return Err(refused(f, why));
         }
         out.push(JitOption { id, value });
     }
@@ -163,7 +168,7 @@ unsafe fn create(f: &ApiFunction, options: (u64, u64, u64), out: u64) -> u32 {
         Ok(o) => o,
         Err(st) => return st,
     };
-    let h = local::new_handle();
+    let h = new_handle();
     if let Err(st) = session::tell(LINK, LinkRequest::Create { link: h, options: opts.clone() }.to_args()) {
         return st;
     }

@@ -1,7 +1,7 @@
 //! Server answers to `stable` queries (the API table: the same answer for the same arguments
 //! until a call that may change answers), by function and input words, answered again on the
 //! client without a round trip; emptied by every call that may change answers except those that
-//! only create handles (`session::call` decides when).
+//! only create handles (`trip::call` decides when).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -18,14 +18,31 @@
 //!
 //! What the recorder asks of "the driver" for itself (the arena's VMM calls, parameter layouts,
 //! pointer types) resolves to [`driver`], the client's implementations of those entry points.
+//!
+//! The modules' layers, top to bottom (none uses one above it; no child uses its parent; what
+//! a lower one needs from above is lent at [`install`]):
+//! - entry points: this module ([`call`]), [`nvml`];
+//! - one call's way: [`trip`] (with [`staged`], [`jit`], [`ipc`], [`hostcalls`]: what a call
+//!   asks of the session);
+//! - the session: [`session`] (`connect`/`answers` → `outgoing`/`stats` → `base`);
+//! - the client's part and its answers: [`local`], [`checks`], [`copies`], [`host`],
+//!   [`shared`], [`vmm`], [`graph_mem`], [`nodes`], [`tables`], [`driver`], [`hostfn`];
+//! - books and facts: [`step`], [`handles`], [`streams`], [`context_books`], [`attributes`],
+//!   [`devices`], [`pci`], [`route`], [`modules`], [`ptx`], [`memo`], [`waits`], [`link`],
+//!   [`pieces`].
 
+mod attributes;
 mod checks;
+mod context_books;
 mod copies;
 pub(crate) mod devices;
 mod driver;
 pub(crate) mod graph_mem;
+mod handles;
 mod host;
+mod hostcalls;
 mod hostfn;
+mod ipc;
 mod jit;
 mod link;
 mod local;
@@ -33,29 +50,24 @@ mod memo;
 mod modules;
 mod nodes;
 mod nvml;
+mod pci;
 mod pieces;
 mod ptx;
+mod route;
 mod session;
 mod shared;
+mod staged;
+mod step;
+mod streams;
 mod tables;
+mod trip;
 mod vmm;
 mod waits;
-
-use gpuless_traces::{BlobKind, Value};
 
 use crate::slots::Slot;
 
 pub use crate::mode::{active, ENV_REMOTE};
-
-/// Lends the layers below the backends what they need of the client ([`crate::mode::Client`]):
-/// [`driver`]'s entry points as "the driver", and the session's store of captured blobs. Once
-/// per process; called by every way into client mode that can come first (a hooked call,
-/// NVML, the runtime's registrations), so that nothing below asks before it is done.
-pub(crate) fn install() {
-    if active() && crate::mode::client().is_none() {
-        crate::mode::lend(crate::mode::Client { symbol: driver::symbol, blob });
-    }
-}
+pub(crate) use trip::install;
 
 /// The session's end when a signal ends the program (`signals.rs`, on its thread): the last
 /// answer (errors the program never synchronized for are said), the session closed, the counts
@@ -66,19 +78,12 @@ pub(crate) fn finish_at_signal() {
     }
 }
 
-/// One hooked call in client mode.
+/// One hooked call in client mode ([`trip`]).
 ///
 /// # Safety
 /// `raw` are the program's arguments to the slot's function, in the API table's order.
 pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
     install();
     // SAFETY: forwarded from the caller.
-    unsafe { session::call(slot, s, raw) }
-}
-
-/// A blob captured from the program's memory (a host-to-device payload, a code image): kept
-/// for the session, which uploads it before the segment that refers to it (or only its hash
-/// when the server holds it).
-pub(crate) fn blob(kind: BlobKind, data: &[u8]) -> Value {
-    session::blob(kind, data)
+    unsafe { trip::call(slot, s, raw) }
 }

@@ -13,7 +13,7 @@ use gpuless_analyzer::cubin::analyze_cubin;
 use gpuless_analyzer::occupancy::{DeviceLimits, KernelFacts};
 use gpuless_fatbin::{EntryKind, Image, Limits};
 
-use super::{ptx, session};
+use super::{devices, ptx};
 
 /// What the client knows about one kernel.
 #[derive(Debug)]
@@ -79,7 +79,7 @@ pub(crate) fn saw_image(bytes: &[u8]) {
 /// A module (or library) `h` was loaded from the image the current call captured.
 pub(crate) fn loaded(h: u64) {
     let image = LAST_IMAGE.try_with(|l| l.borrow_mut().take()).ok().flatten().unwrap_or_default();
-    let sm = session::device().map_or(0, |d| d.sm());
+    let sm = devices::first().map_or(0, |d| d.sm());
     let m = analyze(&image, sm);
     known(|k| k.modules.insert(h, m));
 }
@@ -219,7 +219,7 @@ pub(crate) fn limits() -> Option<DeviceLimits> {
     if let Some(l) = LIMITS.get() {
         return *l;
     }
-    let d = session::device()?;
+    let d = devices::first()?;
     *LIMITS.get_or_init(|| DeviceLimits::from_attributes(|id| d.attributes.iter().find(|a| a.0 == id).map(|a| a.1)))
 }
 

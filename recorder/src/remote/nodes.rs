@@ -20,7 +20,9 @@ use std::sync::Mutex;
 use gpuless_analyzer::api::node_answer::KernelNodeAnswer;
 use gpuless_analyzer::api::ApiFunction;
 
-use super::{local, modules};
+use super::context_books::{current_context, primary_context};
+use super::modules;
+use super::step::refused;
 
 /// `CUDA_ERROR_INVALID_VALUE`.
 const INVALID_VALUE: u32 = 1;
@@ -81,7 +83,7 @@ pub(crate) unsafe fn write_kernel_node(f: &ApiFunction, ty: &str, out: u64, node
     }
     let a = match KernelNodeAnswer::from_words(values) {
         Ok(a) => a,
-        Err(e) => return local::refused(f, &format!("the server's answer: {e}")),
+        Err(e) => return refused(f, &format!("the server's answer: {e}")),
     };
     let mut n = a.node;
     if n.func != 0 && n.kern != 0 {
@@ -94,8 +96,8 @@ pub(crate) unsafe fn write_kernel_node(f: &ApiFunction, ty: &str, out: u64, node
     }
     n.kernel_params = hold(node, &a.layout, &a.params);
     n.extra = 0;
-    n.ctx = match local::current_context() {
-        0 => local::primary_context(),
+    n.ctx = match current_context() {
+        0 => primary_context(),
         c => c,
     };
     let mut b = vec![0u8; size];

@@ -28,7 +28,8 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use gpuless_traces::protocol::{DeviceDescription, NvLinkFact};
 use nvml_wrapper_sys::bindings as sys;
 
-use super::{devices, session};
+use super::pci::{bus_id, bus_id_legacy, parse_bus_id, pci_location};
+use super::{devices, route, session};
 use crate::hooks::{self, HOOKS};
 use crate::{capture, dl, slots};
 
@@ -88,43 +89,11 @@ fn find<'a>(
     (0..count).find(|&k| describe(k).is_some_and(&wanted))
 }
 
-/// A PCI bus id as NVML and `cuDeviceGetPCIBusId` write it (`NVML_DEVICE_PCI_BUS_ID_FMT`,
-/// `%08X:%02X:%02X.0`).
-pub(crate) fn bus_id(domain: u32, bus: u32, device: u32) -> String {
-    format!("{domain:08X}:{bus:02X}:{device:02X}.0")
-}
-
-/// The legacy form (`NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT`, `%04X:%02X:%02X.0`).
-fn bus_id_legacy(domain: u32, bus: u32, device: u32) -> String {
-    format!("{domain:04X}:{bus:02X}:{device:02X}.0")
-}
-
-/// (domain, bus, device) of a bus id `[domain:]bus:device[.function]` in hex, any case and
-/// width; `None` when it is not one.
-pub(crate) fn parse_bus_id(s: &str) -> Option<(u32, u32, u32)> {
-    let s = s.trim();
-    let s = s.rsplit_once('.').map_or(s, |(head, f)| if f.chars().all(|c| c.is_ascii_hexdigit()) { head } else { s });
-    let parts: Vec<&str> = s.split(':').collect();
-    let hex = |p: &str| (!p.is_empty() && p.len() <= 8).then(|| u32::from_str_radix(p, 16).ok()).flatten();
-    match parts.as_slice() {
-        [d, b, v] => Some((hex(d)?, hex(b)?, hex(v)?)),
-        [b, v] => Some((0, hex(b)?, hex(v)?)),
-        _ => None,
-    }
-}
-
-/// The device's PCI domain, bus and device (`CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID` 50,
-/// `PCI_BUS_ID` 33, `PCI_DEVICE_ID` 34).
-pub(crate) fn pci_location(d: &DeviceDescription) -> (u32, u32, u32) {
-    let a = |id| d.attribute(id).unwrap_or(0) as u32;
-    (a(50), a(33), a(34))
-}
-
 fn described() -> Result<&'static DeviceDescription, Ret> {
     if INITS.load(Ordering::Acquire) == 0 {
         return Err(UNINITIALIZED);
     }
-    session::device().ok_or(UNINITIALIZED)
+    devices::first().ok_or(UNINITIALIZED)
 }
 
 /// The index of the device behind handle `h`.
@@ -194,7 +163,7 @@ fn fill(dst: &mut [c_char], s: &str) {
 /// with `k` current there (the executor answers it for the session's partition), and the
 /// total from its description `d`.
 fn memory(k: u32, d: &DeviceDescription) -> Result<(u64, u64), Ret> {
-    let _on = session::route::enter(session::route::split(k), false);
+    let _on = route::enter(route::split(k), false);
     let slot = hooks::slots_of_base("cuMemGetInfo")
         .iter()
         .copied()
@@ -262,7 +231,7 @@ macro_rules! nvml {
         /// NVML's contract for this function: every pointer null or valid for what it names.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($a: $t),*) -> Ret {
-            if !super::active() {
+            if !crate::mode::active() {
                 type Real = unsafe extern "C" fn($($t),*) -> Ret;
                 return match real(concat!(stringify!($name), "\0")) {
                     // SAFETY: the real library's export of this name, whose C signature this is.
@@ -270,7 +239,7 @@ macro_rules! nvml {
                     Err(e) => e,
                 };
             }
-            super::install();
+            super::trip::install();
             #[allow(unused_variables)]
             unsafe fn imp($($a: $t),*) -> Result<(), Ret> $body
             // SAFETY: forwarded from the caller.
@@ -317,12 +286,12 @@ nvml! {
     /// The CUDA driver's version (`cuDriverGetVersion` on the server).
     fn nvmlSystemGetCudaDriverVersion(v: *mut c_int) {
         // SAFETY: the caller's out-pointer.
-        unsafe { put(v, session::device().ok_or(UNINITIALIZED)?.driver_version) }
+        unsafe { put(v, devices::first().ok_or(UNINITIALIZED)?.driver_version) }
     }
     /// As `nvmlSystemGetCudaDriverVersion`.
     fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) {
         // SAFETY: the caller's out-pointer.
-        unsafe { put(v, session::device().ok_or(UNINITIALIZED)?.driver_version) }
+        unsafe { put(v, devices::first().ok_or(UNINITIALIZED)?.driver_version) }
     }
     /// The session's devices.
     fn nvmlDeviceGetCount(n: *mut c_uint) {
@@ -584,7 +553,7 @@ fn nvlink(k: u32, link: c_uint) -> Result<Option<&'static NvLinkFact>, Ret> {
     if link >= sys::NVML_NVLINK_MAX_LINKS {
         return Err(INVALID_ARGUMENT);
     }
-    Ok(session::more().and_then(|m| m.links.iter().find(|l| l.device == k && l.link == link)))
+    Ok(devices::more().and_then(|m| m.links.iter().find(|l| l.device == k && l.link == link)))
 }
 
 /// `CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED`.
@@ -689,24 +658,6 @@ mod tests {
         assert_eq!(d(b).nvml_uuid(false), "GPU-00112233-4455-6677-8899-aabbccddeeff");
         assert_eq!(d([0xab; 16]).nvml_uuid(true), "MIG-abababab-abab-abab-abab-abababababab");
         assert_eq!(d([0; 16]).nvml_uuid(false).len(), sys::NVML_DEVICE_UUID_ASCII_LEN as usize - 1);
-    }
-
-    #[test]
-    fn bus_ids_are_formatted_and_parsed_as_nvml_does() {
-        assert_eq!(bus_id(0, 0x1b, 0), "00000000:1B:00.0");
-        assert_eq!(bus_id(0x10, 0xc3, 0x1f), "00000010:C3:1F.0");
-        assert_eq!(bus_id_legacy(0, 0x1b, 0), "0000:1B:00.0");
-        for s in ["00000000:1B:00.0", "0000:1b:00.0", "1b:00", "00000000:1B:00", " 0:1B:0.0 "] {
-            assert_eq!(parse_bus_id(s), Some((0, 0x1b, 0)), "{s}");
-        }
-        assert_eq!(parse_bus_id("00000010:C3:1F.0"), Some((0x10, 0xc3, 0x1f)));
-        for bad in ["", "1B", "x:1B:00.0", "0:1B:00:00.0", "000000000:1B:00.0", "GPU-00"] {
-            assert_eq!(parse_bus_id(bad), None, "{bad}");
-        }
-        // The attributes a description holds, in both directions.
-        let d = DeviceDescription { attributes: vec![(50, 0), (33, 0xc3), (34, 0x1f)], ..Default::default() };
-        let (dom, bus, dev) = pci_location(&d);
-        assert_eq!(parse_bus_id(&bus_id(dom, bus, dev)), Some(pci_location(&d)));
     }
 
     #[test]

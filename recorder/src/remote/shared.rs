@@ -24,6 +24,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex};
 
+use super::step::Step;
+
 /// Page size of the host mappings (what a fault marks dirty).
 pub(crate) const PAGE: u64 = 4096;
 /// Most managed allocations at once.
@@ -100,8 +102,7 @@ fn slot_of(p: u64) -> Option<usize> {
 ///
 /// # Safety
 /// `raw` are the program's arguments.
-pub(crate) unsafe fn alloc_managed(raw: &[u64]) -> super::local::Step {
-    use super::local::Step;
+pub(crate) unsafe fn alloc_managed(raw: &[u64]) -> Step {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
     // CU_MEM_ATTACH_GLOBAL (1) or CU_MEM_ATTACH_HOST (2), as the driver accepts.
     if w(0) == 0 || w(1) == 0 || !matches!(w(2), 1 | 2) {
@@ -224,8 +225,7 @@ pub(crate) unsafe fn note_hint(name: &str, v2: bool, raw: &[u64]) {
 ///
 /// # Safety
 /// `raw` are the program's arguments; `data` holds `dataSize` bytes.
-pub(crate) unsafe fn range_attribute(raw: &[u64]) -> super::local::Step {
-    use super::local::Step;
+pub(crate) unsafe fn range_attribute(raw: &[u64]) -> Step {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
     let (data, size, attr, p, count) = (w(0), w(1) as usize, w(2), w(3), w(4));
     let Some(i) = slot_of(p) else { return Step::Done(1) };

@@ -27,7 +27,8 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void};
 use std::sync::Mutex;
 
-use super::local;
+use super::attributes::attr_of;
+use super::context_books::{current_context, primary_of};
 use gpuless_analyzer::integrity::{self, DeviceIds};
 
 /// Calls of the slots implemented here, for `GPULESS_EXPORT_TABLES=count` in client mode
@@ -275,7 +276,7 @@ extern "C" fn primary_context(out: *mut u64, dev: i32) -> u32 {
         return 101; // CUDA_ERROR_INVALID_DEVICE: not one of the session's devices
     }
     // SAFETY: checked non-null.
-    unsafe { *out = local::primary_of(dev as u32) };
+    unsafe { *out = primary_of(dev as u32) };
     SUCCESS
 }
 
@@ -408,7 +409,7 @@ static STORAGE: Mutex<Option<Storage>> = Mutex::new(None);
 
 fn context_or_current(ctx: u64) -> u64 {
     if ctx == 0 {
-        local::current_context()
+        current_context()
     } else {
         ctx
     }
@@ -505,12 +506,12 @@ extern "C" fn integrity_check(runtime_version: u32, timestamp: u64, out: *mut [u
     if out.is_null() {
         return INVALID_VALUE;
     }
-    let Some(d) = super::session::device() else { return 3 }; // CUDA_ERROR_NOT_INITIALIZED
-                                                              // Every device of the session, in order.
+    let Some(d) = super::devices::first() else { return 3 }; // CUDA_ERROR_NOT_INITIALIZED
+                                                             // Every device of the session, in order.
     let devices = (0..super::devices::count())
         .filter_map(|k| {
             let u = super::devices::description(k)?.uuid;
-            let attr = |id: u32| local::attr_of(k, id).unwrap_or(0) as u32;
+            let attr = |id: u32| attr_of(k, id).unwrap_or(0) as u32;
             Some(DeviceIds { uuid: u, pci_domain: attr(50), pci_bus: attr(33), pci_device: attr(34) })
         })
         .collect();

@@ -12,15 +12,18 @@
 //! retained from an address is a new reference the executor takes from its own mapping there;
 //! a handle exported as a POSIX file descriptor is a memfd of the client's standing for it, and
 //! importing that descriptor makes a new handle the executor takes as its own export and import
-//! of the same memory ([`gpuless_traces::devices::MEM_IMPORT`]). Descriptors of other processes,
-//! and fabric handles, are refused.
+//! of the same memory ([`gpuless_traces::devices::MEM_IMPORT`], sent by the call's trip: this
+//! module answers [`Step::Import`], keeps the books of [`import_source`] and [`imported`]).
+//! Descriptors of other processes, and fabric handles, are refused.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use gpuless_analyzer::api::ApiFunction;
 
-use super::local::{self, Step};
+use super::attributes::attr;
+use super::handles::new_handle;
+use super::step::{refused, Step};
 use crate::arena;
 
 const INVALID_VALUE: u32 = 1;
@@ -44,7 +47,7 @@ struct Books {
 }
 
 /// `CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`.
-const POSIX_FD: u64 = 1;
+pub(crate) const POSIX_FD: u64 = 1;
 
 static BOOKS: Mutex<Option<Books>> = Mutex::new(None);
 
@@ -54,8 +57,8 @@ fn with<T>(f: impl FnOnce(&mut Books) -> T) -> T {
 }
 
 /// The client's part of a call of the program's own virtual memory: the books decide what the
-/// driver would refuse; accepted calls go to the server (`local::run`). `None` for every other
-/// function.
+/// driver would refuse; accepted calls go to the server (`local::run`); an import is the
+/// session's to tell ([`Step::Import`]). `None` for every other function.
 ///
 /// # Safety
 /// `raw` are the program's arguments to `f`.
@@ -67,7 +70,7 @@ pub(crate) unsafe fn call(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
             if let Some(st) = create_refused(w(1), w(2)) {
                 return Some(Step::Done(st));
             }
-            let h = local::new_handle();
+            let h = new_handle();
             // SAFETY: the program's out-pointer (checked non-null) and properties.
             unsafe {
                 *(w(0) as *mut u64) = h;
@@ -81,10 +84,13 @@ pub(crate) unsafe fn call(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
         "cuMemSetAccess" => refused((!mapped(w(0), w(1)) || w(2) == 0 || w(3) == 0).then_some(INVALID_VALUE)),
         // SAFETY: the program's out-pointer for the properties.
         "cuMemGetAllocationPropertiesFromHandle" => Some(Step::Done(unsafe { properties(w(0), w(1)) })),
-        // SAFETY (three arms): the program's out-pointers.
+        // SAFETY (two arms): the program's out-pointers.
         "cuMemRetainAllocationHandle" => Some(Step::Done(unsafe { retain(w(0), w(1)) })),
-        "cuMemExportToShareableHandle" => Some(Step::Done(unsafe { export(f, w(0), w(1), w(2)) })),
-        "cuMemImportFromShareableHandle" => Some(Step::Done(unsafe { import(f, w(0), w(1), w(2)) })),
+        // Offered to the program's other processes too (`ipc.rs`).
+        "cuMemExportToShareableHandle" => Some(Step::Share),
+        // One of this process's descriptors, or another process's (`ipc.rs`).
+        "cuMemImportFromShareableHandle" if is_own(w(1)) => Some(Step::Import),
+        "cuMemImportFromShareableHandle" => Some(Step::Share),
         _ => None,
     }
 }
@@ -103,7 +109,7 @@ unsafe fn retain(out: u64, addr: u64) -> u32 {
     if out == 0 {
         return INVALID_VALUE;
     }
-    let h = local::new_handle();
+    let h = new_handle();
     with(|b| b.handles.insert(h, (size, prop)));
     // SAFETY: the caller's contract.
     unsafe { *(out as *mut u64) = h };
@@ -111,16 +117,17 @@ unsafe fn retain(out: u64, addr: u64) -> u32 {
 }
 
 /// `cuMemExportToShareableHandle(shareable*, handle, type, flags)`: a POSIX file descriptor
-/// (a memfd of the client's) standing for the handle, for an import in this process.
+/// (a memfd of the client's, holding `contents`: what another process that receives it reads,
+/// `ipc.rs`) standing for the handle, for an import in this process.
 ///
 /// # Safety
 /// `out` is null or the program's `int` out-pointer.
-unsafe fn export(f: &ApiFunction, out: u64, h: u64, kind: u64) -> u32 {
+pub(crate) unsafe fn export(f: &ApiFunction, out: u64, h: u64, kind: u64, contents: &[u8]) -> u32 {
     if !with(|b| b.handles.contains_key(&h)) {
         return INVALID_HANDLE;
     }
     if kind != POSIX_FD {
-        return local::refused(f, "only POSIX file descriptors are shared, within the process");
+        return refused(f, "only POSIX file descriptors are shared, within the process");
     }
     if out == 0 {
         return INVALID_VALUE;
@@ -128,44 +135,79 @@ unsafe fn export(f: &ApiFunction, out: u64, h: u64, kind: u64) -> u32 {
     // SAFETY: a NUL-terminated name; the descriptor is the program's to close.
     let fd = unsafe { libc::memfd_create(c"gpuless-memhandle".as_ptr(), libc::MFD_CLOEXEC) };
     let Some(ino) = inode(fd) else { return 2 }; // CUDA_ERROR_OUT_OF_MEMORY: no descriptor
+                                                 // SAFETY: a descriptor of ours and a valid buffer.
+    if unsafe { libc::write(fd, contents.as_ptr().cast(), contents.len()) } != contents.len() as isize {
+        // SAFETY: ours, not handed out.
+        unsafe { libc::close(fd) };
+        return 2;
+    }
     with(|b| b.exported.insert(ino, h));
     // SAFETY: the caller's contract.
     unsafe { *(out as *mut i32) = fd };
     0
 }
 
-/// `cuMemImportFromShareableHandle(handle*, osHandle, type)`: a descriptor this process
-/// exported becomes a new handle of the same memory.
-///
-/// # Safety
-/// `out` is null or the program's handle out-pointer.
-unsafe fn import(f: &ApiFunction, out: u64, os_handle: u64, kind: u64) -> u32 {
+/// Whether descriptor `fd` is one this process exported (an import of it stays in the process).
+fn is_own(fd: u64) -> bool {
+    inode(fd as i32).is_some_and(|ino| with(|b| b.exported.contains_key(&ino)))
+}
+
+/// The size of physical allocation `h`, if it is one.
+pub(crate) fn size_of(h: u64) -> Option<u64> {
+    with(|b| b.handles.get(&h).map(|&(size, _)| size))
+}
+
+/// Memory of another process the executor imported as handle `h` (`ipc.rs`): device memory of
+/// `size` bytes of the session's device, exportable as a descriptor; mapped at `at` for all of
+/// it unless `at` is 0.
+pub(crate) fn adopt(h: u64, size: u64, at: u64) {
+    let mut prop = [0u8; PROP_BYTES];
+    prop[0] = 1; // CU_MEM_ALLOCATION_TYPE_PINNED
+    prop[4] = POSIX_FD as u8; // requestedHandleTypes
+    prop[8] = 1; // CU_MEM_LOCATION_TYPE_DEVICE
+    prop[12..16].copy_from_slice(&(super::context_books::current_device() as i32).to_le_bytes());
+    with(|b| {
+        b.handles.insert(h, (size, prop));
+        if at != 0 {
+            b.maps.insert(at, (size, h));
+        }
+    });
+}
+
+/// What an import brings: the handle a descriptor this process exported stands for, and the
+/// memory's size and properties.
+pub(crate) struct Import {
+    /// The exported handle.
+    pub(crate) source: u64,
+    facts: (u64, [u8; PROP_BYTES]),
+}
+
+/// `cuMemImportFromShareableHandle(handle*, osHandle, type)`: what a descriptor this process
+/// exported stands for, before the import is told to the executor; `Err`: the call's status.
+pub(crate) fn import_source(f: &ApiFunction, out: u64, os_handle: u64, kind: u64) -> Result<Import, u32> {
     if kind != POSIX_FD {
-        return local::refused(f, "only POSIX file descriptors are shared, within the process");
+        return Err(refused(f, "only POSIX file descriptors are shared, within the process"));
     }
     let source = inode(os_handle as i32).and_then(|ino| with(|b| b.exported.get(&ino).copied()));
     let Some(source) = source else {
-        return local::refused(f, "the descriptor is not one this process exported (sessions share no memory)");
+        return Err(refused(f, "the descriptor is not one this process exported (sessions share no memory)"));
     };
-    let Some(facts) = with(|b| b.handles.get(&source).copied()) else { return INVALID_VALUE };
+    let Some(facts) = with(|b| b.handles.get(&source).copied()) else { return Err(INVALID_VALUE) };
     if out == 0 {
-        return INVALID_VALUE;
+        return Err(INVALID_VALUE);
     }
-    let h = local::new_handle();
-    let args = vec![gpuless_traces::Value::U64(h), gpuless_traces::Value::U64(source)];
-    // The same memory, on the server that holds it (a session across several servers).
-    let home = super::session::route::home(source);
-    let _entered = home.map(|d| super::session::route::enter(super::session::route::split(d), false));
-    if let Err(st) = super::session::tell(gpuless_traces::devices::MEM_IMPORT, args) {
-        return st;
-    }
-    if let Some(d) = home {
-        super::session::route::set_home(h, d);
-    }
-    with(|b| b.handles.insert(h, facts));
+    Ok(Import { source, facts })
+}
+
+/// The import of `import` made handle `h` (told to the executor): a new handle of the same
+/// memory, written to the program's `out`.
+///
+/// # Safety
+/// `out` is the program's handle out-pointer (non-null: [`import_source`] checked it).
+pub(crate) unsafe fn imported(h: u64, import: Import, out: u64) {
+    with(|b| b.handles.insert(h, import.facts));
     // SAFETY: the caller's contract.
     unsafe { *(out as *mut u64) = h };
-    0
 }
 
 /// The inode of descriptor `fd` (`None`: not an open descriptor).
@@ -190,7 +232,7 @@ pub(crate) unsafe fn created(h: u64, size: u64, prop: u64) {
         // SAFETY: the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(prop as *const u8, p.as_mut_ptr(), PROP_BYTES) };
     }
-    if local::attr(GENERIC_COMPRESSION_SUPPORTED).unwrap_or(0) == 0 {
+    if attr(GENERIC_COMPRESSION_SUPPORTED).unwrap_or(0) == 0 {
         p[COMPRESSION_AT] = 0;
     }
     with(|b| b.handles.insert(h, (size, p)));

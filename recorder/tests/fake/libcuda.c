@@ -3,6 +3,7 @@
  * (one allocation arena in host memory, one module with one kernel of known parameters), or
  * several (one per entry of CUDA_VISIBLE_DEVICES, each with memory of its own: see below).
  * It is never a stand-in for real GPU behaviour: that is proven by scripts/gpu-suite.sh. */
+#define _GNU_SOURCE
 #include <stdint.h>
 #include <time.h>
 #include <stdio.h>
@@ -319,6 +320,55 @@ CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const void *d, size_t c) {
   (void)p; (void)n;
   for (size_t i = 0; d && i < c; i++) if (bad_dev(((const int *)d)[3 * i + 1])) return 1;
   return 0; }
+/* Sharing between processes (the executor's side of client mode's cuIpc*, replay/share.rs): a
+ * mapping's handle retained, exported as a memfd whose first 8 bytes are its size, imported from
+ * any such descriptor. Memory is not shared between processes here (the heap is the process's
+ * own): the GPU suite proves the bytes. */
+CUresult cuMemRetainAllocationHandle(unsigned long long *h, void *p) {
+  if (!in_arena_heap((CUdeviceptr)p, 1)) return 1;
+  if (nsizes == (int)(sizeof sizes / sizeof sizes[0])) return 2;
+  handle_dev[nsizes] = 0; sizes[nsizes++] = 2 << 20; *h = (unsigned long long)nsizes; return 0; }
+CUresult cuMemExportToShareableHandle(void *out, unsigned long long h, int type, unsigned long long f) {
+  (void)f;
+  size_t n = handle_size(h);
+  if (!n) return 400;
+  if (type != 1) return 1;
+  int fd = memfd_create("fake-export", MFD_CLOEXEC);
+  if (fd < 0 || write(fd, &n, sizeof n) != (ssize_t)sizeof n) return 2;
+  *(int *)out = fd; return 0; }
+CUresult cuMemImportFromShareableHandle(unsigned long long *h, void *os, int type) {
+  size_t n = 0;
+  if (type != 1 || pread((int)(intptr_t)os, &n, sizeof n, 0) != (ssize_t)sizeof n || !n) return 1;
+  if (nsizes == (int)(sizeof sizes / sizeof sizes[0])) return 2;
+  handle_dev[nsizes] = 0; sizes[nsizes++] = n; *h = (unsigned long long)nsizes; return 0; }
+/* IPC event handles: 64 bytes of 0x5a name the one event. */
+typedef struct { char reserved[64]; } CUipcEventHandle;
+CUresult cuIpcGetEventHandle(CUipcEventHandle *h, void *e) { (void)e; memset(h, 0x5a, sizeof *h); return 0; }
+CUresult cuIpcOpenEventHandle(void **e, CUipcEventHandle h) {
+  for (size_t i = 0; i < sizeof h.reserved; i++) if (h.reserved[i] != 0x5a) return 400;
+  *e = &ctx_token; return 0; }
+/* Shared events on the executor's side (replay/ipc_events.rs): host memory registered, its
+ * device address its host address; stream memory operations done at once. */
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) { (void)p; (void)n; (void)f; return 0; }
+CUresult cuMemHostUnregister(void *p) { (void)p; return 0; }
+CUresult cuStreamWriteValue64_v2(void *s, CUdeviceptr a, uint64_t v, unsigned f) { (void)s; (void)f; *(volatile uint64_t *)(uintptr_t)a = v; return 0; }
+CUresult cuStreamWaitValue64_v2(void *s, CUdeviceptr a, uint64_t v, unsigned f) {
+  (void)s; (void)f; return *(volatile uint64_t *)(uintptr_t)a >= v ? 0 : 1; }
+/* What the stand-in's own processes would call (programs link against it; client mode
+ * answers them): not shared here. */
+typedef struct { char reserved[64]; } CUipcMemHandle;
+CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) { (void)h; (void)p; return 801; }
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned f) { (void)p; (void)h; (void)f; return 801; }
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) { (void)p; return 801; }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (void)f; return 0; }
+typedef struct { char reserved[64]; } CUmemPoolPtrExportData;
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pool, void *s) { (void)p; (void)n; (void)pool; (void)s; return 801; }
+CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { (void)p; (void)s; return 0; }
+CUresult cuMemPoolExportToShareableHandle(void *h, void *pool, int t, unsigned long long f) { (void)h; (void)pool; (void)t; (void)f; return 801; }
+CUresult cuMemPoolImportFromShareableHandle(void **pool, void *h, int t, unsigned long long f) { (void)pool; (void)h; (void)t; (void)f; return 801; }
+CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *d, CUdeviceptr p) { (void)d; (void)p; return 801; }
+CUresult cuMemPoolImportPointer(CUdeviceptr *p, void *pool, CUmemPoolPtrExportData *d) { (void)p; (void)pool; (void)d; return 801; }
+CUresult cuMemPoolGetAccess(int *f, void *pool, const void *l) { (void)f; (void)pool; (void)l; return 801; }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = &ctx_token; return 0; }
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
 /* FAKE_CUDA_EVENT_US=n: waiting for an event takes n microseconds (the work before it still

@@ -169,6 +169,9 @@ pub(crate) fn call(
         if rec.function.name() == gpuless_traces::devices::MEM_IMPORT {
             return super::vmm::import(st, rec);
         }
+        if rec.function.name() == gpuless_traces::protocol::share::SHARE {
+            return super::share::call(st, rec, report);
+        }
         if rec.function.name() == gpuless_traces::protocol::link::LINK {
             return super::jit::call(st, trace, rec, report);
         }
@@ -551,24 +554,30 @@ pub(crate) fn call(
                     flags => sys::cuEventRecordWithFlags(e, st.stream(rec_s)?, flags),
                 };
                 check(r, seq, f.name)?;
+                // Shared with the program's other processes (`ipc_events`): its count too.
+                check(st.ipc_events.recorded(rec_e, st.stream(rec_s)?), seq, f.name)?;
                 st.objects.pending.record_event(rec_e, rec_s);
             }
             "cuEventSynchronize" => {
                 let rec_e = c.word("hEvent")?;
                 let e = *st.events.get(&rec_e).ok_or_else(|| c.inconsistent("unknown event".into()))?;
                 check(sys::cuEventSynchronize(e), seq, f.name)?;
+                st.ipc_events.synchronize(rec_e);
                 complete(st, SyncPoint::Event(rec_e), trace, report)?;
             }
             "cuStreamWaitEvent" => {
                 let rec_e = c.word("hEvent")?;
                 let e = *st.events.get(&rec_e).ok_or_else(|| c.inconsistent("unknown event".into()))?;
-                check(sys::cuStreamWaitEvent(st.stream(c.word("hStream")?)?, e, c.word("Flags")? as u32), seq, f.name)?;
+                let s = st.stream(c.word("hStream")?)?;
+                check(sys::cuStreamWaitEvent(s, e, c.word("Flags")? as u32), seq, f.name)?;
+                check(st.ipc_events.waited(rec_e, s), seq, f.name)?;
                 st.objects.pending.wait_event(c.word("hStream")?, rec_e);
             }
             "cuEventDestroy" => {
                 if let Some(e) = st.events.remove(&c.word("hEvent")?) {
                     sys::cuEventDestroy_v2(e);
                 }
+                st.ipc_events.destroyed(c.word("hEvent")?);
             }
             // Already running: the executor's driver was started with its context.
             "cuInit" => {}

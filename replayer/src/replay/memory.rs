@@ -116,8 +116,19 @@ fn prop() -> sys::CUmemAllocationProp {
     p.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
     p.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
     p.location.id = 0;
+    // Exportable, as `cuMemAlloc` memory is (`cuIpcGetMemHandle`, `replay::share`);
+    // `GPULESS_EXPORTABLE=0` leaves it out (a diagnostic).
+    if SHAREABLE.load(std::sync::atomic::Ordering::Relaxed)
+        && std::env::var_os("GPULESS_EXPORTABLE").is_none_or(|v| v != "0")
+    {
+        p.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    }
     p
 }
+
+/// Whether memory is still created exportable to a POSIX descriptor (cleared when the driver
+/// refuses it once).
+static SHAREABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
 
 /// Whether memory is still created RDMA- and decompression-capable (cleared when the driver
 /// refuses it once).
@@ -142,11 +153,30 @@ unsafe fn map(addr: u64, len: u64, on: &[i32]) -> Result<(), sys::CUresult> {
     // SAFETY: the range is reserved by us and unmapped; valid pointers to structs.
     unsafe {
         let mut h = 0;
+        let refused =
+            |r| matches!(r, sys::CUresult::CUDA_ERROR_INVALID_VALUE | sys::CUresult::CUDA_ERROR_NOT_SUPPORTED);
+        let none = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
         let mut r = sys::cuMemCreate(&mut h, len, &p, 0);
-        if capable && matches!(r, sys::CUresult::CUDA_ERROR_INVALID_VALUE | sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) {
+        // What the driver refuses goes, exportability first (pointer queries see the rest).
+        if refused(r) && p.requestedHandleTypes != none {
+            let asked = p.requestedHandleTypes;
+            p.requestedHandleTypes = none;
+            r = sys::cuMemCreate(&mut h, len, &p, 0);
+            if refused(r) {
+                p.requestedHandleTypes = asked;
+            } else {
+                SHAREABLE.store(false, Ordering::Relaxed);
+            }
+        }
+        if capable && refused(r) {
             CAPABLE.store(false, Ordering::Relaxed);
             p.allocFlags.gpuDirectRDMACapable = 0;
             p.allocFlags.usage = 0;
+            r = sys::cuMemCreate(&mut h, len, &p, 0);
+        }
+        if refused(r) && p.requestedHandleTypes != none {
+            SHAREABLE.store(false, Ordering::Relaxed);
+            p.requestedHandleTypes = none;
             r = sys::cuMemCreate(&mut h, len, &p, 0);
         }
         if r != sys::CUresult::CUDA_SUCCESS {

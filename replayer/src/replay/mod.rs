@@ -21,6 +21,7 @@ pub mod handled;
 pub(crate) mod host_calls;
 mod hostview;
 pub mod hot;
+pub(crate) mod ipc_events;
 mod jit;
 pub(crate) mod launch;
 mod load;
@@ -32,6 +33,7 @@ pub(crate) mod preload;
 pub mod profile;
 pub mod query;
 pub mod resident;
+pub mod share;
 mod side;
 pub mod stream;
 mod unified;
@@ -304,6 +306,11 @@ pub(crate) struct State {
     /// A client's session: where its host functions run ([`host_calls`]); `None` in a local
     /// replay (they run as no-ops).
     pub host_calls: Option<std::sync::Arc<host_calls::HostCalls>>,
+    /// A client's session: the server that brokers memory between a program's processes
+    /// ([`share`]); `None` in a local replay.
+    pub broker: Option<std::sync::Arc<dyn share::Broker>>,
+    /// Events the program's processes share ([`ipc_events`]).
+    pub ipc_events: ipc_events::IpcEvents,
     /// A client's managed memory, as the client last saw it (`hostview::Managed`).
     pub managed: hostview::Managed,
     /// Per recorded stream, the user data of the host function captured last in the capture
@@ -355,6 +362,8 @@ impl State {
             resident: resident::Resident::default(),
             loaded: Vec::new(),
             host_calls: None,
+            broker: None,
+            ipc_events: Default::default(),
             managed: Default::default(),
             captured_host_fn: HashMap::new(),
             graph_memory: Default::default(),

@@ -67,7 +67,13 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 _ => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, vec![0]),
             },
             "cuEventQuery" => match event("hEvent") {
-                Some(e) => (sys::cuEventQuery(e) as i32, Vec::new()),
+                // Shared with the program's other processes: any process's records (`ipc_events`).
+                Some(e) => {
+                    match (sys::cuEventQuery(e) as i32, c.word("hEvent").ok().and_then(|h| st.ipc_events.query(h))) {
+                        (0, Some(shared)) => (shared as i32, Vec::new()),
+                        (r, _) => (r, Vec::new()),
+                    }
+                }
                 None => (sys::CUresult::CUDA_ERROR_INVALID_HANDLE as i32, Vec::new()),
             },
             "cuStreamQuery" => match c.word("hStream") {
@@ -263,7 +269,6 @@ unsafe fn occupancy(st: &State, c: &Call<'_>) -> (i32, Vec<u64>) {
 /// # Safety
 /// Driver queries with buffers sized here.
 unsafe fn pointer(st: &State, c: &Call<'_>) -> (i32, Vec<u64>) {
-    let _ = st;
     let single = c.f.name == "cuPointerGetAttribute";
     let ptr = c.word("ptr").unwrap_or(0);
     let attrs: Vec<u32> = if single {
@@ -298,8 +303,17 @@ unsafe fn pointer(st: &State, c: &Call<'_>) -> (i32, Vec<u64>) {
         };
         (r, bufs)
     };
-    let (r, zeros) = ask(0);
+    let (r, mut zeros) = ask(0);
     let (_, ones) = ask(0xff);
+    // The arena's memory is made exportable here (`memory::map`, for `cuIpcGetMemHandle`);
+    // `cuMemAlloc` memory reports no handle types, as the driver's does.
+    if st.mem.find(ptr).is_some() {
+        for (a, z) in attrs.iter().zip(zeros.iter_mut()) {
+            if *a == sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES as u32 {
+                *z = [0; 16];
+            }
+        }
+    }
     let mut values = Vec::with_capacity(attrs.len() * 3);
     for (z, o) in zeros.iter().zip(&ones) {
         let written = (0..16).rev().find(|&i| z[i] == o[i]).map_or(0, |i| i + 1);

@@ -261,6 +261,11 @@ impl Stream {
         self.st.host_calls = calls;
     }
 
+    /// The server that brokers memory between a program's processes (`None`: a local replay).
+    pub fn set_broker(&mut self, broker: Option<std::sync::Arc<dyn super::share::Broker>>) {
+        self.st.broker = broker;
+    }
+
     /// Answers to the state queries executed since the last call ([`query`]).
     pub fn take_queries(&mut self) -> Vec<QueryResult> {
         std::mem::take(&mut self.queries)

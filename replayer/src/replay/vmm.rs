@@ -23,9 +23,9 @@ const LOCATION_BYTES: usize = 8;
 #[derive(Default)]
 pub struct ProgramVmm {
     /// Recorded handle → live handle.
-    handles: HashMap<u64, sys::CUmemGenericAllocationHandle>,
+    pub(crate) handles: HashMap<u64, sys::CUmemGenericAllocationHandle>,
     /// Live mapped ranges: address → length.
-    maps: BTreeMap<u64, usize>,
+    pub(crate) maps: BTreeMap<u64, usize>,
 }
 
 impl ProgramVmm {

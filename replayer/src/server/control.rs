@@ -70,6 +70,22 @@ pub enum Control {
     /// Executor → server, waiting for [`Control::Registered`]: everything sent before has been
     /// applied (the blobs of earlier [`Control::Store`]s are in the cache).
     Barrier,
+    /// Executor → server, with a descriptor, waiting for [`Control::Registered`]: the session's
+    /// physical memory exported as a POSIX descriptor, offered under `token` to the other
+    /// sessions of its tenant (`gpuless_traces::protocol::share`: the program's processes share
+    /// memory). The server forgets it when the session ends.
+    Offer {
+        /// The token the client drew.
+        token: u128,
+    },
+    /// Executor → server, waiting for [`Control::Given`]: the descriptor offered under `token`.
+    Take {
+        /// The exporter's token.
+        token: u128,
+    },
+    /// Server → executor: the answer to [`Control::Take`] — empty with the descriptor attached,
+    /// or why there is none.
+    Given(String),
     /// Executor → server: the code images its session loaded (content hash, a library rather
     /// than a module), to remember for the next executors (`replay::warm_images`).
     Images(Vec<(Hash128, bool)>),
@@ -256,6 +272,15 @@ impl Control {
             Control::Barrier => {
                 p.u8(14);
             }
+            Control::Offer { token } => {
+                p.u8(16).u128(*token);
+            }
+            Control::Take { token } => {
+                p.u8(17).u128(*token);
+            }
+            Control::Given(error) => {
+                p.u8(18).str(error);
+            }
             Control::Images(images) => {
                 p.u8(15).u32(images.len() as u32);
                 for (h, library) in images {
@@ -337,6 +362,9 @@ impl Control {
                 }
                 Control::Images(images)
             }
+            16 => Control::Offer { token: g.u128()? },
+            17 => Control::Take { token: g.u128()? },
+            18 => Control::Given(g.str()?),
             t => return Err(g.error(format!("control message {t}"))),
         };
         g.end()?;
@@ -527,6 +555,9 @@ mod tests {
             Control::Register { name: "resnet".into(), hash: Hash128(6), len: 77 },
             Control::Registered("no room".into()),
             Control::Barrier,
+            Control::Offer { token: 1 << 100 | 3 },
+            Control::Take { token: 7 },
+            Control::Given("not offered".into()),
             Control::Images(vec![(Hash128(8), true), (Hash128(9), false)]),
             Control::Ready {
                 partition: PartitionInfo::default(),

@@ -481,6 +481,7 @@ impl Session<'_> {
         };
         let _ended = Ended(calls.clone());
         stream.set_host_calls(Some(calls.clone()));
+        stream.set_broker(self.control.try_clone().ok().map(|c| Arc::new(notes::ControlBroker(c)) as _));
         // What the session's kernels print goes to the client with each answer.
         let mut printed = match printed::Printed::capture() {
             Ok(p) => Some(p),

@@ -124,6 +124,8 @@ pub struct Manager {
     filling: Mutex<()>,
     /// Each GPU's priority gate ([`super::gate`]), handed to its executors.
     gates: Vec<Option<std::os::fd::OwnedFd>>,
+    /// Memory the processes of a program share, offered by their executors.
+    shares: Mutex<shares::Shares>,
 }
 
 /// A session admitted to a partition and handed an executor.
@@ -198,6 +200,7 @@ impl Manager {
             confine,
             // Without one (no memfd) sessions still run, unordered.
             gates: gpus.iter().map(|_| super::gate::Gate::create().map(|(_, fd)| fd).ok()).collect(),
+            shares: Mutex::new(shares::Shares::default()),
             gpus,
         });
         Ok(m)
@@ -421,6 +424,7 @@ impl Manager {
                     }
                 }
                 Ok(Some((Control::Done { stats, error }, _))) => {
+                    self.forget_shares(id);
                     let session = self.finished(id);
                     let outcome = if error.is_empty() { "closed" } else { "error" };
                     self.metrics.sessions_total.get_or_create(&kind(outcome)).inc();
@@ -470,14 +474,17 @@ impl Manager {
                 Ok(Some((Control::Templates { key, len }, fd))) => self.templates(id, key, len, fd),
                 Ok(Some((Control::Register { name, hash, len }, _))) => self.register(id, &channel, &name, hash, len),
                 Ok(Some((Control::Barrier, _))) => self.barrier(id, &channel),
+                Ok(Some((Control::Offer { token }, fd))) => self.offer_share(id, &channel, token, fd),
+                Ok(Some((Control::Take { token }, _))) => self.take_share(id, &channel, token),
                 Ok(Some((Control::Images(images), _))) => {
                     crate::replay::warm_images::remember(&self.cache_dirs.disk, &images)
                 }
-                Ok(Some((Control::Start { .. } | Control::Registered(_), _))) => {}
+                Ok(Some((Control::Start { .. } | Control::Registered(_) | Control::Given(_), _))) => {}
                 Ok(None) | Err(_) => break,
             }
         }
         let status = child.wait();
+        self.forget_shares(id);
         let mut g = self.lock();
         let e = g.execs.remove(&id);
         g.warm.remove(id);
@@ -688,6 +695,8 @@ mod admit;
 pub use admit::Request;
 #[path = "manager_kept.rs"]
 mod kept;
+#[path = "manager_shares.rs"]
+mod shares;
 #[path = "manager_store.rs"]
 pub mod store;
 

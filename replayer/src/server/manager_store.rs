@@ -17,7 +17,7 @@ use crate::server::functions::Registry;
 impl Manager {
     /// The tenant of the session executor `id` serves (`Some` on a server with tenants, whose
     /// sessions' uploads are marked as theirs).
-    fn tenant_of(&self, id: u64) -> Option<String> {
+    pub(super) fn tenant_of(&self, id: u64) -> Option<String> {
         let g = self.lock();
         g.sessions.values().find(|s| s.exec == id).and_then(|s| s.tenant.clone())
     }

@@ -13,7 +13,8 @@
 # program bound by small synchronous copies, timed by the client section), the compatibility programs
 # of issue 34 (scripts/gpu-suite-compat.sh): driver_answers (C, driver API only: -cudart none
 # -lcuda), stream_sync and printf (shared cudart and -lcuda), big_copy, callbacks, bad_inputs
-# (shared cudart), issue 35's memory models and graph node kinds (also in the compatibility
+# (shared cudart), ipc (issue 34: memory and events shared between two processes, shared
+# cudart), issue 35's memory models and graph node kinds (also in the compatibility
 # list): managed_linked, mapped_mem, pools, graph_mem, conditional (shared cudart) and vmm
 # (shared cudart and -lcuda), multi_gpu (issue 37's program of two devices: shared cudart and
 # -lcuda), and managed_cost (shared cudart; issue 35's cost probe for managed
@@ -41,19 +42,29 @@ extra=(${EXTRA_LDFLAGS:-})
 common=(-O2 -std=c++17 -gencode arch=compute_90,code=sm_90)
 
 failed=()
+# BUILD_JOBS (default: the machine's CPUs) programs are built at a time; BUILD_ONLY="a b" builds
+# only those outputs.
+jobs=${BUILD_JOBS:-$(nproc 2>/dev/null || echo 1)}
+rm -rf "$out/.failed" && mkdir -p "$out/.failed"
 build() { # output, nvcc arguments...
   local name=$1; shift
-  if "$NVCC" ${flags[@]+"${flags[@]}"} "$@" -o "$out/$name" ${link[@]+"${link[@]}"} ${extra[@]+"${extra[@]}"}; then
-    echo "built $name" >&2
-  else
-    echo "build.sh: FAILED $name" >&2
-    failed+=("$name")
-  fi
+  if [ -n "${BUILD_ONLY:-}" ] && [[ " $BUILD_ONLY " != *" $name "* ]]; then return 0; fi
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  (
+    if "$NVCC" ${flags[@]+"${flags[@]}"} "$@" -o "$out/$name" ${link[@]+"${link[@]}"} ${extra[@]+"${extra[@]}"}; then
+      echo "built $name" >&2
+    else
+      echo "build.sh: FAILED $name" >&2
+      touch "$out/.failed/$name"
+    fi
+  ) &
 }
 
 # driver_api: host code only, compiled as C++ so that no cudart registration code is emitted.
-"$NVCC" ${flags[@]+"${flags[@]}"} -O2 -std=c++17 -cubin -arch=sm_90 "$here/driver_kernels.cu" -o "$out/driver_kernels.cubin" \
-  || failed+=(driver_kernels.cubin)
+if [ -z "${BUILD_ONLY:-}" ] || [[ " $BUILD_ONLY " == *" driver_kernels.cubin "* ]]; then
+  "$NVCC" ${flags[@]+"${flags[@]}"} -O2 -std=c++17 -cubin -arch=sm_90 "$here/driver_kernels.cu" -o "$out/driver_kernels.cubin" \
+    || touch "$out/.failed/driver_kernels.cubin" &
+fi
 build driver_api -O2 -std=c++17 -x c++ -cudart none "$here/driver_api.cu" -lcuda
 build driver_loop -O2 -std=c++17 -x c++ -cudart none "$here/driver_loop.cu" -lcuda
 # tables: the driver's private export tables as cudart uses them (C; client mode's row compares
@@ -76,7 +87,7 @@ build driver_answers -O2 -x c -cudart none "$here/driver_answers.c" -lcuda
 for p in stream_sync printf; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu" -lcuda
 done
-for p in big_copy callbacks bad_inputs; do
+for p in big_copy callbacks bad_inputs ipc; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
 # Issue 35's programs: memory models and graph node kinds; managed_cost is a cost probe.
@@ -85,7 +96,12 @@ for p in managed_linked mapped_mem pools graph_mem conditional managed_cost host
 done
 build vmm "${common[@]}" -cudart shared "$here/vmm.cu" -lcuda
 build multi_gpu "${common[@]}" -cudart shared "$here/multi_gpu.cu" -lcuda
-if "${CC:-cc}" -O2 -shared -fPIC -o "$out/libblock_arena.so" "$here/block_arena.c"; then
+wait
+for f in "$out/.failed"/*; do [ -e "$f" ] && failed+=("$(basename "$f")"); done
+rm -rf "$out/.failed"
+if [ -n "${BUILD_ONLY:-}" ] && [[ " $BUILD_ONLY " != *" libblock_arena.so "* ]]; then
+  :
+elif "${CC:-cc}" -O2 -shared -fPIC -o "$out/libblock_arena.so" "$here/block_arena.c"; then
   echo "built libblock_arena.so" >&2
 else
   echo "build.sh: FAILED libblock_arena.so" >&2

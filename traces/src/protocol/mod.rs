@@ -24,6 +24,7 @@ pub mod message;
 pub mod piece;
 pub mod ring;
 pub mod segment;
+pub mod share;
 pub mod shm;
 pub mod stream;
 pub mod tls;

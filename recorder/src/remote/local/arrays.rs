@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{INVALID_HANDLE, INVALID_VALUE};
+const INVALID_VALUE: u32 = 1;
+const INVALID_HANDLE: u32 = 400;
 
 /// An array's extent and format as created: width, height, depth, format, channels, flags.
 type ArrayShape = [u64; 6];

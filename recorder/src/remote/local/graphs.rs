@@ -7,7 +7,12 @@ use std::sync::Mutex;
 
 use gpuless_analyzer::api::ApiFunction;
 
-use super::{create, new_handle, streams, Step, INVALID_VALUE};
+use crate::remote::graph_mem;
+use crate::remote::handles::new_handle;
+use crate::remote::step::{put, Step};
+use crate::remote::streams;
+
+const INVALID_VALUE: u32 = 1;
 
 /// `cuGraphExecUpdate`'s result after the server's driver refused the update:
 /// `CU_GRAPH_EXEC_UPDATE_ERROR` (the driver's reason stays in the server's log).
@@ -25,7 +30,7 @@ pub(crate) unsafe fn graph_update_failed(f: &ApiFunction, raw: &[u64]) {
                 std::ptr::write_unaligned(w(2) as *mut u32, UPDATE_ERROR as u32);
             }
         } else {
-            super::put(f, raw, 3, UPDATE_ERROR);
+            put(f, raw, 3, UPDATE_ERROR);
         }
     }
 }
@@ -33,11 +38,12 @@ pub(crate) unsafe fn graph_update_failed(f: &ApiFunction, raw: &[u64]) {
 /// `cuGraphAddNode` of a conditional node: its body graphs are client handles in an array of
 /// the client's, which `phGraph_out` (an output, as the driver fills it: a CUDA-owned array
 /// valid for the node's lifetime) is pointed at; the executor maps them to the graphs its driver
-/// made (`capture::conditional_bodies` carries them in the record). `None` for any other call.
+/// made (`capture::conditional_bodies` carries them in the record). `Ok`: the bodies are placed,
+/// the node is then made as any handle; `Err`: the status. `None` for any other call.
 ///
 /// # Safety
 /// `raw` are the program's arguments to `f`.
-pub(super) unsafe fn conditional_node(f: &ApiFunction, raw: &[u64]) -> Option<Step> {
+pub(super) unsafe fn conditional_node(f: &ApiFunction, raw: &[u64]) -> Option<Result<(), u32>> {
     use gpuless_analyzer::api::structs::{conditional_bodies, NODE_COND_BODIES_AT, NODE_PARAMS_SIZE};
     if f.name != "cuGraphAddNode" {
         return None;
@@ -50,19 +56,18 @@ pub(super) unsafe fn conditional_node(f: &ApiFunction, raw: &[u64]) -> Option<St
     let b = unsafe { std::slice::from_raw_parts(p as *const u8, NODE_PARAMS_SIZE) };
     let (n, _) = conditional_bodies(b)?;
     if n == 0 || n > 64 {
-        return Some(Step::Done(INVALID_VALUE));
+        return Some(Err(INVALID_VALUE));
     }
     // Lives as long as the node may (the driver's array does too): a few words a node.
     let bodies: &'static mut [u64] = Box::leak((0..n).map(|_| new_handle()).collect());
     // SAFETY: the program's (writable) CUgraphNodeParams: `phGraph_out` is where the driver
     // writes its array's address.
     unsafe { std::ptr::write_unaligned((p as usize + NODE_COND_BODIES_AT) as *mut u64, bodies.as_ptr() as u64) };
-    // SAFETY: forwarded from the caller.
-    Some(unsafe { create(f, raw) })
+    Some(Ok(()))
 }
 
-/// Graph memory (`super::graph_mem`): allocation nodes and the allocator's attributes. `None`
-/// for every other function.
+/// Graph memory ([`graph_mem`]): the allocator's attributes and allocation and free nodes'
+/// parameters (an allocation node is made by `run`). `None` for every other function.
 ///
 /// # Safety
 /// `raw` are the program's arguments to `f`.
@@ -71,11 +76,10 @@ pub(super) unsafe fn graph_memory(f: &ApiFunction, raw: &[u64]) -> Option<Step> 
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
         match f.name {
-            "cuGraphAddMemAllocNode" => Some(super::super::graph_mem::alloc_node(f, raw)),
-            "cuDeviceGetGraphMemAttribute" => Some(super::super::graph_mem::attribute(true, w(1), w(2))),
-            "cuDeviceSetGraphMemAttribute" => Some(super::super::graph_mem::attribute(false, w(1), w(2))),
-            "cuGraphMemAllocNodeGetParams" => Some(super::super::graph_mem::node_params(true, w(0), w(1))),
-            "cuGraphMemFreeNodeGetParams" => Some(super::super::graph_mem::node_params(false, w(0), w(1))),
+            "cuDeviceGetGraphMemAttribute" => Some(graph_mem::attribute(true, w(1), w(2))),
+            "cuDeviceSetGraphMemAttribute" => Some(graph_mem::attribute(false, w(1), w(2))),
+            "cuGraphMemAllocNodeGetParams" => Some(graph_mem::node_params(true, w(0), w(1))),
+            "cuGraphMemFreeNodeGetParams" => Some(graph_mem::node_params(false, w(0), w(1))),
             _ => None,
         }
     }
@@ -117,7 +121,7 @@ pub(crate) unsafe fn write_capture_info(f: &ApiFunction, raw: &[u64], values: &[
             }
         };
         put32(at("captureStatus_out"), status);
-        put64(at("id_out"), streams(|c| c.capture_ids.get(&stream).copied().unwrap_or(0)));
+        put64(at("id_out"), streams::with(|c| c.capture_ids.get(&stream).copied().unwrap_or(0)));
         put64(at("graph_out"), graph);
         put64(at("dependencies_out"), if kept.0.is_empty() { 0 } else { kept.0.as_ptr() as u64 });
         put64(at("edgeData_out"), if kept.1.is_empty() { 0 } else { kept.1.as_ptr() as u64 });

@@ -1,13 +1,15 @@
 //! The client's own part of each call: what it answers without the server, by the API table's
-//! class of the function — handles are client numbers, device queries come from the session's
-//! device description, contexts are tracked per thread ([`contexts`]), kernels are known from
-//! the code images the program loaded ([`super::modules`]). Calls whose result only the GPU has
-//! are [`Step::Wait`]; calls the client mode does not cover yet fail with
-//! `CUDA_ERROR_NOT_SUPPORTED` and one `gpuless:` line naming the call (never a silent wrong
-//! answer).
+//! class of the function — handles are client numbers ([`super::handles`]), device queries come
+//! from the session's device description ([`super::devices`]), contexts are tracked per thread
+//! ([`contexts`] over [`super::context_books`]), kernels are known from the code images the
+//! program loaded ([`super::modules`]). Calls whose result only the GPU has are [`Step::Wait`];
+//! what only the session can do is named, not done ([`Step::Link`], [`Step::Import`]: the call's
+//! trip does it); calls the client mode does not cover yet fail with `CUDA_ERROR_NOT_SUPPORTED`
+//! and one `gpuless:` line naming the call (never a silent wrong answer). Below the session: this
+//! module never calls into it.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use gpuless_analyzer::api::{
@@ -16,9 +18,12 @@ use gpuless_analyzer::api::{
 
 use gpuless_analyzer::occupancy;
 
-use super::{modules, session};
+use super::context_books::{self, current_context, current_device};
+use super::handles::{is_client_handle, new_handle};
+use super::step::{put, refused, unsupported, Step};
+use super::{attributes, devices, graph_mem, modules, pci, streams};
 use crate::arena;
-use crate::capture::{self, Prim};
+use crate::capture;
 use crate::slots::Slot;
 
 mod arrays;
@@ -28,97 +33,21 @@ mod graphs;
 mod pools;
 
 use arrays::{array_descriptor, remember_array};
-pub(crate) use contexts::{current_context, current_device, destroyed, device_of, primary_context, primary_of};
-pub(crate) use device::{attr, attr_of, bad_device};
+pub(crate) use device::bad_device;
 use graphs::{conditional_node, graph_memory};
 pub(crate) use graphs::{graph_update_failed, write_capture_info};
-
-/// What a call needs after the client's part.
-pub(crate) enum Step {
-    /// Answered (this status); the server runs it later if the table says it must.
-    Done(u32),
-    /// Only the server can answer: send everything queued with it and wait.
-    Wait,
-}
 
 const INVALID_VALUE: u32 = 1;
 const INVALID_DEVICE: u32 = 101;
 const INVALID_CONTEXT: u32 = 201;
 const INVALID_HANDLE: u32 = 400;
 const NOT_FOUND: u32 = 500;
-const NOT_SUPPORTED: u32 = 801;
-
-/// Handles the client hands out: distinct, never null, never a special stream value.
-static NEXT_HANDLE: AtomicU64 = AtomicU64::new(0x5000_0000);
-
-/// A new client handle.
-pub(crate) fn new_handle() -> u64 {
-    NEXT_HANDLE.fetch_add(0x10, Ordering::Relaxed)
-}
-
-/// Whether `h` is a handle this client handed out (anything else is not one of the session's).
-pub(crate) fn is_client_handle(h: u64) -> bool {
-    (0x5000_0000..NEXT_HANDLE.load(Ordering::Relaxed)).contains(&h) && h % 0x10 == 0
-}
-
-/// What the client keeps about streams (contexts: [`contexts`]).
-#[derive(Default)]
-struct Streams {
-    /// Streams being captured.
-    capturing: HashSet<u64>,
-    /// Each capture's id (`cuStreamGetCaptureInfo`), unique in the process.
-    capture_ids: HashMap<u64, u64>,
-    /// Captures into an existing graph (`cuStreamBeginCaptureToGraph`): ending them hands
-    /// back that graph.
-    capture_into: HashMap<u64, u64>,
-    /// The flags each stream was created with (`cuStreamGetFlags`).
-    stream_flags: HashMap<u64, u64>,
-    /// The context each stream was created in (`cuStreamGetCtx`, `cuStreamGetDevice`).
-    stream_ctx: HashMap<u64, u64>,
-}
-
-static STREAMS: Mutex<Option<Streams>> = Mutex::new(None);
-
-fn streams<R>(f: impl FnOnce(&mut Streams) -> R) -> R {
-    let mut g = STREAMS.lock().unwrap_or_else(|e| e.into_inner());
-    f(g.get_or_insert_with(Streams::default))
-}
+/// `CUDA_ERROR_NOT_INITIALIZED`: a device query before `cuInit` connected.
+const NOT_INITIALIZED: u32 = 3;
 
 thread_local! {
     /// The thread's stream capture mode (`CU_STREAM_CAPTURE_MODE_GLOBAL`, 0, at first).
     static CAPTURE_MODE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// Whether `f`'s stream argument is being captured.
-pub(crate) fn captured(f: &ApiFunction, raw: &[u64]) -> bool {
-    f.args
-        .iter()
-        .position(|a| a.kind == ArgKind::Handle(HandleKind::Stream))
-        .and_then(|i| raw.get(i))
-        .is_some_and(|&s| is_capturing(s))
-}
-
-/// Whether stream `s` is being captured (`cuStreamBeginCapture`).
-pub(crate) fn is_capturing(s: u64) -> bool {
-    streams(|c| c.capturing.contains(&s))
-}
-
-/// Says once per function that client mode does not answer it yet; the call fails.
-pub(crate) fn unsupported(f: &ApiFunction, why: &str) -> Step {
-    Step::Done(refused(f, why))
-}
-
-/// [`unsupported`] as the status the call returns.
-pub(crate) fn refused(f: &ApiFunction, why: &str) -> u32 {
-    static SAID: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
-    let mut g = SAID.lock().unwrap_or_else(|e| e.into_inner());
-    if g.get_or_insert_with(HashSet::new).insert(f.name) {
-        eprintln!(
-            "gpuless: {} is not supported in client mode yet ({why}); it returns CUDA_ERROR_NOT_SUPPORTED",
-            f.name
-        );
-    }
-    NOT_SUPPORTED
 }
 
 /// The client's part of one call.
@@ -135,8 +64,8 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
         return Step::Done(st);
     }
     if f.disposition == Disposition::Local(LocalRule::Link) {
-        // SAFETY: forwarded from the caller.
-        return Step::Done(unsafe { super::jit::call(f, raw) });
+        // The JIT linker runs on the server's driver (`jit.rs`).
+        return Step::Link;
     }
     if f.name == "cuMemFree" && super::shared::active() {
         super::shared::remove(raw.first().copied().unwrap_or(0));
@@ -157,9 +86,21 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
     if let Some(step) = unsafe { super::vmm::call(f, raw) } {
         return step;
     }
+    if f.disposition == Disposition::Local(LocalRule::Share) {
+        // Shared with the program's other processes, through the server (`ipc.rs`).
+        return Step::Share;
+    }
     // SAFETY: forwarded from the caller.
-    if let Some(step) = unsafe { conditional_node(f, raw) } {
-        return step;
+    match unsafe { conditional_node(f, raw) } {
+        // Its body graphs placed: the node is made as any handle.
+        // SAFETY: forwarded from the caller.
+        Some(Ok(())) => return unsafe { create(f, raw) },
+        Some(Err(st)) => return Step::Done(st),
+        None => {}
+    }
+    if f.name == "cuGraphAddMemAllocNode" {
+        // SAFETY: forwarded from the caller.
+        return unsafe { alloc_node(f, raw) };
     }
     // SAFETY: forwarded from the caller.
     if let Some(step) = unsafe { graph_memory(f, raw) } {
@@ -187,36 +128,29 @@ pub(crate) unsafe fn run(s: &Slot, raw: &[u64]) -> Step {
     };
     if matches!(step, Step::Done(0)) {
         // SAFETY: forwarded from the caller.
-        unsafe { super::graph_mem::after(f, raw) };
+        unsafe { graph_mem::after(f, raw) };
     }
     step
 }
 
-/// Whether `stream` captures into an existing graph (`cuStreamBeginCaptureToGraph`).
-pub(crate) fn captures_into_graph(stream: u64) -> bool {
-    streams(|c| c.capture_into.contains_key(&stream))
-}
-
-/// Writes `v` to out argument `i` at the width of its C type.
+/// `cuGraphAddMemAllocNode`: its address placed in the arena ([`graph_mem::place`]), then the
+/// node made as any handle, and the allocation noted for its graph once made.
 ///
 /// # Safety
-/// Argument `i` of `raw` is a valid out-pointer of `f`'s declared type (or null).
-unsafe fn put(f: &ApiFunction, raw: &[u64], i: usize, v: u64) {
-    let p = raw.get(i).copied().unwrap_or(0);
-    if p == 0 {
-        return;
-    }
-    let t = match capture::plans(f).get(i) {
-        Some(Prim::Ref(Some(t))) => Some(*t),
-        _ => None,
+/// `raw` are the program's arguments to `f`.
+unsafe fn alloc_node(f: &ApiFunction, raw: &[u64]) -> Step {
+    // SAFETY: forwarded from the caller.
+    let addr = match unsafe { graph_mem::place(raw) } {
+        Ok(addr) => addr,
+        Err(st) => return Step::Done(st),
     };
-    // SAFETY: the caller's contract.
-    unsafe {
-        match t {
-            Some(t) => capture::write_scalar(t, p, v),
-            None => std::ptr::write_unaligned(p as *mut u64, v),
-        }
+    // SAFETY: forwarded from the caller.
+    let step = unsafe { create(f, raw) };
+    if matches!(step, Step::Done(0)) {
+        // SAFETY: forwarded from the caller: the call succeeded.
+        unsafe { graph_mem::placed(raw, addr) };
     }
+    step
 }
 
 /// Writes `values` to the out arguments of `f` in table order (a server's query answer).
@@ -334,23 +268,23 @@ pub(crate) fn static_cstr(s: &str) -> *const u8 {
 
 /// Device, context, function and stream queries.
 unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
-    if session::device().is_none() {
-        return Step::Done(session::NOT_INITIALIZED);
+    if devices::first().is_none() {
+        return Step::Done(NOT_INITIALIZED);
     }
     // SAFETY: forwarded from the caller.
     if let Some(st) = unsafe { contexts::query(f, raw) } {
         return Step::Done(st);
     }
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
-    let dev_ok = |i: usize| super::devices::valid(w(i));
+    let dev_ok = |i: usize| devices::valid(w(i));
     // The device the query names (its first device argument), else the current one.
     let dev = f
         .args
         .iter()
         .position(|a| a.dir == Direction::In && a.kind == ArgKind::Handle(HandleKind::Device))
         .map_or_else(current_device, |i| w(i) as u32);
-    let Some(d) = super::devices::description(dev).or_else(session::device) else {
-        return Step::Done(session::NOT_INITIALIZED);
+    let Some(d) = devices::description(dev).or_else(devices::first) else {
+        return Step::Done(NOT_INITIALIZED);
     };
     // SAFETY (whole match): out-pointers of the program, written at their declared widths.
     unsafe {
@@ -365,11 +299,11 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
             }
             "cuDeviceGet" => INVALID_DEVICE,
             "cuDeviceGetCount" => {
-                put(f, raw, 0, u64::from(super::devices::count()));
+                put(f, raw, 0, u64::from(devices::count()));
                 0
             }
             // The flags the stream was created with; the default streams' are 0.
-            "cuStreamGetFlags" => match streams(|c| c.stream_flags.get(&w(0)).copied()) {
+            "cuStreamGetFlags" => match streams::with(|c| c.stream_flags.get(&w(0)).copied()) {
                 Some(fl) => {
                     put(f, raw, 1, fl);
                     0
@@ -400,7 +334,7 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 put(f, raw, 0, d.total_mem);
                 0
             }
-            "cuDeviceGetAttribute" => match attr_of(dev, w(1) as u32) {
+            "cuDeviceGetAttribute" => match attributes::attr_of(dev, w(1) as u32) {
                 Some(v) => {
                     put(f, raw, 0, v as u32 as u64);
                     0
@@ -408,13 +342,13 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 None => INVALID_VALUE,
             },
             "cuDeviceComputeCapability" => {
-                put(f, raw, 0, attr_of(dev, 75).unwrap_or(0) as u32 as u64);
-                put(f, raw, 1, attr_of(dev, 76).unwrap_or(0) as u32 as u64);
+                put(f, raw, 0, attributes::attr_of(dev, 75).unwrap_or(0) as u32 as u64);
+                put(f, raw, 1, attributes::attr_of(dev, 76).unwrap_or(0) as u32 as u64);
                 0
             }
             "cuDeviceGetPCIBusId" => {
-                let (domain, bus, device) = super::nvml::pci_location(d);
-                put_str(raw, 0, w(1), &super::nvml::bus_id(domain, bus, device));
+                let (domain, bus, device) = pci::pci_location(d);
+                put_str(raw, 0, w(1), &pci::bus_id(domain, bus, device));
                 0
             }
             "cuDeviceGetDefaultMemPool" => {
@@ -428,28 +362,27 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
             // As the server's driver answered; a device "cannot access" itself.
             "cuDeviceCanAccessPeer" => {
                 let (a, b) = (w(1) as u32, w(2) as u32);
-                put(f, raw, 0, u64::from(super::devices::can_access(a, b)));
+                put(f, raw, 0, u64::from(devices::can_access(a, b)));
                 0
             }
             // ... and a P2P attribute between a device and itself is refused.
             "cuDeviceGetP2PAttribute" => {
                 let (a, b) = (w(2) as u32, w(3) as u32);
-                match super::devices::peer(a, b, w(1) as u32).filter(|_| a != b) {
+                match devices::peer(a, b, w(1) as u32).filter(|_| a != b) {
                     Some(v) => {
                         put(f, raw, 0, v as u32 as u64);
                         0
                     }
-                    None if a == b || super::devices::count() < 2 => INVALID_DEVICE,
+                    None if a == b || devices::count() < 2 => INVALID_DEVICE,
                     None => INVALID_VALUE,
                 }
             }
             "cuDeviceGetByPCIBusId" => {
                 // SAFETY: the program's NUL-terminated bus id (null: invalid).
                 let asked = if w(1) == 0 { String::new() } else { cstr(w(1)) };
-                let parsed = super::nvml::parse_bus_id(&asked);
-                let found = (0..super::devices::count()).find(|&k| {
-                    super::devices::description(k).is_some_and(|d| parsed == Some(super::nvml::pci_location(d)))
-                });
+                let parsed = pci::parse_bus_id(&asked);
+                let found = (0..devices::count())
+                    .find(|&k| devices::description(k).is_some_and(|d| parsed == Some(pci::pci_location(d))));
                 if w(1) == 0 || w(0) == 0 || parsed.is_none() {
                     INVALID_VALUE
                 } else if let Some(k) = found {
@@ -461,13 +394,16 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
             }
             // The context a stream was created in (the default streams: the current one).
             "cuStreamGetCtx" | "cuStreamGetDevice" => {
-                let ctx =
-                    if w(0) <= 2 { Some(current_context()) } else { streams(|c| c.stream_ctx.get(&w(0)).copied()) };
+                let ctx = if w(0) <= 2 {
+                    Some(current_context())
+                } else {
+                    streams::with(|c| c.stream_ctx.get(&w(0)).copied())
+                };
                 match ctx {
                     None => INVALID_HANDLE,
                     Some(0) => INVALID_CONTEXT,
                     Some(ctx) if f.name == "cuStreamGetDevice" => {
-                        put(f, raw, 1, u64::from(contexts::device_of(ctx)));
+                        put(f, raw, 1, u64::from(context_books::device_of(ctx)));
                         0
                     }
                     Some(ctx) => {
@@ -483,11 +419,11 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                 st
             }
             "cuStreamIsCapturing" => {
-                put(f, raw, 1, u64::from(is_capturing(w(0))));
+                put(f, raw, 1, u64::from(streams::is_capturing(w(0))));
                 0
             }
             "cuStreamGetCaptureInfo" => {
-                if !is_capturing(w(0)) {
+                if !streams::is_capturing(w(0)) {
                     put(f, raw, 1, 0); // CU_STREAM_CAPTURE_STATUS_NONE
                     0
                 } else if (3..f.args.len()).any(|i| w(i) != 0) {
@@ -495,7 +431,7 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
                     return Step::Wait;
                 } else {
                     put(f, raw, 1, 1); // CU_STREAM_CAPTURE_STATUS_ACTIVE
-                    put(f, raw, 2, streams(|c| c.capture_ids.get(&w(0)).copied().unwrap_or(0)));
+                    put(f, raw, 2, streams::with(|c| c.capture_ids.get(&w(0)).copied().unwrap_or(0)));
                     0
                 }
             }
@@ -599,7 +535,7 @@ unsafe fn query(f: &ApiFunction, raw: &[u64]) -> Step {
 }
 
 /// Calls that return new handles: client numbers, with what later answers need about them.
-pub(super) unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
+unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
     let w = |i: usize| raw.get(i).copied().unwrap_or(0);
     let outs: Vec<(usize, HandleKind)> = f
         .args
@@ -613,7 +549,7 @@ pub(super) unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
     let code_image = f.args.iter().any(|a| matches!(a.kind, ArgKind::Image | ArgKind::ImageFile));
     for (i, kind) in outs {
         let h = match (f.name, kind) {
-            ("cuDevicePrimaryCtxRetain", _) => contexts::retain_primary(w(1) as u32),
+            ("cuDevicePrimaryCtxRetain", _) => context_books::retain_primary(w(1) as u32),
             (_, HandleKind::Module | HandleKind::Library) if code_image => {
                 let h = new_handle();
                 modules::loaded(h);
@@ -638,7 +574,7 @@ pub(super) unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
             }
             ("cuLibraryGetModule", _) => w(1),
             // A capture into an existing graph ends in that graph.
-            ("cuStreamEndCapture", _) => streams(|c| c.capture_into.remove(&w(0))).unwrap_or_else(new_handle),
+            ("cuStreamEndCapture", _) => streams::with(|c| c.capture_into.remove(&w(0))).unwrap_or_else(new_handle),
             ("cuArrayCreate" | "cuArray3DCreate", _) => {
                 let h = new_handle();
                 // SAFETY: the program's descriptor (2D: 24 bytes, 3D: 40 bytes).
@@ -650,15 +586,15 @@ pub(super) unsafe fn create(f: &ApiFunction, raw: &[u64]) -> Step {
         // SAFETY: the program's out-pointer for the handle.
         unsafe { put(f, raw, i, h) };
         if kind == HandleKind::Context && f.name != "cuDevicePrimaryCtxRetain" {
-            contexts::created(f, raw, h); // pushed onto the thread's stack: current
+            context_books::created(f, raw, h); // pushed onto the thread's stack: current
         }
         if f.name == "cuStreamEndCapture" {
-            streams(|c| c.capturing.remove(&w(0)));
+            streams::with(|c| c.capturing.remove(&w(0)));
         }
         if kind == HandleKind::Stream && f.name.starts_with("cuStreamCreate") {
             let fl = f.args.iter().position(|a| a.name.eq_ignore_ascii_case("flags")).map_or(0, w);
             let ctx = current_context();
-            streams(|c| {
+            streams::with(|c| {
                 c.stream_flags.insert(h, fl);
                 c.stream_ctx.insert(h, ctx);
             });
@@ -740,7 +676,7 @@ unsafe fn state_change(f: &ApiFunction, raw: &[u64]) -> Step {
         "cuPointerSetAttribute" => return Step::Done(INVALID_VALUE),
         "cuStreamBeginCapture" | "cuStreamBeginCaptureToGraph" => {
             super::hostfn::began_capture(w(0));
-            streams(|c| {
+            streams::with(|c| {
                 c.capturing.insert(w(0));
                 if f.name == "cuStreamBeginCaptureToGraph" {
                     c.capture_into.insert(w(0), w(1));

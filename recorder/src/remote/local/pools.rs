@@ -9,7 +9,10 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use super::{is_client_handle, INVALID_DEVICE, INVALID_VALUE};
+use crate::remote::handles::is_client_handle;
+
+const INVALID_VALUE: u32 = 1;
+const INVALID_DEVICE: u32 = 101;
 
 /// `CU_MEM_LOCATION_TYPE_DEVICE`.
 const LOCATION_DEVICE: u32 = 1;

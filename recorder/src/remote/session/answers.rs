@@ -1,47 +1,28 @@
 //! Waiting for the server: a call that needs its answer ([`wait`]), a checked call's status
-//! ([`settle`]), and what an answer brings ([`Session::apply`]: downloads, query values, what
-//! the session's kernels printed).
+//! ([`settle`]), gpuless's own records that ask or tell the executor ([`ask`], [`tell`]), and
+//! what an answer brings ([`Session::apply`]: downloads, query values; what the session's
+//! kernels printed is written as a segment's answer arrives, `outgoing.rs`).
 
 use gpuless_analyzer::api::{ApiFunction, Direction, SyncClass};
 use gpuless_traces::protocol::{Answer, CallError};
 use gpuless_traces::Value;
 
-use super::{lock, open_session, record, Session, LOCAL, LOST};
-use crate::remote::{copies, link, local, memo, waits};
+use super::base::{batch, lock, member, open_session, Session, FLUSH, LOCAL, LOST};
+use super::outgoing::{record, targets};
+use crate::remote::{copies, graph_mem, host, link, local, memo, route, shared, waits};
 use crate::state;
 use std::sync::atomic::Ordering;
-
-unsafe extern "C" {
-    /// The program's C stdout (glibc's `stdout`).
-    static mut stdout: *mut libc::FILE;
-}
-
-/// Writes what the session's kernels printed to the program's stdout, through its C stream as
-/// the driver does, so that it lands in order with what the program printed itself.
-pub(super) fn print_device_output(bytes: &[u8]) {
-    if bytes.is_empty() {
-        return;
-    }
-    // SAFETY: glibc's stdout stream, written and flushed as the driver writes device printf.
-    unsafe {
-        let out = stdout;
-        if !out.is_null() {
-            libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), out);
-            libc::fflush(out);
-        }
-    }
-}
 
 /// Sends everything queued, up to the call `seq` just queued, and waits for the answer: the
 /// call's status as the server's driver gave it (or an earlier asynchronous error).
 ///
 /// # Safety
-/// As [`call`].
-pub(super) unsafe fn settle(seq: u64, f: &ApiFunction, raw: &[u64]) -> u32 {
+/// `raw` are the program's arguments to `f`.
+pub(crate) unsafe fn settle(seq: u64, f: &ApiFunction, raw: &[u64]) -> u32 {
     let mut g = lock();
     // Every server the call went to (code loaded as a library goes to all).
-    for m in super::route::targets() {
-        let sess = match super::member(&mut g, m) {
+    for m in route::targets() {
+        let sess = match member(&mut g, m) {
             Ok(sess) => sess,
             Err(st) => return st,
         };
@@ -68,7 +49,7 @@ pub(super) unsafe fn settle(seq: u64, f: &ApiFunction, raw: &[u64]) -> u32 {
 /// sequence number is `None` when nothing was sent (no session, or answered here).
 ///
 /// # Safety
-/// As [`call`].
+/// `raw` are the program's arguments to `f`.
 pub(crate) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<Value>) -> (u32, Option<u64>) {
     let mut g = lock();
     let sess = match open_session(&mut g) {
@@ -82,7 +63,7 @@ pub(crate) unsafe fn wait(slot: usize, f: &ApiFunction, raw: &[u64], args: Vec<V
         .then(|| f.args.iter().position(|a| a.kind == STREAM).and_then(|i| raw.get(i).copied()))
         .flatten();
     // Nothing queued, and no download whose bytes have yet to come back.
-    let nothing_new = sess.pending.is_empty() && sess.refs.is_empty() && !super::targets().awaited();
+    let nothing_new = sess.pending.is_empty() && sess.refs.is_empty() && !targets().awaited();
     if completion && nothing_new && (!sess.outstanding || stream.is_some_and(|s| sess.complete.contains(&s))) {
         // Everything sent has completed (a context-wide synchronization answered since), or
         // this stream's work has (its own synchronization answered since).
@@ -150,7 +131,7 @@ impl Session {
                             if let Some((host, len)) = copies::host_buffer(f, raw) {
                                 let b = &bytes[..bytes.len().min(len)];
                                 // Shared memory: the executor wrote its copy too.
-                                if !crate::remote::shared::write_synced(host, b) {
+                                if !shared::write_synced(host, b) {
                                     std::ptr::copy_nonoverlapping(b.as_ptr(), host as *mut u8, b.len());
                                 }
                             }
@@ -184,12 +165,12 @@ impl Session {
     /// The recorded host buffers are the program's, read by it only after this wait.
     unsafe fn deliver(&mut self, seq: u64, outputs: Vec<(u64, Vec<u8>)>) -> Option<Vec<u8>> {
         let mut own = None;
-        let mut t = super::targets();
+        let mut t = targets();
         for (s, bytes) in outputs {
             if s == seq {
                 own = Some(bytes);
             } else if Some(s) == self.pull {
-                crate::remote::shared::apply_pull(&bytes);
+                shared::apply_pull(&bytes);
             } else {
                 // SAFETY: the program reads them only after the synchronization waiting now.
                 unsafe { t.deliver(s, &bytes) };
@@ -245,9 +226,9 @@ pub(crate) fn tell(name: &str, args: Vec<Value>) -> Result<(), u32> {
     sess.switch_device();
     sess.push_other(name, args);
     if was == 0 && sess.sendable() > 0 {
-        super::FLUSH.notify_one();
+        FLUSH.notify_one();
     }
-    if sess.pending.len() >= super::batch() {
+    if sess.pending.len() >= batch() {
         if let Err(e) = sess.send(false) {
             sess.fail(&e);
             return Err(LOST);
@@ -260,14 +241,14 @@ pub(crate) fn tell(name: &str, args: Vec<Value>) -> Result<(), u32> {
 ///
 /// # Safety
 /// `raw` are the program's arguments to `f`.
-pub(super) unsafe fn write_query(f: &ApiFunction, raw: &[u64], status: u32, values: &[u64]) -> u32 {
+pub(crate) unsafe fn write_query(f: &ApiFunction, raw: &[u64], status: u32, values: &[u64]) -> u32 {
     if status != 0 {
         return status;
     }
     // SAFETY (all): the program's out-pointers.
     unsafe {
         if f.name.starts_with("cuPointerGetAttribute") {
-            crate::remote::host::write_pointer_answer(f, raw, values);
+            host::write_pointer_answer(f, raw, values);
         } else if f.name == "cuMemPoolGetAttribute" {
             // The reuse policies (attributes 0-2) are ints, the rest 64-bit.
             let (attr, out) = (raw.get(1).copied().unwrap_or(0), raw.get(2).copied().unwrap_or(0));
@@ -279,7 +260,7 @@ pub(super) unsafe fn write_query(f: &ApiFunction, raw: &[u64], status: u32, valu
                 }
             }
         } else if matches!(f.name, "cuGraphMemAllocNodeGetParams" | "cuGraphMemFreeNodeGetParams") {
-            crate::remote::graph_mem::write_node_answer(f, raw, values);
+            graph_mem::write_node_answer(f, raw, values);
         } else if f.name == "cuStreamGetCaptureInfo" {
             local::write_capture_info(f, raw, values);
         } else if f.gpu_answers {

@@ -1,6 +1,7 @@
 //! Connecting at `cuInit`: the endpoints `GPULESS_REMOTE` names (one, or several separated by
 //! commas: a session across several servers), a session with each, the arena reserved and cut
-//! among their devices, and the device list the program sees.
+//! among their devices, and the device list the program sees (`devices.rs`); and closing at
+//! exit ([`finish`]: the last answer, the sessions closed, the counts written).
 //!
 //! With several servers, each is asked for the same number of GPUs (`GPULESS_REMOTE_GPUS`,
 //! default 1); the arena is cut into that many slices per endpoint, and the servers that
@@ -18,11 +19,32 @@ use std::time::Duration;
 
 use gpuless_traces::protocol::{self, Endpoint, Hello, MoreDevices, PartitionRequest, PeerFact, Priority};
 
-use super::*;
+use super::base::{
+    forked, in_child, lock, timeout, Members, Session, CALLS, ENV_STATS, FLUSH, NO_DEVICE, READY, UNREACHED,
+};
+use super::outgoing::flusher;
+use super::stats;
+use crate::remote::{devices, link, route, tables, waits};
+use crate::{arena, state};
+
+/// Environment: the server's token.
+const ENV_TOKEN: &str = "GPULESS_TOKEN";
+/// Environment: the partition asked for (`whole`, `sms:N`, a MIG profile).
+const ENV_PARTITION: &str = "GPULESS_REMOTE_PARTITION";
+/// The server's GPU to ask for (its index), or GPUs (`1,0`: a session of two devices, device 0
+/// on GPU 1); unset: wherever the server places the session.
+const ENV_GPU: &str = "GPULESS_REMOTE_GPU";
+/// How many GPUs the session asks for (its devices 0..N; default 1, or as many as named).
+const ENV_GPUS: &str = "GPULESS_REMOTE_GPUS";
+/// Environment: `best-effort` for that priority class.
+const ENV_PRIORITY: &str = "GPULESS_REMOTE_PRIORITY";
+/// Environment: microseconds a new segment waits before the flusher sends it without an
+/// answer (default 100; 0: segments go out only at waits and when full).
+const ENV_FLUSH_US: &str = "GPULESS_REMOTE_FLUSH_US";
 
 /// `cuInit` (and `nvmlInit`): connects (once) and reserves the arena. 0, or the code every call
 /// then returns.
-pub(in crate::remote) fn init() -> u32 {
+pub(crate) fn init() -> u32 {
     let mut g = lock();
     match &*g {
         Some(Ok(_)) => return 0,
@@ -52,7 +74,7 @@ pub(in crate::remote) fn init() -> u32 {
     }
     // A signal that ends the program (SIGTERM, a crash) ends the session as the exit would.
     crate::signals::install();
-    if DEVICE.get().is_none() {
+    if devices::first().is_none() {
         return NO_DEVICE;
     }
     let us = std::env::var(ENV_FLUSH_US).ok().and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(100);
@@ -148,8 +170,7 @@ fn connect_all(list: &str) -> Result<Members, String> {
     route::set_layout(&counts, base, size, slices);
     let first = &members[0].welcome;
     state::set_device_sm(first.device.sm());
-    let _ = DEVICE.set(first.device.clone());
-    let _ = MORE.set(merge(&members, &counts));
+    devices::set(first.device.clone(), merge(&members, &counts));
     Ok(members)
 }
 
@@ -157,7 +178,7 @@ fn connect_all(list: &str) -> Result<Members, String> {
 /// several addresses of one family (not loopback) standing for each of them (a TLS one as
 /// `tls://NAME:PORT#ADDRESS:PORT`: connected to at the address, its certificate checked for the
 /// name).
-pub(super) fn expand(list: &str) -> Vec<String> {
+fn expand(list: &str) -> Vec<String> {
     expand_with(list, |hp| hp.to_socket_addrs().map(Iterator::collect).unwrap_or_default())
 }
 
@@ -307,12 +328,83 @@ fn merge(members: &[Session], counts: &[u32]) -> MoreDevices {
 /// Fills a trace's device facts from the session's device description (`gpuless record
 /// --remote`).
 fn describe(meta: &mut gpuless_traces::TraceMeta) {
-    if let Some(d) = DEVICE.get() {
+    if let Some(d) = devices::first() {
         meta.gpu_name = d.name.clone();
         meta.sm = d.sm();
         meta.uuid = d.uuid.to_vec();
         meta.driver_version = d.driver_version;
         meta.extra.push(("recorded_through".into(), "gpuless serve session (client mode)".into()));
+    }
+}
+
+/// At exit: the last answer (errors the program never synchronized for are said), the
+/// session closed, the counts written.
+extern "C" fn at_exit() {
+    finish();
+}
+
+/// [`at_exit`]'s work, once (a signal that ends the program does it first: `signals.rs`).
+pub(crate) fn finish() {
+    if forked() {
+        return;
+    }
+    let mut g = lock();
+    if matches!(g.as_ref(), Some(Ok(v)) if v.iter().all(|s| s.closed)) {
+        return;
+    }
+    let Some(Ok(v)) = g.as_mut() else {
+        if let (Some((endpoint, why)), Some(path)) = (UNREACHED.get(), std::env::var_os(ENV_STATS)) {
+            let j = serde_json::json!({
+                "endpoint": endpoint,
+                "calls": CALLS.load(Ordering::Relaxed),
+                "failed": format!("cannot connect: {why}"),
+                "failure_said": true,
+            });
+            let _ = std::fs::write(path, format!("{j}\n"));
+        }
+        return;
+    };
+    let mut closed = Vec::with_capacity(v.len());
+    for sess in v.iter_mut() {
+        closed.push(sess.close());
+    }
+    FLUSH.notify_all();
+    stats::write(v, &closed);
+    waits::write();
+    tables::print_counts();
+}
+
+impl Session {
+    /// The last answer (errors the program never synchronized for are said), then the session
+    /// closed; the server's totals for it (its `Closed`).
+    fn close(&mut self) -> Option<protocol::SessionStats> {
+        if self.closed {
+            return None;
+        }
+        if self.failed.is_none() && (self.unanswered || !self.pending.is_empty() || !self.refs.is_empty()) {
+            self.waits += 1;
+            match self.send(true) {
+                Ok(Some(a)) => {
+                    for e in a.errors.iter().take(3) {
+                        eprintln!(
+                            "gpuless: call #{} {} failed on the server: {} ({})",
+                            e.seq, e.function, e.message, e.code
+                        );
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => self.fail(&e),
+            }
+        }
+        let mut closed = None;
+        if let Some(conn) = self.conn.as_ref() {
+            match link::lock(conn).close() {
+                Ok(stats) => closed = Some(stats),
+                Err(e) => eprintln!("gpuless: closing the session at {}: {e}", self.endpoint),
+            }
+        }
+        self.closed = true;
+        closed
     }
 }
 

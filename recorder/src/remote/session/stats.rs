@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 
 use gpuless_traces::protocol;
 
-use super::{link, Session, CALLS, CALL_NS, ENV_STATS, LOCAL};
+use super::base::{Session, CALLS, CALL_NS, ENV_STATS, LOCAL};
+use crate::remote::{link, memo, shared};
 
 /// Counts summed over the servers of a session across several.
 const SUMMED: [&str; 17] = [
@@ -79,12 +80,12 @@ fn one(sess: &Session, closed: Option<&protocol::SessionStats>) -> serde_json::V
         "blob_misses": t.blob_misses,
         "waits": sess.waits,
         "waits_by_call": sess.waited_for,
-        "memo_hits": crate::remote::memo::hits(),
+        "memo_hits": memo::hits(),
         // Managed, mapped and mirrored pinned memory (`shared.rs`): allocations shared, their
         // bytes, dirty pages sent up, waits that pulled.
-        "shared_allocations": crate::remote::shared::counts().0,
-        "shared_bytes": crate::remote::shared::counts().1,
-        "shared_pages_up": crate::remote::shared::counts().2,
+        "shared_allocations": shared::counts().0,
+        "shared_bytes": shared::counts().1,
+        "shared_pages_up": shared::counts().2,
         "pulls": sess.pulls,
         "server_exec_us": sess.server_exec_us,
         // Cached-trace execution on the server (zero where it is off).

@@ -1,8 +1,10 @@
 //! What an executor tells its server during a session: latency samples, the blobs and piece
 //! templates for the cache (which only the server writes: `manager_store.rs`), the blobs it
-//! found there, and questions it waits for ([`ask`]: a function's registration, a barrier).
+//! found there, questions it waits for ([`ask`]: a function's registration, a barrier), and
+//! the memory a program's processes share, which the server brokers ([`ControlBroker`]).
 
 use super::*;
+use std::os::fd::AsRawFd;
 
 /// Sends `m` to the server on `control` and waits for its [`Control::Registered`] answer (at
 /// most 60 s): `Ok` for an empty one, else why it failed.
@@ -81,6 +83,43 @@ impl Session<'_> {
         if !self.samples.is_empty() {
             let s = std::mem::take(&mut self.samples);
             let _ = self.control.send(&Control::Samples(s), None);
+        }
+    }
+}
+
+/// The server as the session's broker of memory shared between a program's processes
+/// ([`crate::replay::share`]): offers and takes on the control channel, answered in order (the
+/// executor asks from the thread that executes the session's records).
+pub(super) struct ControlBroker(pub(super) Channel);
+
+impl crate::replay::share::Broker for ControlBroker {
+    fn offer(&self, token: u128, fd: &OwnedFd) -> Result<(), String> {
+        self.0.send(&Control::Offer { token }, Some(fd.as_raw_fd())).map_err(|e| format!("asking the server: {e}"))?;
+        loop {
+            match self.0.recv_timeout(Duration::from_secs(60)) {
+                Ok(Some((Control::Registered(e), _))) => return if e.is_empty() { Ok(()) } else { Err(e) },
+                Ok(Some(_)) => continue,
+                Ok(None) => return Err("no answer from the server within 60 s".into()),
+                Err(e) => return Err(format!("waiting for the server: {e}")),
+            }
+        }
+    }
+
+    fn take(&self, token: u128) -> Result<OwnedFd, String> {
+        self.0.send(&Control::Take { token }, None).map_err(|e| format!("asking the server: {e}"))?;
+        loop {
+            match self.0.recv_timeout(Duration::from_secs(60)) {
+                Ok(Some((Control::Given(e), fd))) => {
+                    return match fd {
+                        Some(fd) if e.is_empty() => Ok(fd),
+                        _ if e.is_empty() => Err("the server's answer came without its descriptor".into()),
+                        _ => Err(e),
+                    }
+                }
+                Ok(Some(_)) => continue,
+                Ok(None) => return Err("no answer from the server within 60 s".into()),
+                Err(e) => return Err(format!("waiting for the server: {e}")),
+            }
         }
     }
 }

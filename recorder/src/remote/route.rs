@@ -21,7 +21,8 @@ use std::sync::{Mutex, OnceLock};
 
 use gpuless_analyzer::api::{ApiFunction, ArgKind, Direction, HandleKind, SyncClass};
 
-use crate::remote::local;
+use super::context_books::{current_device, device_of};
+use super::devices;
 
 /// Where one record goes: the member (a server's session, in the order the endpoints were
 /// given) and the device within it (its ordinal on that server's session).
@@ -60,7 +61,7 @@ static LAYOUT: OnceLock<Layout> = OnceLock::new();
 
 /// Sets the members' device ranges once connected: `counts[i]` devices for member `i`, over an
 /// arena at `base` of `size` bytes cut into `slices` slices.
-pub(super) fn set_layout(counts: &[u32], base: u64, size: u64, slices: u32) {
+pub(crate) fn set_layout(counts: &[u32], base: u64, size: u64, slices: u32) {
     let mut first = Vec::with_capacity(counts.len());
     let mut at = 0;
     for &c in counts {
@@ -104,7 +105,7 @@ thread_local! {
 
 /// The route of the call being made on this thread, or the current device's between calls.
 pub(crate) fn current() -> Route {
-    ROUTE.try_with(Cell::get).ok().flatten().unwrap_or_else(|| split(local::current_device()))
+    ROUTE.try_with(Cell::get).ok().flatten().unwrap_or_else(|| split(current_device()))
 }
 
 /// Whether the call being made on this thread goes to every member.
@@ -170,7 +171,7 @@ fn access_devices(p: u64, n: u64) -> Vec<u32> {
             };
             (kind == 1).then_some(u32::try_from(id).ok()).flatten()
         })
-        .filter(|&d| crate::remote::devices::valid(d.into()))
+        .filter(|&d| devices::valid(d.into()))
         .collect()
 }
 
@@ -183,7 +184,7 @@ fn location_device(p: u64) -> Option<u32> {
     // SAFETY: the program's struct argument, at least 16 bytes (both types are larger).
     let (kind, id) =
         unsafe { (std::ptr::read_unaligned((p + 8) as *const u32), std::ptr::read_unaligned((p + 12) as *const i32)) };
-    (kind == 1).then_some(u32::try_from(id).ok()).flatten().filter(|&d| crate::remote::devices::valid(d.into()))
+    (kind == 1).then_some(u32::try_from(id).ok()).flatten().filter(|&d| devices::valid(d.into()))
 }
 
 /// Notes the homes of the handles a successful call made (its `Out` handle arguments): the
@@ -252,7 +253,7 @@ pub(crate) fn localize(f: &ApiFunction, args: &mut [gpuless_traces::Value]) {
 
 /// Where `f` with arguments `raw` runs.
 pub(crate) fn decide(f: &ApiFunction, raw: &[u64]) -> Decision {
-    let cur = local::current_device();
+    let cur = current_device();
     if members() <= 1 {
         return Decision::One(Route { member: 0, device: cur });
     }
@@ -265,10 +266,8 @@ pub(crate) fn decide(f: &ApiFunction, raw: &[u64]) -> Decision {
         let d = match a.kind {
             // The legacy and per-thread default streams are the current context's.
             ArgKind::Handle(HandleKind::Stream) if v <= 2 => Some(cur),
-            ArgKind::Handle(HandleKind::Context) if v != 0 => Some(local::device_of(v)),
-            ArgKind::Handle(HandleKind::Device) => {
-                u32::try_from(v).ok().filter(|&d| crate::remote::devices::valid(d.into()))
-            }
+            ArgKind::Handle(HandleKind::Context) if v != 0 => Some(device_of(v)),
+            ArgKind::Handle(HandleKind::Device) => u32::try_from(v).ok().filter(|&d| devices::valid(d.into())),
             ArgKind::Handle(_) if v != 0 => home(v),
             // (Host addresses in the arena: mirrored pinned memory, a mapping's address.)
             ArgKind::DevPtr | ArgKind::AnyBuf(_) | ArgKind::HostPtr => device_of_address(v),
