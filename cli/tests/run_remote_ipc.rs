@@ -1,14 +1,17 @@
-//! Memory and events shared between a program's processes through the client (`cuIpc*`, and a
-//! physical allocation's POSIX descriptor imported by another process): the program
+//! Memory and events shared between a program's processes (`cuIpc*`, a physical allocation's
+//! POSIX descriptor imported by another process, a pool and its pointers): the program
 //! `recorder/tests/fake/ipc.c` runs through `gpuless run --remote` against a real server on the
-//! stand-in driver; its child (fork and exec) is a session of its own, and the server brokers
-//! the parent's exports to it (`gpuless_traces::protocol::share`). The statuses must be the
-//! driver's; the bytes shared are proven on the GPU (testdata/cuda/suite/ipc.cu).
+//! stand-in driver — its child (fork and exec) is a session of its own, and the server brokers
+//! the parent's exports to it (`gpuless_traces::protocol::share`) — and under `gpuless record`,
+//! where the recorders of the two processes share the arena's memory themselves
+//! (`recorder/src/ipc.rs`). The statuses must be the driver's; the bytes shared are proven on
+//! the GPU (testdata/cuda/suite/ipc.cu).
 
 mod serve_harness;
 mod support;
 
 use serve_harness::{run_client, Server};
+use std::process::Command;
 
 #[test]
 fn a_child_process_opens_what_its_parent_exported() {
@@ -44,4 +47,42 @@ fn a_child_process_opens_what_its_parent_exported() {
     assert_eq!(ran.line("child_status"), ["0"]);
     ran.has("parent done");
     assert!(!stderr.contains("not supported in client mode"), "{stderr}");
+}
+
+#[test]
+fn under_the_recorder_a_child_process_opens_its_parents_arena_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "ipc", &["-l:libcuda.so.1"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
+        .args(["record", "-o"])
+        .arg(dir.path().join("t.gl"))
+        .arg("--")
+        .arg(&prog)
+        .env("GPULESS_RECORDER", support::common::recorder_lib())
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env_remove("GPULESS_REMOTE")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = |key: &str| -> Vec<String> {
+        let l = stdout.lines().find(|l| l.split(' ').next() == Some(key));
+        let l = l.unwrap_or_else(|| panic!("no `{key}` line in:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+        l.split(' ').skip(1).map(str::to_string).collect()
+    };
+    assert!(out.status.success(), "{out:?}");
+    // The arena's allocation exported by the recorder (the stand-in driver's legacy IPC is
+    // not asked), the same handle again; an address outside the arena is the driver's.
+    assert_eq!(line("get"), ["0", "0", "same", "1"]);
+    assert_eq!(line("get_bad"), ["801"], "the stand-in driver's own answer");
+    // Opened by the child's recorder from the parent's (twice: one mapping), in its arena,
+    // usable; two closes, the third the driver's.
+    assert_eq!(line("open"), ["0", "0", "same", "1", "arena", "1"]);
+    assert_eq!(line("copies"), ["0", "0"]);
+    assert_eq!(line("close"), ["0", "0", "801"]);
+    // The driver's pool, exported and imported by it; a pointer from it (the arena's) imports
+    // only into the pool its data names, and its free unmaps it.
+    assert_eq!(line("pool_export"), ["0", "0", "0", "0"]);
+    assert_eq!(line("pool")[..5], ["0", "1", "0", "arena", "1"]);
+    assert_eq!(line("pool_free"), ["0", "0"]);
+    assert_eq!(line("child_status"), ["0"]);
 }

@@ -279,6 +279,14 @@ pub fn free_range(addr: u64, size: u64) -> bool {
     freed == Some(SUCCESS)
 }
 
+/// The pool a stream-ordered arena allocation holding `ptr` came from.
+pub fn pool_of(ptr: u64) -> Option<u64> {
+    if !in_arena(ptr) {
+        return None;
+    }
+    lookup(ptr)??.pool
+}
+
 /// The live arena allocation holding `ptr`: (base, size); `None` outside every one.
 pub fn allocation(ptr: u64) -> Option<(u64, u64)> {
     if !in_arena(ptr) {
@@ -575,7 +583,14 @@ fn map(r: &real::Real, device: i32, addr: u64, len: u64) -> Result<(), u32> {
     // SAFETY: the range lies in our reservation and is unmapped; valid pointers to structs.
     unsafe {
         let mut h: sys::CUmemGenericAllocationHandle = 0;
+        // Exportable to another process, as `cuMemAlloc` memory is (`ipc.rs`), where the
+        // driver allows it.
+        prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
         let mut st = (r.create)(&mut h, len as usize, &prop, 0);
+        if matches!(st, sys::CUresult::CUDA_ERROR_INVALID_VALUE | sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) {
+            prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+            st = (r.create)(&mut h, len as usize, &prop, 0);
+        }
         if capable && matches!(st, sys::CUresult::CUDA_ERROR_INVALID_VALUE | sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) {
             CAPABLE.store(false, Ordering::Relaxed);
             prop.allocFlags.gpuDirectRDMACapable = 0;
@@ -777,6 +792,8 @@ unsafe fn answer(attr: u64, data: u64, f: Found) -> bool {
             x if x == A::CU_POINTER_ATTRIBUTE_BUFFER_ID as u64 => *(data as *mut u64) = (1 << 63) | f.id,
             x if x == A::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS as u64 => *(data as *mut u32) = f.sync_memops,
             x if x == A::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE as u64 => *(data as *mut u64) = f.pool.unwrap_or(0),
+            // Made exportable (`map`), answered as for `cuMemAlloc` memory: no handle types.
+            x if x == A::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES as u64 => *(data as *mut u64) = 0,
             // The arena's memory is created RDMA- and decompression-capable (`map`), as
             // `cuMemAlloc` memory is; the driver's pool memory is neither.
             x if f.pool.is_some()

@@ -38,6 +38,7 @@ mod hostview;
 mod hot;
 mod init;
 mod intercept;
+mod ipc;
 mod lane;
 mod late;
 mod late_graph;

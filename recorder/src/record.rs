@@ -219,12 +219,31 @@ unsafe fn raw_call(slot: usize, s: &slots::Slot, plan: &raw::Plan, raw: &[u64], 
     status
 }
 
-/// The driver call, or the arena's answer for calls about arena memory.
+/// The driver call, or the arena's answer for calls about arena memory (and the recorder's
+/// for arena memory shared with other processes, `ipc.rs`).
 ///
 /// # Safety
 /// As [`hooked`].
 unsafe fn with_arena(s: &slots::Slot, raw: &[u64], real: &mut Real) -> u32 {
+    if s.shares {
+        // SAFETY: forwarded from the caller.
+        if let Some(status) = unsafe { crate::ipc::call(s.func, raw) } {
+            return status;
+        }
+        let status = real.call();
+        if status == 0 {
+            // SAFETY: forwarded; the call succeeded.
+            unsafe { crate::ipc::after(s.func, raw) };
+        }
+        return status;
+    }
     let Some(op) = s.arena else { return real.call() };
+    if matches!(op, arena::Op::Free | arena::Op::FreeAsync) {
+        // A pointer imported from another process's pool (`ipc.rs`).
+        if let Some(status) = crate::ipc::freed(raw.first().copied().unwrap_or(0)) {
+            return status;
+        }
+    }
     // SAFETY: forwarded from the caller.
     unsafe {
         if let Some(status) = arena::before(op, raw, s.per_thread) {

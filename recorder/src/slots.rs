@@ -62,6 +62,9 @@ pub struct Slot {
     pub runs_kernels: bool,
     /// `cuGetExportTable`: its table may be measured (`export_tables.rs`).
     pub export_table: bool,
+    /// Shares memory or events with other processes (`=local(share)`): under `gpuless record`
+    /// the arena's memory is shared by the recorder (`ipc.rs`).
+    pub shares: bool,
     /// The argument holding a function or kernel handle the call takes (`functions.rs`).
     pub func_in: Option<u8>,
     /// The argument where a handle-creating call writes a function or kernel handle.
@@ -97,8 +100,12 @@ fn make(slot: usize) -> Option<Slot> {
     let hook = HOOKS.get(slot)?;
     let func = api::get(hook.func)?;
     let init = func.name == "cuInit";
+    let shares = func.disposition == gpuless_analyzer::api::Disposition::Local(gpuless_analyzer::api::LocalRule::Share);
     let path = if diag() == Diag::HooksOnly && !init {
         Path::Pass
+    } else if shares {
+        // The recorder may answer it (`ipc.rs`): the full path, which asks.
+        Path::Full
     } else if let Some(p) = fold::plan(func.id) {
         Path::Fold(*p)
     } else if let Some(p) = raw::plan(func.id) {
@@ -121,6 +128,7 @@ fn make(slot: usize) -> Option<Slot> {
         init,
         hostview: hostview::op(func.id),
         export_table: func.name == "cuGetExportTable",
+        shares,
         func_in: func
             .args
             .iter()

@@ -364,8 +364,17 @@ CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { (void)s; (void)e; (vo
 typedef struct { char reserved[64]; } CUmemPoolPtrExportData;
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pool, void *s) { (void)p; (void)n; (void)pool; (void)s; return 801; }
 CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { (void)p; (void)s; return 0; }
-CUresult cuMemPoolExportToShareableHandle(void *h, void *pool, int t, unsigned long long f) { (void)h; (void)pool; (void)t; (void)f; return 801; }
-CUresult cuMemPoolImportFromShareableHandle(void **pool, void *h, int t, unsigned long long f) { (void)pool; (void)h; (void)t; (void)f; return 801; }
+/* Pools exported as a memfd, imported from any descriptor as a new pool. */
+CUresult cuMemPoolExportToShareableHandle(void *h, void *pool, int t, unsigned long long f) {
+  (void)pool; (void)f;
+  if (t != 1) return 1;
+  int fd = memfd_create("fake-pool", MFD_CLOEXEC);
+  if (fd < 0) return 2;
+  *(int *)h = fd; return 0; }
+CUresult cuMemPoolImportFromShareableHandle(void **pool, void *h, int t, unsigned long long f) {
+  (void)h; (void)f;
+  if (t != 1) return 1;
+  return cuMemPoolCreate(pool, 0); }
 CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *d, CUdeviceptr p) { (void)d; (void)p; return 801; }
 CUresult cuMemPoolImportPointer(CUdeviceptr *p, void *pool, CUmemPoolPtrExportData *d) { (void)p; (void)pool; (void)d; return 801; }
 CUresult cuMemPoolGetAccess(int *f, void *pool, const void *l) { (void)f; (void)pool; (void)l; return 801; }

@@ -189,6 +189,21 @@ pub(crate) fn call(
     let c = Call { f, rec };
     let seq = rec.seq;
     st.last_call = Some((seq, f.name));
+    // Sharing with other processes (not a physical allocation's descriptor, which NCCL shares
+    // within the process): another process may write what this one exported or opened.
+    let across =
+        f.name.starts_with("cuIpc") || f.name.starts_with("cuMemPoolExport") || f.name.starts_with("cuMemPoolImport");
+    if across
+        && f.disposition == Disposition::Local(gpuless_analyzer::api::LocalRule::Share)
+        && !st.shared_with_processes
+    {
+        st.shared_with_processes = true;
+        report.warnings.push(format!(
+            "call #{seq} {}: the program shares device memory with other processes from here on; results after it \
+             are not verified (another process may have written them)",
+            f.name
+        ));
+    }
     super::crash::at(seq, f.name);
     match f.disposition {
         // Known only from cuda.h (the legacy 32-bit entries share modeled names): nothing here
@@ -603,6 +618,11 @@ pub(crate) fn call(
                 {
                     return match f.disposition {
                         Disposition::Refused(r) => not_executed(&c, r, report),
+                        // What another process shared with the recorded one (`cuIpcOpen*`,
+                        // imported pools): a replay of one process's trace has no other process.
+                        Disposition::Local(gpuless_analyzer::api::LocalRule::Share) if !f.is_query() => Err(
+                            c.unsupported("memory or events another process shared: a replay of one process's trace has no other process")
+                        ),
                         Disposition::Server if !f.is_query() => Err(
                             c.unsupported("the server executes this function, but this executor has no handler for it")
                         ),
@@ -784,7 +804,7 @@ pub(crate) fn verify_value(
         Some(Value::Blob(b)) => Some((b.hash, b.len)),
         _ => None,
     };
-    let Some((hash, len)) = want else {
+    let Some((hash, len)) = want.filter(|_| !st.shared_with_processes) else {
         report.results_unverified += 1;
         return;
     };

@@ -311,6 +311,9 @@ pub(crate) struct State {
     pub broker: Option<std::sync::Arc<dyn share::Broker>>,
     /// Events the program's processes share ([`ipc_events`]).
     pub ipc_events: ipc_events::IpcEvents,
+    /// The recorded program shared device memory with other processes (a `=local(share)`
+    /// call): results from then on are not verified (`exec::verify_value`).
+    pub shared_with_processes: bool,
     /// A client's managed memory, as the client last saw it (`hostview::Managed`).
     pub managed: hostview::Managed,
     /// Per recorded stream, the user data of the host function captured last in the capture
@@ -364,6 +367,7 @@ impl State {
             host_calls: None,
             broker: None,
             ipc_events: Default::default(),
+            shared_with_processes: false,
             managed: Default::default(),
             captured_host_fn: HashMap::new(),
             graph_memory: Default::default(),
