@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Import cycles between a crate's modules (issue 34: the recorder's layering).
 
-    scripts/module-cycles.py [CRATE_SRC_DIR]      (default: recorder/src)
+    scripts/module-cycles.py [CRATE_SRC_DIR] [--check]      (default: recorder/src)
 
 Reads every .rs file under the directory, takes `crate::a::b`, `super::...` and `self::...` paths
 (grouped imports such as `use super::{a, b::c}` expanded) as edges from its module to the longest
@@ -12,6 +12,7 @@ between top-level modules that lie on a cycle, with how many references each has
 to cut. A parent's `mod child;` is no edge; its uses of the child's items are. Comments and
 inline `#[cfg(test)]` modules are left out. Text matching, not a Rust parser: a path inside a
 string literal counts.
+--check exits 1 when there is a cycle (CI holds the recorder at none).
 """
 import collections
 import os
@@ -171,7 +172,8 @@ def components(nodes, e):
 
 
 def main():
-    src = sys.argv[1] if len(sys.argv) > 1 else "recorder/src"
+    args = [a for a in sys.argv[1:] if a != "--check"]
+    src = args[0] if args else "recorder/src"
     mods = modules(src)
     e = edges(mods)
     cycles = sorted((c for c in components(sorted(mods), e) if len(c) > 1), key=len, reverse=True)
@@ -198,6 +200,9 @@ def main():
         for b, n in sorted(te[a].items()):
             if a in reach.get(b, ()):
                 print(f"  {a} -> {b} ({n})")
+    # --check: a cycle is an error (CI holds the recorder at none).
+    if "--check" in sys.argv[1:] and cycles:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -85,4 +85,28 @@ fn under_the_recorder_a_child_process_opens_its_parents_arena_memory() {
     assert_eq!(line("pool")[..5], ["0", "1", "0", "arena", "1"]);
     assert_eq!(line("pool_free"), ["0", "0"]);
     assert_eq!(line("child_status"), ["0"]);
+
+    // Each process's trace replayed alone: the exporter's with what follows its first export
+    // unverified (said), the child's ending at the memory another process shared, by name.
+    let replay = |trace: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_gpuless"))
+            .args(["replay", "--json"])
+            .arg(trace)
+            .env("LD_LIBRARY_PATH", &libdir)
+            .output()
+            .unwrap()
+    };
+    let parent = replay(&dir.path().join("t.gl"));
+    let out = String::from_utf8_lossy(&parent.stdout);
+    assert!(parent.status.success(), "{parent:?}");
+    assert!(out.contains("cuIpcGetMemHandle: the program shares device memory with other processes"), "{out}");
+    let child = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("t.gl.")))
+        .expect("the child's trace, t.gl.PID");
+    let r = replay(&child);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "{r:?}");
+    assert!(err.contains("cuIpcOpenMemHandle: memory or events another process shared"), "{err}");
 }
