@@ -29,7 +29,7 @@ pub struct InvokeArgs {
     /// One JSON line instead of text.
     pub json: bool,
     /// Invoke the function deployed under the name `function` on this server instead.
-    pub remote: Option<crate::invoke_remote::Target>,
+    pub remote: Option<Target>,
 }
 
 /// What one `gpuless invoke` did (`--json`).
@@ -158,11 +158,21 @@ fn one_connection() {
     }
 }
 
+/// Where a function is invoked.
+#[derive(Debug, Clone, Default)]
+pub struct Target {
+    /// The server.
+    pub addr: String,
+    /// Its token (else `GPULESS_TOKEN`).
+    pub token: Option<String>,
+    /// The CA file for a `tls://` server.
+    pub tls_ca: Option<PathBuf>,
+    /// The partition to ask for (`whole` by default).
+    pub partition: Option<String>,
+}
+
 /// `gpuless invoke FUNCTION`: exit 0, or 3 when an output differs from the recording.
 pub fn run(a: &InvokeArgs) -> anyhow::Result<ExitCode> {
-    if let Some(t) = &a.remote {
-        return crate::invoke_remote::run(a, t);
-    }
     let t0 = Instant::now();
     one_connection();
     let device = std::thread::spawn(move || (init_device(), t0.elapsed().as_secs_f64()));

@@ -16,21 +16,8 @@ use gpuless_replayer::server::functions::check_name;
 use gpuless_traces::protocol::{Outputs, MAX_FRAME};
 use serde::Serialize;
 
-use crate::invoke::{print, InvokeArgs, Summary};
+use crate::invoke::{print, InvokeArgs, Summary, Target};
 use crate::session;
-
-/// Where a function is invoked.
-#[derive(Debug, Clone, Default)]
-pub struct Target {
-    /// The server.
-    pub addr: String,
-    /// Its token (else `GPULESS_TOKEN`).
-    pub token: Option<String>,
-    /// The CA file for a `tls://` server.
-    pub tls_ca: Option<PathBuf>,
-    /// The partition to ask for (`whole` by default).
-    pub partition: Option<String>,
-}
 
 /// What a remote invocation did (`--json`): the local invocation's keys and the traffic.
 #[derive(Debug, Serialize)]

@@ -491,8 +491,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             None => compile::run(&traces, &output).map(|()| ExitCode::SUCCESS),
         },
         Command::Invoke { function, inputs, output, iterations, json, remote, token, mig, tls_ca } => {
-            let remote = remote.map(|addr| invoke_remote::Target { addr, token, tls_ca, partition: mig });
-            invoke::run(&invoke::InvokeArgs { function, inputs, output, iterations, json, remote })
+            let remote = remote.map(|addr| invoke::Target { addr, token, tls_ca, partition: mig });
+            let a = invoke::InvokeArgs { function, inputs, output, iterations, json, remote };
+            match &a.remote {
+                Some(t) => invoke_remote::run(&a, t),
+                None => invoke::run(&a),
+            }
         }
         Command::Deploy { function, remote, name, token, tls_ca } => {
             deploy::run(&deploy::DeployArgs { function, addr: remote, name, token, tls_ca })

@@ -26,6 +26,21 @@ use gpuless_replayer::replay::green::init_green_device;
 use gpuless_replayer::replay::{init_device, Device};
 use serde::Serialize;
 
+/// What `gpuless replay` was asked for, besides the trace and the partition.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RunOptions {
+    /// Skip comparing device-to-host results.
+    pub no_verify: bool,
+    /// Hot replay iterations (0: replay once).
+    pub iterations: u32,
+    /// Print JSON.
+    pub json: bool,
+    /// Replay a damaged trace up to the damage.
+    pub partial: bool,
+    /// With `iterations`: GPU time of every launch of the body.
+    pub profile: bool,
+}
+
 /// The GPU (NVML index) that `--mig` profiles are resolved on and instances are created on:
 /// GPU 0, or the one a server's executor is started for (`GPULESS_GPU_NVML`).
 fn gpu() -> u32 {
@@ -261,8 +276,8 @@ pub fn init(prepared: &Prepared) -> anyhow::Result<(Device, PartitionLabel, Opti
 /// 0, replays in a child `gpuless replay --mig MIG-<uuid>` (with the same `--json`, `--no-verify`,
 /// `--iterations` and `--profile`), destroys both instances, and returns the child's exit code (an error when
 /// the instances could not be destroyed).
-pub fn run_created(path: &Path, opts: &crate::replay::RunOptions, args: &PartitionArgs) -> anyhow::Result<ExitCode> {
-    let crate::replay::RunOptions { no_verify, iterations, json, partial, profile } = *opts;
+pub fn run_created(path: &Path, opts: &RunOptions, args: &PartitionArgs) -> anyhow::Result<ExitCode> {
+    let RunOptions { no_verify, iterations, json, partial, profile } = *opts;
     let mig = args.mig.as_deref().ok_or_else(|| anyhow!("--create needs --mig PROFILE"))?;
     if is_mig_uuid(mig) {
         return Err(anyhow!("--create needs a profile (like 3g.71gb), not a MIG device UUID"));

@@ -10,20 +10,7 @@ use gpuless_replayer::replay::{load, load_partial, replay_on, LoadedTrace, Optio
 
 use crate::partition::{self, PartitionArgs};
 
-/// What `gpuless replay` was asked for, besides the trace and the partition.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RunOptions {
-    /// Skip comparing device-to-host results.
-    pub no_verify: bool,
-    /// Hot replay iterations (0: replay once).
-    pub iterations: u32,
-    /// Print JSON.
-    pub json: bool,
-    /// Replay a damaged trace up to the damage.
-    pub partial: bool,
-    /// With `iterations`: GPU time of every launch of the body.
-    pub profile: bool,
-}
+pub use crate::partition::RunOptions;
 
 /// Reads the trace: whole, or up to its first damage with `partial`.
 fn read(path: &Path, partial: bool) -> anyhow::Result<LoadedTrace> {
