@@ -31,7 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use gpuless_analyzer::api::ApiFunction;
+use gpuless_analyzer::api::{ApiFunction, SyncClass};
 use gpuless_traces::arena::{backing, Backing, CHUNK};
 use gpuless_traces::protocol::share::{token, IpcMemHandle, ShareAnswer, ShareRequest, IPC_HANDLE_BYTES, SHARE};
 
@@ -338,7 +338,8 @@ pub(crate) fn before(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
 /// before the call returns (`status` is the call's; an error of the wait is the call's then);
 /// a freed allocation is no longer exported; an allocation from a pool is noted.
 pub(crate) fn after(f: &ApiFunction, raw: &[u64], status: u32) -> u32 {
-    if status == 0 && f.name == "cuMemAllocFromPoolAsync" {
+    // The class first: this runs after every call.
+    if status == 0 && f.sync == SyncClass::AllocatesDevice && f.name == "cuMemAllocFromPoolAsync" {
         // SAFETY: the program's out-pointer, written by the allocation that succeeded.
         let start = raw.first().filter(|&&p| p != 0).map(|&p| unsafe { *(p as *const u64) });
         if let (Some(start), Some(&pool)) = (start, raw.get(2)) {

@@ -82,8 +82,23 @@ pub fn prune(calls: &[CallRecord], keep: &[usize]) -> (Vec<usize>, Pruned) {
             out.push(i);
         } else {
             pruned.records += 1;
-            pruned.images += usize::from(super::signature::loads_code(r));
+            pruned.images += usize::from(loads_code(r));
         }
     }
     (out, pruned)
+}
+
+/// Whether `r` loads a code image (its results hold a module or library handle).
+pub(crate) fn loads_code(r: &CallRecord) -> bool {
+    r.function.api().is_some_and(|f| f.sync == gpuless_analyzer::api::SyncClass::CreatesHandle)
+        && r.results.iter().any(|v| {
+            matches!(
+                v,
+                gpuless_traces::Value::Handle(
+                    gpuless_analyzer::api::HandleKind::Module | gpuless_analyzer::api::HandleKind::Library,
+                    _
+                )
+            )
+        })
+        && r.args.iter().any(|v| matches!(v, gpuless_traces::Value::Blob(_)))
 }

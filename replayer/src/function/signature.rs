@@ -114,18 +114,11 @@ pub fn compile(t: &LoadedTrace, others: &[&LoadedTrace]) -> Result<(Vec<usize>, 
         inputs,
         outputs,
         recordings_compared: 1 + others.len(),
-        images: keep.iter().filter(|&&i| loads_code(&t.calls[i])).count(),
+        images: keep.iter().filter(|&&i| super::prune::loads_code(&t.calls[i])).count(),
         images_left_out: pruned.images,
         host_words,
     };
     Ok((keep, manifest))
-}
-
-/// Whether `r` loads a code image (its results hold a module or library handle).
-pub(crate) fn loads_code(r: &CallRecord) -> bool {
-    r.function.api().is_some_and(|f| f.sync == gpuless_analyzer::api::SyncClass::CreatesHandle)
-        && r.results.iter().any(|v| matches!(v, Value::Handle(HandleKind::Module | HandleKind::Library, _)))
-        && r.args.iter().any(|v| matches!(v, Value::Blob(_)))
 }
 
 /// The hashes of the bytes a record carries.

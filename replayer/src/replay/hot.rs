@@ -136,11 +136,7 @@ pub struct HotReport {
     pub profile: Option<super::profile::Profile>,
 }
 
-/// Median of `v` (sorted in place).
-pub fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
+pub use super::median::median;
 
 #[cfg(test)]
 mod tests {

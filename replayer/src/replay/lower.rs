@@ -19,7 +19,7 @@ use gpuless_analyzer::api::{Group, SyncClass};
 use serde::Serialize;
 
 use super::objects::SyncPoint;
-use super::{exec, hot, LoadedTrace, Report, State};
+use super::{exec, median, LoadedTrace, Report, State};
 
 /// Timing of the graph-lowered body.
 #[derive(Debug, Clone, Serialize)]
@@ -273,7 +273,7 @@ pub(crate) fn run(
         let min = wall.iter().copied().fold(f64::INFINITY, f64::min);
         Ok(GraphTiming {
             captured_calls: captured,
-            wall_ms_median: hot::median(&mut wall),
+            wall_ms_median: median::median(&mut wall),
             wall_ms_min: min,
             results_verified: verified,
             mismatches,

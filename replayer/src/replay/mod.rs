@@ -26,6 +26,7 @@ mod jit;
 pub(crate) mod launch;
 mod load;
 pub mod lower;
+pub(crate) mod median;
 mod memory;
 pub(crate) mod objects;
 pub mod piece_graph;

@@ -11,7 +11,7 @@ use cudarc::driver::sys;
 use serde::Serialize;
 
 use super::objects::SyncPoint;
-use super::{exec, hot, LoadedTrace, Report, State};
+use super::{exec, median, LoadedTrace, Report, State};
 
 /// GPU time of one kernel's launches in the body.
 #[derive(Debug, Clone, Serialize)]
@@ -115,7 +115,7 @@ pub(crate) fn run(
     }
     let launches = (report.launches - launches_before) / u64::from(passes.max(1));
     let per_launch: Vec<(u64, String, f64)> =
-        seqs.into_iter().zip(times).map(|((seq, name), mut t)| (seq, name, hot::median(&mut t))).collect();
+        seqs.into_iter().zip(times).map(|((seq, name), mut t)| (seq, name, median::median(&mut t))).collect();
     let launch_us: f64 = per_launch.iter().map(|l| l.2).sum();
     let mut by_name: HashMap<&str, (u64, f64)> = HashMap::new();
     for (_, name, us) in &per_launch {

@@ -4,8 +4,6 @@
 //! answers only a request that carries the token (`Authorization: Bearer TOKEN`); the probes
 //! stay open.
 
-use std::sync::Arc;
-
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -13,9 +11,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-use super::manager::Manager;
 
 /// A label set with one label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -337,62 +332,12 @@ pub fn answer(
 /// Whether the request read so far (`head`) is complete enough to answer: its request line has
 /// arrived, and where `/metrics` asks for a token (`needs_headers`) and the request line names
 /// it, its headers too (up to the blank line).
-fn head_complete(head: &[u8], needs_headers: bool) -> bool {
+pub(super) fn head_complete(head: &[u8], needs_headers: bool) -> bool {
     let Some(eol) = head.iter().position(|&b| b == b'\n') else { return false };
     if !needs_headers || target(&String::from_utf8_lossy(&head[..eol])) != "/metrics" {
         return true;
     }
     head.windows(4).any(|w| w == b"\r\n\r\n") || head.windows(2).any(|w| w == b"\n\n")
-}
-
-/// Serves one HTTP request on `s` ([`answer`]), then closes it.
-pub(super) async fn serve_http(m: Arc<Manager>, mut s: tokio::net::TcpStream) {
-    // However the client's writes arrive: the request line (and for a `/metrics` that needs a
-    // token, the headers), up to 8 KiB or 5 s.
-    let token = Some(m.cfg.metrics_token.as_str()).filter(|t| !t.is_empty());
-    let mut req = vec![0u8; 8192];
-    let mut n = 0;
-    let read = async {
-        while n < req.len() && !head_complete(&req[..n], token.is_some()) {
-            match s.read(&mut req[n..]).await {
-                Ok(0) | Err(_) => break,
-                Ok(k) => n += k,
-            }
-        }
-    };
-    // A request line without the headers a token needs, after 5 s: answered (401).
-    let timed_out = tokio::time::timeout(std::time::Duration::from_secs(5), read).await.is_err();
-    if n == 0 || (timed_out && !req[..n].contains(&b'\n')) {
-        return;
-    }
-    let text = String::from_utf8_lossy(&req[..n]);
-    let readiness = || {
-        let r = m.readiness();
-        if r == Readiness::Starting {
-            // The pool's executor may have failed (a busy or resetting GPU): try again now.
-            let m = m.clone();
-            tokio::task::spawn_blocking(move || m.fill_pool());
-        }
-        r
-    };
-    let metrics = || {
-        m.refresh_metrics();
-        m.metrics.render()
-    };
-    let a = answer(&text, token, readiness, metrics);
-    if a.challenge {
-        m.metrics.metrics_unauthorized.inc();
-    }
-    let head = format!(
-        "HTTP/1.1 {}\r\n{}Content-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        a.status,
-        if a.challenge { "WWW-Authenticate: Bearer\r\n" } else { "" },
-        a.content_type,
-        a.body.len()
-    );
-    let _ = s.write_all(head.as_bytes()).await;
-    let _ = s.write_all(a.body.as_bytes()).await;
-    let _ = s.shutdown().await;
 }
 
 #[cfg(test)]

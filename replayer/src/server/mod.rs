@@ -30,6 +30,7 @@ pub mod executor;
 pub mod functions;
 pub mod gate;
 pub mod gpus;
+mod http;
 pub mod manager;
 pub mod metrics;
 pub mod pieces;
@@ -165,7 +166,7 @@ async fn run(cfg: Config, exe: PathBuf, ready: impl FnOnce(Option<String>, Optio
         metrics_task = Some(tokio::spawn(async move {
             while let Ok((s, _)) = l.accept().await {
                 let m = m.clone();
-                tokio::spawn(async move { metrics::serve_http(m, s).await });
+                tokio::spawn(async move { http::serve_http(m, s).await });
             }
         }));
     }
