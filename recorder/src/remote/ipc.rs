@@ -323,7 +323,14 @@ pub(crate) fn before(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
             unsafe { *(w(0) as *mut u32) = READWRITE };
             Some(0)
         }
-        "cuMemPoolSetAccess" if imported(w(0)) => Some(0),
+        // Read-write is what an imported pool has; other access is not served.
+        "cuMemPoolSetAccess" if imported(w(0)) => {
+            let mut descs = (0..w(2)).map(|i| w(1) + i * 12 + 8);
+            // SAFETY: the program's `count` access descriptors (12 bytes; flags at byte 8).
+            let all_rw =
+                w(1) != 0 && descs.all(|at| unsafe { std::ptr::read_unaligned(at as *const u32) } == READWRITE);
+            Some(if all_rw { 0 } else { super::step::refused(f, "an imported pool's access is read-write only") })
+        }
         "cuMemPoolDestroy" if imported(w(0)) => {
             with(|b| b.imported_pools.remove(&w(0)));
             Some(0)
@@ -421,7 +428,8 @@ unsafe fn import(f: &ApiFunction, out: u64, os_handle: u64, kind: u64) -> u32 {
 /// # Safety
 /// `out` is null or the program's `int` out-pointer.
 unsafe fn export_pool(out: u64, pool: u64, kind: u64) -> u32 {
-    if out == 0 || kind != vmm::POSIX_FD {
+    // A pool the program created (a default pool has no shareable handle type, as natively).
+    if out == 0 || kind != vmm::POSIX_FD || !handles::is_client_handle(pool) {
         return INVALID_VALUE;
     }
     let t = with(|b| *b.pools.entry(pool).or_insert_with(token));

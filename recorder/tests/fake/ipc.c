@@ -53,6 +53,7 @@ CUresult cuMemPoolImportFromShareableHandle(void **, void *, int, unsigned long 
 CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *, CUdeviceptr);
 CUresult cuMemPoolImportPointer(CUdeviceptr *, void *, CUmemPoolPtrExportData *);
 CUresult cuMemPoolGetAccess(int *, void *, const void *);
+CUresult cuMemPoolSetAccess(void *, const void *, size_t);
 
 struct handles { CUipcMemHandle small; CUipcEventHandle event; int fd, pool_fd; CUmemPoolPtrExportData data; };
 
@@ -106,6 +107,8 @@ static int child(int fd) {
   int flags = 0, loc[2] = {1, 0};
   int pa = cuMemPoolGetAccess(&flags, pool, loc);
   printf("pool %d %d %d arena %d access %d %d\n", pi, pw, pp, (int)(ip >> 40) == 0x64, pa, flags);
+  int rw[3] = {1, 0, 3}, ro[3] = {1, 0, 1}; /* device 0: read-write, read-only */
+  printf("pool_access %d %d\n", cuMemPoolSetAccess(pool, rw, 1), cuMemPoolSetAccess(pool, ro, 1));
   printf("pool_free %d %d\n", cuMemFreeAsync(ip, 0), cuMemPoolDestroy(pool));
   printf("child done\n");
   return 0;

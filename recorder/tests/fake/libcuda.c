@@ -378,6 +378,7 @@ CUresult cuMemPoolImportFromShareableHandle(void **pool, void *h, int t, unsigne
 CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *d, CUdeviceptr p) { (void)d; (void)p; return 801; }
 CUresult cuMemPoolImportPointer(CUdeviceptr *p, void *pool, CUmemPoolPtrExportData *d) { (void)p; (void)pool; (void)d; return 801; }
 CUresult cuMemPoolGetAccess(int *f, void *pool, const void *l) { (void)f; (void)pool; (void)l; return 801; }
+CUresult cuMemPoolSetAccess(void *pool, const void *d, size_t n) { (void)pool; (void)d; (void)n; return 801; }
 CUresult cuEventCreate(void **e, unsigned f) { (void)f; *e = &ctx_token; return 0; }
 CUresult cuEventRecord(void *e, void *s) { (void)e; (void)s; return 0; }
 /* FAKE_CUDA_EVENT_US=n: waiting for an event takes n microseconds (the work before it still
