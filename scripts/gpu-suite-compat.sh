@@ -18,7 +18,8 @@
 #                            in OUT_DIR/compat-NAME.diff (diff -u native remote)
 #   compat: NAME recorded    the same for `gpuless record` (OUT_DIR/compat-NAME.record.diff)
 #   compat: NAME replayed    `gpuless replay --json` of that trace: exit 0, no mismatch
-#   compat: exports          names libcuda.so.1 exports that the client library does not
+#   compat: exports          names libcuda.so.1 exports that the client library does not (the
+#                            debugger's cudbg* interface left out by design, counted apart)
 # Also writes OUT_DIR/driver-errors.tsv (the native driver_answers' `err CODE NAME "STRING"`
 # lines: code, name, string; reference data for the client's cuGetErrorName/String),
 # OUT_DIR/libcuda-exports.txt and OUT_DIR/client-exports.txt (nm -D --defined-only names of the
@@ -45,9 +46,14 @@ if [ -n "$drv" ] && [ -e "$drv" ] && [ -f "$rec" ]; then
   exports "$rec" >"$out/client-exports.txt"
   comm -23 "$out/libcuda-exports.txt" "$out/client-exports.txt" >"$out/exports-missing.txt"
   n_drv=$(wc -l <"$out/libcuda-exports.txt"); n_cli=$(wc -l <"$out/client-exports.txt")
-  n_miss=$(wc -l <"$out/exports-missing.txt"); n_miss_cu=$(grep -c '^cu' "$out/exports-missing.txt")
+  # cudbg* is the debugger's interface into the driver's own process (cuda-gdb reads and writes
+  # those variables and calls those functions in the process that runs the kernels). Left out by
+  # design (docs/FIDELITY.md): exported from the preloaded library they would shadow the
+  # driver's under cuda-gdb while recording, and in client mode no kernel runs in the process.
+  grep -v '^cudbg' "$out/exports-missing.txt" >"$out/exports-missing-api.txt"
+  n_miss=$(wc -l <"$out/exports-missing-api.txt"); n_dbg=$(grep -c '^cudbg' "$out/exports-missing.txt")
   [ "$n_drv" -gt 0 ] && [ "$n_miss" -eq 0 ] && v=PASS || v=FAIL
-  echo "row|compat: exports: every name libcuda.so.1 exports, the client library exports too|$v|$n_miss of $n_drv driver names missing ($n_miss_cu of them cu*; the client exports $n_cli names; driver $(readlink -f "$drv")); first 30: $(head -n 30 "$out/exports-missing.txt" | tr '\n' ' ')"
+  echo "row|compat: exports: every name libcuda.so.1 exports but the debugger's cudbg* interface, the client library exports too|$v|$n_miss of $n_drv driver names missing, $n_dbg cudbg* left out by design (the client exports $n_cli names; driver $(readlink -f "$drv")); first 30 missing: $(head -n 30 "$out/exports-missing-api.txt" | tr '\n' ' ')"
 else
   echo "row|compat: exports: every name libcuda.so.1 exports, the client library exports too|FAIL|no libcuda.so.1 found ('${drv:-}') or no $rec"
 fi

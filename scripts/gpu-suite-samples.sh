@@ -16,7 +16,9 @@
 #   remote  `gpuless run --remote ADDR -- ./sample ARGS` in a mount namespace without the driver,
 #           against one `gpuless serve` on this GPU: exit code and normalized output as native's.
 # Samples whose native run fails (or is waived, exit 2) are reported and not counted against
-# gpuless. Prints `row|samples: NAME MODE|PASS or FAIL|detail` lines, a summary line, and writes
+# gpuless; a sample whose list note says `remote n/a: WHY` (what the client cannot give it by
+# its nature) is reported INFO in remote mode when it fails there, and left out of the remote
+# count. Prints `row|samples: NAME MODE|PASS or FAIL|detail` lines, a summary line, and writes
 # OUT_DIR/samples.tsv. SAMPLES_ONLY="a b" runs some samples; SAMPLES_MODES (default "record
 # remote") chooses the gpuless modes, and `again` (a second native run compared with the first)
 # finds output the normalizer does not cover yet; SAMPLES_TOTAL (default 480) is the whole
@@ -241,7 +243,7 @@ fi
 # ---- rows, table, summary ------------------------------------------------------------------
 field() { [ -f "$out/res/$1.$2" ] && cat "$out/res/$1.$2"; }
 printf 'sample\tbuild\tnative\trecord\treplay\tremote\tnote\n' >"$out/samples.tsv"
-nb=0 nok=0 nrec=0 nrep=0 nrem=0 nagain=0 again_ok=0
+nb=0 nok=0 nrec=0 nrep=0 nrem=0 nagain=0 again_ok=0 nna=0 na_names=''
 for name in "${selected[@]}"; do
   b=$(field "$name" build) note='' native=- rec=- rep=- rem=-
   bs=${b%%|*}
@@ -264,6 +266,13 @@ for name in "${selected[@]}"; do
           r=$(field "$name" "$m")
           [ -n "$r" ] || r="FAIL|no result (the run did not finish)"
           v=${r%%|*}
+          # A sample the client cannot run by its nature (list.tsv's note: "remote n/a: WHY"):
+          # reported, not counted either way.
+          if [ "$m" = remote ] && [ "$v" != PASS ] && na=$(row_of "$name" | cut -f8 | grep -o 'remote n/a: .*'); then
+            echo "row|samples: $name $m|INFO|${na}; this run: ${r#*|}"
+            rem=n/a nna=$((nna + 1)) na_names+=" $name"
+            continue
+          fi
           [[ $v == "not run: "* ]] && { echo "row|samples: $name $m|FAIL|$v"; v=FAIL; r="FAIL|$v"; } || echo "row|samples: $name $m|$r"
           case $m in record) rec=$v ;; replay) rep=$v ;; remote) rem=$v ;; again) nagain=$((nagain + 1)); [ "$v" = PASS ] && again_ok=$((again_ok + 1)) ;; esac
           if [ "$v" = PASS ]; then
@@ -276,7 +285,8 @@ for name in "${selected[@]}"; do
   esac
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "${bs:-none}" "$native" "$rec" "$rep" "$rem" "$(cut -c1-300 <<<"$note")" >>"$out/samples.tsv"
 done
-summary="samples: ${#selected[@]} selected, $nb built, native $nok ok, record $nrec/$nok, replay $nrep/$nok, remote $nrem/$nok"
+summary="samples: ${#selected[@]} selected, $nb built, native $nok ok, record $nrec/$nok, replay $nrep/$nok, remote $nrem/$((nok - nna))"
+[ "$nna" -gt 0 ] && summary+=" ($nna not applicable remotely:$na_names)"
 [ "$nagain" -gt 0 ] && summary+=", native again $again_ok/$nagain"
 summary+=" ($((SECONDS - t_start)) s)"
 echo "row|samples: summary|INFO|$summary; table in samples.tsv"

@@ -96,3 +96,18 @@ fn a_function_taken_without_a_recorded_call_is_found_and_replayed() {
     assert_eq!(count(&report, "launches"), 3, "{shown}");
     assert!(count(&report, "results_verified") >= 3, "{shown}");
 }
+
+/// A synchronous upload from the replayer's own bytes may still be in flight when the driver
+/// returns (it returns once they are staged, `FAKE_CUDA_STAGED_HTOD`); the program's, from the
+/// host memory it recorded, had landed. A launch on another stream that reads the destination
+/// must see the upload: the replay waits for the legacy stream before giving another stream
+/// work (`State::stream`).
+#[test]
+fn a_launch_on_another_stream_sees_the_synchronous_upload_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = support::record_stand_in(dir.path(), Some("-20"));
+    let (code, report, shown) = replay(dir.path(), &trace, &[("FAKE_CUDA_STAGED_HTOD", "1")]);
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
+    assert!(count(&report, "results_verified") >= 3, "{shown}");
+}

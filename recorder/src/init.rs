@@ -22,6 +22,7 @@ pub(crate) fn finish_process() {
 
 /// Lends every registration point its function.
 fn wire() {
+    crate::fault_report::init();
     state::on_exit(finish::finish);
     signals::on_finish(finish_process);
 }

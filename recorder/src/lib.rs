@@ -29,6 +29,7 @@ mod driver;
 mod exits;
 mod export_log;
 mod export_tables;
+mod fault_report;
 mod finish;
 mod fold;
 mod functions;

@@ -80,7 +80,9 @@ pub fn finish_and_wait(code: u8) -> Finished {
     Finished::Waited
 }
 
-extern "C" fn on_crash(sig: libc::c_int) {
+extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel's siginfo and context for this signal.
+    unsafe { crate::fault_report::say(sig, info, ctx) };
     finish_and_wait(sig as u8);
     // SAFETY: signal(2) and raise(3) are async-signal-safe. The signal is blocked while this
     // handler runs: raised now, it ends the process when the handler returns (a fault would
@@ -137,24 +139,26 @@ fn install_once() {
     if crash_pipe {
         DONE_R.store(done[0], Ordering::Relaxed);
         for sig in CRASHES {
-            set_if_default(sig, on_crash, libc::SA_ONSTACK | libc::SA_RESTART);
+            set_if_default(sig, on_crash as *const () as usize, libc::SA_ONSTACK | libc::SA_RESTART | libc::SA_SIGINFO);
         }
     }
     for sig in SIGNALS {
-        set_if_default(sig, on_signal, libc::SA_RESTART);
+        set_if_default(sig, on_signal as *const () as usize, libc::SA_RESTART);
     }
 }
 
 /// Makes `handler` the action of `sig` when the program left it at the default.
-fn set_if_default(sig: libc::c_int, handler: extern "C" fn(libc::c_int), flags: libc::c_int) {
+fn set_if_default(sig: libc::c_int, handler: usize, flags: libc::c_int) {
     // SAFETY: querying then (if default) setting a disposition with a valid sigaction.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 || old.sa_sigaction != libc::SIG_DFL {
+        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0
+            || (old.sa_sigaction != libc::SIG_DFL && !crate::fault_report::is_early(old.sa_sigaction))
+        {
             return;
         }
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = handler as usize;
+        sa.sa_sigaction = handler;
         sa.sa_flags = flags;
         libc::sigemptyset(&mut sa.sa_mask);
         libc::sigaction(sig, &sa, std::ptr::null_mut());
@@ -167,7 +171,7 @@ pub fn reset_in_child() {
         return;
     }
     DONE_R.store(-1, Ordering::Relaxed);
-    let ours = [on_signal as extern "C" fn(libc::c_int) as usize, on_crash as extern "C" fn(libc::c_int) as usize];
+    let ours = [on_signal as *const () as usize, on_crash as *const () as usize];
     for sig in SIGNALS.into_iter().chain(CRASHES) {
         // SAFETY: querying and restoring dispositions.
         unsafe {

@@ -592,6 +592,7 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
                 }
             }
             _ => {
+                crate::fault_report::say(sig, info, ctx);
                 // The default action: the fault happens again on return, and ends the process.
                 let mut dfl: libc::sigaction = std::mem::zeroed();
                 dfl.sa_sigaction = libc::SIG_DFL;

@@ -119,7 +119,21 @@ static unsigned char *host(CUdeviceptr p) {
 CUresult cuMemAlloc(unsigned int *p, unsigned int n) { (void)n; *p = 0x1000u; return 0; }
 /* The CUDA 10.0 form, without a capture mode. */
 CUresult cuStreamBeginCapture(void *stream) { return stream == (void *)0x5 ? 0 : 1; }
-CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { memcpy(host(dst), src, n); return 0; }
+/* FAKE_CUDA_STAGED_HTOD=1: a synchronous upload returns once its bytes are staged, as the
+ * driver's from pageable memory does; they land when the legacy stream next runs or is waited
+ * for (a synchronization of it or of the context, a later legacy copy or launch), not before a
+ * launch on another stream. */
+static struct { CUdeviceptr dst; unsigned char *bytes; size_t n; } staged[16];
+static int nstaged;
+static void land(void) {
+  for (int i = 0; i < nstaged; i++) { memcpy(host(staged[i].dst), staged[i].bytes, staged[i].n); free(staged[i].bytes); }
+  nstaged = 0; }
+static int legacy(const void *s) { return s == 0 || s == (void *)1; }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+  land();
+  if (getenv("FAKE_CUDA_STAGED_HTOD") && nstaged < 16 && (staged[nstaged].bytes = malloc(n))) {
+    memcpy(staged[nstaged].bytes, src, n); staged[nstaged].dst = dst; staged[nstaged++].n = n; return 0; }
+  memcpy(host(dst), src, n); return 0; }
 /* FAKE_CUDA_PRINTF=1: every launch "prints" a line, which reaches stdout when a synchronization
  * (context, stream, event, blocking copy) flushes the device's printf buffer, as the driver's. */
 static char printed[1 << 16];
@@ -146,7 +160,7 @@ static void drain(void) {
   queued = 0; }
 static struct { void *p; size_t n; } pinned[64];
 static int npinned;
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { drain(); memcpy(dst, host(src), n); flush_printf(); return 0; }
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { land(); drain(); memcpy(dst, host(src), n); flush_printf(); return 0; }
 static CUresult capture_copy(int type, void *dst, const void *src, CUdeviceptr dev, size_t n);
 static void *capturing; /* the stream being captured (all streams are one here) */
 /* Async copies on a capturing stream become copy nodes (cuGraphLaunch runs them in order). */
@@ -199,6 +213,7 @@ CUresult cuStreamDestroy_v2(void *s) {
   return 0; }
 CUresult cuStreamSynchronize(void *stream) {
   if (stream_gone(stream)) return 400;
+  if (legacy(stream)) land();
   drain(); flush_printf(); return 0; }
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = &module_token; return 0; }
 CUresult cuModuleUnload(void *m) { (void)m; return 0; }
@@ -247,12 +262,13 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
   if (capturing && stream == capturing) {
     unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     return capture_launch(f, grid, block, smem, params); }
+  if (legacy(stream)) land();
   run_scale(params);
   device_printf();
   return 0; }
 /* FAKE_CUDA_SYNC_FAULT=1 makes every context synchronization report an illegal address, as a
  * kernel's fault surfaces at the next synchronization (for replay error reports). */
-CUresult cuCtxSynchronize(void) { drain(); flush_printf(); return getenv("FAKE_CUDA_SYNC_FAULT") ? 700 : 0; }
+CUresult cuCtxSynchronize(void) { land(); drain(); flush_printf(); return getenv("FAKE_CUDA_SYNC_FAULT") ? 700 : 0; }
 CUresult cuCtxGetDevice(int *d) { *d = current_dev; return 0; }
 /* CUDA 13 hands out versions with new signatures for old names: cuGetProcAddress("cuCtxGetDevice")
  * gives cuCtxGetDevice_v2. cuCtxGetFlags_v2 stands for a version newer than the recorder's table. */

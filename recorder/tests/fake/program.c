@@ -91,6 +91,15 @@ int main(int argc, char **argv) {
     printf("driver_answered=%d\n", n);
     return 0;
   }
+  if (iters == -20) { /* an upload, then a launch on a stream of its own that reads it */
+    int (*screate)(void **, unsigned) = get("cuStreamCreate");
+    void *st; float up[64], out[64];
+    for (int i = 0; i < 64; i++) up[i] = (float)(100 + i);
+    if (screate(&st, 1) || htod(d, up, sizeof up) || launch(fn, 1, 1, 1, 64, 1, 1, 0, st, params, 0) || sync(st)) return 50;
+    if (dtoh(out, d, sizeof out)) return 51;
+    printf("out[1]=%g\n", out[1]);
+    return 0;
+  }
   if (iters == -11) { /* state queries: an event timing, event and stream status, free memory */
     int (*ecreate)(void **, unsigned) = get("cuEventCreate");
     int (*erecord)(void *, void *) = get("cuEventRecord");

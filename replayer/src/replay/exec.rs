@@ -14,18 +14,34 @@ use super::{check, exec_array, exec_graph, exec_ops, LoadedTrace, ReplayError, R
 impl State {
     /// The live stream of a recorded one. A handle the session never created is the driver's
     /// `CUDA_ERROR_INVALID_HANDLE` for the call (never the legacy stream in its place).
+    /// Work given to a stream other than the legacy one first waits for a synchronous copy
+    /// still in flight ([`State::unsettled`]).
     pub(crate) fn stream(&self, recorded: u64) -> Result<sys::CUstream, ReplayError> {
         if let Some(s) = self.stream_override {
+            self.settle()?;
             return Ok(s);
         }
         // 0, CU_STREAM_LEGACY (1) and CU_STREAM_PER_THREAD (2) mean the same at replay.
         match recorded {
             0..=2 => Ok(recorded as sys::CUstream),
-            s => self.streams.get(&s).copied().ok_or_else(|| {
-                let (seq, what) = self.last_call.unwrap_or((0, "a stream's call"));
-                ReplayError::Driver { seq, what: what.to_string(), code: sys::CUresult::CUDA_ERROR_INVALID_HANDLE }
-            }),
+            s => {
+                let live = self.streams.get(&s).copied().ok_or_else(|| {
+                    let (seq, what) = self.last_call.unwrap_or((0, "a stream's call"));
+                    ReplayError::Driver { seq, what: what.to_string(), code: sys::CUresult::CUDA_ERROR_INVALID_HANDLE }
+                })?;
+                self.settle()?;
+                Ok(live)
+            }
         }
+    }
+
+    /// Waits for the legacy stream if a synchronous copy from pageable bytes may be in flight.
+    fn settle(&self) -> Result<(), ReplayError> {
+        if self.unsettled.replace(false) {
+            // SAFETY: a synchronization of the legacy stream of the current context.
+            self.own(unsafe { sys::cuStreamSynchronize(1 as sys::CUstream) }, "wait for a copy in flight")?;
+        }
+        Ok(())
     }
 
     pub(crate) fn kernel_name(&self, recorded: u64) -> String {
@@ -309,6 +325,7 @@ pub(crate) fn call(
                 let data = blob(trace, &c, c.arg("srcHost"))?;
                 let dst = st.mem.translate(c.word("dstDevice")?);
                 check(sys::cuMemcpyHtoD_v2(dst, data.as_ptr().cast(), data.len()), seq, f.name)?;
+                st.copied_in();
             }
             "cuMemcpyDtoH" if st.stream_override.is_some_and(capturing) => {
                 let n = c.word("ByteCount")? as usize;
@@ -714,6 +731,7 @@ fn mirror_output(st: &mut State, c: &Call<'_>, arg: &str, host: &[u8], report: &
     let live = st.mem.translate(a);
     // SAFETY: device memory this session made for the shared range, `host.len()` bytes there.
     check(unsafe { sys::cuMemcpyHtoD_v2(live, host.as_ptr().cast(), host.len()) }, c.rec.seq, c.f.name)?;
+    st.copied_in();
     st.managed.wrote(a, host);
     Ok(())
 }

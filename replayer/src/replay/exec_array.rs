@@ -266,6 +266,9 @@ pub(crate) fn call(
                     (_, None) => return Err(c.missing("hStream")),
                 };
                 check(r, seq, name)?;
+                if stream.is_none() {
+                    st.copied_in();
+                }
                 if copy.host_destination() {
                     match stream {
                         // Into host memory on a stream a graph captures: the rows arrive at
@@ -295,6 +298,9 @@ pub(crate) fn call(
                     None => sys::cuMemcpyHtoA_v2(a, off, data.as_ptr().cast(), data.len()),
                 };
                 check(r, seq, name)?;
+                if stream.is_none() {
+                    st.copied_in();
+                }
             }
             "cuMemcpyAtoH" | "cuMemcpyAtoHAsync" => {
                 let a = st.array(c, c.word("srcArray")?)?;

@@ -64,6 +64,7 @@ pub(crate) fn call(
         };
         // SAFETY: a copy into device memory this replay created for the range, from blob bytes.
         check(unsafe { sys::cuMemcpyHtoD_v2(live, data.as_ptr().cast(), data.len()) }, rec.seq, name)?;
+        st.copied_in();
         st.managed.wrote(addr, data);
     } else {
         let Some(&Value::Size(len)) = rec.args.get(1) else { return Err(bad(rec, "no length recorded")) };

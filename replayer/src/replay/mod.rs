@@ -338,6 +338,11 @@ pub(crate) struct State {
     /// A session of several devices: each device's primary context, by ordinal
     /// ([`devices`]); empty for one device.
     pub contexts: Vec<usize>,
+    /// A synchronous host-to-device copy from the replayer's own (pageable) bytes may still be
+    /// in flight on the legacy stream when it returns (the driver returns once the bytes are
+    /// staged), where the program's copy from pinned memory had completed: work on another
+    /// stream waits for it first ([`State::stream`], [`State::copied_in`]).
+    pub unsettled: std::cell::Cell<bool>,
 }
 
 impl State {
@@ -376,7 +381,14 @@ impl State {
             pinned: Default::default(),
             links: Default::default(),
             contexts: Vec::new(),
+            unsettled: std::cell::Cell::new(false),
         }
+    }
+
+    /// Notes a synchronous host-to-device copy just issued from pageable bytes (see
+    /// [`State::unsettled`]).
+    pub(crate) fn copied_in(&self) {
+        self.unsettled.set(true);
     }
 
     /// The result of a call of the replayer's own (timing events), named by the recorded call

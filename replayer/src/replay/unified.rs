@@ -71,7 +71,10 @@ pub(super) unsafe fn copy(
                         let from = if capturing(s) { st.objects.stage(data, seq)? } else { data.as_ptr() };
                         check(sys::cuMemcpyHtoDAsync_v2(to, from.cast(), data.len(), s), seq, name)?;
                     }
-                    None => check(sys::cuMemcpyHtoD_v2(to, data.as_ptr().cast(), data.len()), seq, name)?,
+                    None => {
+                        check(sys::cuMemcpyHtoD_v2(to, data.as_ptr().cast(), data.len()), seq, name)?;
+                        st.copied_in();
+                    }
                 }
             }
             (d, false) => {
