@@ -54,3 +54,19 @@ fn downloads_into_mapped_memory_are_not_sent_back() {
     // must not follow them.
     assert!(up < 10 << 20, "{up} bytes up: the downloads went back up; {}", ran.stderr);
 }
+
+/// A fault of the program's own while managed memory is live goes past the client's fault
+/// handler to the default action (the process ends by SIGSEGV, not SIGALRM after a loop of
+/// faults), and `GPULESS_FAULT_REPORT` says where it happened.
+#[test]
+fn a_programs_own_fault_beside_managed_memory_ends_it_and_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "managed", &["-l:libcuda.so.1"]);
+    let srv = serve_harness::Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = serve_harness::run_client_env(&srv, &prog, &[("MANAGED_FAULT", "1"), ("GPULESS_FAULT_REPORT", "1")]);
+    // 128 + SIGSEGV; the program's alarm (20 s) would have ended a loop of faults (128 + 14).
+    assert_eq!(ran.code, Some(139), "{}", ran.stderr);
+    assert!(ran.stderr.contains("gpuless: signal 0xb on thread"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("address 0x10, instruction"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("gpuless: instruction at offset"), "{}", ran.stderr);
+}

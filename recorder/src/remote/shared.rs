@@ -581,7 +581,11 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
     // SAFETY: the handler saved at installation, called as the kernel would have.
     unsafe {
         match *std::ptr::addr_of!(PREVIOUS) {
-            Some(prev) if prev.sa_sigaction != libc::SIG_DFL && prev.sa_sigaction != libc::SIG_IGN => {
+            Some(prev)
+                if prev.sa_sigaction != libc::SIG_DFL
+                    && prev.sa_sigaction != libc::SIG_IGN
+                    && !crate::fault_report::is_early(prev.sa_sigaction) =>
+            {
                 if prev.sa_flags & libc::SA_SIGINFO != 0 {
                     let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
                         std::mem::transmute(prev.sa_sigaction);
@@ -589,6 +593,13 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
                 } else {
                     let f: extern "C" fn(libc::c_int) = std::mem::transmute(prev.sa_sigaction);
                     f(sig);
+                }
+                // Called here, not by the kernel: a one-shot handler's reset is ours to do, or
+                // the fault, recurring on return, would come back here for ever.
+                if prev.sa_flags & libc::SA_RESETHAND != 0 {
+                    let mut dfl: libc::sigaction = std::mem::zeroed();
+                    dfl.sa_sigaction = libc::SIG_DFL;
+                    libc::sigaction(sig, &dfl, std::ptr::null_mut());
                 }
             }
             _ => {

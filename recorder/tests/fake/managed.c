@@ -9,7 +9,9 @@
  * - advice the program gave, in the range's attributes;
  * - a freed allocation's pages are gone (a new one is zeroed).
  * Any failing call prints `FAILED <call> <code>` to stderr and exits with 1. */
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "scale.h"
 
@@ -33,6 +35,10 @@ int main(void) {
   float *h = (float *)(uintptr_t)m;
   printf("fresh: %g %g\n", h[0], h[N - 1]);
   for (int i = 0; i < N; i++) h[i] = (float)i;
+  if (getenv("MANAGED_FAULT")) { /* a fault of the program's own beside managed memory */
+    alarm(20);
+    *(volatile int *)(uintptr_t)16 = 1;
+  }
   scale_twice_shared(fn, m, h, N);
   float k = 2.0f;
 
