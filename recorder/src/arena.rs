@@ -19,15 +19,22 @@
 //! Differences from `cuMemAlloc` memory: no legacy IPC (`cuIpcGetMemHandle` fails), no peer
 //! access through `cuCtxEnablePeerAccess`, pool attributes do not apply to arena memory.
 
+mod answers;
+mod ops;
+mod physical;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use cudarc::driver::sys;
-use gpuless_analyzer::api;
 use gpuless_traces::arena::{Layout, Placed, CHUNK, DEFAULT_BASES, DEFAULT_SIZE};
 
 use crate::real;
+
+use self::answers::{answer, Found};
+pub use self::ops::{op, Op};
+use self::physical::{map, unmap_all};
 
 /// Environment: `off` disables the arena; a hex address sets the base to try.
 pub const ENV_ARENA: &str = "GPULESS_ARENA";
@@ -43,90 +50,6 @@ const NOT_FOUND: u32 = 500;
 const STREAM_PER_THREAD: u64 = 2;
 /// Pitch alignment of `cuMemAllocPitch` allocations.
 const PITCH_ALIGN: u64 = 512;
-
-/// What the arena does with a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    Alloc,
-    AllocPitch,
-    AllocAsync,
-    AllocFromPool,
-    Free,
-    FreeAsync,
-    AddressRange,
-    PointerAttribute,
-    PointerAttributes,
-    PointerSetAttribute,
-    /// The program's own reservation (`cuMemAddressReserve`), placed in the arena.
-    AddressReserve,
-    /// `cuMemAddressFree` of such a reservation.
-    AddressFree,
-    /// Pool attributes and trims the pools' books (`pools.rs`) keep.
-    PoolGetAttribute,
-    PoolSetAttribute,
-    PoolTrimTo,
-    PoolDestroy,
-    /// A copy of `len` units of `unit` bytes at device address `a` (and `b`, 255 for none;
-    /// argument indices): arena memory's range is checked as the driver checks an allocation's
-    /// (its chunk would accept what runs past the allocation's end).
-    Range {
-        a: u8,
-        b: u8,
-        len: u8,
-        unit: u8,
-    },
-    CtxSync,
-    StreamSync,
-}
-
-/// The arena operation of API function `id`, if any.
-pub fn op(id: api::ApiId) -> Option<Op> {
-    static OPS: OnceLock<Vec<Option<Op>>> = OnceLock::new();
-    let ops = OPS.get_or_init(|| {
-        api::functions()
-            .iter()
-            .map(|f| match f.name {
-                // The legacy 32-bit entries share the names: never theirs.
-                _ if !f.modeled => None,
-                "cuMemAlloc" => Some(Op::Alloc),
-                "cuMemAllocPitch" => Some(Op::AllocPitch),
-                "cuMemAllocAsync" => Some(Op::AllocAsync),
-                "cuMemAllocFromPoolAsync" => Some(Op::AllocFromPool),
-                "cuMemFree" => Some(Op::Free),
-                "cuMemFreeAsync" => Some(Op::FreeAsync),
-                "cuMemGetAddressRange" => Some(Op::AddressRange),
-                "cuPointerGetAttribute" => Some(Op::PointerAttribute),
-                "cuPointerGetAttributes" => Some(Op::PointerAttributes),
-                "cuPointerSetAttribute" => Some(Op::PointerSetAttribute),
-                "cuMemAddressReserve" => Some(Op::AddressReserve),
-                "cuMemAddressFree" => Some(Op::AddressFree),
-                "cuMemPoolGetAttribute" => Some(Op::PoolGetAttribute),
-                "cuMemPoolSetAttribute" => Some(Op::PoolSetAttribute),
-                "cuMemPoolTrimTo" => Some(Op::PoolTrimTo),
-                "cuMemPoolDestroy" => Some(Op::PoolDestroy),
-                // Copies with a host side (recorded in full anyway); device-to-device copies and
-                // sets keep the recorder's raw path (`raw.rs`), which an arena operation would
-                // take them off: their range is checked in client mode only (`remote/checks.rs`).
-                "cuMemcpyHtoD" | "cuMemcpyHtoDAsync" => range(f, "dstDevice", None, "ByteCount", 1),
-                "cuMemcpyDtoH" | "cuMemcpyDtoHAsync" => range(f, "srcDevice", None, "ByteCount", 1),
-                "cuCtxSynchronize" => Some(Op::CtxSync),
-                "cuStreamSynchronize" => Some(Op::StreamSync),
-                _ => None,
-            })
-            .collect()
-    });
-    ops.get(usize::from(id.0)).copied().flatten()
-}
-
-/// [`Op::Range`] of `f`'s arguments by name (`None` if the table lacks one).
-fn range(f: &api::ApiFunction, a: &str, b: Option<&str>, len: &str, unit: u8) -> Option<Op> {
-    let at = |n: &str| f.args.iter().position(|x| x.name == n).and_then(|i| u8::try_from(i).ok());
-    let b = match b {
-        Some(n) => at(n)?,
-        None => 255,
-    };
-    Some(Op::Range { a: at(a)?, b, len: at(len)?, unit })
-}
 
 struct Info {
     ctx: u64,
@@ -558,70 +481,6 @@ impl Arena {
     }
 }
 
-/// Whether physical memory may be asked for with `cuMemAlloc`'s capabilities (GPUDirect RDMA,
-/// hardware decompression); cleared when the driver refuses them once.
-static CAPABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-fn map(r: &real::Real, device: i32, addr: u64, len: u64) -> Result<(), u32> {
-    // SAFETY: all-zero is a valid starting value of these C structs.
-    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
-    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = device;
-    // `cuMemAlloc` memory is RDMA- and decompression-capable on current GPUs (its pointer
-    // attributes say so): the arena's is made the same where the driver allows it.
-    let capable = CAPABLE.load(Ordering::Relaxed);
-    if capable {
-        prop.allocFlags.gpuDirectRDMACapable = 1;
-        prop.allocFlags.usage = sys::CU_MEM_CREATE_USAGE_HW_DECOMPRESS as u16;
-    }
-    // SAFETY: as above.
-    let mut access: sys::CUmemAccessDesc = unsafe { std::mem::zeroed() };
-    access.location = prop.location;
-    access.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    let code = |st: sys::CUresult| st as u32;
-    // SAFETY: the range lies in our reservation and is unmapped; valid pointers to structs.
-    unsafe {
-        let mut h: sys::CUmemGenericAllocationHandle = 0;
-        // Exportable to another process, as `cuMemAlloc` memory is (`ipc.rs`), where the
-        // driver allows it.
-        prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-        let mut st = (r.create)(&mut h, len as usize, &prop, 0);
-        if matches!(st, sys::CUresult::CUDA_ERROR_INVALID_VALUE | sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) {
-            prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
-            st = (r.create)(&mut h, len as usize, &prop, 0);
-        }
-        if capable && matches!(st, sys::CUresult::CUDA_ERROR_INVALID_VALUE | sys::CUresult::CUDA_ERROR_NOT_SUPPORTED) {
-            CAPABLE.store(false, Ordering::Relaxed);
-            prop.allocFlags.gpuDirectRDMACapable = 0;
-            prop.allocFlags.usage = 0;
-            st = (r.create)(&mut h, len as usize, &prop, 0);
-        }
-        if st != sys::CUresult::CUDA_SUCCESS {
-            return Err(code(st));
-        }
-        let st = (r.map)(addr, len as usize, 0, h, 0);
-        // The mapping keeps the memory alive; the handle is not needed any more.
-        (r.release)(h);
-        if st != sys::CUresult::CUDA_SUCCESS {
-            return Err(code(st));
-        }
-        let st = (r.set_access)(addr, len as usize, &access, 1);
-        if st != sys::CUresult::CUDA_SUCCESS {
-            (r.unmap)(addr, len as usize);
-            return Err(code(st));
-        }
-    }
-    Ok(())
-}
-
-fn unmap_all(r: &real::Real, ranges: &[(u64, u64)]) {
-    for &(a, l) in ranges {
-        // SAFETY: a range this module mapped; nothing uses it any more.
-        unsafe { (r.unmap)(a, l as usize) };
-    }
-}
-
 unsafe fn free(ptr: u64) -> Option<u32> {
     if !in_arena(ptr) {
         return None;
@@ -727,17 +586,6 @@ fn release_deferred(stream: Option<u64>) {
     }
 }
 
-/// What the arena knows of a live allocation, for pointer queries.
-#[derive(Clone, Copy)]
-struct Found {
-    base: u64,
-    size: u64,
-    ctx: u64,
-    id: u64,
-    pool: Option<u64>,
-    sync_memops: u32,
-}
-
 /// The live arena allocation containing `ptr`.
 fn lookup(ptr: u64) -> Option<Option<Found>> {
     let guard = ARENA.lock().ok()?;
@@ -771,44 +619,6 @@ unsafe fn address_range(pbase: u64, psize: u64, ptr: u64) -> Option<u32> {
     }
     Some(SUCCESS)
 }
-
-/// Writes our answer for `attr` about the allocation to `data`; false if the driver's stands.
-/// Measured against `cuMemAlloc` and `cuMemAllocAsync` memory on an H100 (driver 580): the
-/// driver's answers about the arena's VMM memory differ in the context, the range, the buffer
-/// id, the pool and, for pool memory, the capabilities; the rest (type, device pointer, ordinal,
-/// mapped, access flags, handle types, the physical mapping) are the driver's own and the same.
-unsafe fn answer(attr: u64, data: u64, f: Found) -> bool {
-    use sys::CUpointer_attribute as A;
-    // SAFETY: `data` points to a value of the attribute's type (the caller's contract).
-    unsafe {
-        match attr {
-            // Pool memory belongs to no context: the driver answers null for it.
-            x if x == A::CU_POINTER_ATTRIBUTE_CONTEXT as u64 => {
-                *(data as *mut u64) = if f.pool.is_some() { 0 } else { f.ctx }
-            }
-            x if x == A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR as u64 => *(data as *mut u64) = f.base,
-            x if x == A::CU_POINTER_ATTRIBUTE_RANGE_SIZE as u64 => *(data as *mut usize) = f.size as usize,
-            // Unique per allocation, as the driver's are (high bit: never equal to one of them).
-            x if x == A::CU_POINTER_ATTRIBUTE_BUFFER_ID as u64 => *(data as *mut u64) = (1 << 63) | f.id,
-            x if x == A::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS as u64 => *(data as *mut u32) = f.sync_memops,
-            x if x == A::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE as u64 => *(data as *mut u64) = f.pool.unwrap_or(0),
-            // Made exportable (`map`), answered as for `cuMemAlloc` memory: no handle types.
-            x if x == A::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES as u64 => *(data as *mut u64) = 0,
-            // The arena's memory is created RDMA- and decompression-capable (`map`), as
-            // `cuMemAlloc` memory is; the driver's pool memory is neither.
-            x if f.pool.is_some()
-                && (x == A::CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE as u64 || x == ATTR_HW_DECOMPRESS) =>
-            {
-                *(data as *mut u32) = 0
-            }
-            _ => return false,
-        }
-    }
-    true
-}
-
-/// `CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE` (CUDA 12.8; newer than the bindings' enum).
-const ATTR_HW_DECOMPRESS: u64 = 21;
 
 /// `cuPointerSetAttribute` on arena memory: `SYNC_MEMOPS` is kept per allocation (VMM memory
 /// refuses it with `CUDA_ERROR_NOT_SUPPORTED`, `cuMemAlloc` memory takes it); the driver

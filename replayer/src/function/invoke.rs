@@ -15,7 +15,9 @@ use serde::Serialize;
 
 use super::{Function, Manifest, Port};
 use crate::replay::objects::SyncPoint;
-use crate::replay::{self, compat, exec, hot, lower, Device, LoadedTrace, Memory, Options, ReplayError, Report, State};
+use crate::replay::{
+    self, compat, exec, hot, lower, results, Device, LoadedTrace, Memory, Options, ReplayError, Report, State,
+};
 
 /// Threads that load a function's code images at once.
 const PRELOAD_THREADS: usize = 8;
@@ -396,7 +398,7 @@ impl Invoker {
                     Some(_) => unsafe { std::slice::from_raw_parts(o.host, o.len) },
                     None => &o.eager,
                 };
-                exec::verify_value(&self.st, o.seq, o.what, o.want.as_ref(), host, &self.trace, &mut self.report);
+                results::verify_value(&self.st, o.seq, o.what, o.want.as_ref(), host, &self.trace, &mut self.report);
             }
         }
         Ok(())

@@ -2,7 +2,8 @@
 //! device's primary context, makes current the one a `gpulessSetDevice` record names, creates
 //! each device's slice of the client's arena on that device (mapped for every device of the
 //! session that can reach it: [`super::memory::Memory::set_devices`]), and describes the devices
-//! and every pair of them for the session's `Welcome`.
+//! ([`describe_device`], also for a session of one) and every pair of them for the session's
+//! `Welcome`.
 //!
 //! The executor's process sees exactly the session's GPUs (the server starts it with
 //! `CUDA_VISIBLE_DEVICES` naming them in the session's order), so a session's device `k` is
@@ -12,6 +13,7 @@ use cudarc::driver::sys;
 use gpuless_traces::protocol::{MoreDevices, PeerFact};
 use gpuless_traces::{CallRecord, Value};
 
+use super::raw::raw_fn;
 use super::{check, Device, ReplayError, State};
 
 /// `CUdevice_P2PAttribute`s a client answers from the session's description (1: performance
@@ -29,17 +31,84 @@ pub fn count() -> u32 {
     u32::try_from(n).unwrap_or(0)
 }
 
+/// Everything a program can ask of the current context's device: name, UUID, total memory
+/// (`memory_limit` where the partition has one), driver version and every attribute the
+/// driver answers (ids 1 up to the first run of 16 unanswered ids past the newest known).
+pub fn describe_device(memory_limit: Option<u64>) -> gpuless_traces::protocol::DeviceDescription {
+    let mut dev = 0i32;
+    // SAFETY: a valid out-pointer (no context current: device 0).
+    if unsafe { sys::cuCtxGetDevice(&mut dev) } != sys::CUresult::CUDA_SUCCESS {
+        dev = 0;
+    }
+    describe_device_at(dev, memory_limit)
+}
+
+/// [`describe_device`] of device `dev` of this process.
+pub fn describe_device_at(dev: i32, memory_limit: Option<u64>) -> gpuless_traces::protocol::DeviceDescription {
+    type Attr = unsafe extern "C" fn(*mut i32, u32, i32) -> sys::CUresult;
+    type Name = unsafe extern "C" fn(*mut std::ffi::c_char, i32, i32) -> sys::CUresult;
+    type Uuid = unsafe extern "C" fn(*mut u8, i32) -> sys::CUresult;
+    type Total = unsafe extern "C" fn(*mut usize, i32) -> sys::CUresult;
+    type Version = unsafe extern "C" fn(*mut i32) -> sys::CUresult;
+    let ok = sys::CUresult::CUDA_SUCCESS;
+    let mut d = gpuless_traces::protocol::DeviceDescription::default();
+    // SAFETY: each entry point is typed with its C signature (enums as integers) and given
+    // valid out-pointers and a device of this process.
+    unsafe {
+        if let Ok(f) = raw_fn::<Attr>(b"cuDeviceGetAttribute\0", 0) {
+            let mut misses = 0;
+            for id in 1u32.. {
+                let mut v = 0i32;
+                if f(&mut v, id, dev) == ok {
+                    d.attributes.push((id, v));
+                    misses = 0;
+                } else {
+                    misses += 1;
+                    if misses >= 16 && id > 150 {
+                        break;
+                    }
+                }
+                if id > 1024 {
+                    break;
+                }
+            }
+        }
+        if let Ok(f) = raw_fn::<Name>(b"cuDeviceGetName\0", 0) {
+            let mut buf = [0 as std::ffi::c_char; 256];
+            if f(buf.as_mut_ptr(), 255, dev) == ok {
+                d.name = std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned();
+            }
+        }
+        if let Ok(f) = raw_fn::<Uuid>(b"cuDeviceGetUuid_v2\0", 0) {
+            let _ = f(d.uuid.as_mut_ptr(), dev);
+        }
+        if let Ok(f) = raw_fn::<Total>(b"cuDeviceTotalMem_v2\0", 0) {
+            let mut n = 0usize;
+            if f(&mut n, dev) == ok {
+                d.total_mem = n as u64;
+            }
+        }
+        if let Ok(f) = raw_fn::<Version>(b"cuDriverGetVersion\0", 0) {
+            let _ = f(&mut d.driver_version);
+        }
+    }
+    if let Some(limit) = memory_limit {
+        d.total_mem = if d.total_mem == 0 { limit } else { d.total_mem.min(limit) };
+    }
+    d
+}
+
 /// Devices 1.. of this process described (`memory_limit` as for device 0), and what every
 /// ordered pair of all of them can do; empty where the process sees one device.
 pub fn describe_more(memory_limit: Option<u64>) -> MoreDevices {
     let n = count();
     let mut more = MoreDevices::default();
     for k in 1..n {
-        more.devices.push(super::stream::describe_device_at(k as i32, memory_limit));
+        more.devices.push(describe_device_at(k as i32, memory_limit));
     }
     type P2p = unsafe extern "C" fn(*mut i32, u32, i32, i32) -> sys::CUresult;
     // SAFETY: the entry point typed with its C signature (the attribute enum as an integer).
-    let p2p = unsafe { super::exec::raw_fn::<P2p>(b"cuDeviceGetP2PAttribute\0", 0) }.ok();
+    let p2p = unsafe { raw_fn::<P2p>(b"cuDeviceGetP2PAttribute\0", 0) }.ok();
     for src in 0..n {
         for dst in (0..n).filter(|&d| d != src) {
             let (s, d) = (src as i32, dst as i32);

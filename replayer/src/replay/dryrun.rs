@@ -3,13 +3,12 @@
 //! set outside every live allocation, a free of unknown memory, a launch of a kernel never
 //! loaded, an unknown stream or event, a missing blob. CI tests replay logic with it.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-
 use gpuless_analyzer::api::{ApiFunction, ArgKind, Disposition, HandleKind};
 use gpuless_traces::{Hash128, Value};
 use serde::Serialize;
 
 use super::args::{word, Call};
+use super::dry_model::{blob_ok, Model};
 use super::{exec_array, exec_graph, LoadedTrace};
 
 /// Violations reported in full (the count covers all).
@@ -26,76 +25,6 @@ pub struct DryRunReport {
     pub violation_count: u64,
     /// The first violations, in trace order: `call #SEQ FUNCTION: problem`.
     pub violations: Vec<String>,
-}
-
-/// What the dry run knows of the replay's state, in recorded handles and addresses.
-#[derive(Default)]
-pub(crate) struct Model {
-    /// Live allocations and module globals: base → size (recorded addresses).
-    ranges: BTreeMap<u64, u64>,
-    /// Modules and libraries → the code image they were loaded from (if stored).
-    modules: HashMap<u64, Option<Hash128>>,
-    libraries: HashMap<u64, Option<Hash128>>,
-    /// Module-scope variables of each code image: name → size (from the cubins).
-    globals: HashMap<Hash128, HashMap<String, u64>>,
-    functions: HashSet<u64>,
-    kernels: HashSet<u64>,
-    streams: HashSet<u64>,
-    events: HashSet<u64>,
-    /// Graphs, nodes, executable graphs, arrays, texture and surface objects.
-    objects: HashSet<(HandleKind, u64)>,
-}
-
-impl Model {
-    pub(crate) fn inside(&self, p: u64, n: u64) -> bool {
-        self.ranges
-            .range(..=p)
-            .next_back()
-            .is_some_and(|(&base, &size)| p.checked_add(n).is_some_and(|end| end <= base.saturating_add(size.max(1))))
-    }
-
-    pub(crate) fn stream_ok(&self, s: u64) -> bool {
-        s <= 2 || self.streams.contains(&s)
-    }
-
-    pub(crate) fn event_ok(&self, e: u64) -> bool {
-        self.events.contains(&e)
-    }
-
-    pub(crate) fn kernel_loaded(&self, h: u64) -> bool {
-        self.functions.contains(&h) || self.kernels.contains(&h)
-    }
-
-    pub(crate) fn has(&self, k: HandleKind, h: u64) -> bool {
-        self.objects.contains(&(k, h))
-    }
-
-    pub(crate) fn add(&mut self, k: HandleKind, h: u64) {
-        self.objects.insert((k, h));
-    }
-
-    pub(crate) fn remove(&mut self, k: HandleKind, h: u64) {
-        self.objects.remove(&(k, h));
-    }
-
-    /// Size of the global `name` of a code image, read from its cubins (the driver returns it;
-    /// a recording that did not ask for it has none).
-    fn global_size(&mut self, trace: &LoadedTrace, image: Option<Hash128>, name: &str) -> Option<u64> {
-        let image = image?;
-        let globals = self.globals.entry(image).or_insert_with(|| {
-            let Some(bytes) = trace.blobs.get(&image) else { return HashMap::new() };
-            let opts = gpuless_analyzer::Options::default();
-            let mut sizes = HashMap::new();
-            if let Ok(r) = gpuless_analyzer::analyze(bytes, &opts, &gpuless_analyzer::NoProgress) {
-                for g in r.globals {
-                    let n = sizes.entry(g.name).or_insert(0);
-                    *n = g.size.max(*n);
-                }
-            }
-            sizes
-        });
-        globals.get(name).copied()
-    }
 }
 
 /// Checks `trace` without a GPU.
@@ -176,17 +105,6 @@ fn w(c: &Call<'_>, name: &str) -> Result<u64, String> {
 
 fn ow(c: &Call<'_>, name: &str) -> Result<u64, String> {
     c.out_word(name).map_err(|e| e.to_string())
-}
-
-pub(crate) fn blob_ok(trace: &LoadedTrace, v: Option<&Value>, what: &str) -> Result<(), String> {
-    match v {
-        Some(Value::Blob(b)) => match trace.blobs.get(&b.hash) {
-            Some(d) if d.len() as u64 == b.len => Ok(()),
-            Some(d) => Err(format!("{what} blob {} holds {} bytes, the record says {}", b.hash, d.len(), b.len)),
-            None => Err(format!("{what} blob {} ({} bytes) is missing from the trace", b.hash, b.len)),
-        },
-        other => Err(format!("{what} bytes were not recorded ({other:?})")),
-    }
 }
 
 fn range(m: &Model, p: u64, n: u64, what: &str) -> Result<(), String> {

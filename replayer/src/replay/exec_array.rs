@@ -16,9 +16,11 @@ use gpuless_analyzer::api::HandleKind;
 use gpuless_traces::Value;
 
 use super::args::{word, Call};
-use super::dryrun::Model;
-use super::exec::{blob, raw_fn, verify_value};
+use super::blobs::blob;
+use super::dry_model::Model;
 use super::objects::capturing;
+use super::raw::raw_fn;
+use super::results::verify_value;
 use super::{check, LoadedTrace, ReplayError, Report, State};
 
 /// A struct's recorded bytes in 8-byte-aligned memory of at least `size` bytes (zero-padded).
@@ -450,7 +452,7 @@ pub(crate) fn copy_value_ok(
         }
     };
     match src_blob {
-        Some(v) => super::dryrun::blob_ok(trace, Some(v), "host source of a 2D/3D copy")?,
+        Some(v) => super::dry_model::blob_ok(trace, Some(v), "host source of a 2D/3D copy")?,
         None => side_ok(&copy.src, "source")?,
     }
     if !(recorded_host_result(result) || copy.dst.memory_type == structs::MEMORYTYPE_HOST) {
@@ -491,7 +493,7 @@ pub(crate) fn check_dry(m: &mut Model, trace: &LoadedTrace, c: &Call<'_>) -> Opt
             stream_ok(m).and_then(|_| copy_ok(m, trace, c, "pCopy", dims))
         }
         "cuMemcpyHtoA" | "cuMemcpyHtoAAsync" => {
-            super::dryrun::blob_ok(trace, c.arg("srcHost"), "host-to-array payload")
+            super::dry_model::blob_ok(trace, c.arg("srcHost"), "host-to-array payload")
                 .and_then(|_| w("dstArray"))
                 .and_then(|a| need(m, Array, a, "array"))
                 .and_then(|_| stream_ok(m))

@@ -14,9 +14,9 @@ use gpuless_analyzer::api::structs::{
 use gpuless_traces::Value;
 
 use super::args::Call;
-use super::dryrun::Model;
+use super::dry_model::Model;
 use super::exec_array::{self, aligned_struct, as_bytes};
-use super::exec_graph::{edge_data, kernel_node_ok, with_kernel_node};
+use super::graph_nodes::{edge_data, kernel_node_ok, with_kernel_node};
 use super::{check, LoadedTrace, ReplayError, Report, State};
 
 /// The recorded `nodeParams`: the union's bytes and, for kernel and memcpy nodes, the member as

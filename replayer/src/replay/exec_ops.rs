@@ -14,7 +14,8 @@ use cudarc::driver::sys;
 use gpuless_traces::Value;
 
 use super::args::Call;
-use super::{check, exec::blob, LoadedTrace, ReplayError, State};
+use super::blobs::blob;
+use super::{check, LoadedTrace, ReplayError, State};
 
 /// `cuStreamWaitValue32`-style entry points with the value and flags as plain integers.
 type WaitValue32 = unsafe extern "C" fn(sys::CUstream, u64, u32, u32) -> sys::CUresult;
@@ -66,10 +67,10 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
                 let (s, addr) = (st.stream(c.word("stream")?)?, st.mem.translate(c.word("addr")?));
                 let (value, flags) = (c.word("value")?, c.word("flags")? as u32);
                 let r = if name.ends_with("32") {
-                    let f: WaitValue32 = super::exec::raw_fn(sym.as_bytes(), seq)?;
+                    let f: WaitValue32 = super::raw::raw_fn(sym.as_bytes(), seq)?;
                     f(s, addr, value as u32, flags)
                 } else {
-                    let f: WaitValue64 = super::exec::raw_fn(sym.as_bytes(), seq)?;
+                    let f: WaitValue64 = super::raw::raw_fn(sym.as_bytes(), seq)?;
                     f(s, addr, value, flags)
                 };
                 check(r, seq, name)?;
@@ -81,13 +82,13 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
                     return Err(c.inconsistent(format!("{} bytes recorded for {n} operations", ops.len())));
                 }
                 let mut buf = ops[..n * BATCH_OP_BYTES].to_vec();
-                let f: BatchMemOp = super::exec::raw_fn(b"cuStreamBatchMemOp_v2\0", seq)?;
+                let f: BatchMemOp = super::raw::raw_fn(b"cuStreamBatchMemOp_v2\0", seq)?;
                 let s = st.stream(c.word("stream")?)?;
                 check(f(s, n as u32, buf.as_mut_ptr().cast(), c.word("flags")? as u32), seq, name)?;
             }
             "cuStreamSetAttribute" => {
                 let v = bytes(c, "value")?.to_vec();
-                let f: StreamSetAttr = super::exec::raw_fn(b"cuStreamSetAttribute\0", seq)?;
+                let f: StreamSetAttr = super::raw::raw_fn(b"cuStreamSetAttribute\0", seq)?;
                 check(f(st.stream(c.word("hStream")?)?, c.word("attr")? as u32, v.as_ptr().cast()), seq, name)?;
             }
             "cuStreamCopyAttributes" => {
@@ -109,7 +110,7 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
                 let v = blob(trace, c, c.arg("value"))?;
                 let mut w = [0u8; 8];
                 w[..v.len().min(8)].copy_from_slice(&v[..v.len().min(8)]);
-                let f: PoolSetAttr = super::exec::raw_fn(b"cuMemPoolSetAttribute\0", seq)?;
+                let f: PoolSetAttr = super::raw::raw_fn(b"cuMemPoolSetAttribute\0", seq)?;
                 let pool = pool_of(st, c.word("pool")?, seq, name)?;
                 check(f(pool, c.word("attr")? as u32, w.as_mut_ptr().cast()), seq, name)?;
             }
@@ -138,7 +139,7 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
             "cuCtxSetFlags" | "cuDevicePrimaryCtxSetFlags" => {
                 // The executor's context is the primary one, active: its scheduling flags
                 // change in place (`cuCtxSetFlags`), as the driver does for an active primary.
-                let f: SetFlags = super::exec::raw_fn(b"cuCtxSetFlags\0", seq)?;
+                let f: SetFlags = super::raw::raw_fn(b"cuCtxSetFlags\0", seq)?;
                 check(f(c.word("flags")? as u32), seq, name)?;
             }
             "cuDevicePrimaryCtxReset" => {
@@ -176,7 +177,7 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
             "cuProfilerStart" | "cuProfilerStop" => {
                 type F = unsafe extern "C" fn() -> sys::CUresult;
                 let sym: &[u8] = if name == "cuProfilerStart" { b"cuProfilerStart\0" } else { b"cuProfilerStop\0" };
-                let f: F = super::exec::raw_fn(sym, seq)?;
+                let f: F = super::raw::raw_fn(sym, seq)?;
                 check(f(), seq, name)?;
             }
             _ => return Ok(false),

@@ -9,7 +9,7 @@ use cudarc::driver::sys;
 use gpuless_traces::Value;
 
 use super::args::Call;
-use super::exec_graph::recorded_nodes;
+use super::graph_nodes::recorded_nodes;
 use super::{check, ReplayError, State};
 
 /// Maps recorded node handles to live ones, position by position (null entries skipped).

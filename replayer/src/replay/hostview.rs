@@ -7,7 +7,7 @@ use cudarc::driver::sys;
 use gpuless_traces::hostview::{HOST_MEMORY, HOST_MIRROR, HOST_PULL, HOST_VIEW};
 use gpuless_traces::{CallRecord, Value};
 
-use super::exec::{first_result, verify_value};
+use super::results::{first_result, verify_value};
 use super::{check, LoadedTrace, ReplayError, Report, State};
 
 /// `CU_MEMHOSTALLOC_DEVICEMAP` and `CU_MEMHOSTREGISTER_DEVICEMAP`.

@@ -95,10 +95,10 @@ fn linker(seq: u64) -> Option<Linker> {
     // SAFETY: the driver's entry points by their C signatures (enums as integers).
     unsafe {
         Some(Linker {
-            create: super::exec::raw_fn::<Create>(b"cuLinkCreate_v2\0", seq).ok()?,
-            add: super::exec::raw_fn::<AddData>(b"cuLinkAddData_v2\0", seq).ok()?,
-            complete: super::exec::raw_fn::<Complete>(b"cuLinkComplete\0", seq).ok()?,
-            destroy: super::exec::raw_fn::<Destroy>(b"cuLinkDestroy\0", seq).ok()?,
+            create: super::raw::raw_fn::<Create>(b"cuLinkCreate_v2\0", seq).ok()?,
+            add: super::raw::raw_fn::<AddData>(b"cuLinkAddData_v2\0", seq).ok()?,
+            complete: super::raw::raw_fn::<Complete>(b"cuLinkComplete\0", seq).ok()?,
+            destroy: super::raw::raw_fn::<Destroy>(b"cuLinkDestroy\0", seq).ok()?,
         })
     }
 }

@@ -19,7 +19,7 @@ use gpuless_analyzer::api::{Group, SyncClass};
 use serde::Serialize;
 
 use super::objects::SyncPoint;
-use super::{exec, median, LoadedTrace, Report, State};
+use super::{exec, median, results, LoadedTrace, Report, State};
 
 /// Timing of the graph-lowered body.
 #[derive(Debug, Clone, Serialize)]
@@ -261,7 +261,7 @@ pub(crate) fn run(
             for p in &results {
                 let host = std::slice::from_raw_parts(p.host, p.len);
                 let before = report.mismatches.len();
-                exec::verify_value(st, p.seq, p.what, p.want.as_ref(), host, trace, report);
+                results::verify_value(st, p.seq, p.what, p.want.as_ref(), host, trace, report);
                 if report.mismatches.len() > before {
                     mismatches += 1;
                 } else {

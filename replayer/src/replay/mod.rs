@@ -2,12 +2,15 @@
 //! with translated handles, allocations are re-created at their recorded addresses where the
 //! VMM API allows, and every device-to-host result is compared with the recording.
 
+mod allocs;
 mod args;
+mod blobs;
 mod blockhash;
 pub mod compat;
 pub mod crash;
 pub mod dataflow;
 pub mod devices;
+mod dry_model;
 pub mod dryrun;
 pub(crate) mod exec;
 mod exec_array;
@@ -15,9 +18,11 @@ mod exec_graph;
 mod exec_node;
 mod exec_ops;
 mod graph_answer;
+mod graph_nodes;
 mod graph_query;
 pub mod green;
 pub mod handled;
+mod handles;
 pub(crate) mod host_calls;
 mod hostview;
 pub mod hot;
@@ -33,7 +38,9 @@ pub mod piece_graph;
 pub(crate) mod preload;
 pub mod profile;
 pub mod query;
+mod raw;
 pub mod resident;
+pub(crate) mod results;
 pub mod share;
 mod side;
 pub mod stream;
@@ -313,7 +320,7 @@ pub(crate) struct State {
     /// Events the program's processes share ([`ipc_events`]).
     pub ipc_events: ipc_events::IpcEvents,
     /// The recorded program shared device memory with other processes (a `=local(share)`
-    /// call): results from then on are not verified (`exec::verify_value`).
+    /// call): results from then on are not verified (`results::verify_value`).
     pub shared_with_processes: bool,
     /// A client's managed memory, as the client last saw it (`hostview::Managed`).
     pub managed: hostview::Managed,

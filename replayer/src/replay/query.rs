@@ -101,7 +101,7 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
             },
             "cuFuncGetAttribute" => match c.word("hfunc").ok().and_then(|h| st.function(h)) {
                 Some(func) => {
-                    let get: FuncGetAttribute = match super::exec::raw_fn(b"cuFuncGetAttribute\0", rec.seq) {
+                    let get: FuncGetAttribute = match super::raw::raw_fn(b"cuFuncGetAttribute\0", rec.seq) {
                         Ok(g) => g,
                         Err(_) => return Some(QueryResult { seq: rec.seq, status: NOT_SUPPORTED, values: vec![0] }),
                     };
@@ -115,7 +115,7 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
             },
             "cuKernelGetAttribute" => match c.word("kernel").ok().and_then(|k| st.kernels.get(&k).copied()) {
                 Some(k) => {
-                    let get: KernelGetAttribute = match super::exec::raw_fn(b"cuKernelGetAttribute\0", rec.seq) {
+                    let get: KernelGetAttribute = match super::raw::raw_fn(b"cuKernelGetAttribute\0", rec.seq) {
                         Ok(g) => g,
                         Err(_) => return Some(QueryResult { seq: rec.seq, status: NOT_SUPPORTED, values: vec![0] }),
                     };
@@ -143,7 +143,7 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                         (r as i32, vec![0])
                     } else {
                         type Get = unsafe extern "C" fn(sys::CUmemoryPool, u32, *mut std::ffi::c_void) -> sys::CUresult;
-                        match super::exec::raw_fn::<Get>(b"cuMemPoolGetAttribute\0", rec.seq) {
+                        match super::raw::raw_fn::<Get>(b"cuMemPoolGetAttribute\0", rec.seq) {
                             Ok(get) => {
                                 let mut v = 0u64;
                                 let r = get(pool, attr as u32, (&mut v as *mut u64).cast());
@@ -161,7 +161,7 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
                 (r as i32, vec![least as u32 as u64, greatest as u32 as u64])
             }
             "cuModuleGetLoadingMode" => {
-                let get: LoadingMode = match super::exec::raw_fn(b"cuModuleGetLoadingMode\0", rec.seq) {
+                let get: LoadingMode = match super::raw::raw_fn(b"cuModuleGetLoadingMode\0", rec.seq) {
                     Ok(g) => g,
                     Err(_) => return Some(QueryResult { seq: rec.seq, status: NOT_SUPPORTED, values: vec![0] }),
                 };
@@ -177,7 +177,7 @@ pub(crate) fn answer(st: &mut State, rec: &CallRecord) -> Option<QueryResult> {
             }
             "cuCtxGetLimit" => {
                 let mut v = 0usize;
-                let get: CtxGetLimit = match super::exec::raw_fn(b"cuCtxGetLimit\0", rec.seq) {
+                let get: CtxGetLimit = match super::raw::raw_fn(b"cuCtxGetLimit\0", rec.seq) {
                     Ok(g) => g,
                     Err(_) => return Some(QueryResult { seq: rec.seq, status: NOT_SUPPORTED, values: vec![0] }),
                 };
@@ -288,14 +288,14 @@ unsafe fn pointer(st: &State, c: &Call<'_>) -> (i32, Vec<u64>) {
         // SAFETY: buffers of 16 bytes per attribute (the largest attribute value).
         let r = unsafe {
             if single {
-                match super::exec::raw_fn::<Get>(b"cuPointerGetAttribute\0", c.rec.seq) {
+                match super::raw::raw_fn::<Get>(b"cuPointerGetAttribute\0", c.rec.seq) {
                     Ok(g) => g(bufs[0].as_mut_ptr().cast(), attrs[0], ptr),
                     Err(_) => sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
                 }
             } else {
                 let mut ids = attrs.clone();
                 let mut outs: Vec<*mut std::ffi::c_void> = bufs.iter_mut().map(|b| b.as_mut_ptr().cast()).collect();
-                match super::exec::raw_fn::<GetMany>(b"cuPointerGetAttributes\0", c.rec.seq) {
+                match super::raw::raw_fn::<GetMany>(b"cuPointerGetAttributes\0", c.rec.seq) {
                     Ok(g) => g(ids.len() as u32, ids.as_mut_ptr(), outs.as_mut_ptr(), ptr),
                     Err(_) => sys::CUresult::CUDA_ERROR_NOT_SUPPORTED,
                 }

@@ -9,8 +9,9 @@ use cudarc::driver::sys;
 use gpuless_traces::Value;
 
 use super::args::{word, Call};
-use super::exec::{blob, dtoh_async_at, first_result, verify_value};
+use super::blobs::blob;
 use super::objects::{capturing, Pending};
+use super::results::{dtoh_async_at, first_result, verify_value};
 use super::{check, LoadedTrace, ReplayError, Report, State};
 
 /// Replays one `cuMemcpy` / `cuMemcpyAsync` record.
