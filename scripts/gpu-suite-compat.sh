@@ -19,7 +19,8 @@
 #   compat: NAME recorded    the same for `gpuless record` (OUT_DIR/compat-NAME.record.diff)
 #   compat: NAME replayed    `gpuless replay --json` of that trace: exit 0, no mismatch
 #   compat: exports          names libcuda.so.1 exports that the client library does not (the
-#                            debugger's cudbg* interface left out by design, counted apart)
+#                            debugger's cudbg* interface, left out by design, and names no
+#                            CUDA 13.0 header declares are counted apart)
 # Also writes OUT_DIR/driver-errors.tsv (the native driver_answers' `err CODE NAME "STRING"`
 # lines: code, name, string; reference data for the client's cuGetErrorName/String),
 # OUT_DIR/libcuda-exports.txt and OUT_DIR/client-exports.txt (nm -D --defined-only names of the
@@ -46,14 +47,21 @@ if [ -n "$drv" ] && [ -e "$drv" ] && [ -f "$rec" ]; then
   exports "$rec" >"$out/client-exports.txt"
   comm -23 "$out/libcuda-exports.txt" "$out/client-exports.txt" >"$out/exports-missing.txt"
   n_drv=$(wc -l <"$out/libcuda-exports.txt"); n_cli=$(wc -l <"$out/client-exports.txt")
-  # cudbg* is the debugger's interface into the driver's own process (cuda-gdb reads and writes
-  # those variables and calls those functions in the process that runs the kernels). Left out by
-  # design (docs/FIDELITY.md): exported from the preloaded library they would shadow the
-  # driver's under cuda-gdb while recording, and in client mode no kernel runs in the process.
-  grep -v '^cudbg' "$out/exports-missing.txt" >"$out/exports-missing-api.txt"
+  # Counted apart: cudbg*, the debugger's interface into the driver's own process (cuda-gdb
+  # reads and writes those variables and calls those functions in the process that runs the
+  # kernels), left out by design (docs/FIDELITY.md): exported from the preloaded library they
+  # would shadow the driver's under cuda-gdb while recording, and in client mode no kernel runs
+  # in the process; and names no CUDA 13.0 header declares (no signature to implement). The row
+  # holds the client to every exported name the headers declare
+  # (analyzer/src/api/cuda-13.0-driver.txt).
+  listing=$(dirname "$0")/../analyzer/src/api/cuda-13.0-driver.txt
+  grep -v '^#' "$listing" | cut -f1 | sort -u >"$out/header-names.txt"
+  grep -v '^cudbg' "$out/exports-missing.txt" | comm -12 - "$out/header-names.txt" >"$out/exports-missing-api.txt"
+  grep -v '^cudbg' "$out/exports-missing.txt" | comm -23 - "$out/header-names.txt" >"$out/exports-undeclared.txt"
   n_miss=$(wc -l <"$out/exports-missing-api.txt"); n_dbg=$(grep -c '^cudbg' "$out/exports-missing.txt")
-  [ "$n_drv" -gt 0 ] && [ "$n_miss" -eq 0 ] && v=PASS || v=FAIL
-  echo "row|compat: exports: every name libcuda.so.1 exports but the debugger's cudbg* interface, the client library exports too|$v|$n_miss of $n_drv driver names missing, $n_dbg cudbg* left out by design (the client exports $n_cli names; driver $(readlink -f "$drv")); first 30 missing: $(head -n 30 "$out/exports-missing-api.txt" | tr '\n' ' ')"
+  n_und=$(wc -l <"$out/exports-undeclared.txt")
+  [ "$n_drv" -gt 0 ] && [ -s "$out/header-names.txt" ] && [ "$n_miss" -eq 0 ] && v=PASS || v=FAIL
+  echo "row|compat: exports: every name libcuda.so.1 exports that a CUDA 13.0 header declares, the client library exports too|$v|$n_miss of $n_drv driver names missing; apart: $n_dbg cudbg* (the debugger's interface, by design), $n_und no header declares ($(tr '\n' ' ' <"$out/exports-undeclared.txt")) (the client exports $n_cli names; driver $(readlink -f "$drv")); first 30 missing: $(head -n 30 "$out/exports-missing-api.txt" | tr '\n' ' ')"
 else
   echo "row|compat: exports: every name libcuda.so.1 exports, the client library exports too|FAIL|no libcuda.so.1 found ('${drv:-}') or no $rec"
 fi

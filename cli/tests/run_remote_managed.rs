@@ -70,3 +70,16 @@ fn a_programs_own_fault_beside_managed_memory_ends_it_and_is_reported() {
     assert!(ran.stderr.contains("address 0x10, instruction"), "{}", ran.stderr);
     assert!(ran.stderr.contains("gpuless: instruction at offset"), "{}", ran.stderr);
 }
+
+/// The program's own stack registered with DEVICEMAP (`stack_mapped.c`; NPP's
+/// watershedSegmentationNPP does it): the client write-protects those pages, the very next push
+/// faults, and the fault handler runs on an alternate stack the client gave the thread (without
+/// it the kernel cannot deliver the fault and the program dies by SIGSEGV); the host's writes
+/// to the registered buffer go up.
+#[test]
+fn a_registered_stack_buffer_keeps_the_program_running() {
+    let ran = run_program("stack_mapped");
+    ran.has("calls after: 1");
+    ran.has("done");
+    assert!(ran.stats()["shared_pages_up"].as_u64().is_some_and(|n| n >= 1), "{}", ran.stderr);
+}

@@ -30,7 +30,7 @@ pub(crate) fn init() {
             }
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = early as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND | libc::SA_ONSTACK;
             libc::sigemptyset(&mut sa.sa_mask);
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
@@ -107,44 +107,24 @@ fn maps(what: &[(&[u8], u64)]) {
     if fd < 0 {
         return;
     }
-    let mut chunk = [0u8; 4096];
-    let mut line = [0u8; 512];
-    let mut len = 0usize;
-    loop {
-        // SAFETY: read(2) into our buffer.
-        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
-        if n <= 0 {
-            break;
-        }
-        for &b in &chunk[..n as usize] {
-            if b != b'\n' {
-                if len < line.len() {
-                    line[len] = b;
-                    len += 1;
-                }
-                continue;
+    each_line(fd, |l| {
+        let Some((start, end)) = range(l) else { return };
+        // The file offset is the third field.
+        let offset = l.split(|&c| c == b' ').nth(2).and_then(range_hex).unwrap_or(0);
+        for &(label, a) in what {
+            if a >= start && a < end {
+                Line::new()
+                    .text(b"gpuless: ")
+                    .text(label)
+                    .text(b" at offset ")
+                    .hex(a - start + offset)
+                    .text(b" of: ")
+                    .text(l)
+                    .text(b"\n")
+                    .say();
             }
-            let l = &line[..len];
-            if let Some((start, end)) = range(l) {
-                // The file offset is the third field.
-                let offset = l.split(|&c| c == b' ').nth(2).and_then(range_hex).unwrap_or(0);
-                for &(label, a) in what {
-                    if a >= start && a < end {
-                        Line::new()
-                            .text(b"gpuless: ")
-                            .text(label)
-                            .text(b" at offset ")
-                            .hex(a - start + offset)
-                            .text(b" of: ")
-                            .text(l)
-                            .text(b"\n")
-                            .say();
-                    }
-                }
-            }
-            len = 0;
         }
-    }
+    });
     // SAFETY: our descriptor.
     unsafe { libc::close(fd) };
 }
@@ -166,17 +146,18 @@ pub(crate) unsafe fn say(sig: libc::c_int, info: *const libc::siginfo_t, ctx: *c
         return;
     }
     // SAFETY: the kernel's siginfo and ucontext for this signal, when given.
-    let (addr, ip) = unsafe {
+    let (addr, ip, sp) = unsafe {
         let addr = if info.is_null() { 0 } else { (*info).si_addr() as u64 };
         #[cfg(target_arch = "x86_64")]
-        let ip = if ctx.is_null() {
-            0
+        let (ip, sp) = if ctx.is_null() {
+            (0, 0)
         } else {
-            (*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_RIP as usize] as u64
+            let g = &(*ctx.cast::<libc::ucontext_t>()).uc_mcontext.gregs;
+            (g[libc::REG_RIP as usize] as u64, g[libc::REG_RSP as usize] as u64)
         };
         #[cfg(not(target_arch = "x86_64"))]
-        let ip = 0u64;
-        (addr, ip)
+        let (ip, sp) = (0u64, 0u64);
+        (addr, ip, sp)
     };
     // SAFETY: gettid(2).
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u64;
@@ -189,9 +170,70 @@ pub(crate) unsafe fn say(sig: libc::c_int, info: *const libc::siginfo_t, ctx: *c
         .hex(addr)
         .text(b", instruction ")
         .hex(ip)
+        .text(b", stack ")
+        .hex(sp)
         .text(b"\n")
         .say();
     maps(&[(b"address", addr), (b"instruction", ip)]);
+    stack_words(sp);
+}
+
+/// The 512 words above the stack pointer, read without faulting (`process_vm_readv` of this
+/// process: an unreadable stack is an error, not a second fault), 8 to a line, then every
+/// mapping of code: return addresses among the words name the callers (`where.py`-style tools
+/// resolve them with the mappings).
+fn stack_words(sp: u64) {
+    let mut words = [0u64; 512];
+    let local = libc::iovec { iov_base: words.as_mut_ptr().cast(), iov_len: std::mem::size_of_val(&words) };
+    let remote = libc::iovec { iov_base: sp as *mut libc::c_void, iov_len: std::mem::size_of_val(&words) };
+    // SAFETY: reads this process's memory into our buffer; the kernel checks the source range.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let n = if n > 0 { n as usize / 8 } else { 0 };
+    for chunk in words[..n].chunks(8) {
+        let mut l = Line::new();
+        l.text(b"gpuless: stack words");
+        for &w in chunk {
+            l.text(b" ").hex(w);
+        }
+        l.text(b"\n").say();
+    }
+    // SAFETY: open(2) of a constant path.
+    let fd = unsafe { libc::open(c"/proc/self/maps".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return;
+    }
+    each_line(fd, |l| {
+        if l.split(|&c| c == b' ').nth(1).is_some_and(|p| p.get(2) == Some(&b'x')) {
+            Line::new().text(b"gpuless: code ").text(l).text(b"\n").say();
+        }
+    });
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fd) };
+}
+
+/// Calls `f` with each line of the file `fd` (lines longer than 512 bytes cut).
+fn each_line(fd: libc::c_int, mut f: impl FnMut(&[u8])) {
+    let mut chunk = [0u8; 4096];
+    let mut line = [0u8; 512];
+    let mut len = 0usize;
+    loop {
+        // SAFETY: read(2) into our buffer.
+        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+        if n <= 0 {
+            break;
+        }
+        for &b in &chunk[..n as usize] {
+            if b != b'\n' {
+                if len < line.len() {
+                    line[len] = b;
+                    len += 1;
+                }
+                continue;
+            }
+            f(&line[..len]);
+            len = 0;
+        }
+    }
 }
 
 #[cfg(test)]
