@@ -69,6 +69,17 @@ fn a_programs_own_fault_beside_managed_memory_ends_it_and_is_reported() {
     assert!(ran.stderr.contains("gpuless: signal 0xb on thread"), "{}", ran.stderr);
     assert!(ran.stderr.contains("address 0x10, instruction"), "{}", ran.stderr);
     assert!(ran.stderr.contains("gpuless: instruction at offset"), "{}", ran.stderr);
+    // scripts/fault-where.py names the program's function that faulted (main, in managed.c).
+    let report = dir.path().join("report.txt");
+    std::fs::write(&report, &ran.stderr).unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fault-where.py");
+    let out = std::process::Command::new("python3").arg(&script).arg(&report).output().expect("run fault-where.py");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        said.lines().any(|l| l.starts_with("instruction: ") && l.contains("managed+") && l.contains(" main")),
+        "{said}"
+    );
 }
 
 /// The program's own stack registered with DEVICEMAP (`stack_mapped.c`; NPP's
