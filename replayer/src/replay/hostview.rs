@@ -157,7 +157,11 @@ impl Managed {
                 }
                 self.list_blocks = blocks;
             }
-            if kernel.pass(live, len, hashes, 0, self.list).is_err() {
+            // The list's count restarts: a pass appends from it, and the list has room for one
+            // allocation's blocks only.
+            if sys::cuMemsetD8_v2(self.list, 0, 8) != sys::CUresult::CUDA_SUCCESS
+                || kernel.pass(live, len, hashes, 0, self.list).is_err()
+            {
                 sys::cuMemFree_v2(hashes);
                 return None;
             }
@@ -200,9 +204,14 @@ impl Managed {
                 let (lo, hi) = ((off / BLOCK) * BLOCK, ((off + data.len() as u64).div_ceil(BLOCK) * BLOCK).min(*len));
                 let (Some(Ok(kernel)), true) = (&self.kernel, lo < hi) else { return };
                 // SAFETY: the written blocks of the allocation (live at `live - off`), their
-                // slice of its hashes, and our list (room for every block; its count is reset
-                // before every pull, so these blocks are not reported).
+                // slice of its hashes, and our list, its count reset first (room for every
+                // block of one allocation; reset again before every pull, so these blocks are
+                // not reported). Without the reset, passes between two pulls appended past the
+                // list's end (found on the H200: mapped_mem's values corrupted).
                 let _ = unsafe {
+                    if sys::cuMemsetD8_v2(self.list, 0, 8) != sys::CUresult::CUDA_SUCCESS {
+                        return;
+                    }
                     kernel.pass(live - (off - lo), hi - lo, *hashes + (lo / BLOCK) * 8, lo / BLOCK, self.list)
                 };
             }
