@@ -22,10 +22,88 @@ const PTX: &str = concat!(include_str!("gpu/blockhash.ptx"), "\0");
 /// A recorded address range `[start, end)`.
 pub type Span = (u64, u64);
 
-/// The hashing kernel, its buffers and the allocations it covers.
-pub(crate) struct Hasher {
+/// The block-hash kernel, loaded (its module unloaded when dropped).
+pub(crate) struct Kernel {
     module: sys::CUmodule,
     func: sys::CUfunction,
+}
+
+impl Kernel {
+    /// Loads the kernel into the current context.
+    pub fn load() -> Result<Kernel, String> {
+        let mut k = Kernel { module: std::ptr::null_mut(), func: std::ptr::null_mut() };
+        // SAFETY: a NUL-terminated PTX image; out-pointers valid; the module is owned by `k`
+        // (unloaded by its Drop, also when the lookup fails).
+        unsafe {
+            ok("loading the block-hash kernel (PTX)", sys::cuModuleLoadData(&mut k.module, PTX.as_ptr().cast()))?;
+            ok("cuModuleGetFunction", sys::cuModuleGetFunction(&mut k.func, k.module, c"gpuless_block_hash".as_ptr()))?;
+        }
+        Ok(k)
+    }
+
+    /// One pass over `bytes` bytes of device memory at `live` (whole 8-byte words: the last
+    /// partial word is read whole, within the allocation's alignment), on the legacy stream:
+    /// each block's hash at `hashes` (one word per block) is updated, and the blocks whose hash
+    /// changed are appended, as `first + i`, to the list at `changed` (a count, then room for
+    /// every block of the pass).
+    ///
+    /// # Safety
+    /// `live` holds `bytes.div_ceil(8) * 8` readable bytes; `hashes` and `changed` are device
+    /// buffers of the sizes above.
+    pub unsafe fn pass(
+        &self,
+        live: sys::CUdeviceptr,
+        bytes: u64,
+        hashes: sys::CUdeviceptr,
+        first: u64,
+        changed: sys::CUdeviceptr,
+    ) -> Result<(), String> {
+        const THREADS: u32 = 256;
+        let (mut src, mut words, mut hashes, mut first, mut changed) =
+            (live, bytes.div_ceil(8), hashes, first, changed);
+        let warps = words.div_ceil(32);
+        let grid = u32::try_from(warps.div_ceil(u64::from(THREADS / 32))).map_err(|_| "allocation too large")?;
+        let mut params: [*mut std::ffi::c_void; 5] = [
+            (&mut src as *mut u64).cast(),
+            (&mut words as *mut u64).cast(),
+            (&mut hashes as *mut u64).cast(),
+            (&mut first as *mut u64).cast(),
+            (&mut changed as *mut u64).cast(),
+        ];
+        // SAFETY: the caller's buffers; the parameters live until the launch returns.
+        unsafe {
+            ok(
+                "launching the block-hash kernel",
+                sys::cuLaunchKernel(
+                    self.func,
+                    grid.max(1),
+                    1,
+                    1,
+                    THREADS,
+                    1,
+                    1,
+                    0,
+                    std::ptr::null_mut(),
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                ),
+            )
+        }
+    }
+}
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        if !self.module.is_null() {
+            // SAFETY: our module; what runs it was waited for by its user.
+            unsafe { sys::cuModuleUnload(self.module) };
+        }
+    }
+}
+
+/// The hashing kernel, its buffers and the allocations it covers.
+pub(crate) struct Hasher {
+    kernel: Kernel,
     /// (recorded base, live base, size) of every allocation hashed, in order.
     ranges: Vec<(u64, u64, u64)>,
     /// First block of each range in the hashes.
@@ -55,13 +133,10 @@ impl Hasher {
             first.push(blocks);
             blocks += size.div_ceil(BLOCK);
         }
-        let mut h =
-            Hasher { module: std::ptr::null_mut(), func: std::ptr::null_mut(), ranges, first, hashes: 0, changed: 0 };
-        // SAFETY: a NUL-terminated PTX image; out-pointers valid; handles owned by `h` (freed
-        // by its Drop, also when a later step fails).
+        let mut h = Hasher { kernel: Kernel::load()?, ranges, first, hashes: 0, changed: 0 };
+        // SAFETY: out-pointers valid; buffers owned by `h` (freed by its Drop, also when a
+        // later step fails).
         unsafe {
-            ok("loading the block-hash kernel (PTX)", sys::cuModuleLoadData(&mut h.module, PTX.as_ptr().cast()))?;
-            ok("cuModuleGetFunction", sys::cuModuleGetFunction(&mut h.func, h.module, c"gpuless_block_hash".as_ptr()))?;
             ok("cuMemAlloc", sys::cuMemAlloc_v2(&mut h.hashes, (blocks.max(1) * 8) as usize))?;
             ok("cuMemAlloc", sys::cuMemAlloc_v2(&mut h.changed, ((blocks + 1) * 8) as usize))?;
         }
@@ -72,45 +147,13 @@ impl Hasher {
     /// The recorded ranges written since the last pass (after the device finished what came
     /// before: the caller synchronizes), merged.
     pub fn changes(&mut self) -> Result<Vec<Span>, String> {
-        const THREADS: u32 = 256;
         // SAFETY: our own buffer; the legacy stream orders it before the kernels.
         unsafe { ok("cuMemsetD8", sys::cuMemsetD8_v2(self.changed, 0, 8))? };
         for (k, &(_, live, size)) in self.ranges.iter().enumerate() {
-            let mut words = size / 8;
-            let mut src = live;
-            let mut hashes = self.hashes + self.first[k] * 8;
-            let mut first = self.first[k];
-            let mut changed = self.changed;
-            let warps = words.div_ceil(32);
-            let grid = u32::try_from(warps.div_ceil(u64::from(THREADS / 32))).map_err(|_| "allocation too large")?;
-            let mut params: [*mut std::ffi::c_void; 5] = [
-                (&mut src as *mut u64).cast(),
-                (&mut words as *mut u64).cast(),
-                (&mut hashes as *mut u64).cast(),
-                (&mut first as *mut u64).cast(),
-                (&mut changed as *mut u64).cast(),
-            ];
-            // SAFETY: the kernel reads `words` words at a live allocation, updates one hash
-            // per block in this range's slice of our buffer and appends to our list, which has
-            // room for every block.
-            unsafe {
-                ok(
-                    "launching the block-hash kernel",
-                    sys::cuLaunchKernel(
-                        self.func,
-                        grid.max(1),
-                        1,
-                        1,
-                        THREADS,
-                        1,
-                        1,
-                        0,
-                        std::ptr::null_mut(),
-                        params.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    ),
-                )?;
-            }
+            // SAFETY: a live allocation of `size` bytes (allocations are 256-byte aligned, so
+            // its last word is readable whole); this range's slice of our hashes and our list,
+            // which has room for every block.
+            unsafe { self.kernel.pass(live, size, self.hashes + self.first[k] * 8, self.first[k], self.changed)? };
         }
         // SAFETY: synchronous copies (after the kernels: same stream) into host memory of the
         // sizes asked for; the count is bounded by the list's room.
@@ -165,9 +208,6 @@ impl Drop for Hasher {
             }
             if self.changed != 0 {
                 sys::cuMemFree_v2(self.changed);
-            }
-            if !self.module.is_null() {
-                sys::cuModuleUnload(self.module);
             }
         }
     }

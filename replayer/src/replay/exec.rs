@@ -161,7 +161,7 @@ pub(crate) fn call(
                 if report.outputs.is_some() {
                     // A client's: zeroed, as its host pages are; what it sees is tracked.
                     check(sys::cuMemsetD8_v2(live, 0, len as usize), seq, f.name)?;
-                    st.managed.add(addr, len);
+                    st.managed.add(addr, len, live);
                 }
             }
             "cuMemHostAlloc" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {
@@ -170,7 +170,7 @@ pub(crate) fn call(
                 if report.outputs.is_some() {
                     // A client's mirrored pinned memory: coherent as managed memory is.
                     check(sys::cuMemsetD8_v2(live, 0, len as usize), seq, f.name)?;
-                    st.managed.add(addr, len);
+                    st.managed.add(addr, len, live);
                 }
             }
             "cuMemHostRegister" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {

@@ -54,7 +54,7 @@ pub(super) fn mirror_output(
     // SAFETY: device memory this session made for the shared range, `host.len()` bytes there.
     check(unsafe { sys::cuMemcpyHtoD_v2(live, host.as_ptr().cast(), host.len()) }, c.rec.seq, c.f.name)?;
     st.copied_in();
-    st.managed.wrote(a, host);
+    st.managed.wrote(a, host, live);
     Ok(())
 }
 
