@@ -150,10 +150,12 @@ impl Hasher {
         // SAFETY: our own buffer; the legacy stream orders it before the kernels.
         unsafe { ok("cuMemsetD8", sys::cuMemsetD8_v2(self.changed, 0, 8))? };
         for (k, &(_, live, size)) in self.ranges.iter().enumerate() {
-            // SAFETY: a live allocation of `size` bytes (allocations are 256-byte aligned, so
-            // its last word is readable whole); this range's slice of our hashes and our list,
-            // which has room for every block.
-            unsafe { self.kernel.pass(live, size, self.hashes + self.first[k] * 8, self.first[k], self.changed)? };
+            // SAFETY: a live allocation of `size` bytes, its whole words (a trailing partial
+            // word is not hashed, as always here); this range's slice of our hashes and our
+            // list, which has room for every block.
+            unsafe {
+                self.kernel.pass(live, size / 8 * 8, self.hashes + self.first[k] * 8, self.first[k], self.changed)?
+            };
         }
         // SAFETY: synchronous copies (after the kernels: same stream) into host memory of the
         // sizes asked for; the count is bounded by the list's room.

@@ -107,10 +107,11 @@ impl Seen {
 }
 
 /// A client's managed memory (client mode): what the client last saw of each allocation, to
-/// answer a `gpulessHostPull` with only what the device changed since. The comparison runs on
-/// the GPU (a hash per 256-byte block, [`Kernel`]), so a pull reads the managed memory at the
-/// device's bandwidth and copies only what changed; without the kernel, the whole allocation
-/// is copied to the host and compared there.
+/// answer a `gpulessHostPull` with only what the device changed since. By default the whole
+/// allocation is copied to the host at every pull and compared there. With
+/// `GPULESS_MANAGED_COMPARE=device` (experimental: not yet proven on a GPU) the comparison runs
+/// on the GPU (a hash per 256-byte block, [`Kernel`]), so a pull reads the managed memory at
+/// the device's bandwidth and copies only what changed.
 #[derive(Default)]
 pub(crate) struct Managed {
     /// Allocation address → what the client holds.
@@ -134,8 +135,14 @@ impl Managed {
         }
     }
 
-    /// Device hashes of the `len` bytes at `live`, as they are now; `None` without the kernel.
+    /// Device hashes of the `len` bytes at `live`, as they are now; `None` without the kernel,
+    /// and unless asked for: `GPULESS_MANAGED_COMPARE=device` in the server's environment (not
+    /// yet proven on a GPU: the host comparison stays the default until it is).
     fn hashed(&mut self, len: u64, live: sys::CUdeviceptr) -> Option<sys::CUdeviceptr> {
+        static ON_DEVICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !*ON_DEVICE.get_or_init(|| std::env::var("GPULESS_MANAGED_COMPARE").is_ok_and(|v| v == "device")) {
+            return None;
+        }
         let kernel = self.kernel.get_or_insert_with(Kernel::load).as_ref().ok()?;
         let blocks = len.div_ceil(BLOCK).max(1);
         let mut hashes = 0;
