@@ -27,6 +27,8 @@ fn a_link_runs_on_the_server_step_by_step_with_the_drivers_answers() {
     assert!(ran.ok, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
     assert!(!ran.stderr.contains("not supported"), "{}", ran.stderr);
     ran.has("linked yes");
+    // Symbol names and addresses (options 17-19) reach the server's driver by value.
+    ran.has("symbols // symbol g_table=0x640000001000 // symbol g_scale=0x640000002000");
     ran.has("info stand-in linker: 2 inputs, 321 bytes");
     ran.has("info_size 36 of 36");
     ran.has("wall 0.25");
@@ -46,9 +48,9 @@ fn a_link_runs_on_the_server_step_by_step_with_the_drivers_answers() {
     // creating, destroying, or a file the client could not read.
     let stats = ran.stats();
     let waits = &stats["waits_by_call"];
-    assert_eq!(waits["cuLinkAddData"], 4, "{stats}");
+    assert_eq!(waits["cuLinkAddData"], 5, "{stats}");
     assert_eq!(waits["cuLinkAddFile"], 1, "{stats}");
-    assert_eq!(waits["cuLinkComplete"], 2, "{stats}");
+    assert_eq!(waits["cuLinkComplete"], 3, "{stats}");
     for f in ["cuLinkCreate", "cuLinkDestroy"] {
         assert!(waits.get(f).is_none(), "{f}: {stats}");
     }

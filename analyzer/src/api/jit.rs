@@ -24,10 +24,20 @@ pub enum JitValue {
     /// A pointer to a `float` the driver writes (`CU_JIT_WALL_TIME`: milliseconds spent in the
     /// compiler and linker).
     Float,
-    /// Pointers into the program's own memory the driver reads (symbol names and the host
-    /// addresses to relocate them to, names of kernels and variables to keep): meaningless to
-    /// a driver in another process.
-    HostPointers,
+    /// A pointer to the program's array of C strings the driver reads (symbol names, names
+    /// of kernels and variables to keep); the array's length is the value of option `count`.
+    /// A driver in another process gets a copy of the strings.
+    Names {
+        /// The option that gives the array's length (an `unsigned int`).
+        count: u32,
+    },
+    /// A pointer to the program's array of addresses the driver reads (the addresses to
+    /// relocate the symbols of option 17 to); its length is the value of option `count`. With
+    /// device addresses preserved across processes, a copy of the array means the same there.
+    Addresses {
+        /// The option that gives the array's length.
+        count: u32,
+    },
 }
 
 /// `CU_JIT_WALL_TIME`.
@@ -54,8 +64,12 @@ pub fn value_of(id: u32) -> Option<JitValue> {
         WALL_TIME => JitValue::Float,
         INFO_LOG_BUFFER => JitValue::Log { size: INFO_LOG_BUFFER_SIZE_BYTES },
         ERROR_LOG_BUFFER => JitValue::Log { size: ERROR_LOG_BUFFER_SIZE_BYTES },
-        // CU_JIT_GLOBAL_SYMBOL_NAMES, _ADDRESSES; CU_JIT_REFERENCED_KERNEL_NAMES, _VARIABLE_NAMES.
-        17 | 18 | 25 | 27 => JitValue::HostPointers,
+        // CU_JIT_GLOBAL_SYMBOL_NAMES and _ADDRESSES (counted by _COUNT, 19);
+        // CU_JIT_REFERENCED_KERNEL_NAMES (_COUNT 26) and _VARIABLE_NAMES (_COUNT 28).
+        17 => JitValue::Names { count: 19 },
+        18 => JitValue::Addresses { count: 19 },
+        25 => JitValue::Names { count: 26 },
+        27 => JitValue::Names { count: 28 },
         _ if id < NUM_OPTIONS => JitValue::Plain,
         _ => return None,
     })
@@ -78,6 +92,14 @@ mod tests {
             assert_eq!(value_of(size), Some(JitValue::Plain));
         }
         assert_eq!(value_of(0), Some(JitValue::Plain)); // CU_JIT_MAX_REGISTERS
-        assert_eq!(value_of(18), Some(JitValue::HostPointers));
+                                                        // Each list's count option is a plain value.
+        for id in [17, 18, 25, 27] {
+            let count = match value_of(id) {
+                Some(JitValue::Names { count } | JitValue::Addresses { count }) => count,
+                v => panic!("{id}: {v:?}"),
+            };
+            assert_eq!(value_of(count), Some(JitValue::Plain), "{id}");
+        }
+        assert_eq!(value_of(18), Some(JitValue::Addresses { count: 19 }));
     }
 }

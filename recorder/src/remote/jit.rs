@@ -17,10 +17,13 @@
 //! - `cuLinkDestroy` sends the destruction without waiting (a session's end destroys the links
 //!   left).
 //!
-//! Options that point into the program's own memory for the driver to read (symbol names and
-//! addresses, kept kernel and variable names), options cuda.h does not know, and options of one
-//! input that the driver writes through (an input's own logs) are refused
-//! (`CUDA_ERROR_NOT_SUPPORTED`, said once).
+//! Options whose slot points to an array of the program's that the driver reads (symbol names
+//! and the addresses to relocate them to, kept kernel and variable names) travel by value: the
+//! strings and addresses, as many as the option's count option says, are copied here and the
+//! executor hands the driver arrays of its own (device addresses mean the same there, the arena
+//! being one address space). Options cuda.h does not know, options of one input that the driver
+//! writes through (an input's own logs), and a list whose count is missing or too large are
+//! refused (`CUDA_ERROR_NOT_SUPPORTED`, said once).
 //!
 //! Above the session: the client's part names a linker step ([`super::step::Step::Link`]) and the
 //! call's trip (`trip.rs`) runs it here.
@@ -31,7 +34,7 @@ use std::sync::Mutex;
 
 use gpuless_analyzer::api::jit::{self, JitValue};
 use gpuless_analyzer::api::ApiFunction;
-use gpuless_traces::protocol::link::{JitOption, LinkAnswer, LinkInput, LinkRequest, LINK};
+use gpuless_traces::protocol::link::{JitList, JitOption, LinkAnswer, LinkInput, LinkRequest, LINK};
 use gpuless_traces::BlobRef;
 use gpuless_traces::{BlobKind, Value};
 
@@ -129,30 +132,73 @@ unsafe fn read_options(
     if ids == 0 || values == 0 || n > MAX_OPTIONS {
         return Err(INVALID_VALUE);
     }
-    let mut out = Vec::with_capacity(n as usize);
-    for i in 0..n as usize {
-        // SAFETY: the program's arrays of `n` option ids (4 bytes) and slots (8 bytes).
-        let (id, value) = unsafe {
+    // SAFETY: the program's arrays of `n` option ids (4 bytes) and slots (8 bytes).
+    let pairs: Vec<(u32, u64)> = (0..n as usize)
+        .map(|i| unsafe {
             (
                 std::ptr::read_unaligned((ids as *const u32).add(i)),
                 std::ptr::read_unaligned((values as *const u64).add(i)),
             )
-        };
-        let why = match jit::value_of(id) {
+        })
+        .collect();
+    let count_of = |c: u32| pairs.iter().find(|p| p.0 == c).map(|p| p.1 as u32 as u64);
+    let mut out = Vec::with_capacity(pairs.len());
+    for &(id, value) in &pairs {
+        let list = match jit::value_of(id) {
             Some(JitValue::Plain) => None,
             Some(JitValue::Log { .. } | JitValue::Float) if !one_input => None,
             Some(JitValue::Log { .. } | JitValue::Float) => {
-                Some("an input's own log or wall-time option is not served")
+                return Err(refused(f, "an input's own log or wall-time option is not served"));
             }
-            Some(JitValue::HostPointers) => Some("JIT options that point into the program's memory are not served"),
-            None => Some("a JIT option cuda.h 13.0 does not know is not served"),
+            Some(JitValue::Names { count } | JitValue::Addresses { count }) => {
+                let Some(k) = count_of(count).filter(|&k| k <= MAX_LIST && (k == 0 || value != 0)) else {
+                    return Err(refused(f, "a JIT list option without its count, or with more than 65,536 entries"));
+                };
+                // SAFETY: the program's array of `k` entries at `value` (checked non-null).
+                let list = unsafe {
+                    match jit::value_of(id) {
+                        Some(JitValue::Names { .. }) => read_names(value, k),
+                        _ => Some(JitList::Addresses(
+                            (0..k as usize).map(|i| std::ptr::read_unaligned((value as *const u64).add(i))).collect(),
+                        )),
+                    }
+                };
+                match list {
+                    Some(l) => Some(l),
+                    None => return Err(refused(f, "a JIT option's name longer than 4 KiB or null")),
+                }
+            }
+            None => return Err(refused(f, "a JIT option cuda.h 13.0 does not know is not served")),
         };
-        if let Some(why) = why {
-            return Err(refused(f, why));
-        }
-        out.push(JitOption { id, value });
+        out.push(JitOption { id, value, list });
     }
     Ok(out)
+}
+
+/// Most entries of a list option ([`JitList`]).
+const MAX_LIST: u64 = 1 << 16;
+/// Longest name of a list option.
+const MAX_NAME: usize = 4096;
+
+/// The `k` C strings the program's array at `at` points to; `None` for a null entry or one
+/// longer than [`MAX_NAME`].
+///
+/// # Safety
+/// `at` is the program's array of `k` pointers to NUL-terminated strings.
+unsafe fn read_names(at: u64, k: u64) -> Option<JitList> {
+    let mut names = Vec::with_capacity(k as usize);
+    for i in 0..k as usize {
+        // SAFETY: the caller's contract.
+        let p = unsafe { std::ptr::read_unaligned((at as *const u64).add(i)) } as *const u8;
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: a NUL-terminated string of the program's, read up to its NUL (bounded).
+        let len = (0..=MAX_NAME).find(|&j| unsafe { *p.add(j) } == 0)?;
+        // SAFETY: `len` bytes before the NUL.
+        names.push(unsafe { std::slice::from_raw_parts(p, len) }.to_vec());
+    }
+    Some(JitList::Names(names))
 }
 
 /// `cuLinkCreate`: a link of the client's, created on the server without waiting.

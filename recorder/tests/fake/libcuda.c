@@ -780,6 +780,25 @@ CUresult cuLinkComplete(void *state, void **cubin, size_t *size) {
   if (!l) return 400;
   if (!cubin || !size) return 1;
   if (!l->inputs) { link_log(l, JIT_ERROR_LOG, JIT_ERROR_SIZE, "nvlink error   : no input to link"); return 1; }
+  /* CU_JIT_GLOBAL_SYMBOL_NAMES (17), _ADDRESSES (18), _COUNT (19): each symbol "relocated" is
+   * written into the image as a comment line, from the arrays the options point to. */
+  int names = -1, addrs = -1, count = -1;
+  for (unsigned i = 0; i < l->n; i++) {
+    if (l->ids[i] == 17) names = (int)i;
+    if (l->ids[i] == 18) addrs = (int)i;
+    if (l->ids[i] == 19) count = (int)i; }
+  if (names >= 0 && addrs >= 0 && count >= 0) {
+    unsigned k = (unsigned)(uintptr_t)l->vals[count];
+    const char **nm = l->vals[names];
+    const unsigned long long *ad = l->vals[addrs];
+    for (unsigned j = 0; j < k; j++) {
+      char line[160];
+      int w = snprintf(line, sizeof line, "// symbol %s=%#llx\n", nm[j], ad[j]);
+      char *grown = w > 0 ? realloc(l->image, l->len + (size_t)w + 2) : 0;
+      if (!grown) return 2;
+      l->image = grown;
+      memcpy(l->image + l->len, line, (size_t)w);
+      l->len += (size_t)w; } }
   l->image[l->len] = 0;
   char msg[128];
   snprintf(msg, sizeof msg, "stand-in linker: %d inputs, %zu bytes", l->inputs, l->len);

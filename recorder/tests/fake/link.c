@@ -71,6 +71,24 @@ int main(void) {
   printf("error_size %lu\n", (unsigned long)(uintptr_t)vals[4]);
   printf("wall %g\n", wall);
 
+  /* Symbols relocated to addresses the program gives (CU_JIT_GLOBAL_SYMBOL_NAMES, _ADDRESSES,
+   * _COUNT): the arrays travel to the server's driver by value. */
+  {
+    void *link2, *image2 = NULL;
+    size_t size2 = 0;
+    const char *sym_names[] = {"g_table", "g_scale"};
+    unsigned long long sym_addrs[] = {0x640000001000ull, 0x640000002000ull};
+    int opts2[] = {17, 18, 19};
+    void *vals2[] = {sym_names, sym_addrs, (void *)2};
+    CK(cuLinkCreate_v2, 3, opts2, vals2, &link2);
+    CK(cuLinkAddData_v2, link2, INPUT_PTX, (void *)ptx, sizeof ptx, "scale.ptx", 0, NULL, NULL);
+    CK(cuLinkComplete, link2, &image2, &size2);
+    const char *a = strstr((const char *)image2, "// symbol g_table=");
+    const char *b = strstr((const char *)image2, "// symbol g_scale=");
+    printf("symbols %.*s %.*s\n", a ? (int)strcspn(a, "\n") : 0, a ? a : "", b ? (int)strcspn(b, "\n") : 0, b ? b : "");
+    CK(cuLinkDestroy, link2);
+  }
+
   /* The linked image holds both kernels; the image stays valid until the link is destroyed. */
   CK(cuModuleLoadData, &mod, image);
   CK(cuModuleGetFunction, &scale, mod, "scale");

@@ -14,7 +14,7 @@ use std::ffi::{c_char, c_void, CString};
 
 use cudarc::driver::sys;
 use gpuless_analyzer::api::jit::{self, JitValue};
-use gpuless_traces::protocol::link::{JitOption, LinkAnswer, LinkInput, LinkRequest, Written, LINK};
+use gpuless_traces::protocol::link::{JitList, JitOption, LinkAnswer, LinkInput, LinkRequest, Written, LINK};
 use gpuless_traces::CallRecord;
 
 use super::{LoadedTrace, ReplayError, Report, State};
@@ -231,16 +231,48 @@ struct Options {
     passed: Vec<u64>,
     buffers: Vec<Option<Vec<u8>>>,
     seen: Vec<Option<Vec<u8>>>,
+    /// The arrays the driver reads for list options (their slots point into them; heap
+    /// storage, so it stays where it is while the options live).
+    lists: Vec<ListStore>,
+}
+
+/// One list option's array as the driver reads it: C strings and the pointers to them, or
+/// addresses.
+struct ListStore {
+    _names: Vec<std::ffi::CString>,
+    pointers: Vec<u64>,
+}
+
+impl ListStore {
+    /// The array for `list`; `None` for a name with a NUL inside.
+    fn new(list: &JitList) -> Option<ListStore> {
+        match list {
+            JitList::Names(names) => {
+                let names: Vec<std::ffi::CString> =
+                    names.iter().map(|n| std::ffi::CString::new(n.clone()).ok()).collect::<Option<_>>()?;
+                let pointers = names.iter().map(|c| c.as_ptr() as u64).collect();
+                Some(ListStore { _names: names, pointers })
+            }
+            JitList::Addresses(addrs) => Some(ListStore { _names: Vec::new(), pointers: addrs.clone() }),
+        }
+    }
 }
 
 impl Options {
     /// The driver's arrays for `opts`: plain values as given (a log's size at most
-    /// [`MAX_LOG`]), buffers of the executor's for the logs and the wall time. `None` when an
-    /// option names the client's own memory or is unknown.
+    /// [`MAX_LOG`]), buffers of the executor's for the logs and the wall time, arrays of its own
+    /// for the lists the client copied. `None` when an option is unknown, or a list option came
+    /// without its list (a recorded slot: the recording's pointer).
     fn new(opts: &[JitOption]) -> Option<Options> {
         let size_of = |id: u32| opts.iter().find(|o| o.id == id).map(|o| log_size(o.value));
-        let mut o =
-            Options { ids: Vec::new(), slots: Vec::new(), passed: Vec::new(), buffers: Vec::new(), seen: Vec::new() };
+        let mut o = Options {
+            ids: Vec::new(),
+            slots: Vec::new(),
+            passed: Vec::new(),
+            buffers: Vec::new(),
+            seen: Vec::new(),
+            lists: Vec::new(),
+        };
         for opt in opts {
             let (value, buffer) = match jit::value_of(opt.id)? {
                 JitValue::Plain
@@ -251,7 +283,12 @@ impl Options {
                 JitValue::Plain => (opt.value, None),
                 JitValue::Log { size } => (0, Some(vec![UNWRITTEN; size_of(size).unwrap_or(0).max(MIN_LOG) as usize])),
                 JitValue::Float => (0, Some(vec![UNWRITTEN; 8])),
-                JitValue::HostPointers => return None,
+                JitValue::Names { .. } | JitValue::Addresses { .. } => {
+                    let store = ListStore::new(opt.list.as_ref()?)?;
+                    let at = store.pointers.as_ptr() as u64;
+                    o.lists.push(store);
+                    (at, None)
+                }
             };
             o.ids.push(opt.id);
             o.buffers.push(buffer);
@@ -330,10 +367,10 @@ mod tests {
     #[test]
     fn options_point_where_the_driver_writes_and_changes_are_found() {
         let opts = [
-            JitOption { id: jit::WALL_TIME, value: 0x7000_0000 },
-            JitOption { id: jit::INFO_LOG_BUFFER, value: 0x7100_0000 },
-            JitOption { id: jit::INFO_LOG_BUFFER_SIZE_BYTES, value: 1 << 40 | 100 },
-            JitOption { id: 12, value: 1 },
+            JitOption::plain(jit::WALL_TIME, 0x7000_0000),
+            JitOption::plain(jit::INFO_LOG_BUFFER, 0x7100_0000),
+            JitOption::plain(jit::INFO_LOG_BUFFER_SIZE_BYTES, 1 << 40 | 100),
+            JitOption::plain(12, 1),
         ];
         let mut o = Options::new(&opts).unwrap();
         assert!(!o.plain());
@@ -369,8 +406,28 @@ mod tests {
         o.slots[2] = 5usize as *mut c_void;
         assert_eq!(o.take_written(), [Written { option: 2, slot: Some(5), bytes: None }]);
         // The client's own memory is not served; nor is an option cuda.h does not know.
-        assert!(Options::new(&[JitOption { id: 18, value: 0 }]).is_none());
-        assert!(Options::new(&[JitOption { id: jit::NUM_OPTIONS, value: 0 }]).is_none());
+        // A list option without its list (a recorded slot) and an unknown option.
+        assert!(Options::new(&[JitOption::plain(18, 0)]).is_none());
+        assert!(Options::new(&[JitOption::plain(jit::NUM_OPTIONS, 0)]).is_none());
+        // Lists: the slots point to arrays of the executor's holding the client's entries.
+        let names =
+            JitOption { id: 17, value: 0x7100, list: Some(JitList::Names(vec![b"g_a".to_vec(), b"g_b".to_vec()])) };
+        let addrs = JitOption {
+            id: 18,
+            value: 0x7200,
+            list: Some(JitList::Addresses(vec![0x6400_0000_0100, 0x6400_0000_0200])),
+        };
+        let o = Options::new(&[names, addrs, JitOption::plain(19, 2)]).unwrap();
+        // SAFETY: the arrays `Options::new` made, two entries each.
+        unsafe {
+            let n = o.slots[0] as *const *const std::ffi::c_char;
+            assert_eq!(std::ffi::CStr::from_ptr(*n.add(1)).to_bytes(), b"g_b");
+            assert_eq!(*(o.slots[1] as *const u64).add(1), 0x6400_0000_0200);
+        }
+        assert_eq!(o.slots[2] as u64, 2);
+        // A name with a NUL inside cannot be given to the driver.
+        let bad = JitOption { id: 25, value: 1, list: Some(JitList::Names(vec![b"a\0b".to_vec()])) };
+        assert!(Options::new(&[bad, JitOption::plain(26, 1)]).is_none());
         let (n, ids, _) = Options::new(&[]).unwrap().arrays();
         assert_eq!((n, ids.is_null()), (0, true));
     }

@@ -29,13 +29,32 @@ use crate::{BlobRef, Value};
 pub const LINK: &str = "gpulessLink";
 
 /// One JIT option (`CUjit_option`) and its value as the program's `optionValues` slot held it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JitOption {
     /// The option (`CUjit_option`).
     pub id: u32,
-    /// The slot's value: a plain value, or (for a buffer option) the program's pointer, which
-    /// the executor replaces with a buffer of its own.
+    /// The slot's value: a plain value, or (for a buffer or list option) the program's
+    /// pointer, which the executor replaces with a buffer or an array of its own.
     pub value: u64,
+    /// For an option whose slot points to an array the driver reads (symbol names and
+    /// addresses): its contents, carried by value.
+    pub list: Option<JitList>,
+}
+
+/// The array an option's slot points to in the program's memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JitList {
+    /// C strings, without their NULs.
+    Names(Vec<Vec<u8>>),
+    /// Addresses.
+    Addresses(Vec<u64>),
+}
+
+impl JitOption {
+    /// An option with a plain value (or a buffer the executor replaces).
+    pub fn plain(id: u32, value: u64) -> Self {
+        JitOption { id, value, list: None }
+    }
 }
 
 /// One input of a link (`cuLinkAddData`, or `cuLinkAddFile` with the file read by the client).
@@ -106,8 +125,12 @@ pub struct LinkAnswer {
     pub written: Vec<Written>,
 }
 
-/// Smallest encoding of one option: id and value.
-const OPTION_LEN: usize = 12;
+/// Smallest encoding of one option: id, value and the list's tag.
+const OPTION_LEN: usize = 13;
+/// Tags of an option's list: none, names, addresses.
+const NO_LIST: u8 = 0;
+const NAMES: u8 = 1;
+const ADDRESSES: u8 = 2;
 /// Smallest encoding of one [`Written`]: index and flags.
 const WRITTEN_LEN: usize = 5;
 const HAS_SLOT: u8 = 1;
@@ -124,6 +147,23 @@ fn put_options(options: &[JitOption]) -> Vec<u8> {
     p.u32(options.len() as u32);
     for o in options {
         p.u32(o.id).u64(o.value);
+        match &o.list {
+            None => {
+                p.u8(NO_LIST);
+            }
+            Some(JitList::Names(names)) => {
+                p.u8(NAMES).u32(names.len() as u32);
+                for n in names {
+                    p.bytes(n);
+                }
+            }
+            Some(JitList::Addresses(addrs)) => {
+                p.u8(ADDRESSES).u32(addrs.len() as u32);
+                for &a in addrs {
+                    p.u64(a);
+                }
+            }
+        }
     }
     p.0
 }
@@ -133,7 +173,28 @@ fn get_options(bytes: &[u8]) -> Result<Vec<JitOption>, ProtocolError> {
     let n = g.count(OPTION_LEN)?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
-        out.push(JitOption { id: g.u32()?, value: g.u64()? });
+        let (id, value) = (g.u32()?, g.u64()?);
+        let list = match g.u8()? {
+            NO_LIST => None,
+            NAMES => {
+                let k = g.count(4)?;
+                let mut names = Vec::with_capacity(k);
+                for _ in 0..k {
+                    names.push(g.bytes()?.to_vec());
+                }
+                Some(JitList::Names(names))
+            }
+            ADDRESSES => {
+                let k = g.count(8)?;
+                let mut addrs = Vec::with_capacity(k);
+                for _ in 0..k {
+                    addrs.push(g.u64()?);
+                }
+                Some(JitList::Addresses(addrs))
+            }
+            t => return Err(g.error(format!("an option's list of unknown kind {t}"))),
+        };
+        out.push(JitOption { id, value, list });
     }
     g.end()?;
     Ok(out)
@@ -162,7 +223,9 @@ impl LinkRequest {
 
     /// The record's arguments: `U64(operation)` (0 create, 1 add, 2 complete, 3 destroy),
     /// `U64(link)`, then a create's `Bytes(options)`, an add's `U64(kind), Str(name),
-    /// Blob(data), Bytes(options)`; options as a `u32` count then `u32` id and `u64` value each.
+    /// Blob(data), Bytes(options)`; options as a `u32` count then `u32` id, `u64` value and
+    /// the list each (`u8` tag: 0 none; 1 names: `u32` count, each `u32` length and bytes;
+    /// 2 addresses: `u32` count, `u64` each).
     pub fn to_args(&self) -> Vec<Value> {
         let link = Value::U64(self.link());
         match self {
@@ -262,7 +325,13 @@ mod tests {
         vec![
             LinkRequest::Create {
                 link: 0x7f00_0001,
-                options: vec![JitOption { id: 2, value: 0x7fff_0000 }, JitOption { id: 4, value: 8192 }],
+                options: vec![
+                    JitOption::plain(2, 0x7fff_0000),
+                    JitOption::plain(4, 8192),
+                    JitOption { id: 17, value: 0x7100, list: Some(JitList::Names(vec![b"g_x".to_vec(), Vec::new()])) },
+                    JitOption { id: 18, value: 0x7200, list: Some(JitList::Addresses(vec![0x6400_0000_0200, 0])) },
+                    JitOption::plain(19, 2),
+                ],
             },
             LinkRequest::Create { link: 1, options: vec![] },
             LinkRequest::Add {
@@ -271,12 +340,7 @@ mod tests {
             },
             LinkRequest::Add {
                 link: 0x7f00_0001,
-                input: LinkInput {
-                    kind: 0,
-                    name: "/tmp/b.cubin".into(),
-                    data,
-                    options: vec![JitOption { id: 7, value: 3 }],
-                },
+                input: LinkInput { kind: 0, name: "/tmp/b.cubin".into(), data, options: vec![JitOption::plain(7, 3)] },
             },
             LinkRequest::Complete { link: 0x7f00_0001 },
             LinkRequest::Destroy { link: u64::MAX },
@@ -398,5 +462,33 @@ mod tests {
             v[at] = Value::List(vec![]);
             assert!(LinkRequest::from_args(&v).is_err(), "argument {at}");
         }
+    }
+}
+
+#[cfg(test)]
+mod list_tests {
+    use super::*;
+
+    #[test]
+    fn option_lists_round_trip_and_damaged_ones_are_errors() {
+        let opts = vec![
+            JitOption { id: 17, value: 1, list: Some(JitList::Names(vec![b"a".to_vec(), b"bc".to_vec()])) },
+            JitOption { id: 18, value: 2, list: Some(JitList::Addresses(vec![7, 8])) },
+            JitOption::plain(19, 2),
+        ];
+        let bytes = put_options(&opts);
+        assert_eq!(get_options(&bytes).unwrap(), opts);
+        // An unknown list tag (the first option's tag is at 4 + 12).
+        let mut bad = bytes.clone();
+        bad[16] = 9;
+        assert!(get_options(&bad).is_err());
+        // Every cut is an error, never a panic.
+        for n in 0..bytes.len() {
+            assert!(get_options(&bytes[..n]).is_err(), "cut at {n}");
+        }
+        // A count larger than the bytes left is an error, not an allocation.
+        let mut huge = bytes;
+        huge[17..21].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(get_options(&huge).is_err());
     }
 }
