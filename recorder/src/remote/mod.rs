@@ -31,6 +31,7 @@
 //!   [`devices`], [`pci`], [`route`], [`modules`], [`ptx`], [`memo`], [`waits`], [`link`],
 //!   [`pieces`].
 
+mod altstack;
 mod attributes;
 mod checks;
 mod context_books;

@@ -361,8 +361,7 @@ fn take_slot(addr: u64, len: u64, pages: u64, all_dirty: bool) -> bool {
 /// hold goes to the server before the next record). `false` when no slot is free.
 pub(crate) fn adopt(addr: u64, len: u64) -> bool {
     install();
-    ADOPTING.store(true, Ordering::Relaxed);
-    guard_thread();
+    super::altstack::enable();
     let (first, end) = (page_of(addr), page_end(addr + len.max(1)));
     let pages = (end - first) / PAGE;
     {
@@ -381,51 +380,6 @@ pub(crate) fn adopt(addr: u64, len: u64) -> bool {
     // SAFETY: the program's pages (the caller's allocation); a write now faults and marks.
     unsafe { libc::mprotect(first as *mut libc::c_void, (end - first) as usize, libc::PROT_READ) };
     true
-}
-
-/// Some of the program's own pages are write-protected (`adopt`): from then on every thread
-/// that calls the client gets an alternate signal stack ([`guard_thread`]).
-static ADOPTING: AtomicBool = AtomicBool::new(false);
-
-thread_local! {
-    /// This thread has an alternate signal stack (its own or ours).
-    static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Gives the calling thread an alternate signal stack, once, when the program's own pages are
-/// write-protected. The program may register memory on a thread's stack (NPP does): the first
-/// write there faults, and the kernel must push [`on_fault`]'s frame somewhere else than the
-/// protected stack, or it ends the process with SIGSEGV before the handler runs
-/// (watershedSegmentationNPP, whenever the registered buffer shared a page with the stack's
-/// top). One relaxed load per call otherwise. A thread that set its own keeps it.
-#[inline]
-pub(crate) fn guard_thread() {
-    if !ADOPTING.load(Ordering::Relaxed) || GUARDED.with(|g| g.get()) {
-        return;
-    }
-    GUARDED.with(|g| g.set(true));
-    // SAFETY (block): sigaltstack(2) queries and sets this thread's alternate stack; the
-    // memory is a fresh anonymous mapping, kept for the thread's life (leaked at its end).
-    unsafe {
-        let mut old: libc::stack_t = std::mem::zeroed();
-        if libc::sigaltstack(std::ptr::null(), &mut old) != 0 || old.ss_flags & libc::SS_DISABLE == 0 {
-            return;
-        }
-        const ALT: usize = 64 << 10;
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            ALT,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            return;
-        }
-        let ss = libc::stack_t { ss_sp: p, ss_flags: 0, ss_size: ALT };
-        libc::sigaltstack(&ss, std::ptr::null_mut());
-    }
 }
 
 /// Forgets the managed allocation at `addr` and unmaps its pages no other one shares.

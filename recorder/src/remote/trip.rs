@@ -54,7 +54,7 @@ enum Next {
 /// # Safety
 /// `raw` are the program's arguments, in the API table's order.
 pub(crate) unsafe fn call(slot: usize, s: &Slot, raw: &[u64]) -> u32 {
-    super::shared::guard_thread();
+    super::altstack::guard_thread();
     // The recorder's clock (the TSC where the kernel keeps time with it): two readings per call.
     let t0 = crate::clock::now_ns();
     // SAFETY: forwarded from the caller.
