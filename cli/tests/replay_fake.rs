@@ -14,6 +14,18 @@ fn replay(libdir: &Path, trace: &Path, env: &[(&str, &str)]) -> (i32, serde_json
     support::replay_json(libdir, trace, env)
 }
 
+/// The trace's records of function `name`.
+fn records_named(trace: &Path, name: &str) -> Vec<gpuless_traces::CallRecord> {
+    gpuless_traces::TraceReader::open(trace, gpuless_traces::ReaderOptions::default())
+        .unwrap()
+        .flat_map(|c| match c.unwrap().body {
+            gpuless_traces::ChunkBody::Calls(c) => c,
+            _ => Vec::new(),
+        })
+        .filter(|c| c.function.name() == name)
+        .collect()
+}
+
 fn count(report: &serde_json::Value, key: &str) -> u64 {
     report[key].as_u64().unwrap_or_else(|| panic!("no {key} in {report}"))
 }
@@ -80,14 +92,7 @@ fn an_error_at_the_replayers_synchronization_names_the_call_before_it() {
 fn a_function_taken_without_a_recorded_call_is_found_and_replayed() {
     let dir = tempfile::tempdir().unwrap();
     let trace = support::record_stand_in(dir.path(), Some("-14"));
-    let found: Vec<_> = gpuless_traces::TraceReader::open(&trace, gpuless_traces::ReaderOptions::default())
-        .unwrap()
-        .flat_map(|c| match c.unwrap().body {
-            gpuless_traces::ChunkBody::Calls(c) => c,
-            _ => Vec::new(),
-        })
-        .filter(|c| c.function.name() == gpuless_traces::model::FUNCTION_FOUND)
-        .collect();
+    let found = records_named(&trace, gpuless_traces::model::FUNCTION_FOUND);
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].args.get(1), Some(&gpuless_traces::Value::Str("wide".into())), "{found:?}");
     let (code, report, shown) = replay(dir.path(), &trace, &[]);
@@ -110,4 +115,42 @@ fn a_launch_on_another_stream_sees_the_synchronous_upload_before_it() {
     assert_eq!(code, 0, "{shown}");
     assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
     assert!(count(&report, "results_verified") >= 3, "{shown}");
+}
+
+/// Downloads into host memory registered for the device (`cudaHostRegisterMapped`, as
+/// simpleStreams does; program.c mode -21): the replay re-creates the memory as device memory
+/// at its address, and the downloads land there too, so what the host could read after the
+/// synchronization (the recorder's `gpulessHostView`) is verified equal.
+#[test]
+fn downloads_into_registered_memory_reach_its_device_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = support::record_stand_in(dir.path(), Some("-21"));
+    let views = records_named(&trace, gpuless_traces::hostview::HOST_VIEW).len();
+    assert!(views >= 1, "the recording holds no host view");
+    let (code, report, shown) = replay(dir.path(), &trace, &[]);
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
+}
+
+/// A call that does not return long after the recording's did (a kernel polling host memory
+/// the trace cannot carry, as UnifiedMemoryPerf's latch; here the stand-in's launch made to take
+/// 30 s) ends the replay with exit status 4, naming the call, instead of waiting for ever.
+#[test]
+fn a_call_that_does_not_return_ends_the_replay_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = support::record_stand_in(dir.path(), None);
+    let began = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_gpuless"))
+        .arg("replay")
+        .arg(&trace)
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("FAKE_CUDA_LAUNCH_US", "30000000")
+        .env("GPULESS_REPLAY_STALL_S", "1")
+        .env_remove("FAKE_CUDA_SCALE_BIAS")
+        .output()
+        .expect("run gpuless replay");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert!(said.contains("gpuless: replay stalled: call #") && said.contains("cuLaunchKernel"), "{said}");
+    assert!(began.elapsed() < std::time::Duration::from_secs(20), "the watch ended it in {:?}", began.elapsed());
 }

@@ -76,3 +76,20 @@ fn a_recorded_link_replays_through_the_load_of_its_image() {
         assert!(report["not_replayed"][f].as_u64() >= Some(1), "{f} counted, not executed: {shown}");
     }
 }
+
+/// JIT list options given to the loaders (`jit_loader.c`): refused with
+/// `CUDA_ERROR_NOT_SUPPORTED` and one line naming the function, not dropped (the driver's answer
+/// depends on them: `testdata/cuda/suite/jit_lists.c` on the GPU); a plain option loads.
+#[test]
+fn list_options_outside_the_linker_are_refused_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "jit_loader", &["-l:libcuda.so.1"]);
+    let srv = Server::start(dir.path(), &libdir, &[], &[]);
+    let ran = run_client(&srv, &prog);
+    assert!(ran.ok, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    ran.has("module with lists 801");
+    ran.has("library with lists 801");
+    ran.has("module with a plain option 0");
+    assert_eq!(ran.stderr.matches("gpuless: cuModuleLoadDataEx is not supported").count(), 1, "{}", ran.stderr);
+    assert_eq!(ran.stderr.matches("gpuless: cuLibraryLoadData is not supported").count(), 1, "{}", ran.stderr);
+}

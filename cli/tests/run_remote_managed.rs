@@ -94,3 +94,23 @@ fn a_registered_stack_buffer_keeps_the_program_running() {
     ran.has("done");
     assert!(ran.stats()["shared_pages_up"].as_u64().is_some_and(|n| n >= 1), "{}", ran.stderr);
 }
+
+/// A kernel that polls pinned memory until the host writes it (`poll.c`; the stand-in's
+/// FAKE_CUDA_POLL keeps such a launch running until the flag is set, and answers an error to
+/// anything that would wait for it forever on a GPU): the executor writes the host's bytes and
+/// reads shared memory on a stream of its own, so neither waits behind the program's streams
+/// (UnifiedMemoryPerf's latch hung the session at its first fully asynchronous round).
+#[test]
+fn a_kernel_polling_pinned_memory_sees_the_hosts_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "poll", &["-l:libcuda.so.1"]);
+    let srv = serve_harness::Server::start(dir.path(), &libdir, &[], &[("FAKE_CUDA_POLL", "1")]);
+    let ran = serve_harness::run_client(&srv, &prog);
+    assert!(ran.ok, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    ran.has("plain pinned: poller released, flag 1");
+    ran.has("plain pinned again: poller released, flag 1");
+    ran.has("mapped: poller released, flag 1");
+    ran.has("work queued behind: poller released, flag 1");
+    ran.has("managed after the queued kernel: 2 14");
+    ran.has("done");
+}

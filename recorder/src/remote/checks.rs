@@ -78,6 +78,11 @@ pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
         "cuMemsetD8" | "cuMemsetD8Async" => device(arg("dstDevice")?, arg("N")?),
         "cuMemsetD16" | "cuMemsetD16Async" => device(arg("dstDevice")?, arg("N")?.saturating_mul(2)),
         "cuMemsetD32" | "cuMemsetD32Async" => device(arg("dstDevice")?, arg("N")?.saturating_mul(4)),
+        // The loaders' JIT options are not sent (they tune PTX compilation); options that
+        // resolve symbols or name what to keep change what loads (the driver refuses them or
+        // fails the kernel's launch), so they are refused, said once, not dropped.
+        "cuModuleLoadDataEx" => jit_lists(f, arg("numOptions")?, arg("options")?),
+        "cuLibraryLoadData" => jit_lists(f, arg("numJitOptions")?, arg("jitOptions")?),
         // The arena answers frees of its own allocations; anything else was never allocated.
         // (Client mode serves every allocation from the arena.)
         "cuMemFree" | "cuMemFreeAsync" => match arg("dptr")? {
@@ -86,6 +91,26 @@ pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
         },
         _ => None,
     }
+}
+
+/// A loader's JIT options (`n` ids at `ids`) holding a list option (symbol names and
+/// addresses, kept kernel and variable names): refused (`CUDA_ERROR_NOT_SUPPORTED`, said once).
+fn jit_lists(f: &ApiFunction, n: u64, ids: u64) -> Option<u32> {
+    use gpuless_analyzer::api::jit::{value_of, JitValue};
+    if n == 0 || ids == 0 || n > 1024 {
+        return None;
+    }
+    // SAFETY: the program's array of `n` option ids (4 bytes each).
+    let listed = (0..n as usize).any(|i| {
+        let id = unsafe { std::ptr::read_unaligned((ids as *const u32).add(i)) };
+        matches!(value_of(id), Some(JitValue::Names { .. } | JitValue::Addresses { .. }))
+    });
+    listed.then(|| {
+        super::step::refused(
+            f,
+            "JIT list options (symbol names and addresses, kept names) are served by the JIT linker only",
+        )
+    })
 }
 
 /// A launch of function `h` with this grid, block and dynamic shared memory.

@@ -129,7 +129,21 @@ static void land(void) {
   for (int i = 0; i < nstaged; i++) { memcpy(host(staged[i].dst), staged[i].bytes, staged[i].n); free(staged[i].bytes); }
   nstaged = 0; }
 static int legacy(const void *s) { return s == 0 || s == (void *)1; }
+/* FAKE_CUDA_POLL=1: a `scale` launch with factor 0 on a stream other than the legacy one stands
+ * for a kernel that polls the word at `data` until the host makes it nonzero (a latch in pinned
+ * memory, as UnifiedMemoryPerf's): it keeps running until then. What waits for it (its stream's
+ * or the context's synchronization, or any work of the legacy stream, which waits for the
+ * blocking streams') would wait forever on a GPU while the flag is 0: the stand-in says so on
+ * stderr and answers CUDA_ERROR_UNKNOWN. `any`: the waiter is the legacy stream or the context. */
+static struct { const void *stream; CUdeviceptr flag; int on; } poller;
+static CUresult wait_poller(const void *stream, int any) {
+  if (!poller.on || (!any && stream != poller.stream)) return 0;
+  if (*(volatile unsigned *)host(poller.flag)) { poller.on = 0; return 0; }
+  fprintf(stderr, "fake libcuda: deadlock: waiting for a kernel that polls memory nobody writes\n");
+  return 999; }
+#define WAIT_LEGACY() do { CUresult w_ = wait_poller(0, 1); if (w_) return w_; } while (0)
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) {
+  WAIT_LEGACY();
   land();
   if (getenv("FAKE_CUDA_STAGED_HTOD") && nstaged < 16 && (staged[nstaged].bytes = malloc(n))) {
     memcpy(staged[nstaged].bytes, src, n); staged[nstaged].dst = dst; staged[nstaged++].n = n; return 0; }
@@ -160,7 +174,7 @@ static void drain(void) {
   queued = 0; }
 static struct { void *p; size_t n; } pinned[64];
 static int npinned;
-CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { land(); drain(); memcpy(dst, host(src), n); flush_printf(); return 0; }
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { WAIT_LEGACY(); land(); drain(); memcpy(dst, host(src), n); flush_printf(); return 0; }
 static CUresult capture_copy(int type, void *dst, const void *src, CUdeviceptr dev, size_t n);
 static void *capturing; /* the stream being captured (all streams are one here) */
 /* Async copies on a capturing stream become copy nodes (cuGraphLaunch runs them in order). */
@@ -213,12 +227,15 @@ CUresult cuStreamDestroy_v2(void *s) {
   return 0; }
 CUresult cuStreamSynchronize(void *stream) {
   if (stream_gone(stream)) return 400;
+  CUresult w = wait_poller(stream, legacy(stream));
+  if (w) return w;
   if (legacy(stream)) land();
   drain(); flush_printf(); return 0; }
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = &module_token; return 0; }
 CUresult cuModuleUnload(void *m) { (void)m; return 0; }
 CUresult cuLibraryUnload(void *l) { (void)l; return 0; }
-CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) { memset(host(dst), v, n); return 0; }
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) { WAIT_LEGACY(); memset(host(dst), v, n); return 0; }
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *s) { (void)s; memset(host(dst), v, n); return 0; }
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
   (void)m;
   if (!strcmp(name, "wide")) { *f = &wide_token; return 0; }
@@ -262,13 +279,15 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
   if (capturing && stream == capturing) {
     unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     return capture_launch(f, grid, block, smem, params); }
-  if (legacy(stream)) land();
+  if (getenv("FAKE_CUDA_POLL") && is_scale(f) && !legacy(stream) && *(float *)params[1] == 0.0f) {
+    poller.stream = stream; poller.flag = *(CUdeviceptr *)params[0]; poller.on = 1; return 0; }
+  if (legacy(stream)) { WAIT_LEGACY(); land(); }
   run_scale(params);
   device_printf();
   return 0; }
 /* FAKE_CUDA_SYNC_FAULT=1 makes every context synchronization report an illegal address, as a
  * kernel's fault surfaces at the next synchronization (for replay error reports). */
-CUresult cuCtxSynchronize(void) { land(); drain(); flush_printf(); return getenv("FAKE_CUDA_SYNC_FAULT") ? 700 : 0; }
+CUresult cuCtxSynchronize(void) { WAIT_LEGACY(); land(); drain(); flush_printf(); return getenv("FAKE_CUDA_SYNC_FAULT") ? 700 : 0; }
 CUresult cuCtxGetDevice(int *d) { *d = current_dev; return 0; }
 /* CUDA 13 hands out versions with new signatures for old names: cuGetProcAddress("cuCtxGetDevice")
  * gives cuCtxGetDevice_v2. cuCtxGetFlags_v2 stands for a version newer than the recorder's table. */
@@ -872,7 +891,7 @@ static const struct entry table[] = {
   {"cuDeviceGetUuid", cuDeviceGetUuid_v2}, {"cuCtxGetCurrent", cuCtxGetCurrent},
   {"cuMemAlloc", cuMemAlloc_v2}, {"cuMemcpyHtoD", cuMemcpyHtoD_v2}, {"cuMemcpyDtoH", cuMemcpyDtoH_v2},
   {"cuModuleLoadData", cuModuleLoadData}, {"cuModuleGetFunction", cuModuleGetFunction},
-  {"cuModuleUnload", cuModuleUnload}, {"cuLibraryUnload", cuLibraryUnload}, {"cuMemsetD8", cuMemsetD8_v2},
+  {"cuModuleUnload", cuModuleUnload}, {"cuLibraryUnload", cuLibraryUnload}, {"cuMemsetD8", cuMemsetD8_v2}, {"cuMemsetD8Async", cuMemsetD8Async}, {"cuMemHostRegister", cuMemHostRegister_v2}, {"cuMemHostUnregister", cuMemHostUnregister},
   {"cuFuncGetParamInfo", cuFuncGetParamInfo}, {"cuLaunchKernel", cuLaunchKernel},
   {"cuCtxSynchronize", cuCtxSynchronize}, {"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2},
   {"cuStreamSynchronize", cuStreamSynchronize}, {"cuFakeUnmodeled", cuFakeUnmodeled},

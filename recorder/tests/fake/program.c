@@ -91,6 +91,19 @@ int main(int argc, char **argv) {
     printf("driver_answered=%d\n", n);
     return 0;
   }
+  if (iters == -21) { /* downloads into host memory registered for the device (simpleStreams) */
+    int (*reg)(void *, size_t, unsigned) = get("cuMemHostRegister");
+    int (*unreg)(void *) = get("cuMemHostUnregister");
+    float *r = aligned_alloc(4096, 4096);
+    for (int i = 0; i < 1024; i++) r[i] = -1.0f;
+    if (reg(r, 4096, 2 /* CU_MEMHOSTREGISTER_DEVICEMAP */)) return 52;
+    if (dtoh(r, d, sizeof h) || dtoh_async(r + 64, d, sizeof h, 0) || sync(0)) return 53;
+    if (launch(fn, 1, 1, 1, 64, 1, 1, 0, 0, params, 0) || dtoh(h, d, sizeof h)) return 54;
+    printf("registered: %g %g\n", r[1], r[65]);
+    if (unreg(r)) return 55;
+    free(r);
+    return 0;
+  }
   if (iters == -20) { /* an upload, then a launch on a stream of its own that reads it */
     int (*screate)(void **, unsigned) = get("cuStreamCreate");
     void *st; float up[64], out[64];

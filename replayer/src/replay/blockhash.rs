@@ -42,7 +42,7 @@ impl Kernel {
     }
 
     /// One pass over `bytes` bytes of device memory at `live` (whole 8-byte words: the last
-    /// partial word is read whole, within the allocation's alignment), on the legacy stream:
+    /// partial word is read whole, within the allocation's alignment), on `stream`:
     /// each block's hash at `hashes` (one word per block) is updated, and the blocks whose hash
     /// changed are appended, as `first + i`, to the list at `changed` (a count, then room for
     /// every block of the pass).
@@ -57,6 +57,7 @@ impl Kernel {
         hashes: sys::CUdeviceptr,
         first: u64,
         changed: sys::CUdeviceptr,
+        stream: sys::CUstream,
     ) -> Result<(), String> {
         const THREADS: u32 = 256;
         let (mut src, mut words, mut hashes, mut first, mut changed) =
@@ -83,7 +84,7 @@ impl Kernel {
                     1,
                     1,
                     0,
-                    std::ptr::null_mut(),
+                    stream,
                     params.as_mut_ptr(),
                     std::ptr::null_mut(),
                 ),
@@ -154,7 +155,14 @@ impl Hasher {
             // word is not hashed, as always here); this range's slice of our hashes and our
             // list, which has room for every block.
             unsafe {
-                self.kernel.pass(live, size / 8 * 8, self.hashes + self.first[k] * 8, self.first[k], self.changed)?
+                self.kernel.pass(
+                    live,
+                    size / 8 * 8,
+                    self.hashes + self.first[k] * 8,
+                    self.first[k],
+                    self.changed,
+                    std::ptr::null_mut(),
+                )?
             };
         }
         // SAFETY: synchronous copies (after the kernels: same stream) into host memory of the

@@ -53,7 +53,7 @@ pub(crate) fn call(
             return super::hostview::call(st, trace, rec, report);
         }
         if rec.function.name() == gpuless_traces::model::FUNCTION_FOUND {
-            return super::hostview::function_found(st, rec);
+            return super::hostview::function_found(st, rec, report);
         }
         if rec.function.name() == gpuless_traces::devices::SET_DEVICE {
             return super::devices::set(st, rec);
@@ -160,8 +160,7 @@ pub(crate) fn call(
                 let live = st.mem.alloc_shared(addr, len, seq)?;
                 if report.outputs.is_some() {
                     // A client's: zeroed, as its host pages are; what it sees is tracked.
-                    check(sys::cuMemsetD8_v2(live, 0, len as usize), seq, f.name)?;
-                    st.managed.add(addr, len, live);
+                    st.managed.add(addr, len, live, c.rec)?;
                 }
             }
             "cuMemHostAlloc" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {
@@ -169,8 +168,7 @@ pub(crate) fn call(
                 let live = st.mem.alloc_shared(addr, len, seq)?;
                 if report.outputs.is_some() {
                     // A client's mirrored pinned memory: coherent as managed memory is.
-                    check(sys::cuMemsetD8_v2(live, 0, len as usize), seq, f.name)?;
-                    st.managed.add(addr, len, live);
+                    st.managed.add(addr, len, live, c.rec)?;
                 }
             }
             "cuMemHostRegister" if c.word("Flags")? & super::hostview::DEVICEMAP != 0 => {
@@ -333,6 +331,9 @@ pub(crate) fn call(
                 let m = *st.modules.get(&c.word("hmod")?).ok_or_else(|| c.inconsistent("unknown module".into()))?;
                 let mut h = std::ptr::null_mut();
                 check(sys::cuModuleGetFunction(&mut h, m, name.as_ptr()), seq, f.name)?;
+                if report.outputs.is_some() {
+                    st.warmed.module(m);
+                }
                 let rec_h = c.out_word("hfunc")?;
                 st.functions.insert(rec_h, h);
                 st.names.insert(rec_h, name.to_string_lossy().into_owned());
@@ -343,6 +344,9 @@ pub(crate) fn call(
                     *st.libraries.get(&c.word("library")?).ok_or_else(|| c.inconsistent("unknown library".into()))?;
                 let mut k = std::ptr::null_mut();
                 check(sys::cuLibraryGetKernel(&mut k, l, name.as_ptr()), seq, f.name)?;
+                if report.outputs.is_some() {
+                    st.warmed.library(l);
+                }
                 let rec_k = c.out_word("pKernel")?;
                 st.kernels.insert(rec_k, k);
                 st.names.insert(rec_k, name.to_string_lossy().into_owned());

@@ -155,11 +155,13 @@ pub(crate) fn call(st: &mut State, trace: &LoadedTrace, c: &Call<'_>) -> Result<
             }
             "cuModuleUnload" => {
                 let m = st.modules.remove(&c.word("hmod")?).ok_or_else(|| c.inconsistent("unknown module".into()))?;
+                st.warmed.forget(m as usize);
                 check(sys::cuModuleUnload(m), seq, name)?;
             }
             "cuLibraryUnload" => {
                 let l =
                     st.libraries.remove(&c.word("library")?).ok_or_else(|| c.inconsistent("unknown library".into()))?;
+                st.warmed.forget(l as usize);
                 check(sys::cuLibraryUnload(l), seq, name)?;
             }
             // Managed memory in a local replay of a recording (client mode refuses it): the

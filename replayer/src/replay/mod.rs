@@ -6,6 +6,7 @@ mod allocs;
 mod args;
 mod blobs;
 mod blockhash;
+mod code_warm;
 pub mod compat;
 pub mod crash;
 pub mod dataflow;
@@ -31,6 +32,7 @@ mod jit;
 pub(crate) mod launch;
 mod load;
 pub mod lower;
+mod managed;
 pub(crate) mod median;
 mod memory;
 pub(crate) mod objects;
@@ -43,6 +45,7 @@ pub mod resident;
 pub(crate) mod results;
 pub mod share;
 mod side;
+pub mod stall;
 pub mod stream;
 mod unified;
 mod vmm;
@@ -311,6 +314,8 @@ pub(crate) struct State {
     pub resident: resident::Resident,
     /// Code images this replay loaded itself (unloaded when a kept executor ends its session).
     pub loaded: Vec<preload::Preloaded>,
+    /// Modules and libraries whose kernels were loaded at their first lookup (`code_warm.rs`).
+    pub warmed: code_warm::Warmed,
     /// A client's session: where its host functions run ([`host_calls`]); `None` in a local
     /// replay (they run as no-ops).
     pub host_calls: Option<std::sync::Arc<host_calls::HostCalls>>,
@@ -322,8 +327,8 @@ pub(crate) struct State {
     /// The recorded program shared device memory with other processes (a `=local(share)`
     /// call): results from then on are not verified (`results::verify_value`).
     pub shared_with_processes: bool,
-    /// A client's managed memory, as the client last saw it (`hostview::Managed`).
-    pub managed: hostview::Managed,
+    /// A client's managed memory, as the client last saw it (`managed::Managed`).
+    pub managed: managed::Managed,
     /// Per recorded stream, the user data of the host function captured last in the capture
     /// in progress: late reads captured after it are attached to it (`host_calls`).
     pub captured_host_fn: HashMap<u64, usize>,
@@ -374,6 +379,7 @@ impl State {
             relocations: HashMap::new(),
             last_call: None,
             preloaded: preload::Preloads::default(),
+            warmed: Default::default(),
             warm_images: warm_images::WarmImages::default(),
             resident: resident::Resident::default(),
             loaded: Vec::new(),
@@ -499,8 +505,16 @@ pub fn replay_on(device: Device, trace: &LoadedTrace, opts: Options) -> Result<R
     report.warnings.extend(st.mem.reserve_arena(trace.meta.arena_base, trace.meta.arena_size));
     let run = |st: &mut State, report: &mut Report| -> Result<(), ReplayError> {
         if opts.iterations == 0 {
+            // A call that never returns ends the replay naming it (`stall.rs`).
+            let watch = stall::Watch::start();
             for rec in &trace.calls {
+                if let Some(w) = &watch {
+                    w.enter(rec);
+                }
                 exec::call(st, trace, rec, report)?;
+                if let Some(w) = &watch {
+                    w.leave();
+                }
             }
             st.synchronize()
         } else {

@@ -33,9 +33,15 @@ pub(super) unsafe fn dtoh_async(
     unsafe { dtoh_async_at(st, c, src, n, c.word("hStream")?, "dstHost", trace, report) }
 }
 
-/// A client's device-to-host copy into memory it shares with the device (managed or mirrored
-/// pinned memory): the device's copy of that range gets the bytes too, and the client writes
-/// them without marking them to be sent back (`remote/shared.rs`, `write_synced`).
+/// A device-to-host copy into memory the host shares with the device: the device's copy of
+/// that range gets the bytes too.
+///
+/// - A client's (managed or mirrored pinned memory): the client writes them without marking
+///   them to be sent back (`remote/shared.rs`, `write_synced`).
+/// - A local replay's: host memory mapped for the device (or pinned memory a kernel reached) is
+///   device memory at its address here, and the recorded download landed in the memory the
+///   program's kernels and its host view (`gpulessHostView`) see (simpleStreams downloads into
+///   memory registered with `cudaHostRegisterMapped`).
 pub(super) fn mirror_output(
     st: &mut State,
     c: &Call<'_>,
@@ -43,19 +49,23 @@ pub(super) fn mirror_output(
     host: &[u8],
     report: &Report,
 ) -> Result<(), ReplayError> {
+    let Some(&Value::HostPtr(a)) = c.arg(arg) else { return Ok(()) };
     if report.outputs.is_none() {
+        let Some(region) = st.mem.find(a) else { return Ok(()) };
+        if a + host.len() as u64 > region.recorded + region.size {
+            return Ok(());
+        }
+        let live = region.live + (a - region.recorded);
+        // SAFETY: device memory this replay made for the range, `host.len()` bytes there.
+        check(unsafe { sys::cuMemcpyHtoD_v2(live, host.as_ptr().cast(), host.len()) }, c.rec.seq, c.f.name)?;
+        st.copied_in();
         return Ok(());
     }
-    let Some(&Value::HostPtr(a)) = c.arg(arg) else { return Ok(()) };
     if !st.managed.covers(a, host.len()) {
         return Ok(());
     }
     let live = st.mem.translate(a);
-    // SAFETY: device memory this session made for the shared range, `host.len()` bytes there.
-    check(unsafe { sys::cuMemcpyHtoD_v2(live, host.as_ptr().cast(), host.len()) }, c.rec.seq, c.f.name)?;
-    st.copied_in();
-    st.managed.wrote(a, host, live);
-    Ok(())
+    st.managed.write(a, host, live, c.rec)
 }
 
 /// [`dtoh_async`] of `n` bytes from live address `src` on recorded stream `rec_s`, compared

@@ -11,7 +11,7 @@ use gpuless_traces::Value;
 use super::args::{word, Call};
 use super::blobs::blob;
 use super::objects::{capturing, Pending};
-use super::results::{dtoh_async_at, first_result, verify_value};
+use super::results::{dtoh_async_at, first_result, mirror_output, verify_value};
 use super::{check, LoadedTrace, ReplayError, Report, State};
 
 /// Replays one `cuMemcpy` / `cuMemcpyAsync` record.
@@ -60,6 +60,7 @@ pub(super) unsafe fn copy(
                         let mut host = vec![0u8; n];
                         check(sys::cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), from, n), seq, name)?;
                         first_result(report);
+                        mirror_output(st, c, "dst", &host, report)?;
                         verify_value(st, seq, name, c.result("dst"), &host, trace, report);
                     }
                 }

@@ -11,11 +11,11 @@
 # server section), ptr_attrs (shared cudart and -lcuda), oob, event_d2h, graph_query (issue 21's
 # fidelity section), managed, solver (issue 21's replay determinism), small_copies (issue 34's
 # program bound by small synchronous copies, timed by the client section), the compatibility programs
-# of issue 34 (scripts/gpu-suite-compat.sh): driver_answers (C, driver API only: -cudart none
-# -lcuda), stream_sync and printf (shared cudart and -lcuda), big_copy, callbacks, bad_inputs
+# of issue 34 (scripts/gpu-suite-compat.sh): driver_answers and jit_lists (C, driver API only:
+# -cudart none -lcuda), stream_sync and printf (shared cudart and -lcuda), big_copy, callbacks, bad_inputs
 # (shared cudart), ipc (issue 34: memory and events shared between two processes, shared
 # cudart), issue 35's memory models and graph node kinds (also in the compatibility
-# list): managed_linked, mapped_mem, pools, graph_mem, conditional (shared cudart) and vmm
+# list): managed_linked, mapped_mem, polling, pools, graph_mem, conditional (shared cudart) and vmm
 # (shared cudart and -lcuda), multi_gpu (issue 37's program of two devices: shared cudart and
 # -lcuda), and managed_cost (shared cudart; issue 35's cost probe for managed
 # memory, run on its own: `managed_cost [MiB] [STEPS]`), and libblock_arena.so (C, built with
@@ -84,6 +84,7 @@ for p in globals ptr_struct texture graph alloc_bench segment upload fault oob e
 done
 # Issue 34's compatibility programs: each run natively and through the client, outputs compared.
 build driver_answers -O2 -x c -cudart none "$here/driver_answers.c" -lcuda
+build jit_lists -O2 -x c -cudart none "$here/jit_lists.c" -lcuda
 for p in stream_sync printf; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu" -lcuda
 done
@@ -91,7 +92,7 @@ for p in big_copy callbacks bad_inputs ipc; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
 # Issue 35's programs: memory models and graph node kinds; managed_cost is a cost probe.
-for p in managed_linked mapped_mem pools graph_mem conditional managed_cost hostile; do
+for p in managed_linked mapped_mem polling pools graph_mem conditional managed_cost hostile; do
   build "$p" "${common[@]}" -cudart shared "$here/$p.cu"
 done
 build vmm "${common[@]}" -cudart shared "$here/vmm.cu" -lcuda
