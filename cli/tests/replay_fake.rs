@@ -154,3 +154,18 @@ fn a_call_that_does_not_return_ends_the_replay_naming_it() {
     assert!(said.contains("gpuless: replay stalled: call #") && said.contains("cuLaunchKernel"), "{said}");
     assert!(began.elapsed() < std::time::Duration::from_secs(20), "the watch ended it in {:?}", began.elapsed());
 }
+
+/// Two downloads on one stream into the same pinned buffer before one synchronization
+/// (simpleStreams' rounds; program.c mode -22): the first copy's record carries the bytes it
+/// brought, kept by a host function of the recorder's queued before the second copy, not the
+/// second copy's bytes found at the synchronization — so the replay, which compares each copy as
+/// it completes, verifies both.
+#[test]
+fn a_download_overwritten_before_its_synchronization_keeps_its_own_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = support::record_stand_in(dir.path(), Some("-22"));
+    let (code, report, shown) = replay(dir.path(), &trace, &[]);
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(report["mismatches"], serde_json::json!([]), "{shown}");
+    assert!(count(&report, "results_verified") >= 4, "{shown}");
+}

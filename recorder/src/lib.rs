@@ -42,6 +42,7 @@ mod intercept;
 mod ipc;
 mod lane;
 mod late;
+mod late_download;
 mod late_graph;
 mod loaded;
 mod memo;

@@ -22,7 +22,14 @@ struct Pending {
     late: Option<crate::late::Late>,
     /// A graph launch whose copies read host memory late (`late_graph.rs`).
     late_launch: Option<crate::late_graph::LateLaunch>,
+    /// (index into `buffers`, its result) of buffers a later copy overwrites before this one
+    /// completes (`late_download.rs` keeps their bytes).
+    kept: Vec<(usize, Kept)>,
 }
+
+/// The result of a buffer whose bytes were kept before a later copy overwrote them: made once a
+/// synchronization covered the copy (the read ran before it).
+pub struct Kept(pub Box<dyn FnOnce() -> gpuless_traces::Value + Send>);
 
 /// Copies in flight and what completes them: the rule a replay checks them by
 /// ([`gpuless_traces::completion`]).
@@ -84,7 +91,7 @@ pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
         .collect();
     buffers.extend(crate::unified::async_host_outs(f, raw, &record.args));
     let rows = crate::capture::async_host_rows(f, raw);
-    with_table(|t| t.push(stream, Pending { record, buffers, rows, late: None, late_launch: None }));
+    with_table(|t| t.push(stream, Pending { record, buffers, rows, late: None, late_launch: None, kept: Vec::new() }));
 }
 
 /// Holds the record of an async host-to-device copy whose source is read when the stream
@@ -92,7 +99,9 @@ pub fn defer(f: &ApiFunction, raw: &[u64], record: CallRecord) {
 pub fn defer_late(f: &ApiFunction, raw: &[u64], record: CallRecord, late: crate::late::Late) {
     let stream = handle(f, raw, HandleKind::Stream).unwrap_or(0);
     with_table(|t| {
-        t.push(stream, Pending { record, buffers: Vec::new(), rows: None, late: Some(late), late_launch: None })
+        let p =
+            Pending { record, buffers: Vec::new(), rows: None, late: Some(late), late_launch: None, kept: Vec::new() };
+        t.push(stream, p)
     });
 }
 
@@ -100,8 +109,31 @@ pub fn defer_late(f: &ApiFunction, raw: &[u64], record: CallRecord, late: crate:
 /// until a synchronization covers the reads queued after it.
 pub fn defer_late_launch(f: &ApiFunction, raw: &[u64], record: CallRecord, l: crate::late_graph::LateLaunch) {
     let stream = handle(f, raw, HandleKind::Stream).unwrap_or(0);
-    let p = Pending { record, buffers: Vec::new(), rows: None, late: None, late_launch: Some(l) };
+    let p = Pending { record, buffers: Vec::new(), rows: None, late: None, late_launch: Some(l), kept: Vec::new() };
     with_table(|t| t.push(stream, p));
+}
+
+/// Whether a copy is pending on `stream`.
+pub fn any_on(stream: u64) -> bool {
+    with_table(|t| t.on_stream_mut(stream).next().is_some()).unwrap_or(false)
+}
+
+/// The copies pending on `stream` whose host buffers overlap `[lo, lo + n)` and whose bytes are
+/// not kept yet: `keep(address, length)` queues the read of one (`late_download.rs`) and gives
+/// its result to come.
+pub fn overlapping(stream: u64, lo: u64, n: u64, mut keep: impl FnMut(u64, usize) -> Option<Kept>) {
+    with_table(|t| {
+        for p in t.on_stream_mut(stream) {
+            for (b, &(_, ptr, len)) in p.buffers.iter().enumerate() {
+                let overlaps = ptr != 0 && ptr < lo.saturating_add(n) && lo < ptr.saturating_add(len as u64);
+                if overlaps && !p.kept.iter().any(|k| k.0 == b) {
+                    if let Some(k) = keep(ptr, len) {
+                        p.kept.push((b, k));
+                    }
+                }
+            }
+        }
+    });
 }
 
 /// Whether [`after`] has anything to do for calls of `f`: synchronizations, stream and event
@@ -151,8 +183,16 @@ fn emit(mut p: Pending, complete: bool) {
         crate::late_graph::finish(l, &mut p.record, complete);
     }
     if complete {
-        for &(k, ptr, n) in &p.buffers {
+        for (b, &(k, ptr, n)) in p.buffers.iter().enumerate() {
             if ptr == 0 {
+                continue;
+            }
+            // Overwritten by a later copy before this synchronization: the bytes kept.
+            if let Some(i) = p.kept.iter().position(|x| x.0 == b) {
+                let (_, kept) = p.kept.swap_remove(i);
+                if let Some(slot) = p.record.results.get_mut(k) {
+                    *slot = (kept.0)();
+                }
                 continue;
             }
             // SAFETY: the program handed this buffer to the copy and the synchronization that

@@ -105,6 +105,8 @@ unsafe fn full(slot: usize, s: &slots::Slot, raw: &[u64], real: &mut Real, lane:
     // SAFETY: forwarded from the caller.
     let late = unsafe { crate::late::before_copy(f, raw) };
     // SAFETY: forwarded from the caller.
+    unsafe { crate::late_download::before_copy(f, raw) };
+    // SAFETY: forwarded from the caller.
     let status = unsafe { with_arena(s, raw, real) };
     lane.current.set(parent);
     let t1 = lane.stamp();

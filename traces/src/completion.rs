@@ -60,6 +60,11 @@ impl<T> Completion<T> {
         self.next += 1;
     }
 
+    /// The copies in flight on `stream`, in the order they were queued.
+    pub fn on_stream_mut(&mut self, stream: u64) -> impl Iterator<Item = &mut T> {
+        self.pending.iter_mut().filter(move |(_, s, _)| *s == stream).map(|(_, _, t)| t)
+    }
+
     /// `event` recorded on `stream` now (`cuEventRecord`).
     pub fn record_event(&mut self, event: u64, stream: u64) {
         self.events.insert(event, Mark { stream, mark: self.next });

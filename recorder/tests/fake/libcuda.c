@@ -893,7 +893,7 @@ static const struct entry table[] = {
   {"cuModuleLoadData", cuModuleLoadData}, {"cuModuleGetFunction", cuModuleGetFunction},
   {"cuModuleUnload", cuModuleUnload}, {"cuLibraryUnload", cuLibraryUnload}, {"cuMemsetD8", cuMemsetD8_v2}, {"cuMemsetD8Async", cuMemsetD8Async}, {"cuMemHostRegister", cuMemHostRegister_v2}, {"cuMemHostUnregister", cuMemHostUnregister},
   {"cuFuncGetParamInfo", cuFuncGetParamInfo}, {"cuLaunchKernel", cuLaunchKernel},
-  {"cuCtxSynchronize", cuCtxSynchronize}, {"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2},
+  {"cuCtxSynchronize", cuCtxSynchronize}, {"cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2}, {"cuMemAllocHost", cuMemAllocHost_v2},
   {"cuStreamSynchronize", cuStreamSynchronize}, {"cuFakeUnmodeled", cuFakeUnmodeled},
   {"cuMemFree", cuMemFree_v2}, {"cuMemGetAddressRange", cuMemGetAddressRange_v2}, {"cuFakeMapped", cuFakeMapped},
   {"cuMemcpy2D", cuMemcpy2D_v2}, {"cuMemcpy3D", cuMemcpy3D_v2}, {"cuGraphCreate", cuGraphCreate},

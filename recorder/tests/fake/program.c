@@ -91,6 +91,16 @@ int main(int argc, char **argv) {
     printf("driver_answered=%d\n", n);
     return 0;
   }
+  if (iters == -22) { /* two downloads into one pinned buffer on a stream, one synchronization */
+    int (*screate)(void **, unsigned) = get("cuStreamCreate");
+    int (*halloc)(void **, size_t) = get("cuMemAllocHost");
+    void *st; float *p;
+    if (screate(&st, 1) || halloc((void **)&p, sizeof h)) return 56;
+    if (dtoh_async(p, d, sizeof h, st) || launch(fn, 1, 1, 1, 64, 1, 1, 0, st, params, 0)) return 57;
+    if (dtoh_async(p, d, sizeof h, st) || sync(st)) return 58;
+    printf("pinned: %g\n", p[1]);
+    return 0;
+  }
   if (iters == -21) { /* downloads into host memory registered for the device (simpleStreams) */
     int (*reg)(void *, size_t, unsigned) = get("cuMemHostRegister");
     int (*unreg)(void *) = get("cuMemHostUnregister");
