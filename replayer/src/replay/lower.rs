@@ -9,8 +9,9 @@
 //! reader (a second branch of the graph), or left out (they ran at set-up; their outputs stay).
 //!
 //! Bodies the graph cannot hold — synchronous copies or sets (they execute immediately instead
-//! of being captured), captures or graphs of their own — are refused with the reason; the eager
-//! timing stands alone then.
+//! of being captured), captures or graphs of their own, what the host wrote to or read of
+//! managed or mapped memory between calls — are refused with the reason; the eager timing
+//! stands alone then.
 
 use std::time::Instant;
 
@@ -74,6 +75,15 @@ pub struct Moved {
 pub fn refusal(trace: &LoadedTrace, body: &[usize]) -> Option<String> {
     for &i in body {
         let r = &trace.calls[i];
+        // What the host wrote to (or could read of) shared memory between the body's calls: a
+        // copy made when the record comes (`hostview.rs`, `managed.rs`), never a graph's node.
+        if gpuless_traces::hostview::is_hostview(r.function.name()) {
+            return Some(format!(
+                "call #{} {} (host-shared memory) cannot be captured into a graph",
+                r.seq,
+                r.function.name()
+            ));
+        }
         let Some(f) = r.function.api() else { continue };
         // Synchronous host copies are captured as copies on the capturing stream (`exec`).
         let sync_copy = matches!(f.group, Group::Copy | Group::Set)
@@ -280,5 +290,37 @@ pub(crate) fn run(
             moved: Vec::new(),
             moved_note: None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuless_analyzer::api::ApiLevel;
+    use gpuless_traces::{CallRecord, Function};
+
+    fn trace(names: &[&str]) -> LoadedTrace {
+        let calls = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let f = match gpuless_analyzer::api::by_name(n) {
+                    Some(f) => Function::Known(f.id),
+                    None => Function::Other(n.to_string()),
+                };
+                CallRecord::new(i as u64, ApiLevel::Driver, f)
+            })
+            .collect();
+        LoadedTrace { meta: Default::default(), calls, blobs: Default::default(), lost: None }
+    }
+
+    #[test]
+    fn a_body_with_host_writes_to_shared_memory_stays_eager() {
+        let t = trace(&["cuLaunchKernel", gpuless_traces::hostview::HOST_MEMORY, "cuLaunchKernel"]);
+        assert!(refusal(&t, &[0, 2]).is_none());
+        let why = refusal(&t, &[0, 1, 2]).expect("refused");
+        assert!(why.contains("call #1 gpulessHostMemory"), "{why}");
+        let t = trace(&["cuLaunchKernel", gpuless_traces::hostview::HOST_VIEW]);
+        assert!(refusal(&t, &[0, 1]).is_some());
     }
 }
