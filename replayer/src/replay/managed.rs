@@ -8,13 +8,17 @@
 //! flag in pinned memory until the host sets it (`UnifiedMemoryPerf`'s latch) is still running
 //! when the host's write comes, and a copy on the legacy stream would wait for that kernel
 //! forever. Likewise a pull after a wait for one stream reads the memory as it is then, not
-//! after every other stream's work.
+//! after every other stream's work. An allocation's work runs in the context it was made in
+//! (a session of several devices: its device's; `managed_ctx.rs`).
+
+use std::collections::{BTreeMap, HashMap};
 
 use cudarc::driver::sys;
 use gpuless_traces::CallRecord;
 
-use super::blockhash::{Kernel, BLOCK};
-use super::{check, ReplayError, State};
+use super::blockhash::BLOCK;
+use super::managed_ctx::{current, Bound, Entered};
+use super::{ReplayError, State};
 
 /// Bytes compared at a time when looking for what the device changed in managed memory
 /// without the block-hash kernel.
@@ -24,18 +28,10 @@ fn bad(rec: &CallRecord, problem: &str) -> ReplayError {
     ReplayError::Inconsistent { seq: rec.seq, what: rec.function.name().to_string(), problem: problem.into() }
 }
 
-fn ok(what: &str, r: sys::CUresult) -> Result<(), String> {
-    if r == sys::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{what}: {r:?}"))
-    }
-}
-
 /// What the client last saw of one allocation.
 enum Seen {
-    /// Kept on the device: one hash per [`BLOCK`] bytes of what the client holds
-    /// ([`Kernel`]'s hashes); only the blocks whose hash changed cross to the host.
+    /// Kept on the device: one hash per [`BLOCK`] bytes of what the client holds (the
+    /// block-hash kernel's); only the blocks whose hash changed cross to the host.
     Hashes { len: u64, hashes: sys::CUdeviceptr },
     /// Kept on the host (the kernel could not be loaded): the bytes the client holds, compared
     /// in [`PULL_BLOCK`]s with a copy of the whole allocation.
@@ -53,181 +49,41 @@ impl Seen {
 
 /// A client's managed memory (client mode): what the client last saw of each allocation, to
 /// answer a `gpulessHostPull` with only what the device changed since. The comparison runs on
-/// the GPU (a hash per 256-byte block, [`Kernel`]), so a pull reads the managed memory at the
-/// device's bandwidth and copies only what changed (proven on an H200, 2026-11-28: the
-/// shared-memory compatibility programs, the cost probe and the managed samples).
+/// the GPU (a hash per 256-byte block), so a pull reads the managed memory at the device's
+/// bandwidth and copies only what changed (proven on an H200, 2026-11-28: the shared-memory
+/// compatibility programs, the cost probe and the managed samples).
 /// `GPULESS_MANAGED_COMPARE=host` in the server's environment (or a kernel that cannot be
 /// loaded) copies the whole allocation to the host at every pull and compares it there.
 #[derive(Default)]
 pub(crate) struct Managed {
-    /// Allocation address → what the client holds.
-    seen: std::collections::BTreeMap<u64, Seen>,
-    /// The kernel, loaded at the first allocation (`Err`: it could not be; host comparison).
-    kernel: Option<Result<Kernel, String>>,
-    /// The kernel's list of changed blocks (a count, then room for `list_blocks` blocks).
-    list: sys::CUdeviceptr,
-    list_blocks: u64,
-    /// The stream of all of the above (null until the first allocation).
-    stream: Option<Stream>,
-    /// Pinned host memory every copy goes through (allocated at first use): a copy from or to
-    /// pageable memory is staged by the driver in ways that may wait for other streams' work.
-    staging: Option<Staging>,
+    /// Allocation address → the context it was made in and what the client holds.
+    seen: BTreeMap<u64, (usize, Seen)>,
+    /// Each context's stream, pinned buffer and kernel.
+    bound: HashMap<usize, Bound>,
 }
 
-/// Bytes of the pinned buffer copies go through (larger copies go in pieces).
-const STAGING: usize = 8 << 20;
-
-/// Pinned host memory of ours (freed when dropped).
-struct Staging {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        // SAFETY: our pinned buffer; every copy through it was waited for.
-        unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
-    }
-}
-
-/// A stream of ours that waits for no other (destroyed when dropped).
-struct Stream(sys::CUstream);
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        // SAFETY: our stream; its work was waited for by each step.
-        unsafe { sys::cuStreamDestroy_v2(self.0) };
-    }
+/// Whether the server's environment leaves the comparison on the device.
+fn on_device() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("GPULESS_MANAGED_COMPARE").as_deref() != Ok("host"))
 }
 
 impl Managed {
-    /// The stream of shared memory's work, created at first use.
-    fn stream(&mut self) -> Result<sys::CUstream, String> {
-        if let Some(s) = &self.stream {
-            return Ok(s.0);
-        }
-        let mut s = std::ptr::null_mut();
-        // SAFETY: an out-pointer; a stream of the current context.
-        ok("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
-        })?;
-        self.stream = Some(Stream(s));
-        Ok(s)
-    }
-
-    /// Waits for this module's work.
-    fn finish(&mut self) -> Result<(), String> {
-        let s = self.stream()?;
-        // SAFETY: our stream.
-        ok("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(s) })
-    }
-
-    /// The pinned buffer ([`STAGING`] bytes), allocated once: freeing pinned memory may wait
-    /// for the device, and a kernel polling a flag would keep it waiting.
-    fn staging(&mut self) -> Result<(*mut u8, usize), String> {
-        if let Some(b) = &self.staging {
-            return Ok((b.ptr, b.len));
-        }
-        let mut p = std::ptr::null_mut();
-        // SAFETY: an out-pointer for pinned memory of STAGING bytes.
-        ok("cuMemAllocHost", unsafe { sys::cuMemAllocHost_v2(&mut p, STAGING) })?;
-        self.staging = Some(Staging { ptr: p.cast(), len: STAGING });
-        Ok((p.cast(), STAGING))
-    }
-
-    /// Copies `data` to device memory at `live`, through the pinned buffer, on our stream
-    /// (waited for).
-    fn upload(&mut self, live: sys::CUdeviceptr, data: &[u8]) -> Result<(), String> {
-        let s = self.stream()?;
-        let (buf, cap) = self.staging()?;
-        for (i, piece) in data.chunks(cap).enumerate() {
-            // SAFETY: our pinned buffer of `cap` bytes, free (the last copy was waited for);
-            // device memory of the shared range; our stream.
-            unsafe {
-                std::ptr::copy_nonoverlapping(piece.as_ptr(), buf, piece.len());
-                let at = live + (i * cap) as u64;
-                ok("cuMemcpyHtoDAsync", sys::cuMemcpyHtoDAsync_v2(at, buf.cast(), piece.len(), s))?;
-                ok("cuStreamSynchronize", sys::cuStreamSynchronize(s))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Copies device memory at `live` into `out`, through the pinned buffer, on our stream.
-    fn download(&mut self, out: &mut [u8], live: sys::CUdeviceptr) -> Result<(), String> {
-        let s = self.stream()?;
-        let (buf, cap) = self.staging()?;
-        for (i, piece) in out.chunks_mut(cap).enumerate() {
-            // SAFETY: as in `upload`, the other way.
-            unsafe {
-                let at = live + (i * cap) as u64;
-                ok("cuMemcpyDtoHAsync", sys::cuMemcpyDtoHAsync_v2(buf.cast(), at, piece.len(), s))?;
-                ok("cuStreamSynchronize", sys::cuStreamSynchronize(s))?;
-                std::ptr::copy_nonoverlapping(buf, piece.as_mut_ptr(), piece.len());
-            }
-        }
-        Ok(())
-    }
-
-    /// A new allocation at `addr` (live at `live`, `len` bytes), zeroed here as the client's
-    /// pages are, and tracked from now on.
+    /// A new allocation at `addr` (live at `live`, `len` bytes) in the current context, zeroed
+    /// here as the client's pages are, and tracked from now on.
     pub fn add(&mut self, addr: u64, len: u64, live: sys::CUdeviceptr, rec: &CallRecord) -> Result<(), ReplayError> {
-        let s = self.stream().map_err(|p| bad(rec, &p))?;
-        // SAFETY: device memory just created for the range; our stream, waited for.
-        check(unsafe { sys::cuMemsetD8Async(live, 0, len as usize, s) }, rec.seq, rec.function.name())?;
-        let seen = self
-            .hashed(len, live)
+        let ctx = current();
+        let b = self.bound.entry(ctx).or_default();
+        b.zero(live, len).map_err(|p| bad(rec, &p))?;
+        let seen = on_device()
+            .then(|| b.hashed(len, live))
+            .flatten()
             .map_or_else(|| Seen::Bytes(vec![0; len as usize]), |hashes| Seen::Hashes { len, hashes });
-        self.finish().map_err(|p| bad(rec, &p))?;
-        if let Some(old) = self.seen.insert(addr, seen) {
+        b.finish().map_err(|p| bad(rec, &p))?;
+        if let Some((_, old)) = self.seen.insert(addr, (ctx, seen)) {
             Self::free(old);
         }
         Ok(())
-    }
-
-    /// Device hashes of the `len` bytes at `live`, as they are now; `None` without the kernel,
-    /// or when the server's environment asks for the host comparison
-    /// (`GPULESS_MANAGED_COMPARE=host`).
-    fn hashed(&mut self, len: u64, live: sys::CUdeviceptr) -> Option<sys::CUdeviceptr> {
-        static ON_DEVICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if !*ON_DEVICE.get_or_init(|| std::env::var("GPULESS_MANAGED_COMPARE").as_deref() != Ok("host")) {
-            return None;
-        }
-        let s = self.stream().ok()?;
-        let kernel = self.kernel.get_or_insert_with(Kernel::load).as_ref().ok()?;
-        let blocks = len.div_ceil(BLOCK).max(1);
-        let mut hashes = 0;
-        // SAFETY (block): a new buffer of ours; our list grown to room for every block of this
-        // allocation (the old one freed after our stream's work); one pass of the kernel over
-        // the allocation (its baseline), on our stream.
-        unsafe {
-            if sys::cuMemAlloc_v2(&mut hashes, (blocks * 8) as usize) != sys::CUresult::CUDA_SUCCESS {
-                return None;
-            }
-            // Stream-ordered: a plain free waits for the whole device, a polling kernel too.
-            if blocks > self.list_blocks {
-                if self.list != 0 {
-                    sys::cuMemFreeAsync(self.list, s);
-                }
-                self.list = 0;
-                if sys::cuMemAllocAsync(&mut self.list, ((blocks + 1) * 8) as usize, s) != sys::CUresult::CUDA_SUCCESS {
-                    self.list_blocks = 0;
-                    sys::cuMemFree_v2(hashes);
-                    return None;
-                }
-                self.list_blocks = blocks;
-            }
-            // The list's count restarts: a pass appends from it, and the list has room for one
-            // allocation's blocks only.
-            if sys::cuMemsetD8Async(self.list, 0, 8, s) != sys::CUresult::CUDA_SUCCESS
-                || kernel.pass(live, len, hashes, 0, self.list, s).is_err()
-            {
-                sys::cuStreamSynchronize(s);
-                sys::cuMemFree_v2(hashes);
-                return None;
-            }
-        }
-        Some(hashes)
     }
 
     fn free(seen: Seen) {
@@ -239,20 +95,22 @@ impl Managed {
 
     /// The allocation at `addr` was freed.
     pub fn remove(&mut self, addr: u64) {
-        if let Some(old) = self.seen.remove(&addr) {
+        if let Some((_, old)) = self.seen.remove(&addr) {
             Self::free(old);
         }
     }
 
     /// Whether `[addr, addr + n)` lies in one allocation.
     pub fn covers(&self, addr: u64, n: usize) -> bool {
-        self.seen.range(..=addr).next_back().is_some_and(|(&a, v)| addr + n as u64 <= a + v.len())
+        self.seen.range(..=addr).next_back().is_some_and(|(&a, (_, v))| addr + n as u64 <= a + v.len())
     }
 
     /// The client wrote `data` at `addr` (live at `live`): the bytes go to the device now (on
-    /// our stream, waited for: not behind the program's work), and what the client holds is
-    /// noted. With hashes, the blocks written are hashed again (the device's copy is what the
-    /// client holds there), so that the next pull does not send them back.
+    /// the allocation's context's stream, waited for: not behind the program's work), and what
+    /// the client holds is noted. With hashes, the blocks written are hashed again (the device's
+    /// copy is what the client holds there), so that the next pull does not send them back.
+    /// Memory no allocation here covers (a local replay's host-memory record) is written in the
+    /// current context.
     pub fn write(
         &mut self,
         addr: u64,
@@ -260,57 +118,41 @@ impl Managed {
         live: sys::CUdeviceptr,
         rec: &CallRecord,
     ) -> Result<(), ReplayError> {
-        self.upload(live, data).map_err(|p| bad(rec, &p))?;
-        self.noted(addr, data, live);
-        self.finish().map_err(|p| bad(rec, &p))
-    }
-
-    /// [`Managed::write`]'s note of what the client holds.
-    fn noted(&mut self, addr: u64, data: &[u8], live: sys::CUdeviceptr) {
-        let Some(s) = self.stream.as_ref().map(|s| s.0) else { return };
-        let Some((&a, v)) = self.seen.range_mut(..=addr).next_back() else { return };
-        let off = addr - a;
-        match v {
-            Seen::Bytes(b) => {
-                if let Some(dst) = b.get_mut(off as usize..off as usize + data.len()) {
-                    dst.copy_from_slice(data);
+        let Managed { seen, bound } = self;
+        let entry = seen.range_mut(..=addr).next_back().filter(|(&a, (_, v))| addr < a + v.len().max(1));
+        let ctx = entry.as_ref().map_or_else(current, |(_, (c, _))| *c);
+        let _entered = Entered::new(ctx);
+        let b = bound.entry(ctx).or_default();
+        b.upload(live, data).map_err(|p| bad(rec, &p))?;
+        if let Some((&a, (_, v))) = entry {
+            let off = addr - a;
+            match v {
+                Seen::Bytes(held) => {
+                    if let Some(dst) = held.get_mut(off as usize..off as usize + data.len()) {
+                        dst.copy_from_slice(data);
+                    }
+                }
+                Seen::Hashes { len, hashes } => {
+                    let (lo, hi) =
+                        ((off / BLOCK) * BLOCK, ((off + data.len() as u64).div_ceil(BLOCK) * BLOCK).min(*len));
+                    if lo < hi {
+                        b.rehash(live - off, lo, hi, *hashes);
+                    }
                 }
             }
-            Seen::Hashes { len, hashes } => {
-                let (lo, hi) = ((off / BLOCK) * BLOCK, ((off + data.len() as u64).div_ceil(BLOCK) * BLOCK).min(*len));
-                let (Some(Ok(kernel)), true) = (&self.kernel, lo < hi) else { return };
-                // SAFETY: the written blocks of the allocation (live at `live - off`), their
-                // slice of its hashes, and our list, its count reset first (room for every
-                // block of one allocation; reset again before every pull, so these blocks are
-                // not reported), on our stream after the copy. Without the reset, passes
-                // between two pulls appended past the list's end (found on the H200:
-                // mapped_mem's values corrupted).
-                let _ = unsafe {
-                    if sys::cuMemsetD8Async(self.list, 0, 8, s) != sys::CUresult::CUDA_SUCCESS {
-                        return;
-                    }
-                    kernel.pass(live - (off - lo), hi - lo, *hashes + (lo / BLOCK) * 8, lo / BLOCK, self.list, s)
-                };
-            }
         }
+        b.finish().map_err(|p| bad(rec, &p))
     }
 }
 
 impl Drop for Managed {
     fn drop(&mut self) {
-        if let Some(s) = &self.stream {
-            // SAFETY: our stream.
-            unsafe { sys::cuStreamSynchronize(s.0) };
+        for (&ctx, b) in self.bound.iter_mut() {
+            let _entered = Entered::new(ctx);
+            b.release();
         }
-        for (_, seen) in std::mem::take(&mut self.seen) {
+        for (_, (_, seen)) in std::mem::take(&mut self.seen) {
             Self::free(seen);
-        }
-        if let (true, Some(st)) = (self.list != 0, &self.stream) {
-            // SAFETY: our buffer, allocated on our stream.
-            unsafe {
-                sys::cuMemFreeAsync(self.list, st.0);
-                sys::cuStreamSynchronize(st.0);
-            }
         }
     }
 }
@@ -320,17 +162,17 @@ impl Drop for Managed {
 pub(crate) fn pull(st: &mut State, rec: &CallRecord) -> Result<Vec<u8>, ReplayError> {
     let mut out = Vec::new();
     let addrs: Vec<u64> = st.managed.seen.keys().copied().collect();
-    if addrs.is_empty() {
-        return Ok(out);
-    }
     let failed = |p: String| bad(rec, &format!("reading managed memory: {p}"));
     for a in addrs {
         let live = st.mem.translate(a);
-        let m = &mut st.managed;
-        match m.seen.get_mut(&a) {
-            Some(Seen::Hashes { len, hashes }) => {
+        let Managed { seen, bound } = &mut st.managed;
+        let Some((ctx, v)) = seen.get_mut(&a) else { continue };
+        let _entered = Entered::new(*ctx);
+        let b = bound.entry(*ctx).or_default();
+        match v {
+            Seen::Hashes { len, hashes } => {
                 let (len, hashes) = (*len, *hashes);
-                let blocks = m
+                let blocks = b
                     .changed_blocks(live, len, hashes)
                     .map_err(|problem| bad(rec, &format!("comparing managed memory on the device: {problem}")))?;
                 for (lo, hi) in runs(&blocks, len) {
@@ -338,52 +180,17 @@ pub(crate) fn pull(st: &mut State, rec: &CallRecord) -> Result<Vec<u8>, ReplayEr
                     out.extend_from_slice(&((hi - lo) as u32).to_le_bytes());
                     let at = out.len();
                     out.resize(at + (hi - lo) as usize, 0);
-                    m.download(&mut out[at..], live + lo).map_err(failed)?;
+                    b.download(&mut out[at..], live + lo).map_err(failed)?;
                 }
             }
-            Some(Seen::Bytes(seen)) => {
-                let mut now = vec![0u8; seen.len()];
-                let mut seen = std::mem::take(seen);
-                m.download(&mut now, live).map_err(failed)?;
-                compare_bytes(a, &mut seen, now, &mut out);
-                if let Some(Seen::Bytes(kept)) = m.seen.get_mut(&a) {
-                    *kept = seen;
-                }
+            Seen::Bytes(held) => {
+                let mut now = vec![0u8; held.len()];
+                b.download(&mut now, live).map_err(failed)?;
+                compare_bytes(a, held, now, &mut out);
             }
-            None => {}
         }
     }
     Ok(out)
-}
-
-impl Managed {
-    /// The blocks of the `len` bytes at `live` whose hash changed since the last pass, on our
-    /// stream (the memory as it is now: after the program's wait before the pull, not after
-    /// every stream's work).
-    fn changed_blocks(
-        &mut self,
-        live: sys::CUdeviceptr,
-        len: u64,
-        hashes: sys::CUdeviceptr,
-    ) -> Result<Vec<u64>, String> {
-        let s = self.stream()?;
-        let Some(Ok(kernel)) = &self.kernel else { return Err("no block-hash kernel".into()) };
-        let total = len.div_ceil(BLOCK);
-        // SAFETY: our list (room for every block of the allocation), reset; the pass, on our
-        // stream; the count and the list read after it on the same stream.
-        unsafe {
-            ok("cuMemsetD8Async", sys::cuMemsetD8Async(self.list, 0, 8, s))?;
-            kernel.pass(live, len, hashes, 0, self.list, s)?;
-        }
-        let mut n = [0u8; 8];
-        self.download(&mut n, self.list)?;
-        let n = u64::from_le_bytes(n).min(total) as usize;
-        let mut raw = vec![0u8; n * 8];
-        if n > 0 {
-            self.download(&mut raw, self.list + 8)?;
-        }
-        Ok(raw.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default())).collect())
-    }
 }
 
 /// Byte ranges `[lo, hi)` of an allocation of `len` bytes covering `blocks` (in any order),

@@ -33,6 +33,7 @@ pub(crate) mod launch;
 mod load;
 pub mod lower;
 mod managed;
+mod managed_ctx;
 pub(crate) mod median;
 mod memory;
 pub(crate) mod objects;
