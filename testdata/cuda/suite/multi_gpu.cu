@@ -2,7 +2,8 @@
 // device count and properties, peer queries, allocations, kernels and pointer attributes on
 // each device, peer copies (explicit, default-kind, asynchronous after a cross-device event
 // wait), peer access and a kernel reading the peer's memory, a thread per device, stream-ordered
-// allocations on each, memory information, and the driver API's view of contexts and devices.
+// allocations on each, managed memory made on each (the host writing it while the other device
+// is current), memory information, and the driver API's view of contexts and devices.
 // Everything printed is deterministic (no pointers, no timings), so the output through the
 // client (`gpuless run --remote ADDR --gpus 2 -- multi_gpu`) must equal the native run's; with
 // the two GPUs of two servers (`--remote A,B`), all but the lines beginning with "peer" (their
@@ -168,6 +169,31 @@ int main() {
     t0.join();
     t1.join();
     printf("threads checksums 0x%016llx 0x%016llx\n", (unsigned long long)sums[0], (unsigned long long)sums[1]);
+
+    // Managed memory made on each device, written by the host, updated by a kernel on its
+    // device while the other device is current between the steps, read back by the host
+    // (through the client: each allocation's copies and comparisons in its device's context).
+    for (int d = 0; d < 2; ++d) {
+        const int m = 1 << 16;
+        float* u = nullptr;
+        CK(cudaSetDevice(d));
+        CK(cudaMallocManaged(&u, m * sizeof(float)));
+        for (int i = 0; i < m; ++i) u[i] = (float)(i % 13);
+        CK(cudaSetDevice(1 - d));
+        CK(cudaDeviceSynchronize());
+        CK(cudaSetDevice(d));
+        axpy<<<(m + 255) / 256, 256>>>(u, u, m, 1.0f);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        CK(cudaSetDevice(1 - d));
+        u[1] += 100.0f;
+        CK(cudaSetDevice(d));
+        axpy<<<(m + 255) / 256, 256>>>(u, u, m, 1.0f);
+        CK(cudaDeviceSynchronize());
+        printf("managed on device %d: %g %g checksum=0x%016llx\n", d, u[1], u[12],
+               (unsigned long long)fnv1a(u, m * sizeof(float)));
+        CK(cudaFree(u));
+    }
 
     // Memory information per device (values differ run to run: only that they are sane).
     for (int d = 0; d < 2; ++d) {
