@@ -129,6 +129,23 @@ fn threads_and_host_callbacks_on_two_devices() {
     }
 }
 
+/// Managed memory made on each of a session's two devices (`managed_devices.c`): each
+/// allocation's copies and comparisons run in its own device's context on the executor, the host
+/// writing one device's memory while the other is current. (The stand-in does not tie streams to
+/// contexts, so this runs the path; which context does what on a GPU is `multi_gpu.cu`'s.)
+#[test]
+fn managed_memory_on_each_of_two_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let (libdir, prog) = support::build_program(dir.path(), "managed_devices", &["-l:libcuda.so.1"]);
+    let s = two_gpu_server(dir.path(), &libdir);
+    let ran = run_on_gpus(&s, &prog, "2");
+    assert!(ran.ok, "stdout:\n{}\nstderr:\n{}", ran.stdout, ran.stderr);
+    ran.has("managed on device 0: 2 30");
+    ran.has("managed on device 1: 22 50");
+    ran.has("device 0's memory written while device 1 was current: 200 22");
+    ran.has("done");
+}
+
 /// The `devices.c` checks of devices on different servers.
 const APART: &[&str] = &[
     "apart_upload_1",
