@@ -97,8 +97,12 @@ pub(crate) unsafe fn check(f: &ApiFunction, raw: &[u64]) -> Option<u32> {
 /// addresses, kept kernel and variable names): refused (`CUDA_ERROR_NOT_SUPPORTED`, said once).
 fn jit_lists(f: &ApiFunction, n: u64, ids: u64) -> Option<u32> {
     use gpuless_analyzer::api::jit::{value_of, JitValue};
-    if n == 0 || ids == 0 || n > 1024 {
+    if n == 0 || ids == 0 {
         return None;
+    }
+    // More options than any program passes: not looked through, so not passed on silently.
+    if n > 1024 {
+        return Some(super::step::refused(f, "more than 1,024 JIT options"));
     }
     // SAFETY: the program's array of `n` option ids (4 bytes each).
     let listed = (0..n as usize).any(|i| {
